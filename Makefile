@@ -1,0 +1,32 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv lint typecheck test unit demo bench clean
+
+$(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	for p in plugins/*/pyproject.toml; do [ -f "$$p" ] && $(BIN)/python -m pip install -q -e "$$(dirname $$p)" || true; done
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check workgroup tests benchmarks examples
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/coordinator.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,3 @@
+from workgroup.cli import main
+
+main()

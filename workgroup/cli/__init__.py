@@ -1,0 +1,38 @@
+"""The ``workgroup`` command line: one module per subcommand."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from workgroup.errors import WorkgroupError
+
+#: Subcommand modules; each defines a click command named ``command``.
+_SUBCOMMANDS = ("coordinator", "assign")
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except WorkgroupError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="workgroup")
+def main() -> None:
+    """Hand resources to a pool of workers over Kafka's group protocol."""
+
+
+for _name in _SUBCOMMANDS:
+    try:
+        _module = importlib.import_module(f"workgroup.cli.{_name}")
+    except ModuleNotFoundError as _exc:  # a subcommand not written yet
+        if _exc.name != f"workgroup.cli.{_name}":
+            raise
+        continue
+    main.add_command(_module.command)

@@ -1,0 +1,1 @@
+"""The embedded group coordinator: Kafka's classic group protocol on loopback."""
