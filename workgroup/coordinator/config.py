@@ -1,0 +1,38 @@
+"""Settings of the embedded coordinator (defaults as Kafka's where Kafka has one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workgroup.errors import ConfigError
+
+#: Kafka's default is 3 s, tuned for clusters where members start over minutes.
+#: On one machine the members of a job start within a fraction of a second, so a
+#: short delay still collects them into one first generation without making
+#: every start-up wait three seconds.
+DEFAULT_INITIAL_REBALANCE_DELAY_MS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS
+    min_session_timeout_ms: int = 6_000
+    max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = 2**31 - 1
+    max_request_bytes: int = 100 * 1024 * 1024
+    #: Size limit of one committed offset's metadata string (Kafka: 4096).
+    offset_metadata_max_bytes: int = 4096
+    node_id: int = 0
+
+    def __post_init__(self) -> None:
+        if self.initial_rebalance_delay_ms < 0:
+            raise ConfigError("initial rebalance delay must be >= 0 ms")
+        if not 0 < self.min_session_timeout_ms <= self.max_session_timeout_ms:
+            raise ConfigError(
+                "session timeouts must satisfy 0 < min <= max "
+                f"(got min={self.min_session_timeout_ms}, max={self.max_session_timeout_ms})"
+            )
+        if self.group_max_size < 1:
+            raise ConfigError("group max size must be >= 1")
+        if self.max_request_bytes < 1024:
+            raise ConfigError("max request bytes must be >= 1024")
