@@ -1,0 +1,215 @@
+"""The metadata / assignment codec: round trips, compatibility and bad input."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workgroup.errors import MessageTooLargeError, ProtocolError, UnsupportedVersionError
+from workgroup.protocol import AssignmentData, BinaryCodec, MemberMetadata, catalog_hash
+from workgroup.protocol.metadata import HEADER_SIZE
+
+keys = st.one_of(st.integers(-(2**63), 2**63 - 1), st.text(max_size=20))
+resources = st.lists(st.tuples(st.text(min_size=1, max_size=10), keys), max_size=30).map(tuple)
+nullable = st.none() | st.text(max_size=20)
+
+metadata = st.builds(
+    MemberMetadata,
+    kinds=st.lists(st.text(max_size=10), max_size=5).map(tuple),
+    owned=resources,
+    owned_generation=st.integers(-1, 2**31 - 1),
+    rack=nullable,
+    capacity=st.floats(allow_nan=False),
+    instance_id=nullable,
+    user_data=st.binary(max_size=50),
+    catalog_hash=st.binary(max_size=16),
+    tags=st.lists(st.tuples(st.text(max_size=5), st.text(max_size=5)), max_size=4).map(tuple),
+)
+assignments = st.builds(
+    AssignmentData,
+    assigned=resources,
+    revoked=resources,
+    generation=st.integers(-1, 2**31 - 1),
+    catalog_hash=st.binary(max_size=16),
+    common_version=st.integers(1, 2),
+    rejoin=st.booleans(),
+    user_data=st.binary(max_size=50),
+)
+
+
+def _group_order(items: tuple[tuple[str, object], ...]) -> list[tuple[str, object]]:
+    """Resources are written grouped by kind: compare as multisets per kind."""
+    return sorted(items, key=repr)
+
+
+@given(metadata, st.sampled_from([None, 0, 64]))
+def test_metadata_round_trip(meta: MemberMetadata, compress_above: int | None) -> None:
+    codec = BinaryCodec(compress_above=compress_above)
+    decoded = codec.decode_metadata(codec.encode_metadata(meta))
+    assert decoded.header.used_version == 2
+    assert decoded.header.latest_supported_version == 2
+    assert _group_order(decoded.value.owned) == _group_order(meta.owned)
+    assert decoded.value == MemberMetadata(**{**_fields(meta), "owned": decoded.value.owned})
+
+
+@given(assignments, st.sampled_from([None, 0]))
+def test_assignment_round_trip(data: AssignmentData, compress_above: int | None) -> None:
+    codec = BinaryCodec(compress_above=compress_above)
+    decoded = codec.decode_assignment(codec.encode_assignment(data)).value
+    assert _group_order(decoded.assigned) == _group_order(data.assigned)
+    assert _group_order(decoded.revoked) == _group_order(data.revoked)
+    assert (decoded.generation, decoded.catalog_hash, decoded.rejoin, decoded.user_data) == (
+        data.generation,
+        data.catalog_hash,
+        data.rejoin,
+        data.user_data,
+    )
+
+
+@given(metadata)
+def test_older_reader_reads_newer_metadata(meta: MemberMetadata) -> None:
+    new, old = BinaryCodec(), BinaryCodec(latest_version=1)
+    decoded = old.decode_metadata(new.encode_metadata(meta))
+    # The header still tells the old reader what the writer could do.
+    assert decoded.header.used_version == 2
+    assert decoded.header.latest_supported_version == 2
+    assert decoded.value.tags == ()
+    assert decoded.value.catalog_hash == meta.catalog_hash
+    assert decoded.value.instance_id == meta.instance_id
+
+
+@given(metadata)
+def test_newer_reader_reads_older_metadata(meta: MemberMetadata) -> None:
+    decoded = BinaryCodec().decode_metadata(BinaryCodec(latest_version=1).encode_metadata(meta))
+    assert decoded.header.used_version == 1
+    assert decoded.header.latest_supported_version == 1
+    assert decoded.value.tags == ()
+    assert decoded.value.user_data == meta.user_data
+
+
+@given(metadata, st.binary(min_size=1, max_size=40), st.integers(3, 100))
+def test_unknown_future_version_with_trailing_fields_is_readable(
+    meta: MemberMetadata, future_fields: bytes, future_version: int
+) -> None:
+    blob = BinaryCodec(compress_above=None).encode_metadata(meta)
+    future = b"wg" + struct.pack(">hhB", future_version, future_version, 0)
+    future += blob[HEADER_SIZE:] + future_fields
+    decoded = BinaryCodec().decode_metadata(future)
+    assert decoded.header.used_version == future_version
+    assert decoded.value.tags == meta.tags
+    assert decoded.value.kinds == meta.kinds
+
+
+@given(assignments, st.binary(min_size=1, max_size=40))
+def test_unknown_future_assignment_version_is_readable(
+    data: AssignmentData, future_fields: bytes
+) -> None:
+    blob = BinaryCodec(compress_above=None).encode_assignment(data)
+    future = b"wg" + struct.pack(">hhB", 7, 7, 0) + blob[HEADER_SIZE:] + future_fields
+    decoded = BinaryCodec().decode_assignment(future)
+    assert decoded.value.generation == data.generation
+    assert decoded.value.user_data == data.user_data
+
+
+@settings(max_examples=300)
+@given(metadata, st.data())
+def test_truncated_metadata_raises_protocol_error(
+    meta: MemberMetadata, data: st.DataObject
+) -> None:
+    blob = BinaryCodec(compress_above=None).encode_metadata(meta)
+    cut = data.draw(st.integers(0, len(blob) - 1))
+    with pytest.raises(ProtocolError):
+        BinaryCodec().decode_metadata(blob[:cut])
+
+
+@settings(max_examples=300)
+@given(assignments, st.data())
+def test_truncated_assignment_raises_protocol_error(
+    value: AssignmentData, data: st.DataObject
+) -> None:
+    blob = BinaryCodec(compress_above=None).encode_assignment(value)
+    cut = data.draw(st.integers(0, len(blob) - 1))
+    with pytest.raises(ProtocolError):
+        BinaryCodec().decode_assignment(blob[:cut])
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=200))
+def test_garbage_raises_protocol_error_only(garbage: bytes) -> None:
+    codec = BinaryCodec()
+    for decode in (codec.decode_metadata, codec.decode_assignment):
+        with contextlib.suppress(ProtocolError):
+            decode(garbage)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=200))
+def test_garbage_after_a_valid_header_raises_protocol_error_only(garbage: bytes) -> None:
+    codec = BinaryCodec()
+    for flags in (0, 1):
+        blob = b"wg" + struct.pack(">hhB", 1, 2, flags) + garbage
+        for decode in (codec.decode_metadata, codec.decode_assignment):
+            with contextlib.suppress(ProtocolError):
+                decode(blob)
+
+
+def test_non_workgroup_metadata_is_rejected_clearly() -> None:
+    # What a Kafka consumer's "range" subscription looks like (version 0 header).
+    consumer_subscription = b"\x00\x00\x00\x00\x00\x01\x00\x03foo\xff\xff\xff\xff"
+    with pytest.raises(UnsupportedVersionError, match="not in workgroup's format"):
+        BinaryCodec().decode_metadata(consumer_subscription)
+
+
+def test_version_zero_is_rejected() -> None:
+    with pytest.raises(UnsupportedVersionError, match="unsupported version 0"):
+        BinaryCodec().decode_metadata(b"wg" + struct.pack(">hhB", 0, 0, 0))
+
+
+def test_writing_a_version_above_latest_is_refused() -> None:
+    with pytest.raises(UnsupportedVersionError):
+        BinaryCodec(latest_version=1).encode_metadata(MemberMetadata(), version=2)
+
+
+def test_corrupt_trailing_bytes_in_a_known_version_are_rejected() -> None:
+    blob = BinaryCodec(compress_above=None).encode_metadata(MemberMetadata())
+    with pytest.raises(ProtocolError, match="trailing"):
+        BinaryCodec().decode_metadata(blob + b"\x00")
+
+
+def test_size_limit_on_encode_and_decode() -> None:
+    big = MemberMetadata(user_data=bytes(range(256)) * 100)
+    with pytest.raises(MessageTooLargeError, match="above the limit"):
+        BinaryCodec(max_bytes=1000, compress_above=None).encode_metadata(big)
+    blob = BinaryCodec(compress_above=None).encode_metadata(big)
+    with pytest.raises(MessageTooLargeError):
+        BinaryCodec(max_bytes=1000).decode_metadata(blob)
+
+
+def test_compression_bomb_is_rejected() -> None:
+    bomb = zlib.compress(b"\x00" * 10_000_000)
+    blob = b"wg" + struct.pack(">hhB", 1, 1, 1) + bomb
+    with pytest.raises(MessageTooLargeError, match="decompresses"):
+        BinaryCodec().decode_metadata(blob)
+
+
+def test_compression_shrinks_many_owned_resources() -> None:
+    meta = MemberMetadata(owned=tuple(("shard", i) for i in range(2000)), owned_generation=3)
+    plain = BinaryCodec(compress_above=None).encode_metadata(meta)
+    packed = BinaryCodec().encode_metadata(meta)
+    assert len(packed) < len(plain) / 3
+    assert BinaryCodec().decode_metadata(packed).value.owned == meta.owned
+
+
+def test_catalog_hash_ignores_kind_order_but_not_key_order() -> None:
+    assert catalog_hash({"a": [1, 2], "b": ["x"]}) == catalog_hash({"b": ["x"], "a": [1, 2]})
+    assert catalog_hash({"a": [1, 2]}) != catalog_hash({"a": [2, 1]})
+    assert catalog_hash({"a": [1]}) != catalog_hash({"a": ["1"]})
+
+
+def _fields(meta: MemberMetadata) -> dict[str, object]:
+    return {name: getattr(meta, name) for name in MemberMetadata.__dataclass_fields__}

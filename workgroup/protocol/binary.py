@@ -1,0 +1,177 @@
+"""Bounded big-endian readers and writers for workgroup's metadata blobs.
+
+Every read checks the remaining length first, so truncated or garbage input
+raises :class:`~workgroup.errors.ProtocolError` instead of ``struct.error``,
+``IndexError`` or a huge allocation.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from workgroup.assignors.base import Key, Resource
+from workgroup.errors import ProtocolError
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_F64 = struct.Struct(">d")
+
+_KEY_INT = 0
+_KEY_STR = 1
+
+
+class Writer:
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def getvalue(self) -> bytes:
+        return b"".join(self._parts)
+
+    def u8(self, value: int) -> None:
+        self._parts.append(bytes((value,)))
+
+    def i16(self, value: int) -> None:
+        self._parts.append(_I16.pack(value))
+
+    def i32(self, value: int) -> None:
+        self._parts.append(_I32.pack(value))
+
+    def i64(self, value: int) -> None:
+        self._parts.append(_I64.pack(value))
+
+    def f64(self, value: float) -> None:
+        self._parts.append(_F64.pack(value))
+
+    def raw(self, value: bytes) -> None:
+        self._parts.append(value)
+
+    def bytes_(self, value: bytes) -> None:
+        self.i32(len(value))
+        self._parts.append(value)
+
+    def string(self, value: str) -> None:
+        self.bytes_(value.encode("utf-8"))
+
+    def nullable_string(self, value: str | None) -> None:
+        if value is None:
+            self.i32(-1)
+        else:
+            self.string(value)
+
+    def strings(self, values: list[str] | tuple[str, ...]) -> None:
+        self.i32(len(values))
+        for value in values:
+            self.string(value)
+
+    def key(self, key: Key) -> None:
+        if isinstance(key, bool) or not isinstance(key, int | str):
+            raise TypeError(f"resource keys are str or int, not {type(key).__name__}")
+        if isinstance(key, int):
+            self.u8(_KEY_INT)
+            self.i64(key)
+        else:
+            self.u8(_KEY_STR)
+            self.string(key)
+
+    def resources(self, resources: tuple[Resource, ...] | list[Resource]) -> None:
+        """Resources grouped by kind (kinds repeat rarely, so this keeps blobs small)."""
+        by_kind: dict[str, list[Key]] = {}
+        for kind, key in resources:
+            by_kind.setdefault(kind, []).append(key)
+        self.i32(len(by_kind))
+        for kind, keys in by_kind.items():
+            self.string(kind)
+            self.i32(len(keys))
+            for key in keys:
+                self.key(key)
+
+
+class Reader:
+    def __init__(self, data: bytes, what: str) -> None:
+        self._data = memoryview(data)
+        self._pos = 0
+        self._what = what
+
+    @property
+    def remaining(self) -> int:
+        return len(self._data) - self._pos
+
+    def _take(self, size: int) -> memoryview:
+        if size < 0 or size > self.remaining:
+            raise ProtocolError(
+                f"{self._what} is truncated or corrupt: needs {size} bytes at offset "
+                f"{self._pos}, {self.remaining} left"
+            )
+        chunk = self._data[self._pos : self._pos + size]
+        self._pos += size
+        return chunk
+
+    def u8(self) -> int:
+        return self._take(1)[0]
+
+    def i16(self) -> int:
+        value: int = _I16.unpack(self._take(2))[0]
+        return value
+
+    def i32(self) -> int:
+        value: int = _I32.unpack(self._take(4))[0]
+        return value
+
+    def i64(self) -> int:
+        value: int = _I64.unpack(self._take(8))[0]
+        return value
+
+    def f64(self) -> float:
+        value: float = _F64.unpack(self._take(8))[0]
+        return value
+
+    def skip(self, size: int) -> None:
+        self._take(size)
+
+    def rest(self) -> bytes:
+        return bytes(self._take(self.remaining))
+
+    def count(self, min_item_size: int) -> int:
+        """An array length, checked against the bytes left (no huge allocations)."""
+        n = self.i32()
+        if n < 0 or n * min_item_size > self.remaining:
+            raise ProtocolError(
+                f"{self._what} is corrupt: array of {n} items at offset {self._pos}"
+            )
+        return n
+
+    def bytes_(self) -> bytes:
+        return bytes(self._take(self.i32()))
+
+    def string(self) -> str:
+        raw = self._take(self.i32())
+        try:
+            return str(raw, "utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"{self._what} is corrupt: invalid UTF-8 string") from exc
+
+    def nullable_string(self) -> str | None:
+        size = self.i32()
+        if size == -1:
+            return None
+        self._pos -= 4
+        return self.string()
+
+    def strings(self) -> tuple[str, ...]:
+        return tuple(self.string() for _ in range(self.count(4)))
+
+    def key(self) -> Key:
+        tag = self.u8()
+        if tag == _KEY_INT:
+            return self.i64()
+        if tag == _KEY_STR:
+            return self.string()
+        raise ProtocolError(f"{self._what} is corrupt: unknown key tag {tag}")
+
+    def resources(self) -> tuple[Resource, ...]:
+        out: list[Resource] = []
+        for _ in range(self.count(8)):
+            kind = self.string()
+            out.extend((kind, self.key()) for _ in range(self.count(5)))
+        return tuple(out)

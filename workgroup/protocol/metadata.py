@@ -1,0 +1,279 @@
+"""Versioned member metadata and assignment blobs (what JoinGroup and SyncGroup carry).
+
+Layout of both blobs::
+
+    header  magic "wg" (2 bytes) | used version i16 | latest supported version i16 | flags u8
+    body    the fields of ``used version`` (zlib-compressed when flags & 1)
+
+The header never changes, so any reader can tell which version a blob uses and
+the newest version its writer understands (as Kafka Streams' SubscriptionInfo).
+Every version's body is the previous version's body plus fields appended at
+the end, which gives the compatibility rules:
+
+* a reader accepts every version from 1 up to its own latest;
+* a reader given a *newer* version reads the fields it knows and ignores the
+  trailing ones (so an old leader can still assign a newer member);
+* version 0 and blobs without the magic are rejected with
+  :class:`~workgroup.errors.UnsupportedVersionError`; truncated or garbage bodies
+  with :class:`~workgroup.errors.ProtocolError`; blobs (or decompressed bodies)
+  above the size limit with :class:`~workgroup.errors.MessageTooLargeError`.
+
+Metadata versions:  v1 kinds, owned resources, owned generation, rack, capacity,
+instance id, user data, catalog hash;  v2 adds free-form string tags.
+Assignment versions: v1 assigned, revoked, generation, leader's catalog hash,
+common version (version probing), flags;  v2 adds assignor user data.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from workgroup.assignors.base import Resource
+from workgroup.errors import MessageTooLargeError, ProtocolError, UnsupportedVersionError
+from workgroup.protocol.binary import Reader, Writer
+
+MAGIC = b"wg"
+HEADER_SIZE = 7
+FLAG_COMPRESSED = 0x01
+#: The newest metadata / assignment body version this code reads and writes.
+LATEST_VERSION = 2
+MIN_VERSION = 1
+DEFAULT_MAX_BYTES = 1024 * 1024
+DEFAULT_COMPRESS_ABOVE = 1024
+
+_ASSIGNMENT_REJOIN = 0x01
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    used_version: int
+    latest_supported_version: int
+    compressed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded(Generic[T]):
+    header: Header
+    value: T
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadata:
+    """What a member tells the leader about itself (JoinGroup protocol metadata)."""
+
+    kinds: tuple[str, ...] = ()
+    owned: tuple[Resource, ...] = ()
+    #: Generation in which ``owned`` was assigned; -1 when nothing is owned.
+    owned_generation: int = -1
+    rack: str | None = None
+    capacity: float = 1.0
+    instance_id: str | None = None
+    user_data: bytes = b""
+    #: Hash of the resource catalog the member saw (:func:`catalog_hash`).
+    catalog_hash: bytes = b""
+    tags: tuple[tuple[str, str], ...] = field(default=())  # v2
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentData:
+    """What the leader hands one member (SyncGroup assignment)."""
+
+    assigned: tuple[Resource, ...] = ()
+    #: Resources the member owned and must give up (cooperative protocols).
+    revoked: tuple[Resource, ...] = ()
+    generation: int = -1
+    catalog_hash: bytes = b""
+    #: Highest version every member supports: members re-encode with it and rejoin.
+    common_version: int = LATEST_VERSION
+    #: The leader asks this member to rejoin once it has applied the assignment.
+    rejoin: bool = False
+    user_data: bytes = b""  # v2
+
+
+class BinaryCodec:
+    """workgroup's codec for metadata and assignments (see the module docstring).
+
+    ``latest_version`` may be lowered to behave as an older release (rolling
+    upgrade tests); ``max_bytes`` bounds blobs and decompressed bodies;
+    bodies above ``compress_above`` bytes are zlib-compressed when that helps
+    (``None``: never compress).
+    """
+
+    def __init__(
+        self,
+        *,
+        latest_version: int = LATEST_VERSION,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        compress_above: int | None = DEFAULT_COMPRESS_ABOVE,
+    ) -> None:
+        if not MIN_VERSION <= latest_version <= LATEST_VERSION:
+            raise ValueError(f"latest_version must be in {MIN_VERSION}..{LATEST_VERSION}")
+        self.latest_version = latest_version
+        self.max_bytes = max_bytes
+        self.compress_above = compress_above
+
+    # --- metadata -------------------------------------------------------------
+
+    def encode_metadata(self, meta: MemberMetadata, version: int | None = None) -> bytes:
+        version = self._check_write_version(version)
+        w = Writer()
+        w.strings(meta.kinds)
+        w.resources(meta.owned)
+        w.i32(meta.owned_generation)
+        w.nullable_string(meta.rack)
+        w.f64(meta.capacity)
+        w.nullable_string(meta.instance_id)
+        w.bytes_(meta.user_data)
+        w.bytes_(meta.catalog_hash)
+        if version >= 2:
+            w.i32(len(meta.tags))
+            for name, value in meta.tags:
+                w.string(name)
+                w.string(value)
+        return self._frame(version, w.getvalue(), "member metadata")
+
+    def decode_metadata(self, data: bytes) -> Decoded[MemberMetadata]:
+        header, r = self._open(data, "member metadata")
+        kinds = r.strings()
+        owned = r.resources()
+        owned_generation = r.i32()
+        rack = r.nullable_string()
+        capacity = r.f64()
+        instance_id = r.nullable_string()
+        user_data = r.bytes_()
+        catalog = r.bytes_()
+        tags: tuple[tuple[str, str], ...] = ()
+        if min(header.used_version, self.latest_version) >= 2:
+            tags = tuple((r.string(), r.string()) for _ in range(r.count(8)))
+        self._finish(header, r, "member metadata")
+        meta = MemberMetadata(
+            kinds=kinds,
+            owned=owned,
+            owned_generation=owned_generation,
+            rack=rack,
+            capacity=capacity,
+            instance_id=instance_id,
+            user_data=user_data,
+            catalog_hash=catalog,
+            tags=tags,
+        )
+        return Decoded(header, meta)
+
+    # --- assignment -----------------------------------------------------------
+
+    def encode_assignment(self, assignment: AssignmentData, version: int | None = None) -> bytes:
+        version = self._check_write_version(version)
+        w = Writer()
+        w.resources(assignment.assigned)
+        w.resources(assignment.revoked)
+        w.i32(assignment.generation)
+        w.bytes_(assignment.catalog_hash)
+        w.i16(assignment.common_version)
+        w.u8(_ASSIGNMENT_REJOIN if assignment.rejoin else 0)
+        if version >= 2:
+            w.bytes_(assignment.user_data)
+        return self._frame(version, w.getvalue(), "assignment")
+
+    def decode_assignment(self, data: bytes) -> Decoded[AssignmentData]:
+        header, r = self._open(data, "assignment")
+        assigned = r.resources()
+        revoked = r.resources()
+        generation = r.i32()
+        catalog = r.bytes_()
+        common_version = r.i16()
+        flags = r.u8()
+        user_data = b""
+        if min(header.used_version, self.latest_version) >= 2:
+            user_data = r.bytes_()
+        self._finish(header, r, "assignment")
+        value = AssignmentData(
+            assigned=assigned,
+            revoked=revoked,
+            generation=generation,
+            catalog_hash=catalog,
+            common_version=common_version,
+            rejoin=bool(flags & _ASSIGNMENT_REJOIN),
+            user_data=user_data,
+        )
+        return Decoded(header, value)
+
+    # --- framing --------------------------------------------------------------
+
+    def _check_write_version(self, version: int | None) -> int:
+        if version is None:
+            return self.latest_version
+        if not MIN_VERSION <= version <= self.latest_version:
+            raise UnsupportedVersionError(
+                f"cannot write version {version}: this codec writes {MIN_VERSION}.."
+                f"{self.latest_version}"
+            )
+        return version
+
+    def _frame(self, version: int, body: bytes, what: str) -> bytes:
+        flags = 0
+        if self.compress_above is not None and len(body) > self.compress_above:
+            packed = zlib.compress(body, 6)
+            if len(packed) < len(body):
+                body, flags = packed, FLAG_COMPRESSED
+        w = Writer()
+        w.raw(MAGIC)
+        w.i16(version)
+        w.i16(self.latest_version)
+        w.u8(flags)
+        w.raw(body)
+        blob = w.getvalue()
+        if len(blob) > self.max_bytes:
+            raise MessageTooLargeError(
+                f"{what} is {len(blob)} bytes, above the limit of {self.max_bytes} bytes "
+                "(fewer owned resources per member, compression or a larger limit help)"
+            )
+        return blob
+
+    def _open(self, data: bytes, what: str) -> tuple[Header, Reader]:
+        if len(data) > self.max_bytes:
+            raise MessageTooLargeError(
+                f"{what} is {len(data)} bytes, above the limit of {self.max_bytes} bytes"
+            )
+        if len(data) < HEADER_SIZE or data[:2] != MAGIC:
+            raise UnsupportedVersionError(
+                f"{what} is not in workgroup's format (no 'wg' header; {len(data)} bytes)"
+            )
+        r = Reader(data, what)
+        r.skip(len(MAGIC))
+        used, latest, flags = r.i16(), r.i16(), r.u8()
+        if used < MIN_VERSION:
+            raise UnsupportedVersionError(f"{what} has unsupported version {used}")
+        if latest < used:
+            raise ProtocolError(
+                f"{what} is corrupt: used version {used} above its latest supported {latest}"
+            )
+        if flags & ~FLAG_COMPRESSED:
+            raise ProtocolError(f"{what} is corrupt: unknown flags {flags:#x}")
+        header = Header(used, latest, bool(flags & FLAG_COMPRESSED))
+        if header.compressed:
+            body = _inflate(r.rest(), self.max_bytes, what)
+            r = Reader(body, what)
+        return header, r
+
+    def _finish(self, header: Header, r: Reader, what: str) -> None:
+        # Trailing bytes are fields of a newer version; in a blob of a version we
+        # know they can only be corruption.
+        if r.remaining and header.used_version <= self.latest_version:
+            raise ProtocolError(f"{what} is corrupt: {r.remaining} unexpected trailing bytes")
+
+
+def _inflate(data: bytes, limit: int, what: str) -> bytes:
+    inflater = zlib.decompressobj()
+    try:
+        body = inflater.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise ProtocolError(f"{what} is corrupt: bad compressed body ({exc})") from exc
+    if len(body) > limit or inflater.unconsumed_tail:
+        raise MessageTooLargeError(f"{what} decompresses to more than {limit} bytes")
+    if not inflater.eof:
+        raise ProtocolError(f"{what} is corrupt: compressed body is truncated")
+    return body
