@@ -1,0 +1,148 @@
+"""Broker-level requests the embedded coordinator answers by itself.
+
+A Kafka client talks to a *broker* before it talks to a group coordinator: it
+asks which API versions the broker speaks (ApiVersions), which brokers form the
+cluster (Metadata) and which broker coordinates its group (FindCoordinator).
+The embedded coordinator is a one-broker cluster without topics, so these
+answers depend only on its own address; no group state is involved and the
+group core never sees these requests.
+
+Rules (as Apache Kafka's broker, minus everything about topics):
+
+* Metadata lists this process as the only broker and controller.  Requested
+  topics are answered with UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers a topic
+  that does not exist when auto-creation is off; a request for all topics gets
+  an empty list.
+* FindCoordinator names this process for every group key (key type 0, the only
+  type in v0).  Transactions are not supported: a transaction key gets
+  COORDINATOR_NOT_AVAILABLE with a message saying so.  Any other key type gets
+  INVALID_REQUEST, as Kafka answers an unknown key type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workgroup.errors import ErrorCode
+
+#: Key types of FindCoordinator (KIP-98 added transactions; KIP-932 share groups).
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+
+CLUSTER_ID = "workgroup-embedded"
+
+# --- requests ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ApiVersions:
+    client_software_name: str = ""
+    client_software_version: str = ""
+    api_version: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    topics: tuple[str, ...] | None  # None: all topics
+    allow_auto_topic_creation: bool = False
+    api_version: int = 12
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinator:
+    key_type: int
+    keys: tuple[str, ...]  # one key before v4
+    api_version: int = 4
+
+
+BrokerRequest = ApiVersions | Metadata | FindCoordinator
+
+# --- results ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ApiVersionRange:
+    api_key: int
+    min_version: int
+    max_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApiVersionsResult:
+    error: ErrorCode
+    api_keys: tuple[ApiVersionRange, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataTopic:
+    name: str
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResult:
+    brokers: tuple[BrokerAddress, ...]
+    controller_id: int
+    cluster_id: str
+    topics: tuple[MetadataTopic, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorAnswer:
+    key: str
+    error: ErrorCode
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinatorResult:
+    coordinators: tuple[CoordinatorAnswer, ...]
+
+
+BrokerResult = ApiVersionsResult | MetadataResult | FindCoordinatorResult
+
+
+# --- answers ----------------------------------------------------------------
+
+
+def answer_metadata(request: Metadata, me: BrokerAddress) -> MetadataResult:
+    topics = tuple(
+        MetadataTopic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for name in request.topics or ()
+    )
+    return MetadataResult(
+        brokers=(me,), controller_id=me.node_id, cluster_id=CLUSTER_ID, topics=topics
+    )
+
+
+def answer_find_coordinator(request: FindCoordinator, me: BrokerAddress) -> FindCoordinatorResult:
+    answers = []
+    for key in request.keys:
+        if request.key_type == KEY_TYPE_GROUP:
+            answers.append(CoordinatorAnswer(key, ErrorCode.NONE, me.node_id, me.host, me.port))
+        elif request.key_type == KEY_TYPE_TRANSACTION:
+            answers.append(
+                CoordinatorAnswer(
+                    key,
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    error_message="the embedded coordinator does not coordinate transactions",
+                )
+            )
+        else:
+            answers.append(
+                CoordinatorAnswer(
+                    key,
+                    ErrorCode.INVALID_REQUEST,
+                    error_message=f"unknown coordinator key type {request.key_type}",
+                )
+            )
+    return FindCoordinatorResult(tuple(answers))
