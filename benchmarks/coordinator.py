@@ -39,6 +39,7 @@ import os
 import platform
 import pstats
 import resource
+import shlex
 import signal
 import socket
 import struct
@@ -717,18 +718,22 @@ class EmbeddedBackend(Backend):
 
     name = "embedded"
 
-    def __init__(self, log_dir: Path, label: str, profile_path: Path | None) -> None:
+    def __init__(
+        self, log_dir: Path, label: str, profile_path: Path | None, command: list[str] | None
+    ) -> None:
         super().__init__(log_dir, label)
         self.profile_path = profile_path
+        self.command = command
 
     def start(self, timeout: float) -> None:
-        command = [sys.executable]
-        if self.profile_path is not None:
-            command += ["-m", "cProfile", "-o", str(self.profile_path)]
+        if self.command is not None:
+            command = list(self.command)
+        else:
+            command = [sys.executable]
+            if self.profile_path is not None:
+                command += ["-m", "cProfile", "-o", str(self.profile_path)]
+            command += ["-m", "workgroup", "coordinator"]
         command += [
-            "-m",
-            "workgroup",
-            "coordinator",
             "--listen",
             "127.0.0.1:0",
             "--initial-rebalance-delay-ms",
@@ -974,7 +979,8 @@ def run_one(backend_name: str, members: int, args: argparse.Namespace, log_dir: 
     backend: Backend
     if backend_name == "embedded":
         profile = args.profile_dir / f"{label}.prof" if args.profile_dir else None
-        backend = EmbeddedBackend(log_dir, label, profile)
+        command = shlex.split(args.embedded_command) if args.embedded_command else None
+        backend = EmbeddedBackend(log_dir, label, profile, command)
     else:
         backend = TansuBackend(log_dir, label)
     pool: WorkerPool | None = None
@@ -1004,7 +1010,7 @@ def run_one(backend_name: str, members: int, args: argparse.Namespace, log_dir: 
             result.heartbeat = HeartbeatResult("skipped", detail="group not stable")
         result.server_peak_rss_mb = backend.peak_rss_mb()
     except Exception as exc:  # report and go on with the next run
-        result.error = f"{type(exc).__name__}: {exc}"
+        result.error = f"{type(exc).__name__}: {exc} (back-end log: {backend.log_path})"
         log(f"  {label}: {result.error}")
     finally:
         if pool is not None:
@@ -1421,7 +1427,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="keep back-end logs here (default: a temporary directory)",
     )
+    parser.add_argument(
+        "--embedded-command",
+        default=None,
+        help="command that starts the embedded coordinator, instead of "
+        "'python -m workgroup coordinator' (--listen and --initial-rebalance-delay-ms "
+        "are appended); e.g. another checkout's interpreter",
+    )
     args = parser.parse_args(argv)
+    if args.embedded_command and args.profile_dir:
+        parser.error("--profile-dir profiles the default embedded command only")
     if args.pipeline < 1 or args.workers < 1 or args.heartbeat_seconds <= 0:
         parser.error("--pipeline and --workers must be >= 1, --heartbeat-seconds > 0")
     return args
