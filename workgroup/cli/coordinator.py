@@ -1,0 +1,159 @@
+"""``workgroup coordinator``: run the embedded, Kafka-wire-compatible group coordinator."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from workgroup import log as wlog
+from workgroup.coordinator.config import DEFAULT_INITIAL_REBALANCE_DELAY_MS, CoordinatorConfig
+from workgroup.coordinator.server import CoordinatorServer
+from workgroup.coordinator.store import Store, data_dir_problem
+from workgroup.errors import ConfigError, StoreError
+
+_DEFAULTS = CoordinatorConfig()
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[v6addr]:PORT`` for IPv6); raise ConfigError if malformed."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ConfigError(f"--listen must be HOST:PORT, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--listen port must be 0-65535, got {port}")
+    if not host:
+        raise ConfigError(f"--listen needs a host, got {value!r}")
+    return host, port
+
+
+def format_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@click.command(name="coordinator")
+@click.option(
+    "--listen",
+    default="127.0.0.1:9092",
+    show_default=True,
+    help="Address to listen on, HOST:PORT; port 0 picks a free port. "
+    "The first line on stdout is 'listening on HOST:PORT' with the real port.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Directory for durable state (committed offsets, each group's last stable "
+    "state). Without it the coordinator keeps everything in memory.",
+)
+@click.option(
+    "--initial-rebalance-delay-ms",
+    type=int,
+    default=DEFAULT_INITIAL_REBALANCE_DELAY_MS,
+    show_default=True,
+    help="How long the first rebalance of an empty group waits for more members "
+    "to join. Kafka uses 3000; members of a local job start within a fraction of a "
+    "second, so a short delay still gathers them into one first generation.",
+)
+@click.option(
+    "--min-session-timeout-ms",
+    type=int,
+    default=_DEFAULTS.min_session_timeout_ms,
+    show_default=True,
+    help="Smallest session timeout a member may ask for (as Kafka's broker setting).",
+)
+@click.option(
+    "--max-session-timeout-ms",
+    type=int,
+    default=_DEFAULTS.max_session_timeout_ms,
+    show_default=True,
+    help="Largest session timeout a member may ask for (as Kafka's broker setting).",
+)
+@click.option(
+    "--group-max-size",
+    type=int,
+    default=_DEFAULTS.group_max_size,
+    show_default=True,
+    help="Most members one group may have.",
+)
+@click.option(
+    "--max-request-bytes",
+    type=int,
+    default=_DEFAULTS.max_request_bytes,
+    show_default=True,
+    help="Largest request frame accepted; a larger one closes its connection.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+)
+@click.option("--log-json", is_flag=True, help="Log JSON lines to stderr.")
+def command(
+    listen: str,
+    data_dir: Path | None,
+    initial_rebalance_delay_ms: int,
+    min_session_timeout_ms: int,
+    max_session_timeout_ms: int,
+    group_max_size: int,
+    max_request_bytes: int,
+    log_level: str,
+    log_json: bool,
+) -> None:
+    """Run the embedded group coordinator (Kafka's classic group protocol)."""
+    wlog.configure(log_level, json=log_json)
+    host, port = parse_listen(listen)
+    config = CoordinatorConfig(
+        initial_rebalance_delay_ms=initial_rebalance_delay_ms,
+        min_session_timeout_ms=min_session_timeout_ms,
+        max_session_timeout_ms=max_session_timeout_ms,
+        group_max_size=group_max_size,
+        max_request_bytes=max_request_bytes,
+    )
+    store = None
+    if data_dir is not None:
+        problem = data_dir_problem(data_dir)
+        if problem is not None:
+            raise ConfigError(f"--data-dir: {problem}")
+        try:
+            store = Store(data_dir)
+        except StoreError as exc:
+            raise ConfigError(f"--data-dir: {exc}") from exc
+    asyncio.run(_serve(config, host, port, store))
+
+
+async def _serve(config: CoordinatorConfig, host: str, port: int, store: Store | None) -> None:
+    server = CoordinatorServer(config, host=host, port=port, store=store)
+    try:
+        await server.start()
+    except OSError as exc:
+        await server.stop()
+        raise ConfigError(f"cannot listen on {format_address(host, port)}: {exc}") from exc
+    except BaseException:
+        await server.stop()
+        raise
+    bound_host, bound_port = server.address
+    sys.stdout.write(f"listening on {format_address(bound_host, bound_port)}\n")
+    sys.stdout.flush()
+
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop_requested.set)
+    stopped = loop.create_task(server.wait_stopped())
+    requested = loop.create_task(stop_requested.wait())
+    try:
+        await asyncio.wait({stopped, requested}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        requested.cancel()
+        await server.stop()
+    await stopped  # raises the failure (e.g. StoreError) that stopped the server

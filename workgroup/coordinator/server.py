@@ -1,0 +1,451 @@
+"""The asyncio driver of the embedded coordinator: sockets, a timer and the store.
+
+The group logic lives in the sans-I/O core (``GroupCoordinator``); this module
+only moves bytes and time to it and carries out the actions it returns.
+
+Rules:
+
+* One read loop per connection.  Each request gets a reply slot in arrival
+  order; a slot is filled when its answer is ready (JoinGroup and SyncGroup
+  answers may come much later, from another member's request or the timer) and
+  filled slots are written strictly in request order, as Kafka guarantees per
+  connection.  A connection with too many unanswered requests, or whose peer
+  does not read its responses, is not read from until that drains.
+* ``now_ms`` comes from a monotonic clock.  One timer, re-armed whenever the
+  core's next deadline changes, calls ``expire``.
+* A ``Persist`` action is committed to the store before any reply produced
+  after it is sent.  Actions queue behind an unfinished write, so persisted
+  state is never acknowledged early; writes run in one worker thread so the
+  loop keeps serving, and everything queued while a write runs is written in
+  the next transaction.  A store failure stops the coordinator (nothing is
+  acknowledged that is not on disk).
+* Bad input affects only its own connection: a negative or oversized frame
+  size, an undecodable header, an unknown API key or a body that does not parse
+  close that connection (as Kafka does) and are logged as
+  ``coordinator.bad_frame`` / ``coordinator.bad_request`` /
+  ``coordinator.unknown_api``; an unsupported version gets UNSUPPORTED_VERSION.
+  A frame size is checked against ``max_request_bytes`` before anything is
+  allocated for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from workgroup.coordinator import broker, wire
+from workgroup.coordinator.config import CoordinatorConfig
+from workgroup.coordinator.framing import read_frame
+from workgroup.coordinator.messages import (
+    Action,
+    GroupRequest,
+    Persist,
+    Reply,
+    ReplyToken,
+    StoredGroup,
+    StoredOffset,
+)
+from workgroup.coordinator.store import Store
+from workgroup.errors import ErrorCode, ProtocolError, StoreError, UnsupportedVersionError
+from workgroup.log import get_logger
+
+log = get_logger("workgroup.coordinator.server")
+
+#: Unanswered requests one connection may have before it is no longer read.
+MAX_IN_FLIGHT_PER_CONNECTION = 256
+#: Bytes of unsent responses after which a connection waits for its peer to read.
+WRITE_BUFFER_HIGH_WATER = 4 * 1024 * 1024
+
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+
+
+class CoordinatorCore(Protocol):
+    """What the driver needs of the sans-I/O group coordinator."""
+
+    def handle(self, now_ms: int, token: ReplyToken, request: GroupRequest) -> list[Action]: ...
+
+    def expire(self, now_ms: int) -> list[Action]: ...
+
+    def next_deadline_ms(self) -> int | None: ...
+
+    def restore(
+        self, now_ms: int, groups: Iterable[StoredGroup], offsets: Iterable[StoredOffset]
+    ) -> None: ...
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class _ReplySlot:
+    """The place of one request's response in its connection's output order."""
+
+    __slots__ = ("connection", "data", "header")
+
+    def __init__(self, connection: _Connection, header: wire.RequestHeader) -> None:
+        self.connection = connection
+        self.header = header
+        self.data: bytes | None = None
+
+
+class _Connection:
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        local = writer.get_extra_info("sockname")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.peer_host = peer[0] if isinstance(peer, tuple) else ""
+        self.local_host = local[0] if isinstance(local, tuple) else ""
+        self.pending: deque[_ReplySlot] = deque()
+        self.closed = False
+        self._room = asyncio.Event()
+        self._room.set()
+
+    def slot(self, header: wire.RequestHeader) -> _ReplySlot:
+        slot = _ReplySlot(self, header)
+        self.pending.append(slot)
+        if len(self.pending) >= MAX_IN_FLIGHT_PER_CONNECTION:
+            self._room.clear()
+        return slot
+
+    def fill(self, slot: _ReplySlot, data: bytes) -> None:
+        slot.data = data
+        if self.closed:
+            return
+        pending = self.pending
+        while pending and pending[0].data is not None:
+            self.writer.write(pending.popleft().data)  # type: ignore[arg-type]
+        if len(pending) < MAX_IN_FLIGHT_PER_CONNECTION:
+            self._room.set()
+
+    async def wait_for_room(self) -> None:
+        """Stop reading while too much is unanswered or unsent."""
+        await self._room.wait()
+        transport = self.writer.transport
+        if transport.get_write_buffer_size() > WRITE_BUFFER_HIGH_WATER:
+            await self.writer.drain()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.pending.clear()
+            self._room.set()
+            self.writer.close()
+
+
+class CoordinatorServer:
+    """The embedded coordinator listening on one TCP address."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        store: Store | None = None,
+        core: CoordinatorCore | None = None,
+        clock_ms: Callable[[], int] = monotonic_ms,
+    ) -> None:
+        self.config = config or CoordinatorConfig()
+        if core is None:
+            from workgroup.coordinator.coordinator import GroupCoordinator
+
+            core = GroupCoordinator(self.config)
+        self.core = core
+        self.store = store
+        self._host = host
+        self._port = port
+        self._clock_ms = clock_ms
+        self._server: asyncio.Server | None = None
+        self._connections: set[_Connection] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_deadline: int | None = None
+        self._outbox: list[Action] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._stopped = asyncio.Event()
+        self._stop_task: asyncio.Task[None] | None = None
+        self.failure: BaseException | None = None
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Restore stored state, then listen.  Raises ``OSError`` if the address is unusable."""
+        if self.store is not None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="workgroup-store")
+            groups, offsets = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self.store.load
+            )
+            self.core.restore(self._clock_ms(), groups, offsets)
+            log.info("coordinator.restored", groups=len(groups), offsets=len(offsets))
+        self._server = await asyncio.start_server(
+            self._serve_connection, self._host, self._port, reuse_address=True
+        )
+        self._rearm_timer()
+        host, port = self.address
+        log.info("coordinator.listening", host=host, port=port)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The host as configured and the port actually bound."""
+        if self._server is None or not self._server.sockets:
+            raise RuntimeError("the coordinator is not listening")
+        port = self._server.sockets[0].getsockname()[1]
+        return self._host, int(port)
+
+    async def wait_stopped(self) -> None:
+        """Wait until :meth:`stop` ran; raise the failure that stopped it, if any."""
+        await self._stopped.wait()
+        if self.failure is not None:
+            raise self.failure
+
+    async def stop(self) -> None:
+        """Stop listening, close connections, flush pending writes, close the store."""
+        if self._stopped.is_set():
+            return
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.close()
+        if self._handlers:
+            await asyncio.gather(*self._handlers, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._flusher is not None and self._flusher is not asyncio.current_task():
+            with contextlib.suppress(Exception):
+                await self._flusher
+        if self.store is not None:
+            try:
+                self.store.close()
+            except StoreError as exc:
+                log.error("coordinator.store_close_failed", error=str(exc))
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self._stopped.set()
+        log.info("coordinator.stopped")
+
+    async def __aenter__(self) -> CoordinatorServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # --- connections -----------------------------------------------------------------
+
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        connection = _Connection(writer)
+        self._connections.add(connection)
+        try:
+            await self._read_loop(reader, connection)
+        finally:
+            connection.close()
+            self._connections.discard(connection)
+            self._handlers.discard(task)
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _read_loop(self, reader: asyncio.StreamReader, connection: _Connection) -> None:
+        limit = self.config.max_request_bytes
+        while not connection.closed:
+            try:
+                payload = await read_frame(reader, limit)
+            except ProtocolError as exc:
+                log.warning("coordinator.bad_frame", peer=connection.peer, error=str(exc))
+                return
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            if payload is None:
+                return
+            if not self._on_request(connection, payload):
+                return
+            await connection.wait_for_room()
+
+    def _on_request(self, connection: _Connection, payload: bytes) -> bool:
+        """Handle one request frame; ``False`` closes the connection."""
+        try:
+            header, offset = wire.decode_header(payload)
+        except ProtocolError as exc:
+            log.warning("coordinator.bad_request", peer=connection.peer, error=str(exc))
+            return False
+        try:
+            request = wire.decode_request(header, payload, offset, connection.peer_host)
+        except wire.UnknownApiKeyError:
+            log.warning(
+                "coordinator.unknown_api",
+                peer=connection.peer,
+                api_key=header.api_key,
+                api_version=header.api_version,
+                client_id=header.client_id,
+            )
+            return False
+        except UnsupportedVersionError as exc:
+            answer = wire.unsupported_version_response(header, wire.request_of(exc))
+            log.info(
+                "coordinator.unsupported_version",
+                peer=connection.peer,
+                api_key=header.api_key,
+                api_version=header.api_version,
+                client_id=header.client_id,
+                answered=answer is not None,
+            )
+            if answer is None:
+                return False
+            connection.fill(connection.slot(header), answer)
+            return True
+        except ProtocolError as exc:
+            log.warning(
+                "coordinator.bad_request",
+                peer=connection.peer,
+                api_key=header.api_key,
+                api_version=header.api_version,
+                correlation_id=header.correlation_id,
+                client_id=header.client_id,
+                error=str(exc),
+            )
+            return False
+
+        slot = connection.slot(header)
+        if isinstance(request, broker.ApiVersions | broker.Metadata | broker.FindCoordinator):
+            return self._send(slot, self._answer_broker_request(connection, request))
+        try:
+            actions = self.core.handle(self._clock_ms(), slot, request)
+        except Exception:
+            log.exception("coordinator.handle_failed", peer=connection.peer, request=request)
+            return False
+        self._carry_out(actions)
+        self._rearm_timer()
+        return True
+
+    def _answer_broker_request(
+        self, connection: _Connection, request: broker.BrokerRequest
+    ) -> wire.Result:
+        host, port = self.address
+        if host in _WILDCARD_HOSTS:
+            host = connection.local_host  # the address this client reached us at
+        me = broker.BrokerAddress(self.config.node_id, host, port)
+        match request:
+            case broker.ApiVersions():
+                return broker.ApiVersionsResult(ErrorCode.NONE, wire.ADVERTISED_VERSIONS)
+            case broker.Metadata():
+                return broker.answer_metadata(request, me)
+            case broker.FindCoordinator():
+                return broker.answer_find_coordinator(request, me)
+
+    def _send(self, slot: _ReplySlot, result: wire.Result) -> bool:
+        connection = slot.connection
+        if connection.closed:
+            return False
+        try:
+            data = wire.encode_response(slot.header, result)
+        except Exception:
+            log.exception(
+                "coordinator.encode_failed",
+                peer=connection.peer,
+                api_key=slot.header.api_key,
+                api_version=slot.header.api_version,
+            )
+            connection.close()
+            return False
+        connection.fill(slot, data)
+        return True
+
+    # --- actions -----------------------------------------------------------------
+
+    def _carry_out(self, actions: Sequence[Action]) -> None:
+        if not actions:
+            return
+        if self.store is None:
+            for action in actions:
+                if isinstance(action, Reply):
+                    self._reply(action)
+            return
+        if (
+            self._flusher is None
+            and not self._outbox
+            and not any(isinstance(a, Persist) for a in actions)
+        ):
+            for action in actions:
+                if isinstance(action, Reply):
+                    self._reply(action)
+            return
+        self._outbox.extend(actions)
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+
+    def _reply(self, action: Reply) -> None:
+        slot = action.token
+        if not isinstance(slot, _ReplySlot):
+            raise TypeError(f"reply token {slot!r} was not issued by this server")
+        self._send(slot, action.result)
+
+    async def _flush(self) -> None:
+        """Write queued Persist actions, then send the replies queued with them."""
+        assert self.store is not None
+        assert self._executor is not None
+        loop = asyncio.get_running_loop()
+        try:
+            while self._outbox:
+                batch, self._outbox = self._outbox, []
+                groups: list[StoredGroup] = []
+                offsets: list[StoredOffset] = []
+                for action in batch:
+                    if isinstance(action, Persist):
+                        groups.extend(action.groups)
+                        offsets.extend(action.offsets)
+                if groups or offsets:
+                    try:
+                        await loop.run_in_executor(
+                            self._executor, self.store.write, groups, offsets
+                        )
+                    except StoreError as exc:
+                        log.critical("coordinator.store_failed", error=str(exc))
+                        self.failure = exc
+                        self._outbox.clear()
+                        self._stop_task = loop.create_task(self.stop())
+                        return
+                for action in batch:
+                    if isinstance(action, Reply):
+                        self._reply(action)
+        finally:
+            self._flusher = None
+
+    # --- time --------------------------------------------------------------------
+
+    def _rearm_timer(self) -> None:
+        deadline = self.core.next_deadline_ms()
+        if deadline == self._armed_deadline and self._timer is not None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._armed_deadline = deadline
+        if deadline is not None and not self._stopped.is_set():
+            # One millisecond late rather than early: the core expires at >= deadline.
+            delay = max(0, deadline - self._clock_ms() + 1) / 1000
+            self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._armed_deadline = None
+        try:
+            actions = self.core.expire(self._clock_ms())
+        except Exception:
+            log.exception("coordinator.expire_failed")
+            actions = []
+        self._carry_out(actions)
+        self._rearm_timer()
