@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32, i32Timedelta
 
@@ -145,6 +146,13 @@ def negotiate_versions(host: str, port: int, timeout: float = 10.0) -> dict[int,
     return chosen
 
 
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"error {code}"
+
+
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:
     chunks = bytearray()
     while len(chunks) < size:
@@ -169,7 +177,7 @@ class JoinStats:
     heartbeats: int = 0
     heartbeat_bytes_sent: int = 0
     heartbeat_bytes_received: int = 0
-    rejoins: int = 0
+    rejoins: collections.Counter[str] = field(default_factory=collections.Counter)
     errors: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
@@ -373,13 +381,17 @@ class Member(asyncio.Protocol):
 
     def _rejoin_after_error(self, api: str, error: int) -> None:
         stats = self.worker.join_stats
-        stats.rejoins += 1
+        stats.rejoins[f"{api} {error_name(error)}"] += 1
         if error == ERROR_UNKNOWN_MEMBER_ID:
             self.member_id = ""
-        if error in (ERROR_REBALANCE_IN_PROGRESS, ERROR_ILLEGAL_GENERATION):
+        if error in (
+            ERROR_REBALANCE_IN_PROGRESS,
+            ERROR_ILLEGAL_GENERATION,
+            ERROR_UNKNOWN_MEMBER_ID,
+        ):
             self.send_join()
             return
-        stats.errors[f"{api} error {error}"] += 1
+        stats.errors[f"{api} {error_name(error)}"] += 1
         self.state = "backoff"
 
         def retry() -> None:
@@ -456,7 +468,7 @@ class Member(asyncio.Protocol):
             if error == ERROR_NONE:
                 stats.answered += 1
             else:
-                stats.errors[f"Heartbeat error {error}"] += 1
+                stats.errors[f"Heartbeat {error_name(error)}"] += 1
             answered += 1
         del buffer[:position]
         if answered and before_deadline and self.transport is not None:
@@ -587,6 +599,7 @@ class Worker:
 
     async def _quiesce(self, wait_s: float) -> dict[str, Any]:
         """Stop join-phase heartbeats and wait for every answer still outstanding."""
+        states = collections.Counter(m.state for m in self.members)
         if self.join_ticker is not None:
             self.join_ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -601,6 +614,8 @@ class Worker:
         self._flush()
         stats = dataclasses.asdict(self.join_stats)
         stats["errors"] = dict(self.join_stats.errors)
+        stats["rejoins"] = dict(self.join_stats.rejoins)
+        stats["states"] = dict(states)
         stats["quiet"] = quiet
         stats["stable_members"] = sum(1 for m in self.members if m.state == "stable")
         return stats
@@ -835,7 +850,8 @@ class JoinResult:
     bytes_sent: int = 0
     bytes_received: int = 0
     heartbeats: int = 0
-    rejoins: int = 0
+    rejoins: dict[str, int] = field(default_factory=dict)
+    member_states: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
     server_cpu_seconds: float | None = None
     detail: str = ""
@@ -1056,12 +1072,17 @@ def run_join(
         join.bytes_sent += s["join_sync_bytes_sent"]
         join.bytes_received += s["join_sync_bytes_received"]
         join.heartbeats += s["heartbeats"]
-        join.rejoins += s["rejoins"]
-        for key, count in s["errors"].items():
-            join.errors[key] = join.errors.get(key, 0) + count
+        _add_counts(join.rejoins, s["rejoins"])
+        _add_counts(join.member_states, s["states"])
+        _add_counts(join.errors, s["errors"])
     if stable is not None and not all(s["quiet"] for s in stats):
         join.detail = "some requests still unanswered after the group was stable"
     result.join = join
+
+
+def _add_counts(total: dict[str, int], more: dict[str, int]) -> None:
+    for key, count in more.items():
+        total[key] = total.get(key, 0) + count
 
 
 def run_heartbeats(
@@ -1252,6 +1273,10 @@ def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespa
                     run.join.detail,
                     run.heartbeat.detail if run.heartbeat.status != "skipped" else "",
                     _errors_text("join", run.join.errors),
+                    _errors_text("rejoins", run.join.rejoins),
+                    _errors_text("members at cap", run.join.member_states)
+                    if run.join.status == "not stable"
+                    else "",
                     _errors_text("hb", run.heartbeat.errors),
                 ],
             )
@@ -1263,7 +1288,7 @@ def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespa
             str(run.join.join_requests),
             str(run.join.sync_requests),
             str(run.join.heartbeats),
-            str(run.join.rejoins),
+            str(sum(run.join.rejoins.values())),
             _fmt(run.join.server_cpu_seconds, ".2f", " s"),
             _fmt(run.heartbeat.server_cpu_percent, ".0f", " %"),
             _fmt(run.heartbeat.loadgen_cpu_percent, ".0f", " %"),
