@@ -34,16 +34,32 @@ class CoreDouble:
                 return [m.Reply(token, m.HeartbeatResult(ErrorCode.NONE))]
             case m.OffsetCommit():
                 stored = tuple(
-                    m.StoredOffset(request.group_id, t.name, p.partition, p.offset, p.metadata,
-                                   p.leader_epoch, now_ms)
-                    for t in request.topics for p in t.partitions
+                    m.StoredOffset(
+                        request.group_id,
+                        t.name,
+                        p.partition,
+                        p.offset,
+                        p.metadata,
+                        p.leader_epoch,
+                        now_ms,
+                    )
+                    for t in request.topics
+                    for p in t.partitions
                 )
                 for s in stored:
                     self.offsets[(s.group_id, s.topic, s.partition)] = s
-                result = m.OffsetCommitResult(tuple(
-                    m.CommitTopicResult(t.name, tuple(
-                        m.CommitPartitionResult(p.partition, ErrorCode.NONE) for p in t.partitions))
-                    for t in request.topics))
+                result = m.OffsetCommitResult(
+                    tuple(
+                        m.CommitTopicResult(
+                            t.name,
+                            tuple(
+                                m.CommitPartitionResult(p.partition, ErrorCode.NONE)
+                                for p in t.partitions
+                            ),
+                        )
+                        for t in request.topics
+                    )
+                )
                 return [m.Persist(offsets=stored), m.Reply(token, result)]
             case m.OffsetFetch():
                 groups = []
@@ -52,24 +68,46 @@ class CoreDouble:
                     for (gid, topic, part), s in sorted(self.offsets.items()):
                         if gid == g.group_id:
                             topics.setdefault(topic, []).append(
-                                m.FetchedPartition(part, s.offset, s.metadata, s.leader_epoch))
-                    groups.append(m.FetchedGroup(g.group_id, tuple(
-                        m.FetchedTopic(name, tuple(ps)) for name, ps in topics.items())))
+                                m.FetchedPartition(part, s.offset, s.metadata, s.leader_epoch)
+                            )
+                    groups.append(
+                        m.FetchedGroup(
+                            g.group_id,
+                            tuple(m.FetchedTopic(name, tuple(ps)) for name, ps in topics.items()),
+                        )
+                    )
                 return [m.Reply(token, m.OffsetFetchResult(tuple(groups)))]
             case _:
                 return [m.Reply(token, _error_for(request))]
 
     def _joined(self, token: m.ReplyToken, request: m.JoinGroup) -> list[m.Action]:
         member_id = request.member_id or "member-1"
-        group = m.StoredGroup(request.group_id, 1, request.protocol_type,
-                              request.protocols[0][0] if request.protocols else None, member_id, ())
+        group = m.StoredGroup(
+            request.group_id,
+            1,
+            request.protocol_type,
+            request.protocols[0][0] if request.protocols else None,
+            member_id,
+            (),
+        )
         self.groups[request.group_id] = group
         return [
             m.Persist(groups=(group,)),
-            m.Reply(token, m.JoinGroupResult(
-                ErrorCode.NONE, 1, request.protocol_type, group.protocol_name, member_id, member_id,
-                tuple(m.JoinedMember(member_id, request.group_instance_id, md)
-                      for _, md in request.protocols[:1]))),
+            m.Reply(
+                token,
+                m.JoinGroupResult(
+                    ErrorCode.NONE,
+                    1,
+                    request.protocol_type,
+                    group.protocol_name,
+                    member_id,
+                    member_id,
+                    tuple(
+                        m.JoinedMember(member_id, request.group_instance_id, md)
+                        for _, md in request.protocols[:1]
+                    ),
+                ),
+            ),
         ]
 
     def expire(self, now_ms: int) -> list[m.Action]:
@@ -83,8 +121,9 @@ class CoreDouble:
     def next_deadline_ms(self) -> int | None:
         return min((p[0] for p in self.parked), default=None)
 
-    def restore(self, now_ms: int, groups: Iterable[m.StoredGroup],
-                offsets: Iterable[m.StoredOffset]) -> None:
+    def restore(
+        self, now_ms: int, groups: Iterable[m.StoredGroup], offsets: Iterable[m.StoredOffset]
+    ) -> None:
         self.restored = (list(groups), list(offsets))
         for s in self.restored[1]:
             self.offsets[(s.group_id, s.topic, s.partition)] = s
