@@ -1,0 +1,347 @@
+"""A deterministic simulation of members and a coordinator on a fake clock.
+
+Messages take ``latency_ms``; callbacks take ``callback_ms`` (per member);
+nothing sleeps.  Every ownership change is written to an event log so that
+tests can check that no resource was ever owned by two members at once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo, Resource
+from workgroup.coordinator.messages import GroupRequest, GroupResult, Reply
+from workgroup.errors import WorkgroupError
+from workgroup.member.errors import CoordinatorUnavailableError
+from workgroup.member.state import (
+    Action,
+    Closed,
+    Failed,
+    FindCoordinator,
+    InvokeCallback,
+    MemberConfig,
+    MemberMachine,
+    RunAssignor,
+    SendRequest,
+    State,
+)
+
+
+class Coordinator(Protocol):
+    def handle(self, now: int, token: Any, request: GroupRequest) -> list[Reply]: ...
+    def tick(self, now: int) -> list[Reply]: ...
+    def next_deadline(self) -> int | None: ...
+
+
+# --- assignors used by the tests --------------------------------------------
+
+
+class StickyTestAssignor:
+    """Keeps valid owned resources, then balances (max - min <= 1) by moving the fewest."""
+
+    name = "sticky-test"
+    supports_cooperative = True
+
+    def assign(self, data: AssignmentInput) -> Assignment:
+        members = sorted(data.members)
+        all_resources = [
+            (kind, key) for kind in sorted(data.resources) for key in data.resources[kind]
+        ]
+        out: dict[str, list[Resource]] = {m: [] for m in members}
+        if not members:
+            return out
+        taken: set[Resource] = set()
+        valid = set(all_resources)
+        by_generation = sorted(members, key=lambda m: -data.members[m].generation)
+        for m in by_generation:
+            for r in data.members[m].owned:
+                if r in valid and r not in taken:
+                    out[m].append(r)
+                    taken.add(r)
+        n, k = len(all_resources), len(members)
+        low, extra = divmod(n, k)
+        # Members keep up to their quota; the first `extra` heaviest keep one more.
+        order = sorted(members, key=lambda m: (-len(out[m]), m))
+        quota = {m: low + (1 if i < extra else 0) for i, m in enumerate(order)}
+        free = [r for r in all_resources if r not in taken]
+        for m in members:
+            while len(out[m]) > quota[m]:
+                free.append(out[m].pop())
+        free.sort(key=all_resources.index)
+        for m in members:
+            while len(out[m]) < quota[m] and free:
+                out[m].append(free.pop(0))
+        return out
+
+
+class RoundRobinTestAssignor:
+    name = "round-robin-test"
+    supports_cooperative = False
+
+    def assign(self, data: AssignmentInput) -> Assignment:
+        members = sorted(data.members)
+        out: dict[str, list[Resource]] = {m: [] for m in members}
+        resources = [(kind, key) for kind in sorted(data.resources) for key in data.resources[kind]]
+        for i, r in enumerate(resources):
+            if members:
+                out[members[i % len(members)]].append(r)
+        return out
+
+
+# --- the simulation ---------------------------------------------------------
+
+
+@dataclass
+class SimMember:
+    name: str
+    machine: MemberMachine
+    callback_ms: int = 0
+    assign_ms: int = 0
+    #: Requests to the coordinator are dropped (a network partition).
+    partitioned: bool = False
+    actions: list[Action] = field(default_factory=list)
+    callbacks: list[InvokeCallback] = field(default_factory=list)
+    requests: list[SendRequest] = field(default_factory=list)
+    errors: list[WorkgroupError] = field(default_factory=list)
+    closed: bool = False
+    tick_at: int | None = None
+
+
+@dataclass(frozen=True)
+class OwnershipEvent:
+    at: int
+    member: str
+    kind: str  # "start" (assigned) or "stop" (revoked / lost, when the callback completes)
+    resource: Resource
+    generation: int
+
+
+class Simulation:
+    def __init__(self, coordinator: Coordinator, *, latency_ms: int = 1) -> None:
+        self.coordinator = coordinator
+        self.latency_ms = latency_ms
+        self.now = 0
+        self.members: dict[str, SimMember] = {}
+        self.log: list[OwnershipEvent] = []
+        self.coordinator_down = False
+        self._queue: list[tuple[int, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._coordinator_tick_at: int | None = None
+        self.requests_seen: list[tuple[str, GroupRequest]] = []
+
+    # --- members ------------------------------------------------------------
+
+    def add(
+        self,
+        name: str,
+        config: MemberConfig,
+        catalog: Mapping[str, Sequence[str | int]],
+        *,
+        callback_ms: int = 0,
+        assign_ms: int = 0,
+        start: bool = True,
+    ) -> SimMember:
+        member = SimMember(name, MemberMachine(config, catalog), callback_ms, assign_ms)
+        self.members[name] = member
+        if start:
+            self._apply(member, member.machine.start(self.now))
+        return member
+
+    def close(self, name: str) -> None:
+        member = self.members[name]
+        self._apply(member, member.machine.close(self.now))
+
+    def kill(self, name: str) -> None:
+        """The process dies: nothing more is sent or received; what it owned stops."""
+        member = self.members.pop(name)
+        for r in sorted(member.machine.owned, key=repr):
+            self.log.append(OwnershipEvent(self.now, name, "stop", r, -1))
+        member.closed = True
+
+    def set_resources(self, catalog: Mapping[str, Sequence[str | int]]) -> None:
+        for member in list(self.members.values()):
+            self._apply(member, member.machine.resources_changed(self.now, catalog))
+
+    # --- running ------------------------------------------------------------
+
+    def at(self, when: int, fn: Callable[[], None]) -> None:
+        heapq.heappush(self._queue, (when, next(self._seq), fn))
+
+    def run_for(self, ms: int) -> None:
+        self.run_until(lambda: False, limit_ms=ms)
+
+    def run_until(self, done: Callable[[], bool], *, limit_ms: int = 120_000) -> bool:
+        end = self.now + limit_ms
+        while not done():
+            self._schedule_ticks()
+            if not self._queue or self._queue[0][0] > end:
+                self.now = end
+                return done()
+            when, _, fn = heapq.heappop(self._queue)
+            self.now = max(self.now, when)
+            fn()
+        return True
+
+    def stable(self) -> bool:
+        live = [m for m in self.members.values() if not m.closed]
+        if not live or any(m.machine.state is not State.STABLE for m in live):
+            return False
+        generations = {m.machine.generation for m in live}
+        busy = any(m.machine._callbacks or m.machine._rejoin_reason for m in live)
+        return len(generations) == 1 and not busy and not self._pending_messages()
+
+    def generation(self) -> int:
+        return max(m.machine.generation for m in self.members.values() if not m.closed)
+
+    def _pending_messages(self) -> bool:
+        return any(getattr(fn, "message", False) for _, _, fn in self._queue)
+
+    def assignment(self) -> dict[str, set[Resource]]:
+        return {name: set(m.machine.owned) for name, m in self.members.items() if not m.closed}
+
+    def check_exclusive(self) -> None:
+        """No resource was ever owned by two members at the same time."""
+        owner: dict[Resource, str] = {}
+        for event in self.log:  # appended in time order
+            if event.kind == "stop":
+                if owner.get(event.resource) == event.member:
+                    del owner[event.resource]
+            else:
+                current = owner.get(event.resource)
+                assert current is None or current == event.member, (
+                    f"{event.resource} given to {event.member} at {event.at} ms "
+                    f"while {current} still owns it"
+                )
+                owner[event.resource] = event.member
+
+    # --- plumbing -----------------------------------------------------------
+
+    def _schedule_ticks(self) -> None:
+        for member in self.members.values():
+            deadline = member.machine.next_deadline()
+            if deadline is not None and member.tick_at != deadline:
+                member.tick_at = deadline
+                self.at(deadline, self._ticker(member, deadline))
+        deadline = self.coordinator.next_deadline()
+        if deadline is not None and deadline != self._coordinator_tick_at:
+            self._coordinator_tick_at = deadline
+            self.at(deadline, self._coordinator_ticker(deadline))
+
+    def _ticker(self, member: SimMember, deadline: int) -> Callable[[], None]:
+        def tick() -> None:
+            if member.tick_at == deadline:
+                member.tick_at = None
+            if not member.closed:
+                self._apply(member, member.machine.tick(self.now))
+
+        return tick
+
+    def _coordinator_ticker(self, deadline: int) -> Callable[[], None]:
+        def tick() -> None:
+            if self._coordinator_tick_at == deadline:
+                self._coordinator_tick_at = None
+            self._deliver_replies(self.coordinator.tick(self.now))
+
+        return tick
+
+    def _message(self, fn: Callable[[], None]) -> Callable[[], None]:
+        fn.message = True  # type: ignore[attr-defined]
+        return fn
+
+    def _apply(self, member: SimMember, actions: list[Action]) -> None:
+        member.actions.extend(actions)
+        for action in actions:
+            if isinstance(action, FindCoordinator):
+                self.at(self.now + self.latency_ms, self._message(lambda m=member: self._found(m)))
+            elif isinstance(action, SendRequest):
+                member.requests.append(action)
+                self.at(
+                    self.now + self.latency_ms,
+                    self._message(lambda m=member, a=action: self._to_coordinator(m, a)),
+                )
+            elif isinstance(action, InvokeCallback):
+                member.callbacks.append(action)
+                kind = "start" if action.kind == "on_assigned" else "stop"
+                if kind == "start":
+                    for r in action.resources:
+                        self.log.append(
+                            OwnershipEvent(self.now, member.name, kind, r, action.generation)
+                        )
+                self.at(
+                    self.now + member.callback_ms,
+                    lambda m=member, a=action: self._callback_done(m, a),
+                )
+            elif isinstance(action, RunAssignor):
+                try:
+                    result: Assignment | WorkgroupError = action.assignor.assign(action.input)
+                except WorkgroupError as exc:
+                    result = exc
+                self.at(
+                    self.now + member.assign_ms,
+                    lambda m=member, a=action, r=result: self._apply(
+                        m, m.machine.assignment_done(self.now, a.run_id, r)
+                    ),
+                )
+            elif isinstance(action, Failed):
+                member.errors.append(action.error)
+            elif isinstance(action, Closed):
+                member.closed = True
+
+    def _callback_done(self, member: SimMember, action: InvokeCallback) -> None:
+        if action.kind != "on_assigned":
+            for r in action.resources:
+                self.log.append(OwnershipEvent(self.now, member.name, "stop", r, action.generation))
+        if member.name in self.members and self.members[member.name] is member:
+            self._apply(member, member.machine.callback_done(self.now, action.callback_id))
+
+    def _found(self, member: SimMember) -> None:
+        if member.closed:
+            return
+        if self.coordinator_down or member.partitioned:
+            error = CoordinatorUnavailableError("no coordinator")
+            self._apply(member, member.machine.find_coordinator_failed(self.now, error))
+        else:
+            self._apply(member, member.machine.coordinator_found(self.now))
+
+    def _to_coordinator(self, member: SimMember, action: SendRequest) -> None:
+        if member.closed and self.members.get(member.name) is not member:
+            return
+        if self.coordinator_down or member.partitioned:
+            self.at(
+                self.now + action.timeout_ms,
+                lambda: self._apply(
+                    member,
+                    member.machine.request_failed(
+                        self.now, action.request_id, CoordinatorUnavailableError("timed out")
+                    ),
+                ),
+            )
+            return
+        self.requests_seen.append((member.name, action.request))
+        replies = self.coordinator.handle(self.now, (member, action.request_id), action.request)
+        self._deliver_replies(replies)
+
+    def _deliver_replies(self, replies: list[Any]) -> None:
+        for reply in replies:
+            if not isinstance(reply, Reply):
+                continue
+            member, request_id = reply.token
+            self.at(
+                self.now + self.latency_ms,
+                self._message(
+                    lambda m=member, rid=request_id, res=reply.result: self._response(m, rid, res)
+                ),
+            )
+
+    def _response(self, member: SimMember, request_id: int, result: GroupResult) -> None:
+        if self.members.get(member.name) is not member or member.partitioned:
+            return
+        self._apply(member, member.machine.response(self.now, request_id, result))
+
+
+def member_info(member_id: str, **kwargs: Any) -> MemberInfo:
+    return MemberInfo(member_id=member_id, kinds=frozenset(), **kwargs)

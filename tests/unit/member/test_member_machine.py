@@ -1,0 +1,445 @@
+"""The member state machine, one event at a time: errors, staleness, timers, closing."""
+
+from __future__ import annotations
+
+import pytest
+from member_sim import StickyTestAssignor
+
+from workgroup.coordinator.messages import (
+    Heartbeat,
+    HeartbeatResult,
+    JoinedMember,
+    JoinGroup,
+    JoinGroupResult,
+    LeaveGroup,
+    LeaveGroupResult,
+    SyncGroup,
+    SyncGroupResult,
+)
+from workgroup.errors import ConfigError, ErrorCode
+from workgroup.member.errors import (
+    CoordinatorUnavailableError,
+    FencedInstanceError,
+    GroupAuthorizationError,
+    GroupFullError,
+    InconsistentProtocolError,
+    InvalidSessionTimeoutError,
+)
+from workgroup.member.state import (
+    Action,
+    Closed,
+    Failed,
+    FindCoordinator,
+    InvokeCallback,
+    MemberConfig,
+    MemberMachine,
+    RunAssignor,
+    SendRequest,
+    State,
+)
+from workgroup.protocol import AssignmentData, BinaryCodec, MemberMetadata, Protocol
+
+PROTOCOL = Protocol("sticky", StickyTestAssignor())
+CODEC = BinaryCodec()
+CATALOG = {"shard": list(range(6))}
+
+
+def make(**kwargs: object) -> MemberMachine:
+    options: dict[str, object] = {
+        "group_id": "g",
+        "protocols": [PROTOCOL],
+        "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": 30_000,
+        "heartbeat_interval_ms": 3_000,
+    }
+    options.update(kwargs)
+    return MemberMachine(MemberConfig(**options), CATALOG)  # type: ignore[arg-type]
+
+
+def only(actions: list[Action], kind: type) -> list:  # type: ignore[type-arg]
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def sent(actions: list[Action]) -> SendRequest:
+    requests = only(actions, SendRequest)
+    assert len(requests) == 1, actions
+    return requests[0]
+
+
+def ack_callbacks(m: MemberMachine, actions: list[Action], now: int) -> list[Action]:
+    out: list[Action] = []
+    for cb in only(actions, InvokeCallback):
+        out += m.callback_done(now, cb.callback_id)
+    return out
+
+
+def to_stable(
+    m: MemberMachine, owned: tuple[tuple[str, int], ...] = (("shard", 0), ("shard", 1))
+) -> int:
+    """Drive a follower to STABLE in generation 5; returns the time."""
+    join = sent(m.start(0) + m.coordinator_found(1))
+    assert isinstance(join.request, JoinGroup)
+    actions = m.response(
+        2,
+        join.request_id,
+        JoinGroupResult(ErrorCode.NONE, 5, "workgroup", "sticky.v1", "leader-1", "me-1"),
+    )
+    sync = sent(actions)
+    assert isinstance(sync.request, SyncGroup)
+    assert sync.request.assignments == ()
+    blob = CODEC.encode_assignment(AssignmentData(assigned=owned, generation=5))
+    actions = m.response(3, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob))
+    ack_callbacks(m, actions, 3)
+    assert m.state is State.STABLE
+    return 3
+
+
+def test_first_join_then_member_id_required() -> None:
+    m = make()
+    assert only(m.start(0), FindCoordinator)
+    join = sent(m.coordinator_found(1))
+    assert join.request.member_id == ""
+    assert join.timeout_ms > 30_000
+    again = sent(
+        m.response(
+            2, join.request_id, JoinGroupResult(ErrorCode.MEMBER_ID_REQUIRED, member_id="me-1")
+        )
+    )
+    assert isinstance(again.request, JoinGroup)
+    assert again.request.member_id == "me-1"
+
+
+def test_follower_reaches_stable_and_heartbeats() -> None:
+    m = make()
+    now = to_stable(m)
+    assert m.owned == {("shard", 0), ("shard", 1)}
+    assert m.generation == 5
+    assert m.next_deadline() == now + 3_000
+    hb = sent(m.tick(now + 3_000))
+    assert isinstance(hb.request, Heartbeat)
+    assert hb.request.generation_id == 5
+
+
+def test_unknown_member_id_loses_resources_and_resets_member_id() -> None:
+    m = make()
+    now = to_stable(m)
+    hb = sent(m.tick(now + 3_000))
+    actions = m.response(now + 3_001, hb.request_id, HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID))
+    lost = only(actions, InvokeCallback)
+    assert [(c.kind, c.resources, c.generation) for c in lost] == [
+        ("on_lost", (("shard", 0), ("shard", 1)), 5)
+    ]
+    assert not only(actions, SendRequest)  # waits for the callback
+    join = sent(ack_callbacks(m, actions, now + 3_002))
+    assert join.request.member_id == ""
+    assert m.generation == -1
+
+
+def test_illegal_generation_keeps_member_id() -> None:
+    m = make()
+    now = to_stable(m)
+    hb = sent(m.tick(now + 3_000))
+    actions = m.response(now + 3_001, hb.request_id, HeartbeatResult(ErrorCode.ILLEGAL_GENERATION))
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_lost"]
+    join = sent(ack_callbacks(m, actions, now + 3_002))
+    assert join.request.member_id == "me-1"
+
+
+def test_rebalance_in_progress_rejoins_keeping_resources_cooperatively() -> None:
+    m = make()
+    now = to_stable(m)
+    hb = sent(m.tick(now + 3_000))
+    actions = m.response(
+        now + 3_001, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS)
+    )
+    join = sent(actions)
+    assert not only(actions, InvokeCallback)
+    assert m.owned == {("shard", 0), ("shard", 1)}
+    meta = CODEC.decode_metadata(join.request.protocols[0][1]).value
+    assert set(meta.owned) == {("shard", 0), ("shard", 1)}
+    assert meta.owned_generation == 5
+
+
+def test_eager_rejoin_revokes_everything_before_joining() -> None:
+    m = make(protocols=[Protocol("rr", StickyTestAssignor(), rebalance="eager")])
+    join = sent(m.start(0) + m.coordinator_found(1))
+    sync = sent(
+        m.response(
+            2,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 5, "workgroup", "rr.v1", "leader-1", "me-1"),
+        )
+    )
+    blob = CODEC.encode_assignment(AssignmentData(assigned=(("shard", 3),), generation=5))
+    ack_callbacks(m, m.response(3, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), 3)
+    hb = sent(m.tick(3_003))
+    actions = m.response(3_004, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS))
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
+    assert not only(actions, SendRequest)
+    join = sent(ack_callbacks(m, actions, 3_005))
+    meta = CODEC.decode_metadata(join.request.protocols[0][1]).value
+    assert meta.owned == ()
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ],
+)
+def test_coordinator_errors_rediscover_and_keep_a_stable_assignment(code: ErrorCode) -> None:
+    m = make()
+    now = to_stable(m)
+    hb = sent(m.tick(now + 3_000))
+    actions = m.response(now + 3_001, hb.request_id, HeartbeatResult(code))
+    assert only(actions, FindCoordinator)
+    assert m.state is State.FINDING_COORDINATOR
+    actions = m.coordinator_found(now + 3_002)
+    assert m.state is State.STABLE
+    assert isinstance(sent(actions).request, Heartbeat)
+    assert m.owned == {("shard", 0), ("shard", 1)}
+
+
+def test_disconnect_during_join_rediscovers_then_rejoins() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    actions = m.request_failed(5, join.request_id, CoordinatorUnavailableError("disconnected"))
+    assert only(actions, FindCoordinator)
+    rejoin = sent(m.coordinator_found(6))
+    assert isinstance(rejoin.request, JoinGroup)
+    # The old JoinGroup's late answer is ignored.
+    assert (
+        m.response(
+            7, join.request_id, JoinGroupResult(ErrorCode.NONE, 9, None, "sticky.v1", "x", "me-9")
+        )
+        == []
+    )
+    assert m.state is State.JOINING
+
+
+def test_find_coordinator_failure_backs_off() -> None:
+    m = make(retry_backoff_ms=100)
+    m.start(0)
+    assert m.find_coordinator_failed(1, CoordinatorUnavailableError("down")) == []
+    assert m.next_deadline() == 101
+    assert m.tick(50) == []
+    assert only(m.tick(101), FindCoordinator)
+
+
+def test_retriable_join_error_backs_off() -> None:
+    m = make(retry_backoff_ms=100)
+    join = sent(m.start(0) + m.coordinator_found(1))
+    assert m.response(2, join.request_id, JoinGroupResult(ErrorCode.REQUEST_TIMED_OUT)) == []
+    deadline = m.next_deadline()
+    assert deadline is not None
+    assert deadline > 2
+    assert isinstance(sent(m.tick(deadline)).request, JoinGroup)
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        (ErrorCode.FENCED_INSTANCE_ID, FencedInstanceError),
+        (ErrorCode.INCONSISTENT_GROUP_PROTOCOL, InconsistentProtocolError),
+        (ErrorCode.INVALID_SESSION_TIMEOUT, InvalidSessionTimeoutError),
+        (ErrorCode.GROUP_MAX_SIZE_REACHED, GroupFullError),
+        (ErrorCode.GROUP_AUTHORIZATION_FAILED, GroupAuthorizationError),
+    ],
+)
+def test_fatal_join_errors(code: ErrorCode, error: type) -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    actions = m.response(2, join.request_id, JoinGroupResult(code))
+    failed = only(actions, Failed)
+    assert m.state is State.FATAL
+    assert isinstance(m.error, error)
+    assert failed
+    assert code.name in str(m.error)
+    assert not m.error.retriable
+    assert m.next_deadline() is None
+    assert m.tick(100_000) == []
+
+
+def test_fenced_heartbeat_loses_resources_and_fails() -> None:
+    m = make(instance_id="w-1")
+    now = to_stable(m)
+    hb = sent(m.tick(now + 3_000))
+    assert hb.request.group_instance_id == "w-1"
+    actions = m.response(now + 3_001, hb.request_id, HeartbeatResult(ErrorCode.FENCED_INSTANCE_ID))
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_lost"]
+    assert isinstance(m.error, FencedInstanceError)
+
+
+def test_stale_heartbeat_response_from_an_old_generation_is_ignored() -> None:
+    m = make()
+    now = to_stable(m)
+    hb = sent(m.tick(now + 3_000))
+    # A rebalance completes (new generation) before the old heartbeat's answer arrives.
+    m.response(now + 3_001, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS))
+    assert m.state is State.JOINING
+    hb2 = m.tick(now + 3_001)
+    assert not only(hb2, SendRequest)  # no heartbeat while JoinGroup is in flight
+    assert m.response(now + 3_002, 999, HeartbeatResult(ErrorCode.ILLEGAL_GENERATION)) == []
+    assert m.generation == 5
+    assert m.owned
+
+
+def test_sync_for_another_protocol_is_fatal() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    sync = sent(
+        m.response(
+            2,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 1, "workgroup", "sticky.v1", "l", "me"),
+        )
+    )
+    m.response(3, sync.request_id, SyncGroupResult(ErrorCode.NONE, b"", "consumer", "range"))
+    assert isinstance(m.error, InconsistentProtocolError)
+
+
+def test_unknown_protocol_type_in_join_response_is_fatal() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    m.response(
+        2, join.request_id, JoinGroupResult(ErrorCode.NONE, 1, "consumer", "range", "l", "me")
+    )
+    assert isinstance(m.error, InconsistentProtocolError)
+    assert "consumer" in str(m.error)
+
+
+def test_unreadable_assignment_rejoins_after_a_back_off() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    sync = sent(
+        m.response(
+            2,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 1, "workgroup", "sticky.v1", "l", "me"),
+        )
+    )
+    assert m.response(3, sync.request_id, SyncGroupResult(ErrorCode.NONE, b"garbage!")) == []
+    assert m.state is State.JOINING
+    deadline = m.next_deadline()
+    assert deadline is not None
+    assert isinstance(sent(m.tick(deadline)).request, JoinGroup)
+
+
+def test_leader_gives_nothing_to_a_member_with_unreadable_metadata() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    mine = join.request.protocols[0][1]
+    members = (JoinedMember("me", None, mine), JoinedMember("odd", None, b"\x00\x01junk"))
+    actions = m.response(
+        2,
+        join.request_id,
+        JoinGroupResult(ErrorCode.NONE, 1, "workgroup", "sticky.v1", "me", "me", members),
+    )
+    run = only(actions, RunAssignor)[0]
+    assert set(run.input.members) == {"me"}
+    target = run.assignor.assign(run.input)
+    sync = sent(m.assignment_done(3, run.run_id, target))
+    given = dict(sync.request.assignments)
+    assert CODEC.decode_assignment(given["odd"]).value.assigned == ()
+    assert len(CODEC.decode_assignment(given["me"]).value.assigned) == 6
+
+
+def test_leader_withholds_resources_still_owned_by_another_member() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    other = CODEC.encode_metadata(
+        MemberMetadata(owned=tuple(("shard", i) for i in range(6)), owned_generation=4)
+    )
+    members = (
+        JoinedMember("me", None, join.request.protocols[0][1]),
+        JoinedMember("other", None, other),
+    )
+    actions = m.response(
+        2,
+        join.request_id,
+        JoinGroupResult(ErrorCode.NONE, 5, "workgroup", "sticky.v1", "me", "me", members),
+    )
+    run = only(actions, RunAssignor)[0]
+    target = run.assignor.assign(run.input)
+    assert len(target["me"]) == 3  # the target moves three resources to me ...
+    sync = sent(m.assignment_done(3, run.run_id, target))
+    given = {k: CODEC.decode_assignment(v).value for k, v in sync.request.assignments}
+    assert given["me"].assigned == ()  # ... but they are withheld this round
+    assert len(given["other"].assigned) == 3
+    assert len(given["other"].revoked) == 3
+
+
+def test_assignor_failure_is_fatal_and_a_dynamic_leader_leaves() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    members = (JoinedMember("me", None, join.request.protocols[0][1]),)
+    actions = m.response(
+        2,
+        join.request_id,
+        JoinGroupResult(ErrorCode.NONE, 1, "workgroup", "sticky.v1", "me", "me", members),
+    )
+    run = only(actions, RunAssignor)[0]
+    actions = m.assignment_done(3, run.run_id, {"ghost": [("shard", 1)]})
+    assert only(actions, Failed)
+    assert m.state is State.FATAL
+    assert isinstance(sent(actions).request, LeaveGroup)
+
+
+def test_dynamic_close_revokes_then_leaves() -> None:
+    m = make()
+    now = to_stable(m)
+    actions = m.close(now + 1)
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
+    assert not only(actions, SendRequest)  # leaves once the revocation completed
+    leave = sent(ack_callbacks(m, actions, now + 2))
+    assert isinstance(leave.request, LeaveGroup)
+    assert leave.request.members[0].member_id == "me-1"
+    assert only(m.response(now + 3, leave.request_id, LeaveGroupResult(ErrorCode.NONE)), Closed)
+    assert m.state is State.CLOSED
+
+
+def test_static_close_does_not_leave() -> None:
+    m = make(instance_id="w-1")
+    now = to_stable(m)
+    actions = m.close(now + 1)
+    done = ack_callbacks(m, actions, now + 2)
+    assert only(done, Closed)
+    assert not only(done, SendRequest)
+
+
+def test_session_expiry_reports_resources_lost() -> None:
+    m = make()
+    now = to_stable(m)
+    hb = sent(m.tick(now + 3_000))
+    m.request_failed(now + 4_000, hb.request_id, CoordinatorUnavailableError("timeout"))
+    m.find_coordinator_failed(now + 4_001, CoordinatorUnavailableError("down"))
+    deadline = m.next_deadline()
+    assert deadline is not None
+    actions: list[Action] = []
+    t = now + 4_001
+    while not only(actions, InvokeCallback):
+        t = m.next_deadline() or t + 100
+        actions = m.tick(t)
+        for _a in only(actions, FindCoordinator):
+            actions += m.find_coordinator_failed(t, CoordinatorUnavailableError("down"))
+    lost = only(actions, InvokeCallback)[0]
+    assert lost.kind == "on_lost"
+    assert t <= 2 + 10_000
+    assert m.owned == frozenset()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"group_id": ""},
+        {"protocols": []},
+        {"heartbeat_interval_ms": 10_000},
+        {"instance_id": ""},
+        {"capacity": 0},
+    ],
+)
+def test_bad_config_is_rejected(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        make(**kwargs)

@@ -1,0 +1,76 @@
+"""Errors of a group member (all :class:`~workgroup.errors.WorkgroupError`)."""
+
+from __future__ import annotations
+
+from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
+
+
+class MemberFatalError(CoordinatorError):
+    """The coordinator refused this member for good; restarting it the same way fails again."""
+
+    retriable = False
+
+
+class FencedInstanceError(MemberFatalError):
+    """Another process joined with the same ``instance_id`` (static membership)."""
+
+
+class InconsistentProtocolError(MemberFatalError):
+    """The group uses a protocol type or name this member does not support."""
+
+
+class InvalidSessionTimeoutError(MemberFatalError):
+    """The session timeout is outside the coordinator's allowed range."""
+
+
+class GroupFullError(MemberFatalError):
+    """The group has reached the coordinator's maximum size."""
+
+
+class GroupAuthorizationError(MemberFatalError):
+    """This client may not join the group."""
+
+
+class AssignorError(WorkgroupError):
+    """The leader's assignor raised or returned something unusable."""
+
+
+class CoordinatorUnavailableError(WorkgroupError):
+    """The coordinator cannot be reached right now (disconnect, timeout, no broker)."""
+
+    retriable = True
+
+
+class MemberClosedError(WorkgroupError):
+    """The member was closed."""
+
+
+_FATAL_CLASSES: dict[ErrorCode, type[MemberFatalError]] = {
+    ErrorCode.FENCED_INSTANCE_ID: FencedInstanceError,
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: InconsistentProtocolError,
+    ErrorCode.INVALID_SESSION_TIMEOUT: InvalidSessionTimeoutError,
+    ErrorCode.GROUP_MAX_SIZE_REACHED: GroupFullError,
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: GroupAuthorizationError,
+}
+
+_FATAL_HINTS: dict[ErrorCode, str] = {
+    ErrorCode.FENCED_INSTANCE_ID: "another process runs with the same instance id",
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: (
+        "the group's members share no protocol (type and name) with this member"
+    ),
+    ErrorCode.INVALID_SESSION_TIMEOUT: "the session timeout is outside the coordinator's range",
+    ErrorCode.GROUP_MAX_SIZE_REACHED: "the group already has the maximum number of members",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "this client is not authorized to join the group",
+}
+
+FATAL_CODES = frozenset(_FATAL_CLASSES) | {
+    ErrorCode.INVALID_GROUP_ID,
+    ErrorCode.UNSUPPORTED_VERSION,
+    ErrorCode.INVALID_REQUEST,
+}
+
+
+def fatal_error(code: ErrorCode, context: str) -> MemberFatalError:
+    cls = _FATAL_CLASSES.get(code, MemberFatalError)
+    hint = _FATAL_HINTS.get(code, "the coordinator rejected the request")
+    return cls(code, f"{context}: {code.name} ({int(code)}): {hint}")

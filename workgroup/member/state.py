@@ -1,0 +1,1083 @@
+"""The sans-I/O state machine of one group member (no sockets, no clock, no asyncio).
+
+The driver feeds events (each with ``now`` in milliseconds of a monotonic clock)
+and carries out the actions they return; it calls :meth:`MemberMachine.tick`
+when :meth:`MemberMachine.next_deadline` passes.
+
+States::
+
+    UNJOINED ─start─▶ FINDING_COORDINATOR ─found─▶ JOINING ─JoinGroup─▶ SYNCING ─SyncGroup─▶ STABLE
+                         ▲                           ▲   (leader: ASSIGNING ─▶ SYNCING)       │
+                         └── coordinator lost ───────┴──── rejoin: rebalance, follow-up ◀─────┘
+    any ─close─▶ LEAVING ─▶ CLOSED                any ─fatal error─▶ FATAL
+
+Rules:
+
+1. Every request is sent under the member id and generation current at the
+   time; a response whose request is no longer pending, or whose member id /
+   generation differ from the current ones, is stale and ignored.
+2. At most one JoinGroup or SyncGroup is in flight, and at most one Heartbeat.
+   Heartbeats are sent only with a valid generation and no JoinGroup/SyncGroup
+   in flight (the coordinator holds those, and they keep the session alive),
+   every ``heartbeat_interval_ms`` — also while callbacks run: the machine never
+   waits for a callback except before it sends a JoinGroup or LeaveGroup.
+3. Errors, as Kafka's clients handle them:
+   UNKNOWN_MEMBER_ID → resources lost, member id and generation reset, rejoin now;
+   ILLEGAL_GENERATION → resources lost, generation reset (member id kept), rejoin now;
+   REBALANCE_IN_PROGRESS → rejoin now (on a heartbeat: only while STABLE);
+   MEMBER_ID_REQUIRED → rejoin now with the member id the coordinator gave;
+   NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS,
+   a disconnect or a timeout → find the coordinator again (keeping a STABLE
+   assignment; an interrupted rebalance rejoins afterwards);
+   other retriable errors → retry after an exponential back-off;
+   FENCED_INSTANCE_ID, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT,
+   GROUP_MAX_SIZE_REACHED, GROUP_AUTHORIZATION_FAILED (and malformed-request
+   errors) → FATAL with a :class:`~workgroup.member.errors.MemberFatalError`.
+4. Session: if no heartbeat sent at time *t* succeeded and ``t + session
+   timeout`` passes, the coordinator has evicted this member by now, so its
+   resources are reported lost (before anyone else can be handed them).
+5. Eager protocols revoke every owned resource before (re)joining.  Cooperative
+   protocols (KIP-429) keep them and report them in their metadata; the leader
+   withholds any resource another member still owns, the owner revokes it when
+   it sees its new assignment and then rejoins (the follow-up round), and the
+   resource is handed out in that round.
+6. Version probing: the leader encodes assignments with the highest metadata
+   version every member supports and says so; a member whose metadata used
+   another version re-encodes with that one and rejoins.
+7. Close: owned resources are revoked (lost, if the generation is no longer
+   valid); dynamic members then send LeaveGroup, static members do not (their
+   instance id keeps their place until the session times out).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, MemberInfo, Resource
+from workgroup.coordinator.messages import (
+    GroupResult,
+    Heartbeat,
+    HeartbeatResult,
+    JoinedMember,
+    JoinGroup,
+    JoinGroupResult,
+    LeaveGroup,
+    LeaveGroupResult,
+    LeavingMember,
+    SyncGroup,
+    SyncGroupResult,
+)
+from workgroup.errors import (
+    ConfigError,
+    ErrorCode,
+    ProtocolError,
+    UnsupportedVersionError,
+    WorkgroupError,
+)
+from workgroup.log import get_logger
+from workgroup.member.errors import FATAL_CODES as _FATAL_CODES
+from workgroup.member.errors import (
+    AssignorError,
+    InconsistentProtocolError,
+    MemberFatalError,
+    fatal_error,
+)
+from workgroup.protocol.catalog import Catalog, catalog_hash, freeze_catalog
+from workgroup.protocol.metadata import AssignmentData, MemberMetadata
+from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
+
+log = get_logger("workgroup.member")
+
+NO_GENERATION = -1
+#: Time between a request and its response that the coordinator may hold a JoinGroup
+#: beyond the rebalance timeout (Kafka's client adds 5 s too).
+JOIN_TIMEOUT_MARGIN_MS = 5_000
+
+
+class State(enum.Enum):
+    #: Created or not yet started; nothing is owned, nothing is sent.
+    UNJOINED = "unjoined"
+    #: Waiting for the driver to locate the group coordinator (or for the back-off
+    #: before asking again).  A STABLE assignment is kept meanwhile.
+    FINDING_COORDINATOR = "finding_coordinator"
+    #: Preparing or awaiting a JoinGroup: eager protocols first wait for their
+    #: revocation callbacks; retriable errors wait for the back-off.
+    JOINING = "joining"
+    #: The leader's assignor runs (RunAssignor is out); heartbeats keep flowing.
+    ASSIGNING = "assigning"
+    #: SyncGroup in flight; the coordinator answers once the leader has assigned.
+    SYNCING = "syncing"
+    #: Member of the current generation with its assignment; heartbeating.  A
+    #: cooperative follow-up round starts here once revocations are done.
+    STABLE = "stable"
+    #: Closing: revocation callbacks, then LeaveGroup for dynamic members.
+    LEAVING = "leaving"
+    #: Closed; every later event is ignored.
+    CLOSED = "closed"
+    #: A non-retriable error (``MemberMachine.error``); nothing more is sent.
+    FATAL = "fatal"
+
+
+# --- configuration ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemberConfig:
+    group_id: str
+    protocols: Sequence[Protocol]
+    instance_id: str | None = None
+    session_timeout_ms: int = 10_000
+    rebalance_timeout_ms: int = 60_000
+    heartbeat_interval_ms: int = 3_000
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1_000
+    #: Kinds of resources this member takes; ``None``: every kind.
+    kinds: Iterable[str] | None = None
+    rack: str | None = None
+    capacity: float = 1.0
+    user_data: bytes = b""
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.group_id:
+            raise ConfigError("group_id must not be empty")
+        if not self.protocols:
+            raise ConfigError("a member needs at least one protocol")
+        names = [p.wire_name for p in self.protocols]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"protocol names must be unique, got {names}")
+        types = {p.type for p in self.protocols}
+        if len(types) != 1:
+            raise ConfigError(f"all protocols must share one protocol type, got {sorted(types)}")
+        if self.instance_id == "":
+            raise ConfigError("instance_id must be None or a non-empty string")
+        if self.heartbeat_interval_ms <= 0 or self.session_timeout_ms <= 0:
+            raise ConfigError("session timeout and heartbeat interval must be > 0")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ConfigError(
+                f"heartbeat interval ({self.heartbeat_interval_ms} ms) must be lower than the "
+                f"session timeout ({self.session_timeout_ms} ms)"
+            )
+        if self.rebalance_timeout_ms <= 0:
+            raise ConfigError("rebalance timeout must be > 0")
+        if self.capacity <= 0:
+            raise ConfigError("capacity must be > 0")
+
+    @property
+    def protocol_type(self) -> str:
+        return self.protocols[0].type if self.protocols else DEFAULT_PROTOCOL_TYPE
+
+    @property
+    def join_timeout_ms(self) -> int:
+        """A JoinGroup may be held for the whole rebalance timeout."""
+        return self.rebalance_timeout_ms + JOIN_TIMEOUT_MARGIN_MS
+
+
+# --- actions ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinator:
+    """Locate the group coordinator; answer with ``coordinator_found`` or
+    ``find_coordinator_failed``."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    """Send ``request`` to the coordinator; answer with ``response`` or ``request_failed``."""
+
+    request_id: int
+    request: JoinGroup | SyncGroup | Heartbeat | LeaveGroup
+    timeout_ms: int
+
+
+CallbackKind = Literal["on_assigned", "on_revoked", "on_lost"]
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeCallback:
+    """Run the application's callback; answer with ``callback_done``.
+
+    Callbacks must run one after another in the order they are issued.
+    """
+
+    callback_id: int
+    kind: CallbackKind
+    resources: tuple[Resource, ...]
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunAssignor:
+    """Run ``assignor.assign(input)`` (the leader); answer with ``assignment_done``."""
+
+    run_id: int
+    protocol: str
+    assignor: Assignor
+    input: AssignmentInput
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The member entered FATAL; ``error`` says why."""
+
+    error: WorkgroupError
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """The member finished closing."""
+
+
+Action = FindCoordinator | SendRequest | InvokeCallback | RunAssignor | Failed | Closed
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    kind: Literal["join", "sync", "heartbeat", "leave"]
+    member_id: str
+    generation: int
+    sent_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class _LeaderRound:
+    run_id: int
+    generation: int
+    protocol: Protocol
+    members: tuple[JoinedMember, ...]
+    metadata: dict[str, MemberMetadata]
+    used_versions: dict[str, int]
+    common_version: int
+    catalog: dict[str, tuple[str | int, ...]]
+    catalog_hash: bytes
+
+
+class MemberMachine:
+    """One member's view of its group (see the module docstring for the rules)."""
+
+    def __init__(self, config: MemberConfig, catalog: Catalog | None = None) -> None:
+        self.config = config
+        self.state = State.UNJOINED
+        self.member_id = ""
+        self.generation = NO_GENERATION
+        self.leader_id = ""
+        self.protocol: Protocol | None = None
+        self.error: WorkgroupError | None = None
+        #: Resources this member owns, and the generation they were assigned in.
+        self.owned: frozenset[Resource] = frozenset()
+        self.owned_generation = NO_GENERATION
+        self.rebalances = 0
+        self._catalog: dict[str, tuple[str | int, ...]] = freeze_catalog(catalog or {})
+        self._catalog_hash = catalog_hash(self._catalog)
+        #: Catalog hash the current assignment was computed with (the leader's).
+        self._assignment_catalog_hash = b""
+        self._used_versions = {p.wire_name: p.codec.latest_version for p in config.protocols}
+        self._protocols = {p.wire_name: p for p in config.protocols}
+        self._out: list[Action] = []
+        self._next_id = 0
+        self._pending: dict[int, _Pending] = {}
+        self._callbacks: set[int] = set()
+        self._coordinator_known = False
+        self._find_at: int | None = None
+        self._find_in_flight = False
+        self._find_failures = 0
+        #: Rejoin wanted (reason), acted on once no callback is running.
+        self._rejoin_reason: str | None = None
+        self._join_at = 0
+        self._join_failures = 0
+        self._heartbeat_at: int | None = None
+        self._heartbeat_failures = 0
+        #: Send time of the newest request that proved the session alive.
+        self._alive_since: int | None = None
+        self._leader_round: _LeaderRound | None = None
+        #: After a rediscovery: return to STABLE (True) or rejoin (False).
+        self._resume_stable = False
+        self._leave_sent = False
+
+    # --- read-only views ----------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return bool(self.member_id) and self.member_id == self.leader_id
+
+    @property
+    def catalog(self) -> Mapping[str, tuple[str | int, ...]]:
+        return self._catalog
+
+    @property
+    def used_versions(self) -> Mapping[str, int]:
+        return dict(self._used_versions)
+
+    def next_deadline(self) -> int | None:
+        """When :meth:`tick` must be called next (``None``: only on events)."""
+        candidates: list[int] = []
+        if self.state in (State.CLOSED, State.FATAL, State.UNJOINED):
+            return None
+        if self.state is State.FINDING_COORDINATOR and self._find_at is not None:
+            candidates.append(self._find_at)
+        if (
+            self.state is State.JOINING
+            and self._coordinator_known
+            and not self._callbacks
+            and not any(p.kind in ("join", "sync") for p in self._pending.values())
+        ):
+            candidates.append(self._join_at)
+        if self._heartbeat_at is not None and self._may_heartbeat():
+            candidates.append(self._heartbeat_at)
+        session_end = self._session_end()
+        if session_end is not None:
+            candidates.append(session_end)
+        return min(candidates) if candidates else None
+
+    # --- events -------------------------------------------------------------
+
+    def start(self, now: int) -> list[Action]:
+        if self.state is State.UNJOINED:
+            self._resume_stable = False
+            self._to_finding(now, immediately=True)
+        return self._drain(now)
+
+    def coordinator_found(self, now: int) -> list[Action]:
+        if self.state is State.FINDING_COORDINATOR and self._find_in_flight:
+            self._find_in_flight = False
+            self._find_failures = 0
+            self._coordinator_known = True
+            log.debug("member.coordinator_found", group=self.config.group_id)
+            if self._resume_stable and self.generation != NO_GENERATION:
+                self.state = State.STABLE
+                self._heartbeat_at = now
+            else:
+                self._to_joining(now, "coordinator found", immediately=True)
+        return self._drain(now)
+
+    def find_coordinator_failed(self, now: int, error: WorkgroupError) -> list[Action]:
+        if self.state is State.FINDING_COORDINATOR and self._find_in_flight:
+            self._find_in_flight = False
+            if not error.retriable:
+                self._fail(now, error)
+            else:
+                self._find_failures += 1
+                self._find_at = now + self._backoff(self._find_failures)
+                log.info(
+                    "member.coordinator_unavailable",
+                    error=str(error),
+                    retry_in_ms=self._find_at - now,
+                )
+        return self._drain(now)
+
+    def response(self, now: int, request_id: int, result: GroupResult) -> list[Action]:
+        pending = self._pending.pop(request_id, None)
+        if pending is None or self.state in (State.CLOSED, State.FATAL):
+            log.debug("member.stale_response", request_id=request_id)
+            return self._drain(now)
+        if pending.kind == "join" and isinstance(result, JoinGroupResult):
+            self._on_join(now, pending, result)
+        elif pending.kind == "sync" and isinstance(result, SyncGroupResult):
+            self._on_sync(now, pending, result)
+        elif pending.kind == "heartbeat" and isinstance(result, HeartbeatResult):
+            self._on_heartbeat(now, pending, result)
+        elif pending.kind == "leave" and isinstance(result, LeaveGroupResult):
+            self._finish_close()
+        else:
+            raise TypeError(f"{type(result).__name__} does not answer a {pending.kind} request")
+        return self._drain(now)
+
+    def request_failed(self, now: int, request_id: int, error: WorkgroupError) -> list[Action]:
+        pending = self._pending.pop(request_id, None)
+        if pending is None or self.state in (State.CLOSED, State.FATAL):
+            return self._drain(now)
+        if pending.kind == "leave":
+            self._finish_close()
+        elif isinstance(error, UnsupportedVersionError) or not error.retriable:
+            self._fail(now, error)
+        else:
+            log.info("member.request_failed", request=pending.kind, error=str(error))
+            self._coordinator_lost(now, f"{pending.kind} failed: {error}")
+        return self._drain(now)
+
+    def callback_done(self, now: int, callback_id: int) -> list[Action]:
+        self._callbacks.discard(callback_id)
+        if self.state is State.LEAVING and not self._callbacks:
+            self._send_leave_or_close(now)
+        return self._drain(now)
+
+    def assignment_done(
+        self, now: int, run_id: int, result: Assignment | WorkgroupError
+    ) -> list[Action]:
+        round_ = self._leader_round
+        if self.state is not State.ASSIGNING or round_ is None or round_.run_id != run_id:
+            return self._drain(now)
+        self._leader_round = None
+        if isinstance(result, WorkgroupError):
+            self._fail(
+                now,
+                AssignorError(f"assignor {round_.protocol.assignor.name!r} failed: {result}"),
+                leave=True,
+            )
+            return self._drain(now)
+        try:
+            assignments = self._leader_assignments(round_, result)
+        except WorkgroupError as exc:
+            self._fail(now, exc, leave=True)
+            return self._drain(now)
+        self._send_sync(now, assignments)
+        return self._drain(now)
+
+    def resources_changed(self, now: int, catalog: Catalog) -> list[Action]:
+        frozen = freeze_catalog(catalog)
+        digest = catalog_hash(frozen)
+        if digest != self._catalog_hash:
+            self._catalog, self._catalog_hash = frozen, digest
+            log.info(
+                "member.resources_changed",
+                kinds=len(frozen),
+                resources=sum(len(k) for k in frozen.values()),
+            )
+            if self.is_leader and self.state is State.STABLE:
+                self._request_rejoin("resources changed")
+        return self._drain(now)
+
+    def request_rejoin(self, now: int, reason: str) -> list[Action]:
+        """Ask for a rebalance (e.g. the member's metadata changed)."""
+        if self.state is State.STABLE:
+            self._request_rejoin(reason)
+        return self._drain(now)
+
+    def tick(self, now: int) -> list[Action]:
+        return self._drain(now)
+
+    def close(self, now: int) -> list[Action]:
+        if self.state in (State.CLOSED, State.LEAVING):
+            return self._drain(now)
+        if self.state in (State.UNJOINED, State.FATAL):
+            self._finish_close()
+            return self._drain(now)
+        self._drop_pending(keep_heartbeat=False)
+        self._leader_round = None
+        if self.owned:
+            if self.generation != NO_GENERATION:
+                self._revoke(sorted_resources(self.owned), self.generation)
+            else:
+                self._lose("closing without a valid generation")
+        self.state = State.LEAVING
+        if not self._callbacks:
+            self._send_leave_or_close(now)
+        return self._drain(now)
+
+    # --- progress -----------------------------------------------------------
+
+    def _drain(self, now: int) -> list[Action]:
+        self._progress(now)
+        out, self._out = self._out, []
+        return out
+
+    def _progress(self, now: int) -> None:
+        if self.state in (State.CLOSED, State.FATAL, State.UNJOINED, State.LEAVING):
+            return
+        session_end = self._session_end()
+        if session_end is not None and now >= session_end:
+            log.warning(
+                "member.session_lost",
+                group=self.config.group_id,
+                member_id=self.member_id,
+                generation=self.generation,
+            )
+            self._lose("no heartbeat succeeded within the session timeout")
+            self.generation = NO_GENERATION
+            self._coordinator_lost(now, "session timed out")
+            return
+        if (
+            self.state is State.STABLE
+            and self.is_leader
+            and self._assignment_catalog_hash
+            and self._assignment_catalog_hash != self._catalog_hash
+            and self._rejoin_reason is None
+        ):
+            self._request_rejoin("resources changed")
+        if self.state is State.STABLE and self._rejoin_reason is not None and not self._callbacks:
+            reason, self._rejoin_reason = self._rejoin_reason, None
+            self._to_joining(now, reason, immediately=True)
+        if self.state is State.FINDING_COORDINATOR:
+            if not self._find_in_flight and self._find_at is not None and now >= self._find_at:
+                self._find_in_flight = True
+                self._find_at = None
+                self._out.append(FindCoordinator())
+            return
+        if self.state is State.JOINING:
+            self._maybe_send_join(now)
+        if self._may_heartbeat() and self._heartbeat_at is not None and now >= self._heartbeat_at:
+            self._send_heartbeat(now)
+
+    def _may_heartbeat(self) -> bool:
+        return (
+            self._coordinator_known
+            and self.generation != NO_GENERATION
+            and self.state in (State.JOINING, State.ASSIGNING, State.STABLE)
+            and not any(p.kind in ("join", "sync", "heartbeat") for p in self._pending.values())
+        )
+
+    def _session_end(self) -> int | None:
+        if (
+            self._alive_since is None
+            or self.generation == NO_GENERATION
+            or self.state
+            not in (State.STABLE, State.ASSIGNING, State.JOINING, State.FINDING_COORDINATOR)
+            or any(p.kind in ("join", "sync") for p in self._pending.values())
+        ):
+            return None
+        return self._alive_since + self.config.session_timeout_ms
+
+    # --- transitions ----------------------------------------------------------
+
+    def _to_finding(self, now: int, *, immediately: bool) -> None:
+        self.state = State.FINDING_COORDINATOR
+        self._coordinator_known = False
+        if not self._find_in_flight:
+            self._find_at = now if immediately else now + self._backoff(self._find_failures + 1)
+
+    def _coordinator_lost(self, now: int, reason: str) -> None:
+        log.info("member.coordinator_lost", group=self.config.group_id, reason=reason)
+        # Only a STABLE member keeps going after rediscovery; a rebalance in
+        # progress is started again.
+        if self.state is not State.FINDING_COORDINATOR:
+            self._resume_stable = self.state is State.STABLE and self._rejoin_reason is None
+        self._drop_pending(keep_heartbeat=False)
+        self._leader_round = None
+        self._to_finding(now, immediately=True)
+
+    def _request_rejoin(self, reason: str) -> None:
+        if self._rejoin_reason is None:
+            log.info("member.rejoin_requested", group=self.config.group_id, reason=reason)
+            self._rejoin_reason = reason
+
+    def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
+        self.state = State.JOINING
+        self._leader_round = None
+        self._join_at = now if immediately else now + self._backoff(self._join_failures)
+        if self.protocol is not None and self.protocol.mode == "eager" and self.owned:
+            # Eager: nothing may be owned by anyone while the group rebalances.
+            self._revoke(sorted_resources(self.owned), self.owned_generation)
+        log.debug("member.joining", group=self.config.group_id, reason=reason)
+
+    def _maybe_send_join(self, now: int) -> None:
+        if (
+            not self._coordinator_known
+            or self._callbacks
+            or now < self._join_at
+            or any(p.kind in ("join", "sync") for p in self._pending.values())
+        ):
+            return
+        try:
+            protocols = tuple((p.wire_name, self._metadata_for(p)) for p in self.config.protocols)
+        except WorkgroupError as exc:
+            self._fail(now, exc)
+            return
+        request = JoinGroup(
+            group_id=self.config.group_id,
+            session_timeout_ms=self.config.session_timeout_ms,
+            rebalance_timeout_ms=self.config.rebalance_timeout_ms,
+            member_id=self.member_id,
+            protocol_type=self.config.protocol_type,
+            protocols=protocols,
+            group_instance_id=self.config.instance_id,
+        )
+        self._send(now, "join", request, self.config.join_timeout_ms)
+
+    def _metadata_for(self, protocol: Protocol) -> bytes:
+        owned = sorted_resources(self.owned) if protocol.mode == "cooperative" else ()
+        meta = MemberMetadata(
+            kinds=tuple(sorted(self.config.kinds)) if self.config.kinds is not None else (),
+            owned=owned,
+            owned_generation=self.owned_generation if owned else NO_GENERATION,
+            rack=self.config.rack,
+            capacity=self.config.capacity,
+            instance_id=self.config.instance_id,
+            user_data=self.config.user_data,
+            catalog_hash=self._catalog_hash,
+            tags=tuple(sorted(self.config.tags.items())),
+        )
+        return protocol.codec.encode_metadata(meta, self._used_versions[protocol.wire_name])
+
+    def _send(
+        self,
+        now: int,
+        kind: Literal["join", "sync", "heartbeat", "leave"],
+        request: JoinGroup | SyncGroup | Heartbeat | LeaveGroup,
+        timeout_ms: int,
+    ) -> None:
+        self._next_id += 1
+        self._pending[self._next_id] = _Pending(kind, self.member_id, self.generation, now)
+        self._out.append(SendRequest(self._next_id, request, timeout_ms))
+
+    def _send_heartbeat(self, now: int) -> None:
+        request = Heartbeat(
+            group_id=self.config.group_id,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            group_instance_id=self.config.instance_id,
+        )
+        self._heartbeat_at = now + self.config.heartbeat_interval_ms
+        self._send(now, "heartbeat", request, self._short_timeout_ms)
+
+    @property
+    def _short_timeout_ms(self) -> int:
+        return max(self.config.session_timeout_ms, 1_000)
+
+    def _send_sync(self, now: int, assignments: tuple[tuple[str, bytes], ...]) -> None:
+        self.state = State.SYNCING
+        protocol = self.protocol
+        request = SyncGroup(
+            group_id=self.config.group_id,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            assignments=assignments,
+            group_instance_id=self.config.instance_id,
+            protocol_type=protocol.type if protocol else None,
+            protocol_name=protocol.wire_name if protocol else None,
+        )
+        self._send(now, "sync", request, self.config.join_timeout_ms)
+
+    def _send_leave_or_close(self, now: int) -> None:
+        dynamic = self.config.instance_id is None
+        if dynamic and self.member_id and self._coordinator_known and not self._leave_sent:
+            self._leave_sent = True
+            request = LeaveGroup(
+                group_id=self.config.group_id,
+                members=(LeavingMember(self.member_id, None, "the member is closing"),),
+            )
+            self._send(now, "leave", request, self._short_timeout_ms)
+        else:
+            self._finish_close()
+
+    def _finish_close(self) -> None:
+        if self.state is not State.CLOSED:
+            if self.state is not State.FATAL:
+                self.state = State.CLOSED
+            self._drop_pending(keep_heartbeat=False)
+            self._out.append(Closed())
+            log.info("member.closed", group=self.config.group_id, member_id=self.member_id)
+
+    def _fail(self, now: int, error: WorkgroupError, *, leave: bool = False) -> None:
+        log.error(
+            "member.fatal",
+            group=self.config.group_id,
+            member_id=self.member_id,
+            error=str(error),
+            error_type=type(error).__name__,
+        )
+        if self.owned:
+            self._lose(f"fatal error: {error}")
+        leave_member = (
+            self.member_id
+            if (leave and self.config.instance_id is None and self._coordinator_known)
+            else ""
+        )
+        self._drop_pending(keep_heartbeat=False)
+        self._leader_round = None
+        self.error = error
+        self.state = State.FATAL
+        if leave_member:
+            # Let the rest of the group rebalance now instead of after our session.
+            request = LeaveGroup(
+                self.config.group_id, (LeavingMember(leave_member, None, str(error)),)
+            )
+            self._send(now, "leave", request, self._short_timeout_ms)
+        self._out.append(Failed(error))
+
+    def _drop_pending(self, *, keep_heartbeat: bool) -> None:
+        self._pending = {
+            rid: p for rid, p in self._pending.items() if keep_heartbeat and p.kind == "heartbeat"
+        }
+
+    # --- ownership ----------------------------------------------------------
+
+    def _callback(self, kind: CallbackKind, resources: tuple[Resource, ...], gen: int) -> None:
+        self._next_id += 1
+        self._callbacks.add(self._next_id)
+        self._out.append(InvokeCallback(self._next_id, kind, resources, gen))
+
+    def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
+        self.owned = self.owned - set(resources)
+        if not self.owned:
+            self.owned_generation = NO_GENERATION
+        log.info(
+            "member.revoking",
+            group=self.config.group_id,
+            count=len(resources),
+            generation=generation,
+        )
+        self._callback("on_revoked", resources, generation)
+
+    def _lose(self, reason: str) -> None:
+        if not self.owned:
+            return
+        lost = sorted_resources(self.owned)
+        generation = self.owned_generation
+        self.owned = frozenset()
+        self.owned_generation = NO_GENERATION
+        log.warning(
+            "member.resources_lost",
+            group=self.config.group_id,
+            count=len(lost),
+            generation=generation,
+            reason=reason,
+        )
+        self._callback("on_lost", lost, generation)
+
+    # --- responses ----------------------------------------------------------
+
+    def _common_error(self, now: int, code: ErrorCode, context: str) -> bool:
+        """Handle errors every group response shares; ``True`` if handled."""
+        if code in (
+            ErrorCode.NOT_COORDINATOR,
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ):
+            self._coordinator_lost(now, f"{context}: {code.name}")
+            return True
+        if code in _FATAL_CODES:
+            self._fail(now, fatal_error(code, context))
+            return True
+        if code is ErrorCode.UNKNOWN_MEMBER_ID:
+            self._lose(f"{context}: UNKNOWN_MEMBER_ID")
+            self.member_id = ""
+            self.generation = NO_GENERATION
+            self._alive_since = None
+            self._to_joining(now, f"{context}: unknown member id", immediately=True)
+            return True
+        if code is ErrorCode.ILLEGAL_GENERATION:
+            self._lose(f"{context}: ILLEGAL_GENERATION")
+            self.generation = NO_GENERATION
+            self._alive_since = None
+            self._to_joining(now, f"{context}: illegal generation", immediately=True)
+            return True
+        return False
+
+    def _on_join(self, now: int, pending: _Pending, result: JoinGroupResult) -> None:
+        if self.state is not State.JOINING:
+            return
+        code = result.error
+        if code is ErrorCode.NONE:
+            self._join_failures = 0
+            self._joined(now, pending, result)
+        elif code is ErrorCode.MEMBER_ID_REQUIRED:
+            self.member_id = result.member_id
+            self._to_joining(now, "member id required", immediately=True)
+        elif code is ErrorCode.REBALANCE_IN_PROGRESS:
+            self._to_joining(now, "rebalance in progress", immediately=True)
+        elif self._common_error(now, code, "JoinGroup"):
+            return
+        else:
+            self._join_failures += 1
+            log.info("member.join_retry", error=code.name, attempt=self._join_failures)
+            self._to_joining(now, f"JoinGroup: {code.name}", immediately=False)
+
+    def _joined(self, now: int, pending: _Pending, result: JoinGroupResult) -> None:
+        if result.protocol_type is not None and result.protocol_type != self.config.protocol_type:
+            self._fail(
+                now,
+                InconsistentProtocolError(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    f"the group's protocol type is {result.protocol_type!r}, "
+                    f"this member speaks {self.config.protocol_type!r}",
+                ),
+            )
+            return
+        protocol = self._protocols.get(result.protocol_name or "")
+        if protocol is None:
+            self._fail(
+                now,
+                InconsistentProtocolError(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    f"the coordinator chose protocol {result.protocol_name!r}, this member "
+                    f"supports {sorted(self._protocols)}",
+                ),
+            )
+            return
+        previous_generation = self.generation
+        self.member_id = result.member_id
+        self.generation = result.generation_id
+        self.leader_id = result.leader
+        self.protocol = protocol
+        self._alive_since = pending.sent_at
+        self._heartbeat_at = now + self.config.heartbeat_interval_ms
+        self.rebalances += 1
+        log.info(
+            "member.joined",
+            group=self.config.group_id,
+            member_id=self.member_id,
+            generation=self.generation,
+            previous_generation=previous_generation,
+            protocol=protocol.wire_name,
+            leader=self.is_leader,
+            members=len(result.members),
+        )
+        if self.is_leader and not result.skip_assignment:
+            self._start_assignment(now, protocol, result)
+        else:
+            self._send_sync(now, ())
+
+    def _on_sync(self, now: int, pending: _Pending, result: SyncGroupResult) -> None:
+        if (
+            self.state is not State.SYNCING
+            or pending.generation != self.generation
+            or pending.member_id != self.member_id
+        ):
+            return
+        code = result.error
+        if code is ErrorCode.REBALANCE_IN_PROGRESS:
+            self._to_joining(now, "rebalance in progress", immediately=True)
+            return
+        if code is not ErrorCode.NONE:
+            if not self._common_error(now, code, "SyncGroup"):
+                self._join_failures += 1
+                self._to_joining(now, f"SyncGroup: {code.name}", immediately=False)
+            return
+        protocol = self.protocol
+        assert protocol is not None
+        if (result.protocol_type is not None and result.protocol_type != protocol.type) or (
+            result.protocol_name is not None and result.protocol_name != protocol.wire_name
+        ):
+            self._fail(
+                now,
+                InconsistentProtocolError(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    "SyncGroup answered for protocol "
+                    f"{result.protocol_type}/{result.protocol_name}, "
+                    f"expected {protocol.type}/{protocol.wire_name}",
+                ),
+            )
+            return
+        self._alive_since = pending.sent_at
+        try:
+            data = self._decode_assignment(protocol, result.assignment)
+        except ProtocolError as exc:
+            log.error(
+                "member.assignment_unreadable",
+                group=self.config.group_id,
+                error=str(exc),
+                size=len(result.assignment),
+            )
+            self._join_failures += 1
+            self._to_joining(now, "unreadable assignment", immediately=False)
+            return
+        self._apply_assignment(now, protocol, data)
+
+    def _decode_assignment(self, protocol: Protocol, blob: bytes) -> AssignmentData:
+        if not blob:
+            # Kafka's coordinator answers an empty assignment to members the leader
+            # left out (and to everyone when the leader sent none).
+            return AssignmentData(
+                generation=self.generation, common_version=self._used_versions[protocol.wire_name]
+            )
+        return protocol.codec.decode_assignment(blob).value
+
+    def _apply_assignment(self, now: int, protocol: Protocol, data: AssignmentData) -> None:
+        self.state = State.STABLE
+        self._heartbeat_at = now + self.config.heartbeat_interval_ms
+        if data.catalog_hash and data.catalog_hash != self._catalog_hash:
+            log.warning(
+                "member.catalog_mismatch",
+                group=self.config.group_id,
+                member_id=self.member_id,
+                generation=self.generation,
+                leader=self.leader_id,
+                mine=self._catalog_hash.hex(),
+                leader_catalog=data.catalog_hash.hex(),
+            )
+        self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
+        assigned = frozenset(data.assigned)
+        revoked = sorted_resources(self.owned - assigned)
+        added = tuple(r for r in data.assigned if r not in self.owned)
+        if revoked:
+            self._revoke(revoked, self.generation)
+        self.owned = assigned
+        self.owned_generation = self.generation if assigned else NO_GENERATION
+        self._callback("on_assigned", added, self.generation)
+        log.info(
+            "member.assigned",
+            group=self.config.group_id,
+            member_id=self.member_id,
+            generation=self.generation,
+            owned=len(assigned),
+            added=len(added),
+            revoked=len(revoked),
+        )
+        used = self._used_versions[protocol.wire_name]
+        common = min(max(data.common_version, 1), protocol.codec.latest_version)
+        if common != used:
+            log.info(
+                "member.version_probing",
+                group=self.config.group_id,
+                used=used,
+                common=common,
+                protocol=protocol.wire_name,
+            )
+            self._used_versions[protocol.wire_name] = common
+            self._request_rejoin(f"metadata version {used} -> {common}")
+        if revoked and protocol.mode == "cooperative":
+            self._request_rejoin("follow-up round after revoking resources")
+        if data.rejoin:
+            self._request_rejoin("the leader asked for another round")
+
+    def _on_heartbeat(self, now: int, pending: _Pending, result: HeartbeatResult) -> None:
+        if pending.generation != self.generation or pending.member_id != self.member_id:
+            return
+        code = result.error
+        if code is ErrorCode.NONE:
+            self._heartbeat_failures = 0
+            self._alive_since = pending.sent_at
+        elif code is ErrorCode.REBALANCE_IN_PROGRESS:
+            # The session is alive: the coordinator only wants everyone to rejoin.
+            self._alive_since = pending.sent_at
+            if self.state is State.STABLE:
+                self._request_rejoin("coordinator started a rebalance")
+        elif self._common_error(now, code, "Heartbeat"):
+            return
+        else:
+            self._heartbeat_failures += 1
+            self._heartbeat_at = now + self._backoff(self._heartbeat_failures)
+
+    # --- the leader's part ----------------------------------------------------
+
+    def _start_assignment(self, now: int, protocol: Protocol, result: JoinGroupResult) -> None:
+        metadata: dict[str, MemberMetadata] = {}
+        used_versions: dict[str, int] = {}
+        common = protocol.codec.latest_version
+        for member in result.members:
+            try:
+                decoded = protocol.codec.decode_metadata(member.metadata)
+            except ProtocolError as exc:
+                # The member gets nothing this round; the group keeps working.
+                log.error(
+                    "member.metadata_unreadable",
+                    group=self.config.group_id,
+                    member=member.member_id,
+                    error=str(exc),
+                )
+                continue
+            metadata[member.member_id] = decoded.value
+            used_versions[member.member_id] = decoded.header.used_version
+            common = min(common, decoded.header.latest_supported_version)
+            if decoded.value.catalog_hash and decoded.value.catalog_hash != self._catalog_hash:
+                log.warning(
+                    "member.catalog_mismatch",
+                    group=self.config.group_id,
+                    member=member.member_id,
+                    generation=self.generation,
+                    leader_catalog=self._catalog_hash.hex(),
+                    member_catalog=decoded.value.catalog_hash.hex(),
+                )
+        all_kinds = frozenset(self._catalog)
+        key_sets = {kind: set(keys) for kind, keys in self._catalog.items()}
+        infos: dict[str, MemberInfo] = {}
+        for member in result.members:
+            meta = metadata.get(member.member_id)
+            if meta is None:
+                continue
+            known = tuple(r for r in meta.owned if r[1] in key_sets.get(r[0], ()))
+            infos[member.member_id] = MemberInfo(
+                member_id=member.member_id,
+                kinds=frozenset(meta.kinds) if meta.kinds else all_kinds,
+                instance_id=member.group_instance_id or meta.instance_id,
+                owned=known,
+                generation=meta.owned_generation,
+                rack=meta.rack,
+                capacity=meta.capacity if meta.capacity > 0 else 1.0,
+                user_data=meta.user_data,
+            )
+        self._next_id += 1
+        self._leader_round = _LeaderRound(
+            run_id=self._next_id,
+            generation=self.generation,
+            protocol=protocol,
+            members=result.members,
+            metadata=metadata,
+            used_versions=used_versions,
+            common_version=max(common, 1),
+            catalog=dict(self._catalog),
+            catalog_hash=self._catalog_hash,
+        )
+        self.state = State.ASSIGNING
+        data = AssignmentInput(resources=dict(self._catalog), members=infos)
+        self._out.append(RunAssignor(self._next_id, protocol.wire_name, protocol.assignor, data))
+
+    def _leader_assignments(
+        self, round_: _LeaderRound, target: Assignment
+    ) -> tuple[tuple[str, bytes], ...]:
+        members = {m.member_id for m in round_.members}
+        unknown = set(target) - members
+        if unknown:
+            raise AssignorError(f"assignor assigned to unknown members {sorted(unknown)}")
+        # Who still owns what: every claim counts, whatever its generation, so that
+        # nothing is handed over before its owner has revoked it.
+        claims: dict[Resource, set[str]] = {}
+        for claimant, claimed in round_.metadata.items():
+            for resource in claimed.owned:
+                claims.setdefault(resource, set()).add(claimant)
+        withheld = 0
+        out: list[tuple[str, bytes]] = []
+        for member in round_.members:
+            member_id = member.member_id
+            meta = round_.metadata.get(member_id)
+            owned = set(meta.owned) if meta else set()
+            wanted = target.get(member_id, [])
+            given = [r for r in wanted if not (claims.get(r, set()) - {member_id})]
+            withheld += len(wanted) - len(given)
+            revoked = sorted_resources(owned - set(given))
+            used = round_.used_versions.get(member_id, round_.common_version)
+            data = AssignmentData(
+                assigned=tuple(given),
+                revoked=revoked,
+                generation=round_.generation,
+                catalog_hash=round_.catalog_hash,
+                common_version=round_.common_version,
+                rejoin=used != round_.common_version,
+            )
+            out.append(
+                (
+                    member_id,
+                    round_.protocol.codec.encode_assignment(
+                        data, min(round_.common_version, round_.protocol.codec.latest_version)
+                    ),
+                )
+            )
+        log.info(
+            "member.assignment_computed",
+            group=self.config.group_id,
+            generation=round_.generation,
+            members=len(members),
+            resources=sum(len(v) for v in round_.catalog.values()),
+            withheld=withheld,
+            common_version=round_.common_version,
+        )
+        return tuple(out)
+
+    def _backoff(self, failures: int) -> int:
+        base = self.config.retry_backoff_ms * (2 ** max(failures - 1, 0))
+        return int(min(base, self.config.retry_backoff_max_ms))
+
+
+def sorted_resources(resources: Iterable[Resource]) -> tuple[Resource, ...]:
+    return tuple(sorted(resources, key=lambda r: (r[0], isinstance(r[1], str), r[1])))
+
+
+__all__ = [
+    "NO_GENERATION",
+    "Action",
+    "CallbackKind",
+    "Closed",
+    "Failed",
+    "FindCoordinator",
+    "InvokeCallback",
+    "MemberConfig",
+    "MemberFatalError",
+    "MemberMachine",
+    "RunAssignor",
+    "SendRequest",
+    "State",
+]
