@@ -345,3 +345,22 @@ class Simulation:
 
 def member_info(member_id: str, **kwargs: Any) -> MemberInfo:
     return MemberInfo(member_id=member_id, kinds=frozenset(), **kwargs)
+
+
+class EmbeddedCoordinator:
+    """The embedded coordinator's sans-I/O core behind the simulation's interface."""
+
+    def __init__(self, **config: Any) -> None:
+        from workgroup.coordinator.config import CoordinatorConfig
+        from workgroup.coordinator.coordinator import GroupCoordinator
+
+        self.core = GroupCoordinator(CoordinatorConfig(**config))
+
+    def handle(self, now: int, token: Any, request: GroupRequest) -> list[Reply]:
+        return [a for a in self.core.handle(now, token, request) if isinstance(a, Reply)]
+
+    def tick(self, now: int) -> list[Reply]:
+        return [a for a in self.core.expire(now) if isinstance(a, Reply)]
+
+    def next_deadline(self) -> int | None:
+        return self.core.next_deadline_ms()

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 from member_coordinator_double import CoordinatorDouble
-from member_sim import RoundRobinTestAssignor, Simulation, StickyTestAssignor
+from member_sim import (
+    EmbeddedCoordinator,
+    RoundRobinTestAssignor,
+    Simulation,
+    StickyTestAssignor,
+)
 from structlog.testing import capture_logs
 
 from workgroup.coordinator.messages import Heartbeat, JoinGroup, LeaveGroup
@@ -35,8 +40,11 @@ def config(protocol: Protocol | None = None, **kwargs: object) -> MemberConfig:
     return MemberConfig(**options)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def sim() -> Simulation:
+@pytest.fixture(params=["embedded", "double"])
+def sim(request: pytest.FixtureRequest) -> Simulation:
+    """Every scenario runs against the embedded coordinator's core and the small double."""
+    if request.param == "embedded":
+        return Simulation(EmbeddedCoordinator())
     return Simulation(CoordinatorDouble())
 
 
