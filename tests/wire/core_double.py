@@ -118,6 +118,12 @@ class CoreDouble:
             actions += self._joined(token, request)
         return actions
 
+    def unload(self, now_ms: int) -> list[m.Action]:
+        parked, self.parked = self.parked, []
+        return [
+            m.Reply(token, m.JoinGroupResult(ErrorCode.NOT_COORDINATOR)) for _, token, _ in parked
+        ]
+
     def next_deadline_ms(self) -> int | None:
         return min((p[0] for p in self.parked), default=None)
 

@@ -60,6 +60,8 @@ log = get_logger("workgroup.coordinator.server")
 MAX_IN_FLIGHT_PER_CONNECTION = 256
 #: Bytes of unsent responses after which a connection waits for its peer to read.
 WRITE_BUFFER_HIGH_WATER = 4 * 1024 * 1024
+#: How long a clean shutdown waits for written responses to reach their clients.
+SHUTDOWN_DRAIN_S = 1.0
 
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
@@ -76,6 +78,8 @@ class CoordinatorCore(Protocol):
     def restore(
         self, now_ms: int, groups: Iterable[StoredGroup], offsets: Iterable[StoredOffset]
     ) -> None: ...
+
+    def unload(self, now_ms: int) -> list[Action]: ...
 
 
 def monotonic_ms() -> int:
@@ -171,6 +175,7 @@ class CoordinatorServer:
         self._executor: ThreadPoolExecutor | None = None
         self._stopped = asyncio.Event()
         self._stop_task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.failure: BaseException | None = None
 
     # --- lifecycle ---------------------------------------------------------------
@@ -206,23 +211,32 @@ class CoordinatorServer:
             raise self.failure
 
     async def stop(self) -> None:
-        """Stop listening, close connections, flush pending writes, close the store."""
-        if self._stopped.is_set():
+        """Stop cleanly: stop listening, answer parked requests, flush the store, close.
+
+        Parked JoinGroup/SyncGroup requests are answered NOT_COORDINATOR (the
+        core unloads its groups), so members rediscover the coordinator instead
+        of waiting for their request timeout.
+        """
+        if self._stopping:
+            await self._stopped.wait()
             return
+        self._stopping = True
         if self._server is not None:
             self._server.close()
-        for connection in list(self._connections):
-            connection.close()
-        if self._handlers:
-            await asyncio.gather(*self._handlers, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self.failure is None and self._server is not None:
+            try:
+                self._carry_out(self.core.unload(self._clock_ms()))
+            except Exception:
+                log.exception("coordinator.unload_failed")
         if self._flusher is not None and self._flusher is not asyncio.current_task():
             with contextlib.suppress(Exception):
                 await self._flusher
+        await self._close_connections()
+        if self._server is not None:
+            await self._server.wait_closed()
         if self.store is not None:
             try:
                 self.store.close()
@@ -232,6 +246,20 @@ class CoordinatorServer:
             self._executor.shutdown(wait=True)
         self._stopped.set()
         log.info("coordinator.stopped")
+
+    async def _close_connections(self) -> None:
+        """Give written responses a moment to leave, then close every connection."""
+        connections = list(self._connections)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SHUTDOWN_DRAIN_S):
+                for connection in connections:
+                    if not connection.closed:
+                        with contextlib.suppress(ConnectionError):
+                            await connection.writer.drain()
+        for connection in connections:
+            connection.close()
+        if self._handlers:
+            await asyncio.gather(*self._handlers, return_exceptions=True)
 
     async def __aenter__(self) -> CoordinatorServer:
         await self.start()

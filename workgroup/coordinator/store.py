@@ -254,11 +254,13 @@ def _group_from_row(row: tuple[Any, ...]) -> StoredGroup:
 
 def data_dir_problem(path: Path) -> str | None:
     """Why ``path`` cannot hold a coordinator's data, or ``None`` if it can."""
-    if path.exists() and not path.is_dir():
-        return f"{path} is not a directory"
-    probe = path if path.exists() else next((p for p in path.parents if p.exists()), None)
-    if probe is None or not os.access(probe, os.W_OK | os.X_OK):
-        return f"{path} is not writable"
-    if path.exists() and not os.access(path, os.R_OK):
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is None:
+        return f"{path} cannot be created"
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    if existing == path and not os.access(path, os.R_OK):
         return f"{path} is not readable"
     return None

@@ -1,0 +1,157 @@
+"""Fixtures shared by the whole suite.
+
+``start_coordinator(...)`` runs ``python -m workgroup coordinator`` as a
+subprocess on a free loopback port and returns once it printed its
+``listening on HOST:PORT`` line; ``coordinator_process`` is that as a fixture.
+``coordinator_server`` runs the coordinator in-process on the test's event
+loop (faster, and the test can look at its state).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from workgroup.coordinator.config import CoordinatorConfig
+from workgroup.coordinator.server import CoordinatorServer
+
+STARTUP_TIMEOUT_S = 20.0
+
+
+@dataclass
+class CoordinatorProcess:
+    """A running ``workgroup coordinator`` subprocess."""
+
+    process: subprocess.Popen[bytes]
+    host: str
+    port: int
+    log_path: Path
+    args: tuple[str, ...] = field(default=())
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 10.0) -> int:
+        """SIGTERM and wait; return the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to flush or close anything."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def close(self) -> None:
+        try:
+            if self.process.poll() is None:
+                self.terminate()
+        finally:
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+
+
+def _read_first_line(stream: IO[bytes], process: subprocess.Popen[bytes], timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    line = b""
+    fd = stream.fileno()
+    while not line.endswith(b"\n"):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the coordinator did not print its listening line in time")
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, 1)
+        if not chunk:
+            raise RuntimeError(f"the coordinator exited with code {process.wait()}")
+        line += chunk
+    return line.decode()
+
+
+def spawn_coordinator(*args: str, listen: str = "127.0.0.1:0") -> subprocess.Popen[bytes]:
+    """Start the coordinator process without waiting for it (for failure tests)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "workgroup", "coordinator", "--listen", listen, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+@contextmanager
+def start_coordinator(
+    *args: str, data_dir: Path | None = None, listen: str = "127.0.0.1:0"
+) -> Iterator[CoordinatorProcess]:
+    """Run ``python -m workgroup coordinator`` until the block ends (SIGTERM, then wait)."""
+    all_args = (*args, "--data-dir", str(data_dir)) if data_dir is not None else args
+    log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115
+        prefix="workgroup-coordinator-", suffix=".log", delete=False
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "workgroup", "coordinator", "--listen", listen, *all_args],
+        stdout=subprocess.PIPE,
+        stderr=log_file,
+    )
+    log_file.close()
+    log_path = Path(log_file.name)
+    assert process.stdout is not None
+    running: CoordinatorProcess | None = None
+    try:
+        try:
+            line = _read_first_line(process.stdout, process, STARTUP_TIMEOUT_S)
+        except (TimeoutError, RuntimeError) as exc:
+            raise RuntimeError(f"{exc}; log:\n{log_path.read_text(errors='replace')}") from exc
+        assert line.startswith("listening on "), line
+        host, _, port = line.removeprefix("listening on ").strip().rpartition(":")
+        running = CoordinatorProcess(process, host.strip("[]"), int(port), log_path, all_args)
+        yield running
+    finally:
+        if running is not None:
+            running.close()
+        else:
+            process.kill()
+            process.wait()
+            process.stdout.close()
+        log_path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def coordinator_process() -> Iterator[CoordinatorProcess]:
+    """An in-memory coordinator subprocess on a free loopback port."""
+    with start_coordinator("--initial-rebalance-delay-ms", "0") as running:
+        yield running
+
+
+@pytest.fixture
+async def coordinator_server() -> AsyncIterator[CoordinatorServer]:
+    """An in-memory coordinator served on the test's own event loop."""
+    server = CoordinatorServer(
+        CoordinatorConfig(initial_rebalance_delay_ms=0), host="127.0.0.1", port=0
+    )
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
