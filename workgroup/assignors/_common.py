@@ -8,7 +8,10 @@ of its dictionaries (kinds are taken in name order, members in id order).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import gc
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import repeat
 
@@ -41,8 +44,33 @@ def all_resources(data: AssignmentInput, kinds: Iterable[str]) -> list[Resource]
     """Every resource of ``kinds``, kind by kind, keys in their given order."""
     out: list[Resource] = []
     for kind in kinds:
-        out.extend(zip(repeat(kind), data.resources[kind], strict=False))
+        out.extend(_kind_resources(kind, data.resources[kind]))
     return out
+
+
+#: ``(kind, keys) -> [(kind, key), ...]`` for recently seen catalogs.  A leader
+#: assigns the same catalog again at every rebalance; reusing the tuples saves
+#: allocating (and later garbage-collecting) one object per resource each time.
+_RESOURCE_CACHE: OrderedDict[tuple[str, object], list[Resource]] = OrderedDict()
+_RESOURCE_CACHE_LIMIT = 4_000_000
+_resource_cache_size = 0
+
+
+def _kind_resources(kind: str, keys: Sequence[Key]) -> list[Resource]:
+    global _resource_cache_size
+    signature: object = keys if isinstance(keys, range) else tuple(keys)
+    cache_key = (kind, signature)
+    cached = _RESOURCE_CACHE.get(cache_key)
+    if cached is not None:
+        _RESOURCE_CACHE.move_to_end(cache_key)
+        return cached
+    made = list(zip(repeat(kind), keys, strict=False))
+    _RESOURCE_CACHE[cache_key] = made
+    _resource_cache_size += len(made)
+    while _resource_cache_size > _RESOURCE_CACHE_LIMIT and len(_RESOURCE_CACHE) > 1:
+        _, evicted = _RESOURCE_CACHE.popitem(last=False)
+        _resource_cache_size -= len(evicted)
+    return made
 
 
 def java_string_hash(text: str) -> int:
@@ -228,3 +256,20 @@ def subscribers_by_kind(data: AssignmentInput, kinds: Iterable[str]) -> dict[str
             if kind in out:
                 out[kind].append(mid)
     return out
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building large assignments.
+
+    Building a million tuples triggers many collections, each of which walks
+    every object already alive (the input's claims included); the assignors
+    create no reference cycles, so pausing costs nothing and halves the time.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -50,12 +50,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from itertools import chain, filterfalse
+from itertools import chain, filterfalse, repeat
 
 from workgroup.assignors._common import (
-    Claims,
     RackInfo,
     all_resources,
+    collector_paused,
     java_hashmap_order,
     settle_claims,
     sorted_kinds,
@@ -86,9 +86,10 @@ def sticky_assign(data: AssignmentInput) -> Assignment:
     members = [data.members[mid] for mid in sorted(data.members)]
     if not members:
         return {}
-    if len({m.kinds for m in members}) == 1:
-        return _constrained(data, members)
-    return _general(data, members)
+    with collector_paused():
+        if len({m.kinds for m in members}) == 1:
+            return _constrained(data, members)
+        return _general(data, members)
 
 
 def first_round(data: AssignmentInput, target: Assignment) -> Assignment:
@@ -116,31 +117,38 @@ def _constrained(data: AssignmentInput, members: list[MemberInfo]) -> Assignment
     min_quota, expected_over = divmod(total, n)
     max_quota = min_quota + (1 if expected_over else 0)
     racks = RackInfo.build(data)
+    owned_by, claimed, unassigned = _claims_on(resources, members)
 
-    if any(m.owned for m in members):
-        index = dict(zip(resources, range(total), strict=True))
-        claims = settle_claims(members, index, subscribed_only=False)
-    else:
-        index = {}
-        claims = Claims(owned={m.member_id: [] for m in members})
-    offsets: dict[str, int] = {}
-    start = 0
-    for kind in kinds:
-        offsets[kind] = start
-        start += len(data.resources[kind])
+    positions: dict[str, dict[object, int]] = {}
 
-    def lowest_positions_first(owned: list[Resource]) -> list[Resource]:
+    def position(resource: Resource) -> int:
+        kind, key = resource
+        keys = data.resources[kind]
+        if isinstance(keys, range) and isinstance(key, int):
+            return keys.index(key)
+        table = positions.get(kind)
+        if table is None:
+            table = positions[kind] = {k: i for i, k in enumerate(keys)}
+        return table[key]
+
+    def lowest_positions_first(owned: list[Resource], quota: int) -> list[Resource]:
         # Kafka keeps the lowest partition numbers, across topics.
-        return sorted(owned, key=lambda r: (index[r] - offsets[r[0]], r[0]))
+        ordered = sorted(owned, key=lambda r: (position(r), r[0]))
+        revoked.extend(ordered[quota:])
+        return ordered[:quota]
 
     keep: dict[str, list[Resource]] = {}
+    revoked: list[Resource] = []
     under_min: list[str] = []
     at_min: list[str] = []
     over = 0
     for mid in java_hashmap_order(m.member_id for m in members):
-        owned = claims.owned[mid]
+        owned = owned_by[mid]
         if racks.enabled and owned:
-            owned = [r for r in owned if not racks.mismatch(mid, r)]
+            mismatched = [r for r in owned if racks.mismatch(mid, r)]
+            if mismatched:
+                revoked.extend(mismatched)
+                owned = [r for r in owned if not racks.mismatch(mid, r)]
         if len(owned) < min_quota:
             keep[mid] = owned
             under_min.append(mid)
@@ -148,21 +156,20 @@ def _constrained(data: AssignmentInput, members: list[MemberInfo]) -> Assignment
             over += 1
             if over == expected_over:
                 at_min.clear()
-            keep[mid] = owned if len(owned) == max_quota else lowest_positions_first(owned)[
-                :max_quota
-            ]
+            keep[mid] = (
+                owned if len(owned) == max_quota else lowest_positions_first(owned, max_quota)
+            )
         else:
-            keep[mid] = owned if len(owned) == min_quota else lowest_positions_first(owned)[
-                :min_quota
-            ]
+            keep[mid] = (
+                owned if len(owned) == min_quota else lowest_positions_first(owned, min_quota)
+            )
             if over < expected_over:
                 at_min.append(mid)
+    if revoked:
+        for resource in revoked:
+            del claimed[resource]
+        unassigned = list(filterfalse(claimed.__contains__, resources))
 
-    if any(keep.values()):
-        taken = set(chain.from_iterable(keep.values()))
-        unassigned = list(filterfalse(taken.__contains__, resources))
-    else:
-        unassigned = resources
     under_min.sort()
     at_min.sort()
     if racks.enabled:
@@ -175,6 +182,35 @@ def _constrained(data: AssignmentInput, members: list[MemberInfo]) -> Assignment
         ]
         for m in members
     }
+
+
+def _claims_on(
+    resources: list[Resource], members: list[MemberInfo]
+) -> tuple[dict[str, list[Resource]], dict[Resource, str], list[Resource]]:
+    """Settled claims of ``members`` on ``resources`` (identical subscriptions).
+
+    Returns ``member id -> resources it may keep``, ``resource -> that member``
+    and the resources nobody keeps, in resource order.  The common case (no
+    resource claimed twice, every claim on an existing resource) costs one dict
+    and one filtered copy of ``resources``.
+    """
+    claimed: dict[Resource, str] = {}
+    total = 0
+    for member in members:
+        if member.owned:
+            claimed.update(zip(member.owned, repeat(member.member_id), strict=False))
+            total += len(member.owned)
+    if not claimed:
+        return {m.member_id: [] for m in members}, claimed, resources
+    unassigned = list(filterfalse(claimed.__contains__, resources))
+    if len(claimed) == total and len(resources) - len(unassigned) == total:
+        return {m.member_id: list(m.owned) for m in members}, claimed, unassigned
+    settled = settle_claims(members, dict.fromkeys(resources), subscribed_only=False)
+    claimed = {}
+    for mid, owned in settled.owned.items():
+        claimed.update(zip(owned, repeat(mid), strict=False))
+    unassigned = list(filterfalse(claimed.__contains__, resources))
+    return settled.owned, claimed, unassigned
 
 
 def _fill_in_blocks(

@@ -1,0 +1,63 @@
+"""Numbers that describe an assignment: load balance and movement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workgroup.assignors._common import settle_claims
+from workgroup.assignors.base import Assignment, AssignmentInput
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentStats:
+    #: ``member id -> number of resources``.
+    load: dict[str, int]
+    #: Max minus min load (0 when there are no members).
+    spread: int
+    #: Resources handed out.
+    assigned: int
+    #: Resources with a subscriber that nobody got.
+    unassigned: int
+    #: Assigned resources whose owner did not own them before.
+    moves: int
+    #: The fewest moves that reach these loads: ``assigned - sum(min(owned, load))``
+    #: with ``owned`` the member's claims that survive generation checks.
+    min_moves: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "load": self.load,
+            "max_minus_min": self.spread,
+            "assigned": self.assigned,
+            "unassigned": self.unassigned,
+            "moves": self.moves,
+            "min_moves": self.min_moves,
+        }
+
+
+def assignment_stats(data: AssignmentInput, assignment: Assignment) -> AssignmentStats:
+    members = [data.members[mid] for mid in sorted(data.members)]
+    existing = {
+        (kind, key): None for kind, keys in data.resources.items() for key in keys
+    }
+    claims = settle_claims(members, existing, subscribed_only=True)
+    load = {mid: len(assignment.get(mid, [])) for mid in sorted(data.members)}
+    assigned = sum(load.values())
+    moves = 0
+    kept_possible = 0
+    for member in members:
+        mine = assignment.get(member.member_id, [])
+        owned = set(member.owned)
+        moves += sum(1 for r in mine if r not in owned)
+        kept_possible += min(len(claims.owned[member.member_id]), len(mine))
+    subscribed = set().union(*(m.kinds for m in members)) if members else set()
+    distinct = {r for rs in assignment.values() for r in rs}
+    with_subscriber = sum(len(keys) for kind, keys in data.resources.items() if kind in subscribed)
+    return AssignmentStats(
+        load=load,
+        spread=(max(load.values()) - min(load.values())) if load else 0,
+        assigned=assigned,
+        unassigned=with_subscriber - len(distinct),
+        moves=moves,
+        min_moves=max(0, assigned - kept_possible),
+    )
