@@ -15,8 +15,9 @@ Scenarios, per group size:
    JoinGroup + SyncGroup frame bytes sent and received.  Members that finished early
    heartbeat every ``--join-heartbeat-ms`` to learn about a later generation.
 2. *Sustained heartbeats*: once stable, every member keeps ``--pipeline`` heartbeats in
-   flight for ``--heartbeat-seconds``; measured: answered heartbeats per second and the
-   latency percentiles.
+   flight (by default enough for at least ``AUTO_IN_FLIGHT`` in total, at least 4 per
+   connection) for ``--heartbeat-seconds``; measured: answered heartbeats per second and
+   the latency percentiles.
 
 Run ``python benchmarks/coordinator.py --help``; see benchmarks/README.md.
 """
@@ -81,6 +82,11 @@ PROTOCOL_TYPE = "workgroup-bench"
 PROTOCOL_NAME = "trivial"
 BACKENDS = ("embedded", "tansu")
 RETRY_BACKOFF_S = 0.1
+#: Heartbeats in flight over all connections that the default pipeline depth aims at: with
+#: few connections and only a few requests each, back-end and load generator take turns
+#: instead of both working, and the back-end's capacity is under-measured.
+AUTO_IN_FLIGHT = 512
+MIN_AUTO_PIPELINE = 4
 _I32 = struct.Struct(">i")
 _HB_PLAIN = struct.Struct(">iiih")  # size, correlation id, throttle, error (header v0)
 _HB_FLEX = struct.Struct(">iiBih")  # size, correlation id, tag count, throttle, error
@@ -870,6 +876,8 @@ class HeartbeatResult:
     pipeline: int = 0
     server_cpu_percent: float | None = None
     loadgen_cpu_percent: float | None = None
+    machine_busy_percent: float | None = None
+    machine_steal_percent: float | None = None
     detail: str = ""
 
 
@@ -1089,10 +1097,15 @@ def run_heartbeats(
     pool: WorkerPool, backend: Backend, args: argparse.Namespace, result: RunResult
 ) -> None:
     cpu_before = backend.cpu_seconds()
+    machine_before = machine_cpu_ticks()
     start_at = time.monotonic() + 0.2
-    pool.broadcast(("heartbeat", start_at, args.heartbeat_seconds, args.pipeline))
+    pipeline = pipeline_depth(args.pipeline, result.members)
+    pool.broadcast(("heartbeat", start_at, args.heartbeat_seconds, pipeline))
     replies = pool.gather("heartbeat-done", args.heartbeat_seconds + 30, _no_event)
     server_cpu = backend.cpu_seconds() - cpu_before
+    machine = [
+        after - before for after, before in zip(machine_cpu_ticks(), machine_before, strict=True)
+    ]
     began = min(r["began"] for r in replies)
     ended = max(r["ended"] for r in replies)
     elapsed = max(ended - began, 1e-9)
@@ -1100,7 +1113,7 @@ def run_heartbeats(
     for reply in replies:
         latencies.frombytes(reply["latencies"])
     ordered = sorted(latencies)
-    hb = HeartbeatResult("ok", seconds=elapsed, pipeline=args.pipeline)
+    hb = HeartbeatResult("ok", seconds=elapsed, pipeline=pipeline)
     hb.answered = sum(r["answered"] for r in replies)
     hb.per_second = hb.answered / elapsed
     hb.p50_ms = _percentile(ordered, 0.50) * 1000 if ordered else None
@@ -1115,7 +1128,28 @@ def run_heartbeats(
     # Server CPU spans the whole window including the short start delay and drain.
     hb.server_cpu_percent = 100 * server_cpu / elapsed
     hb.loadgen_cpu_percent = 100 * sum(r["cpu_seconds"] for r in replies) / elapsed
+    if machine and sum(machine) > 0:
+        # /proc/stat "cpu": user nice system idle iowait irq softirq steal ...
+        idle = machine[3] + machine[4]
+        hb.machine_busy_percent = 100 * (sum(machine[:8]) - idle) / sum(machine[:8])
+        hb.machine_steal_percent = 100 * machine[7] / sum(machine[:8])
     result.heartbeat = hb
+
+
+def machine_cpu_ticks() -> list[int]:
+    """Machine-wide CPU ticks from /proc/stat (empty where unavailable)."""
+    try:
+        with open("/proc/stat") as stat:
+            return [int(v) for v in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return []
+
+
+def pipeline_depth(requested: int | None, members: int) -> int:
+    """Heartbeats in flight per connection: as requested, or the automatic depth."""
+    if requested is not None:
+        return requested
+    return max(MIN_AUTO_PIPELINE, math.ceil(AUTO_IN_FLIGHT / members))
 
 
 def _percentile(ordered: Sequence[float], fraction: float) -> float:
@@ -1153,7 +1187,7 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "tansu": tansu,
         "workers": args.workers,
-        "pipeline": args.pipeline,
+        "pipeline": args.pipeline or f"auto (>= {AUTO_IN_FLIGHT} in flight, >= 4 each)",
         "session_timeout_ms": args.session_timeout_ms,
         "rebalance_timeout_ms": args.rebalance_timeout_ms,
         "join_heartbeat_ms": args.join_heartbeat_ms,
@@ -1217,18 +1251,17 @@ def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespa
         join.add_row(*row)
     console.print(join)
 
-    heart = Table(
-        title=f"Sustained heartbeats ({args.heartbeat_seconds:g} s, "
-        f"{args.pipeline} in flight per connection)"
-    )
+    heart = Table(title=f"Sustained heartbeats ({args.heartbeat_seconds:g} s per run)")
     heart.add_column("members", justify="right")
+    heart.add_column("in flight", justify="right")
     for b in backends:
         heart.add_column(f"{b}\nheartbeats/s", justify="right")
         heart.add_column(f"{b}\np50", justify="right")
         heart.add_column(f"{b}\np99", justify="right")
         heart.add_column(f"{b}\nerrors", justify="right")
     for size in sizes:
-        row = [f"{size:,}"]
+        depth = pipeline_depth(args.pipeline, size)
+        row = [f"{size:,}", f"{depth} x {size:,}"]
         for b in backends:
             run = index.get((b, size))
             if run is None or run.heartbeat.status != "ok":
@@ -1257,6 +1290,7 @@ def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespa
         "server CPU join",
         "server CPU hb",
         "loadgen CPU hb",
+        "machine busy/steal hb",
         "peak RSS",
         "notes",
     ):
@@ -1292,6 +1326,9 @@ def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespa
             _fmt(run.join.server_cpu_seconds, ".2f", " s"),
             _fmt(run.heartbeat.server_cpu_percent, ".0f", " %"),
             _fmt(run.heartbeat.loadgen_cpu_percent, ".0f", " %"),
+            _fmt(run.heartbeat.machine_busy_percent, ".0f", " %")
+            + " / "
+            + _fmt(run.heartbeat.machine_steal_percent, ".0f", " %"),
             _fmt(run.server_peak_rss_mb, ".0f", " MiB"),
             notes,
         )
@@ -1412,8 +1449,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--pipeline",
         type=int,
-        default=4,
-        help="heartbeats in flight per connection in the heartbeat scenario",
+        default=None,
+        help="heartbeats in flight per connection in the heartbeat scenario "
+        f"(default: enough for {AUTO_IN_FLIGHT} in total, at least {MIN_AUTO_PIPELINE})",
     )
     parser.add_argument(
         "--workers",
@@ -1462,7 +1500,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.embedded_command and args.profile_dir:
         parser.error("--profile-dir profiles the default embedded command only")
-    if args.pipeline < 1 or args.workers < 1 or args.heartbeat_seconds <= 0:
+    if (
+        (args.pipeline is not None and args.pipeline < 1)
+        or args.workers < 1
+        or args.heartbeat_seconds <= 0
+    ):
         parser.error("--pipeline and --workers must be >= 1, --heartbeat-seconds > 0")
     return args
 
