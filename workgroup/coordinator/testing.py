@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.coordinator import GroupCoordinator
+from workgroup.coordinator.group import Group
 from workgroup.coordinator.messages import (
     Action,
     ClientInfo,
@@ -169,6 +170,13 @@ class CoordinatorHarness:
             raise AssertionError(f"{token} was answered with {result!r}, not {expected.__name__}")
         return result
 
+    def group(self, group_id: str) -> Group:
+        """The coordinator's group (which must exist)."""
+        group = self.coordinator.group(group_id)
+        if group is None:
+            raise AssertionError(f"group {group_id!r} does not exist")
+        return group
+
     def pending_tokens(self) -> list[Token]:
         return [token for token in self._requests if token not in self.replies]
 
@@ -189,6 +197,15 @@ class CoordinatorHarness:
             fired.extend(actions)
         self.clock.now_ms = max(self.clock.now_ms, target_ms)
         return fired
+
+    def advance_until_answered(self, *tokens: Token) -> None:
+        """Fire timers, deadline by deadline, until every token has its answer."""
+        while not all(token in self.replies for token in tokens):
+            deadline = self.coordinator.next_deadline_ms()
+            if deadline is None:
+                pending = [t for t in tokens if t not in self.replies]
+                raise AssertionError(f"no timer left to answer {pending}")
+            self.advance_to(deadline)
 
     def _record(self, actions: list[Action]) -> None:
         for action in actions:
@@ -295,12 +312,7 @@ class CoordinatorHarness:
             )
             for _ in range(size)
         ]
-        self.advance(self.config.initial_rebalance_delay_ms)
-        while not all(self.answered(token) for _, token in joins):
-            deadline = self.coordinator.next_deadline_ms()
-            if deadline is None:
-                raise AssertionError("join phase cannot complete: no timer left")
-            self.advance_to(deadline)
+        self.advance_until_answered(*(token for _, token in joins))
         results = [self.result(token, JoinGroupResult) for _, token in joins]
         for result in results:
             if result.error is not ErrorCode.NONE:
