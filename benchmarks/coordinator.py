@@ -41,6 +41,7 @@ import platform
 import pstats
 import resource
 import shlex
+import shutil
 import signal
 import socket
 import struct
@@ -1027,9 +1028,11 @@ def run_one(backend_name: str, members: int, args: argparse.Namespace, log_dir: 
         connected = sum(pool.gather("connected", args.startup_timeout + members / 50, _no_event))
         if connected != members:
             raise RuntimeError(f"only {connected} of {members} connections opened")
-        run_join(pool, backend, members, args, result)
+        with sampled(args, backend, f"{label}-join"):
+            run_join(pool, backend, members, args, result)
         if result.join.status == "stable":
-            run_heartbeats(pool, backend, args, result)
+            with sampled(args, backend, f"{label}-heartbeat"):
+                run_heartbeats(pool, backend, args, result)
         else:
             result.heartbeat = HeartbeatResult("skipped", detail="group not stable")
         result.server_peak_rss_mb = backend.peak_rss_mb()
@@ -1041,6 +1044,96 @@ def run_one(backend_name: str, members: int, args: argparse.Namespace, log_dir: 
             pool.close()
         backend.stop()
     return result
+
+
+@contextlib.contextmanager
+def sampled(args: argparse.Namespace, backend: Backend, label: str) -> Iterator[None]:
+    """Sample the embedded coordinator with py-spy while the block runs (if asked)."""
+    if args.py_spy_dir is None or not isinstance(backend, EmbeddedBackend):
+        yield
+        return
+    assert backend.process is not None
+    raw = args.py_spy_dir / f"{label}.collapsed"
+    with (args.py_spy_dir / f"{label}.py-spy.log").open("wb") as spy_log:
+        spy = subprocess.Popen(
+            [
+                args.py_spy,
+                "record",
+                "--pid",
+                str(backend.process.pid),
+                "--rate",
+                "250",
+                "--nonblocking",
+                "--format",
+                "raw",
+                "--output",
+                str(raw),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=spy_log,
+            stderr=subprocess.STDOUT,
+        )
+        time.sleep(0.5)  # let it attach before the phase starts
+        try:
+            yield
+        finally:
+            spy.send_signal(signal.SIGINT)
+            try:
+                spy.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+                spy.wait()
+    if raw.exists():
+        summary = args.py_spy_dir / f"{label}.top.txt"
+        summary.write_text(summarize_samples(raw.read_text(), 30))
+        log(f"  py-spy {label}: {summary}")
+    else:
+        log(f"  py-spy {label}: no samples (see {args.py_spy_dir / (label + '.py-spy.log')})")
+
+
+def summarize_samples(collapsed: str, limit: int) -> str:
+    """Top functions by own and by total samples, from py-spy's collapsed stacks."""
+    own: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    samples = 0
+    for line in collapsed.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        samples += count
+        frames = [_function_of(frame) for frame in stack.split(";")]
+        own[frames[-1]] += count
+        for frame in set(frames):
+            if not frame.endswith(_OUTER_FRAMES):
+                total[frame] += count
+    lines = [f"{samples} samples of the coordinator on CPU (py-spy, idle excluded)", ""]
+    for title, counter in (("own time (the function itself)", own), ("total time", total)):
+        lines.append(f"top {limit} by {title}:")
+        for frame, count in counter.most_common(limit):
+            lines.append(f"  {100 * count / max(samples, 1):5.1f} %  {frame}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+#: Frames every sample passes through (start-up, CLI, event loop): left out of "total".
+_OUTER_FRAMES = (
+    "(<frozen runpy>)",
+    "(click/core.py)",
+    "(workgroup/__main__.py)",
+    "(workgroup/cli/__init__.py)",
+    "(workgroup/cli/coordinator.py)",
+    "(asyncio/runners.py)",
+    "BaseEventLoop.run_until_complete (asyncio/base_events.py)",
+    "BaseEventLoop.run_forever (asyncio/base_events.py)",
+)
+
+
+def _function_of(frame: str) -> str:
+    """'func (path/file.py:123)' -> 'func (path/file.py)': aggregate over lines."""
+    name, _, location = frame.partition(" (")
+    path = location.rstrip(")").rsplit(":", 1)[0]
+    return f"{name} ({path})" if path else name
 
 
 def _no_event(event: Any) -> None:
@@ -1193,7 +1286,7 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
         "join_heartbeat_ms": args.join_heartbeat_ms,
         "join_timeout_s": args.join_timeout,
         "heartbeat_seconds": args.heartbeat_seconds,
-        "profiled": bool(args.profile_dir),
+        "profiled": bool(args.profile_dir) or bool(args.py_spy_dir),
     }
 
 
@@ -1497,7 +1590,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "'python -m workgroup coordinator' (--listen and --initial-rebalance-delay-ms "
         "are appended); e.g. another checkout's interpreter",
     )
+    parser.add_argument(
+        "--py-spy-dir",
+        type=Path,
+        default=None,
+        help="sample the embedded coordinator with py-spy during each scenario; write the "
+        "collapsed stacks and a top-functions summary here",
+    )
+    parser.add_argument(
+        "--py-spy",
+        default=os.environ.get("PY_SPY") or shutil.which("py-spy") or "py-spy",
+        help="py-spy executable (env PY_SPY)",
+    )
     args = parser.parse_args(argv)
+    if args.py_spy_dir is not None:
+        if not (Path(args.py_spy).exists() or shutil.which(args.py_spy)):
+            parser.error(f"--py-spy-dir needs py-spy: {args.py_spy!r} not found (set PY_SPY)")
+        args.py_spy_dir.mkdir(parents=True, exist_ok=True)
     if args.embedded_command and args.profile_dir:
         parser.error("--profile-dir profiles the default embedded command only")
     if (
