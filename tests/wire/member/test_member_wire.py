@@ -1,0 +1,215 @@
+"""GroupMember over the wire: the embedded coordinator (subprocess) and Tansu."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.unit.member.member_sim import RoundRobinTestAssignor, StickyTestAssignor
+from workgroup.assignors.base import Resource
+from workgroup.member.driver import GroupMember
+from workgroup.member.errors import InconsistentProtocolError
+from workgroup.protocol import Protocol
+
+from .backends import Backend, run_backend
+
+RESOURCES = {"shard": list(range(12))}
+TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module", params=["embedded", pytest.param("tansu", marks=pytest.mark.tansu)])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    with run_backend(request.param) as running:
+        yield running
+
+
+@dataclass
+class OwnershipLog:
+    """Callbacks of every member, in the order they ran (one event loop)."""
+
+    events: list[tuple[float, str, str, tuple[Resource, ...], int]] = field(default_factory=list)
+
+    def callbacks(self, name: str) -> dict[str, object]:
+        def record(kind: str):  # type: ignore[no-untyped-def]
+            def callback(resources: tuple[Resource, ...], generation: int) -> None:
+                self.events.append((time.monotonic(), name, kind, resources, generation))
+
+            return callback
+
+        return {k: record(k) for k in ("on_assigned", "on_revoked", "on_lost")}
+
+    def check_exclusive(self) -> None:
+        owner: dict[Resource, str] = {}
+        for _, name, kind, resources, _ in self.events:
+            for r in resources:
+                if kind == "on_assigned":
+                    assert owner.get(r) in (None, name), f"{r} given to {name}, owned by {owner[r]}"
+                    owner[r] = name
+                elif owner.get(r) == name:
+                    del owner[r]
+
+    def revoked(self, name: str) -> list[Resource]:
+        return [r for _, n, k, rs, _ in self.events if n == name and k == "on_revoked" for r in rs]
+
+
+class Group:
+    def __init__(self, backend: Backend, mode: str) -> None:
+        self.backend = backend
+        self.mode = mode
+        self.group_id = f"wire-{mode}-{uuid.uuid4().hex[:8]}"
+        self.members: dict[str, GroupMember] = {}
+        self.log = OwnershipLog()
+
+    def protocol(self) -> Protocol:
+        if self.mode == "eager":
+            return Protocol("round-robin", RoundRobinTestAssignor())
+        return Protocol("sticky", StickyTestAssignor())
+
+    async def add(
+        self,
+        name: str,
+        *,
+        instance_id: str | None = None,
+        start: bool = True,
+        protocols: list[Protocol] | None = None,
+    ) -> GroupMember:
+        member = GroupMember(
+            self.backend.bootstrap,
+            self.group_id,
+            protocols or [self.protocol()],
+            instance_id=instance_id,
+            session_timeout_ms=self.backend.session_timeout_ms,
+            rebalance_timeout_ms=10_000,
+            heartbeat_interval_ms=300,
+            resources=RESOURCES,
+            client_id=f"{self.group_id}-{name}",
+            **self.log.callbacks(name),  # type: ignore[arg-type]
+        )
+        self.members[name] = member
+        if start:
+            await member.start()
+        return member
+
+    async def remove(self, name: str) -> None:
+        await self.members.pop(name).close()
+
+    async def settle(
+        self, count: int, timeout: float = TIMEOUT_S
+    ) -> dict[str, frozenset[Resource]]:
+        """Wait until ``count`` members are stable in one generation owning everything."""
+        async with asyncio.timeout(timeout):
+            while True:
+                members = list(self.members.values())
+                for m in members:
+                    if m.error is not None:
+                        raise m.error
+                generations = {m.generation for m in members}
+                owned = [m.assignment for m in members]
+                if (
+                    len(members) == count
+                    and all(m.stable for m in members)
+                    and len(generations) == 1
+                    and sum(len(o) for o in owned) == 12
+                    and len(frozenset().union(*owned)) == 12
+                ):
+                    # Still stable a heartbeat later: no rebalance was brewing.
+                    await asyncio.sleep(0.8)
+                    if (
+                        all(m.stable for m in members)
+                        and {m.generation for m in members} == generations
+                    ):
+                        return {n: m.assignment for n, m in self.members.items()}
+                await asyncio.sleep(0.05)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(m.close() for m in self.members.values()))
+
+
+@pytest.fixture
+async def make_group(backend: Backend) -> AsyncIterator:  # type: ignore[type-arg]
+    groups: list[Group] = []
+
+    def make(mode: str) -> Group:
+        group = Group(backend, mode)
+        groups.append(group)
+        return group
+
+    yield make
+    for group in groups:
+        await group.close()
+
+
+def balanced(assignment: dict[str, frozenset[Resource]]) -> bool:
+    sizes = [len(v) for v in assignment.values()]
+    return max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("mode", ["eager", "cooperative"])
+async def test_three_members_share_twelve_resources(make_group, mode: str) -> None:  # type: ignore[no-untyped-def]
+    group = make_group(mode)
+    for name in "abc":
+        await group.add(name)
+    assignment = await group.settle(3)
+    assert sorted(len(v) for v in assignment.values()) == [4, 4, 4]
+    members = list(group.members.values())
+    assert sum(m.is_leader for m in members) == 1
+    assert {m.protocol for m in members} == {group.protocol().wire_name}
+    group.log.check_exclusive()
+
+
+@pytest.mark.parametrize("mode", ["eager", "cooperative"])
+async def test_one_leaves_then_one_joins(make_group, mode: str) -> None:  # type: ignore[no-untyped-def]
+    group = make_group(mode)
+    for name in "abc":
+        await group.add(name)
+    before = await group.settle(3)
+    await group.remove("c")
+    after_leave = await group.settle(2)
+    assert balanced(after_leave)
+    if mode == "cooperative":
+        # The survivors keep what they had; only c's resources moved.
+        assert before["a"] <= after_leave["a"]
+        assert before["b"] <= after_leave["b"]
+        assert not group.log.revoked("a")
+        assert not group.log.revoked("b")
+    await group.add("d")
+    after_join = await group.settle(3)
+    assert sorted(len(v) for v in after_join.values()) == [4, 4, 4]
+    if mode == "cooperative":
+        # Only what d took was revoked.
+        moved = len(group.log.revoked("a")) + len(group.log.revoked("b"))
+        assert moved == 4
+    group.log.check_exclusive()
+
+
+async def test_static_restart_moves_nothing(make_group, backend: Backend) -> None:  # type: ignore[no-untyped-def]
+    group = make_group("cooperative")
+    for name in "abc":
+        await group.add(name, instance_id=f"{group.group_id}-{name}")
+    before = await group.settle(3)
+    generation = group.members["a"].generation
+    await group.remove("b")  # static: no LeaveGroup
+    await group.add("b", instance_id=f"{group.group_id}-b")
+    after = await group.settle(3)
+    assert after == before
+    assert group.members["a"].generation == generation
+    assert not group.log.revoked("a")
+    assert not group.log.revoked("c")
+    group.log.check_exclusive()
+
+
+async def test_protocol_type_mismatch_is_fatal(make_group, backend: Backend) -> None:  # type: ignore[no-untyped-def]
+    group = make_group("cooperative")
+    await group.add("a")
+    async with asyncio.timeout(TIMEOUT_S):
+        await group.members["a"].wait_stable()
+    other = Protocol("sticky", StickyTestAssignor(), type="other")
+    intruder = await group.add("x", protocols=[other])
+    with pytest.raises(InconsistentProtocolError):
+        async with asyncio.timeout(TIMEOUT_S):
+            await intruder.wait_stable()
