@@ -65,7 +65,7 @@ CREATE TABLE IF NOT EXISTS offsets (
 def _sqlite_errors(action: str) -> Iterator[None]:
     try:
         yield
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, OverflowError) as exc:  # OverflowError: an int beyond 64 bits
         raise StoreError(f"cannot {action}: {exc}") from exc
 
 
