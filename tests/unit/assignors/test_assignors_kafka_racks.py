@@ -1,0 +1,127 @@
+"""Rack cases ported from Kafka's ``AbstractStickyAssignorTest`` (KIP-881) with the
+partition layout of ``AbstractPartitionAssignorTest``: brokers on racks, partition
+*i* of a topic has its replicas on brokers ``(i + j + offset) % brokers``."""
+
+from __future__ import annotations
+
+import pytest
+from assignor_inputs import check_valid, member
+
+from workgroup.assignors.base import AssignmentInput, Resource
+from workgroup.assignors.sticky import CooperativeStickyAssignor, StickyAssignor
+
+TOPICS = {"t1": 6, "t2": 7, "t3": 2}
+ALL = ["t1", "t2", "t3"]
+LETTERS = "abcdefg"
+
+
+def racks(n: int) -> list[str | None]:
+    return [LETTERS[i % len(LETTERS)] for i in range(n)]
+
+
+def layout(replication: int, broker_racks: list[str | None]) -> dict[Resource, frozenset[str]]:
+    out: dict[Resource, frozenset[str]] = {}
+    offset = 0
+    for topic, count in TOPICS.items():
+        for i in range(count):
+            nodes = [(i + j + offset) % len(broker_racks) for j in range(replication)]
+            on = {broker_racks[n] for n in nodes if broker_racks[n] is not None}
+            out[(topic, i)] = frozenset(r for r in on if r is not None)
+        offset += count
+    return out
+
+
+def parse(text: str) -> list[Resource]:
+    out: list[Resource] = []
+    for item in text.split(", "):
+        topic, _, partition = item.rpartition("-")
+        out.append((topic, int(partition)))
+    return out
+
+
+def run(
+    assignor: StickyAssignor,
+    replication: int,
+    broker_racks: list[str | None],
+    consumer_racks: list[str | None],
+    topics: list[list[str]],
+    owned: list[str] | None,
+    expected: list[str],
+    mismatches: int,
+) -> None:
+    resource_racks = layout(replication, broker_racks)
+    members = {}
+    for i, rack in enumerate(consumer_racks):
+        claims = parse(owned[i]) if owned else []
+        members[f"consumer{i}"] = member(f"consumer{i}", topics[i], claims, -1, rack=rack)
+    data = AssignmentInput(
+        {t: range(n) for t, n in TOPICS.items()},
+        members,
+        {r: rs for r, rs in resource_racks.items() if rs},
+    )
+    assignment = assignor.assign(data)
+    check_valid(data, assignment)
+    actual = [
+        ", ".join(sorted(f"{t}-{p}" for t, p in assignment[f"consumer{i}"]))
+        for i in range(len(consumer_racks))
+    ]
+    assert actual == expected
+    if mismatches >= 0:
+        off_rack = [
+            r
+            for i, rack in enumerate(consumer_racks)
+            if rack is not None
+            for r in assignment[f"consumer{i}"]
+            if rack not in resource_racks[r]
+        ]
+        assert len(off_rack) == mismatches, off_rack
+
+
+UNIFORM_EXPECTED = [
+    "t1-0, t1-3, t2-0, t2-3, t2-6",
+    "t1-1, t1-4, t2-1, t2-4, t3-0",
+    "t1-2, t1-5, t2-2, t2-5, t3-1",
+]
+
+
+@pytest.fixture(params=[StickyAssignor(), CooperativeStickyAssignor()], ids=lambda a: a.name)
+def assignor(request: pytest.FixtureRequest) -> StickyAssignor:
+    chosen: StickyAssignor = request.param
+    return chosen
+
+
+@pytest.mark.parametrize(
+    ("replication", "brokers", "consumers", "mismatches"),
+    [
+        (3, [None, None, None], racks(3), -1),  # brokers without racks
+        (3, racks(3), [None, None, None], -1),  # consumers without racks
+        (3, racks(3), racks(3), 0),  # every partition on every rack
+        (3, racks(3), ["d", "e", "f"], -1),  # no rack in common
+        (3, racks(3), [None, "e", "f"], -1),
+        (1, racks(3), racks(3), 0),  # rack-aware: one replica per partition
+        (2, racks(3), racks(3), 0),
+        (3, racks(2), racks(3), 5),  # consumer2's rack has no data: balance wins
+    ],
+)
+@pytest.mark.parametrize("owned_first", [False, True], ids=["fresh", "owned"])
+def test_rack_aware_assignment_with_uniform_subscription(
+    assignor: StickyAssignor,
+    replication: int,
+    brokers: list[str | None],
+    consumers: list[str | None],
+    mismatches: int,
+    owned_first: bool,
+) -> None:
+    owned = UNIFORM_EXPECTED if owned_first else None
+    run(assignor, replication, brokers, consumers, [ALL] * 3, owned, UNIFORM_EXPECTED, mismatches)
+
+
+def test_rack_awareness_improved_when_owned_partitions_misaligned(
+    assignor: StickyAssignor,
+) -> None:
+    owned = [
+        "t1-0, t1-1, t1-2, t1-3, t1-4",
+        "t1-5, t2-0, t2-1, t2-2, t2-3",
+        "t2-4, t2-5, t2-6, t3-0, t3-1",
+    ]
+    run(assignor, 1, racks(3), racks(3), [ALL] * 3, owned, UNIFORM_EXPECTED, 0)
