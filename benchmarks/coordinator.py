@@ -1673,6 +1673,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="print machine-readable results on stdout instead of tables",
     )
     parser.add_argument(
+        "--json-out",
+        type=Path,
+        default=None,
+        help="also write the machine-readable results to this file",
+    )
+    parser.add_argument(
         "--profile-dir",
         type=Path,
         default=None,
@@ -1765,16 +1771,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         capped.add((backend, size))
     if args.profile_dir:
         print_profiles(args.profile_dir, 40)
+    document = {
+        "environment": env,
+        "summary": [s.as_dict() for s in summarize(results).values()],
+        "results": [dataclasses.asdict(r) for r in results],
+    }
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(document, indent=2) + "\n")
     if args.json:
-        json.dump(
-            {
-                "environment": env,
-                "summary": [s.as_dict() for s in summarize(results).values()],
-                "results": [dataclasses.asdict(r) for r in results],
-            },
-            sys.stdout,
-            indent=2,
-        )
+        json.dump(document, sys.stdout, indent=2)
         print()
     else:
         render(results, env, args)
