@@ -13,6 +13,7 @@ import selectors
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -27,7 +28,7 @@ BACKENDS = ["embedded", pytest.param("tansu", marks=pytest.mark.tansu)]
 
 #: Session timeout the tests give their members. Tansu holds every JoinGroup for
 #: about half the first member's session timeout, so it must stay short there.
-SESSION_TIMEOUT_MS = {"embedded": 3000, "tansu": 1000}
+SESSION_TIMEOUT_MS = {"embedded": 3000, "tansu": 2000}
 
 #: The embedded coordinator runs with a low minimum session timeout so that
 #: session expiry can be tested in a second rather than in Kafka's six.
@@ -100,39 +101,49 @@ def run_tansu() -> Iterator[tuple[str, int]]:
 
 @contextlib.contextmanager
 def run_embedded(*extra_args: str) -> Iterator[tuple[str, int]]:
-    """``workgroup coordinator --listen 127.0.0.1:0``; the first stdout line names the port."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "workgroup",
-            "coordinator",
-            "--listen",
-            "127.0.0.1:0",
-            "--min-session-timeout-ms",
-            str(EMBEDDED_MIN_SESSION_TIMEOUT_MS),
-            *extra_args,
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        assert process.stdout is not None
-        with selectors.DefaultSelector() as selector:
-            selector.register(process.stdout, selectors.EVENT_READ)
-            if not selector.select(timeout=STARTUP_TIMEOUT_S):
-                raise TimeoutError("the embedded coordinator did not report its address")
-        line = process.stdout.readline().decode().strip()
-        prefix = "listening on "
-        if not line.startswith(prefix):
-            raise RuntimeError(f"unexpected first line from the coordinator: {line!r}")
-        host, _, port = line[len(prefix) :].rpartition(":")
-        wait_until_accepting(host, int(port), process)
-        yield host, int(port)
-    finally:
-        stop(process)
+    """``workgroup coordinator --listen 127.0.0.1:0``; the first stdout line names the port.
+
+    Its log goes to a temporary file that is printed if the process dies early.
+    """
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "workgroup",
+                "coordinator",
+                "--listen",
+                "127.0.0.1:0",
+                "--min-session-timeout-ms",
+                str(EMBEDDED_MIN_SESSION_TIMEOUT_MS),
+                *extra_args,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            assert process.stdout is not None
+            with selectors.DefaultSelector() as selector:
+                selector.register(process.stdout, selectors.EVENT_READ)
+                if not selector.select(timeout=STARTUP_TIMEOUT_S):
+                    raise TimeoutError("the embedded coordinator did not report its address")
+            line = process.stdout.readline().decode().strip()
+            prefix = "listening on "
+            if not line.startswith(prefix):
+                raise RuntimeError(f"unexpected first line from the coordinator: {line!r}")
+            host, _, port = line[len(prefix) :].rpartition(":")
+            wait_until_accepting(host, int(port), process)
+            yield host, int(port)
+            if process.poll() is not None:
+                log.seek(0)
+                tail = log.read()[-4000:].decode(errors="replace")
+                raise RuntimeError(
+                    f"the embedded coordinator exited with {process.returncode}:\n{tail}"
+                )
+        finally:
+            stop(process)
 
 
 @dataclass
@@ -206,3 +217,18 @@ async def connect(backend: Backend) -> AsyncIterator[Connect]:
     yield _connect
     for wire in opened:
         await wire.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The aiokafka encoder against Tansu repeats what kafka-python's run shows
+    (Tansu holds every JoinGroup ~1 s): it only runs with the slow tests."""
+    here = Path(__file__).parent
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or here not in item.path.parents:
+            continue
+        if (
+            callspec.params.get("backend") == "tansu"
+            and callspec.params.get("encoder") == "aiokafka"
+        ):
+            item.add_marker(pytest.mark.slow)

@@ -126,6 +126,7 @@ async def settle(members: Sequence[Member], timeout_s: float = 20.0) -> int:
     beats: dict[int, int] = {}
     tasks = [asyncio.create_task(m.run(stop, beats)) for m in members]
     deadline = time.monotonic() + timeout_s
+    settled = False
     try:
         while True:
             for task in tasks:
@@ -137,6 +138,7 @@ async def settle(members: Sequence[Member], timeout_s: float = 20.0) -> int:
                 and -1 not in generations
                 and all(beats.get(id(m), 0) >= 2 for m in members)
             ):
+                settled = True
                 return generations.pop()
             if time.monotonic() > deadline:
                 raise GroupError(
@@ -145,4 +147,9 @@ async def settle(members: Sequence[Member], timeout_s: float = 20.0) -> int:
             await asyncio.sleep(0.05)
     finally:
         stop.set()
+        if not settled:
+            # A member may be parked in a JoinGroup the broker holds; the test
+            # has failed already, so do not wait for it.
+            for task in tasks:
+                task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -128,8 +128,9 @@ async def test_member_id_required_on_join_v4_and_later(
 
 
 async def test_join_before_v4_gets_member_id_at_once(
-    backend: Backend, connect: Connect, group_id: str
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, group_id: str
 ):
+    tansu_deviates(request, backend, "JoinGroup v0-v3 also gets MEMBER_ID_REQUIRED")
     wire = await connect("kafka-python")
     joined = await wire.join(group_id, session_timeout_ms=backend.session_timeout_ms, version=3)
     assert joined.error == NONE
@@ -196,7 +197,10 @@ async def test_preference_vote_picks_protocol_all_support(
         protocols=[("sticky", b"s"), ("range", b"r"), ("roundrobin", b"rr")],
     )
     b = member(
-        await connect(encoder), group_id, backend, protocols=[("roundrobin", b"rr"), ("range", b"r")]
+        await connect(encoder),
+        group_id,
+        backend,
+        protocols=[("roundrobin", b"rr"), ("range", b"r")],
     )
     c = member(
         await connect(encoder),
@@ -282,31 +286,68 @@ async def test_heartbeat_rebalance_in_progress_when_member_joins(
     await asyncio.gather(a.leave(), b.leave())
 
 
-async def test_stale_generation_is_illegal(
-    backend: Backend, connect: Connect, encoder: str, group_id: str
+async def test_heartbeat_stale_generation_is_illegal(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
 ):
+    tansu_deviates(request, backend, "Heartbeat with a wrong generation gets REBALANCE_IN_PROGRESS")
     a = member(await connect(encoder), group_id, backend)
     generation = await settle([a])
-    wire = a.wire
-    assert await wire.heartbeat(group_id, generation - 1, a.member_id) == ILLEGAL_GENERATION
-    assert await wire.heartbeat(group_id, generation + 1, a.member_id) == ILLEGAL_GENERATION
-    synced = await wire.sync(group_id, generation + 1, a.member_id)
+    older = await a.wire.heartbeat(group_id, generation - 1, a.member_id)
+    newer = await a.wire.heartbeat(group_id, generation + 1, a.member_id)
+    assert (older, newer) == (ILLEGAL_GENERATION, ILLEGAL_GENERATION)
+    assert await a.heartbeat() == NONE
+    await a.leave()
+
+
+async def test_sync_stale_generation_is_illegal(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
+):
+    tansu_deviates(request, backend, "SyncGroup with a wrong generation gets REBALANCE_IN_PROGRESS")
+    a = member(await connect(encoder), group_id, backend)
+    generation = await settle([a])
+    synced = await a.wire.sync(group_id, generation + 1, a.member_id)
     assert synced.error == ILLEGAL_GENERATION
     assert await a.heartbeat() == NONE
     await a.leave()
 
 
-async def test_unknown_member_id(backend: Backend, connect: Connect, encoder: str, group_id: str):
+async def test_heartbeat_unknown_member_id(
+    backend: Backend, connect: Connect, encoder: str, group_id: str
+):
     a = member(await connect(encoder), group_id, backend)
     generation = await settle([a])
-    wire = a.wire
-    assert await wire.heartbeat(group_id, generation, "no-such-member") == UNKNOWN_MEMBER_ID
-    assert (await wire.sync(group_id, generation, "no-such-member")).error == UNKNOWN_MEMBER_ID
-    joined = await wire.join(
+    assert await a.wire.heartbeat(group_id, generation, "no-such-member") == UNKNOWN_MEMBER_ID
+    assert await a.heartbeat() == NONE
+    await a.leave()
+
+
+async def test_sync_unknown_member_id(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
+):
+    tansu_deviates(request, backend, "SyncGroup from an unknown member gets REBALANCE_IN_PROGRESS")
+    a = member(await connect(encoder), group_id, backend)
+    generation = await settle([a])
+    synced = await a.wire.sync(group_id, generation, "no-such-member")
+    assert synced.error == UNKNOWN_MEMBER_ID
+    assert await a.heartbeat() == NONE
+    await a.leave()
+
+
+async def test_join_unknown_member_id(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
+):
+    tansu_deviates(
+        request, backend, "JoinGroup with a made-up member id admits a member with that id"
+    )
+    a = member(await connect(encoder), group_id, backend)
+    generation = await settle([a])
+    intruder = await connect(encoder)
+    joined = await intruder.join(
         group_id, member_id="no-such-member", session_timeout_ms=backend.session_timeout_ms
     )
     assert joined.error == UNKNOWN_MEMBER_ID
     assert await a.heartbeat() == NONE
+    assert a.generation == generation
     await a.leave()
 
 
@@ -349,9 +390,36 @@ async def test_leave_group_v0(backend: Backend, connect: Connect, encoder: str, 
     assert described.members == []
 
 
-async def test_batch_leave_by_instance_id(
+async def test_batch_leave_by_member_id(
     backend: Backend, connect: Connect, encoder: str, group_id: str
 ):
+    a = member(await connect(encoder), group_id, backend)
+    b = member(await connect(encoder), group_id, backend)
+    await settle([a, b])
+    admin = await connect(encoder)
+    left = await admin.leave_batch(
+        group_id, [(a.member_id, None), (b.member_id, None), ("no-such-member", None)]
+    )
+    assert left.error == NONE
+    assert {m.member_id: m.error for m in left.members} == {
+        a.member_id: NONE,
+        b.member_id: NONE,
+        "no-such-member": UNKNOWN_MEMBER_ID,
+    }
+    described = await admin.describe(group_id)
+    assert described.state == "Empty"
+    assert described.members == []
+
+
+async def test_batch_leave_by_instance_id(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
+):
+    tansu_deviates(
+        request,
+        backend,
+        "of two static members only one stays (the other's heartbeat gets UNKNOWN_MEMBER_ID); "
+        "leaving by instance id answers UNKNOWN_MEMBER_ID",
+    )
     a = member(await connect(encoder), group_id, backend, instance_id="instance-a")
     b = member(await connect(encoder), group_id, backend, instance_id="instance-b")
     await settle([a, b])
@@ -378,7 +446,10 @@ async def test_static_member_restart_fences_old_id_without_rebalance(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
 ):
     tansu_deviates(
-        request, backend, "a restarted static member keeps its member id; nothing is fenced"
+        request,
+        backend,
+        "of two static members only one stays; a restarted static member keeps its "
+        "member id and nothing is fenced",
     )
     a = member(await connect(encoder), group_id, backend, instance_id="instance-a")
     b = member(await connect(encoder), group_id, backend, instance_id="instance-b")
@@ -452,8 +523,9 @@ async def test_offset_commit_validates_generation(
 
 
 async def test_commit_metadata_kept(
-    backend: Backend, connect: Connect, encoder: str, group_id: str
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
 ):
+    tansu_deviates(request, backend, "the commit metadata string is dropped (fetched as '')")
     topic = "interop-metadata"
     await backend.ensure_topic(topic, partitions=2)
     a = member(await connect(encoder), group_id, backend)
@@ -510,7 +582,10 @@ async def test_list_groups(
     await a.leave()
 
 
-async def test_delete_groups(backend: Backend, connect: Connect, encoder: str, group_id: str):
+async def test_delete_groups(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
+):
+    tansu_deviates(request, backend, "a group with members is deleted (no NON_EMPTY_GROUP)")
     a = member(await connect(encoder), group_id, backend)
     await settle([a])
     admin = await connect(encoder)

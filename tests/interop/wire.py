@@ -242,9 +242,7 @@ class GroupWire(abc.ABC):
         """LeaveGroup v0-2: one member by member id."""
 
     @abc.abstractmethod
-    async def leave_batch(
-        self, group: str, members: Sequence[tuple[str, str | None]]
-    ) -> Left:
+    async def leave_batch(self, group: str, members: Sequence[tuple[str, str | None]]) -> Left:
         """LeaveGroup v3+: (member id, instance id) pairs, member id may be empty."""
 
     @abc.abstractmethod
@@ -448,9 +446,7 @@ class KafkaPythonWire(GroupWire):
         r = await self.request(LeaveGroupRequest(group_id=group, member_id=member_id, version=0))
         return Left(r.error_code)
 
-    async def leave_batch(
-        self, group: str, members: Sequence[tuple[str, str | None]]
-    ) -> Left:
+    async def leave_batch(self, group: str, members: Sequence[tuple[str, str | None]]) -> Left:
         v = self.version_for(13)
         assert v >= 3, "batch leave needs LeaveGroup v3+"
         r = await self.request(
@@ -501,9 +497,7 @@ class KafkaPythonWire(GroupWire):
                 version=self.version_for(8),
             )
         )
-        return {
-            (t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions
-        }
+        return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
 
     async def fetch(
         self, group: str, partitions: dict[str, list[int]]
@@ -724,9 +718,7 @@ class AiokafkaWire(GroupWire):
         r = await self.request(LeaveGroupRequest_v1(group, member_id))
         return Left(r.error_code)
 
-    async def leave_batch(
-        self, group: str, members: Sequence[tuple[str, str | None]]
-    ) -> Left:
+    async def leave_batch(self, group: str, members: Sequence[tuple[str, str | None]]) -> Left:
         r = await self.request(LeaveGroupRequest_v3(group, list(members)))
         return Left(r.error_code, [LeftMember(m, i, e) for m, i, e in r.members])
 
