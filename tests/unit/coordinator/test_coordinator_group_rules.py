@@ -160,3 +160,10 @@ def test_rebalance_timeout_is_the_largest_of_the_members() -> None:
         m.rebalance_timeout_ms = timeout
         group.add(m, None, 9)
     assert group.rebalance_timeout_ms() == 60_000
+
+
+def test_java_hashmap_order_follows_table_growth() -> None:
+    # "q" (113) and "a" (97) share bucket 1 of a 16-slot table but not of a 32-slot one.
+    assert java_hashmap_order(["q", "a", "b"]) == ["q", "a", "b"]
+    thirteen = ["q", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"]
+    assert java_hashmap_order(thirteen) == [*"abcdefghijkl", "q"]

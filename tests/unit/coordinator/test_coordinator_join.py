@@ -450,3 +450,14 @@ def test_the_first_stable_generation_is_persisted_before_the_sync_answers() -> N
     assert stored.generation_id == formed.generation_id
     assert stored.leader == formed.leader
     assert {m.member_id: m.assignment for m in stored.members} == formed.assignments
+
+
+def test_a_member_rejoining_with_no_protocol_the_others_support_is_refused_but_kept() -> None:
+    h = harness()
+    formed = h.form_group("g", 2, protocols=(("range", b""),))
+    result = h.call(join_request("g", formed.leader, protocols=(("sticky", b""),)), JoinGroupResult)
+    assert result.error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert result.member_id == formed.leader
+    group = h.group("g")
+    assert group.has_member(formed.leader)
+    assert group.is_in(GroupState.STABLE)

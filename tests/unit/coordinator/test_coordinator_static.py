@@ -20,9 +20,14 @@ def static_join(h: CoordinatorHarness, instance: str, member_id: str = "", **kw:
     return h.send(join_request("g", member_id, group_instance_id=instance, **kw))  # type: ignore[arg-type]
 
 
-def stable_static_group(h: CoordinatorHarness, size: int) -> dict[str, str]:
+def stable_static_group(
+    h: CoordinatorHarness, size: int, session_timeout_ms: int = 10_000
+) -> dict[str, str]:
     """A Stable group of static members host-0..; returns instance id -> member id."""
-    tokens = {f"host-{i}": static_join(h, f"host-{i}") for i in range(size)}
+    tokens = {
+        f"host-{i}": static_join(h, f"host-{i}", session_timeout_ms=session_timeout_ms)
+        for i in range(size)
+    }
     h.advance_until_answered(*tokens.values())
     results = {i: h.result(t, JoinGroupResult) for i, t in tokens.items()}
     leader = results["host-0"].leader
@@ -188,3 +193,65 @@ def test_static_members_that_miss_a_rebalance_are_kept_until_their_session_ends(
     assert result.generation_id == generation + 1
     assert {m.group_instance_id for m in result.members} == {"host-0", "host-1"}
     assert h.group("g").static_member_id("host-1") == results["host-1"].member_id
+
+
+def test_a_static_leader_that_misses_the_rebalance_hands_leadership_to_a_rejoined_member() -> None:
+    h = harness()
+    kw = {"session_timeout_ms": 60_000, "rebalance_timeout_ms": 10_000}
+    ids = stable_static_group(h, 2, session_timeout_ms=60_000)
+    leader_instance = next(i for i, m in ids.items() if h.group("g").is_leader(m))
+    other = next(i for i in ids if i != leader_instance)
+    token = static_join(h, other, ids[other], protocols=(("range", b"v2"),), **kw)
+    h.advance(30_000)
+    result = h.result(token, JoinGroupResult)
+    assert result.leader == ids[other]
+    # The absent static leader is kept (as a member) for the sync phase.
+    assert {m.member_id for m in result.members} == set(ids.values())
+
+
+def test_when_only_absent_static_members_remain_the_join_phase_waits_again() -> None:
+    from workgroup.coordinator.messages import LeaveGroup, LeaveGroupResult, LeavingMember
+
+    h = harness()
+    ids = stable_static_group(h, 2, session_timeout_ms=120_000)
+    dynamic, token = h.join_new_member("g")
+    # host-0/1 rejoin unchanged while the newcomer's rebalance runs.
+    for instance, member_id in ids.items():
+        static_join(h, instance, member_id, session_timeout_ms=120_000)
+    h.advance_until_answered(token)
+    generation = h.result(token, JoinGroupResult).generation_id
+    leader = h.result(token, JoinGroupResult).leader
+    members = h.result(token, JoinGroupResult).members
+    if leader == dynamic:
+        h.sync("g", dynamic, generation, tuple((m.member_id, b"") for m in members))
+    else:
+        instance = next(i for i, m in ids.items() if m == leader)
+        h.sync(
+            "g",
+            leader,
+            generation,
+            tuple((m.member_id, b"") for m in members),
+            group_instance_id=instance,
+        )
+    # The dynamic member leaves: a rebalance in which nobody rejoins.
+    h.call(LeaveGroup("g", (LeavingMember(dynamic),)), LeaveGroupResult)
+    group = h.group("g")
+    assert group.is_in(GroupState.PREPARING_REBALANCE)
+    timeout = group.rebalance_timeout_ms()
+    h.advance(timeout)
+    # Static members are never dropped for missing a rebalance: the phase waits again.
+    assert group.is_in(GroupState.PREPARING_REBALANCE)
+    assert set(group.members) == set(ids.values())
+    rejoin = static_join(h, "host-0", ids["host-0"], session_timeout_ms=120_000)
+    h.advance(timeout)
+    result = h.result(rejoin, JoinGroupResult)
+    assert result.generation_id == generation + 1
+    assert result.leader == ids["host-0"]
+
+
+def test_a_pending_member_id_cannot_be_claimed_by_a_static_member() -> None:
+    h = harness()
+    pending = h.call(join_request("g"), JoinGroupResult).member_id
+    result = h.result(static_join(h, "host-a", pending), JoinGroupResult)
+    assert result.error is ErrorCode.UNKNOWN_SERVER_ERROR  # Kafka fails the same request
+    assert h.group("g").is_pending(pending)
