@@ -89,11 +89,29 @@ Group lifetime: an Empty group without committed offsets is deleted after
 ``EMPTY_GROUP_CLEANUP_MS`` (Kafka removes such groups in its periodic cleanup,
 every ``offsets.retention.check.interval.ms`` = 10 minutes).
 
-Where Kafka leaves a superseded parked request unanswered (its socket is muted
-while a request is parked, so a client cannot send another on the same
-connection), this core answers it: a member's earlier parked JoinGroup or
-SyncGroup gets REBALANCE_IN_PROGRESS when the member sends a new one, and a
-member removed with a parked SyncGroup gets UNKNOWN_MEMBER_ID.
+Deliberate differences from Kafka (each small, each for a reason):
+
+* Kafka leaves a superseded parked request unanswered (its socket is muted while
+  a request is parked, so a client cannot send another on the same connection);
+  here every token is answered exactly once, because the driver must not leak
+  parked requests: a member's earlier parked JoinGroup or SyncGroup gets
+  REBALANCE_IN_PROGRESS when the member sends a new one, and a member removed
+  with a parked SyncGroup gets UNKNOWN_MEMBER_ID.
+* A member turned away by GROUP_MAX_SIZE_REACHED during a join phase may leave
+  every remaining member joined; the phase then completes at once instead of at
+  the rebalance timeout.
+* Leader succession after the leader is removed follows join order (Kafka takes
+  the first key of a HashMap); the protocol vote's ties, which clients can
+  observe, are broken exactly as Kafka's broker breaks them (``group.py``).
+* The "a member arrived" flag of the initial delay is cleared when an initial
+  rebalance starts (Kafka can carry a stale flag over from an earlier one and
+  extend the first delay once more).
+* A protocol listed twice by one member counts once towards "supported by every
+  member".
+* The join and sync timers are at least 1 ms even if a client asks for a zero
+  rebalance timeout, so that expiring timers always makes progress.
+* ``unload`` (Kafka's partition unloading) is offered for a clean shutdown:
+  groups turn Dead and parked requests are answered NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -608,9 +626,10 @@ class GroupCoordinator:
 
     def _schedule_join_timeout(self, group: Group) -> None:
         self._initial_join.discard(group.group_id)
-        self._timers.schedule(
-            (TimerKind.JOIN, group.group_id, ""), self._now + group.rebalance_timeout_ms()
-        )
+        # At least 1 ms: a zero or negative rebalance timeout (clients are not
+        # checked) must not make one ``expire`` call re-fire this timer forever.
+        delay = max(group.rebalance_timeout_ms(), 1)
+        self._timers.schedule((TimerKind.JOIN, group.group_id, ""), self._now + delay)
 
     def _maybe_complete_join_phase(self, group: Group) -> None:
         if (
