@@ -109,6 +109,11 @@ class _Connection:
         self.closed = False
         self._room = asyncio.Event()
         self._room.set()
+        # Responses ready to send, written together once per loop iteration:
+        # a client pipelining heartbeats gets one send() per batch, not one each.
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._loop = asyncio.get_running_loop()
 
     def slot(self, header: wire.RequestHeader) -> _ReplySlot:
         slot = _ReplySlot(self, header)
@@ -122,10 +127,23 @@ class _Connection:
         if self.closed:
             return
         pending = self.pending
+        out = self._out
         while pending and pending[0].data is not None:
-            self.writer.write(pending.popleft().data)  # type: ignore[arg-type]
+            out.append(pending.popleft().data)  # type: ignore[arg-type]
+        if out and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
         if len(pending) < MAX_IN_FLIGHT_PER_CONNECTION:
             self._room.set()
+
+    def flush(self) -> None:
+        """Hand every ready response to the transport."""
+        self._flush_scheduled = False
+        out = self._out
+        if self.closed or not out:
+            return
+        self.writer.write(out[0] if len(out) == 1 else b"".join(out))
+        out.clear()
 
     async def wait_for_room(self) -> None:
         """Stop reading while too much is unanswered or unsent."""
@@ -135,7 +153,9 @@ class _Connection:
             await self.writer.drain()
 
     def close(self) -> None:
+        """Close after writing the responses that are ready (unanswered ones are dropped)."""
         if not self.closed:
+            self.flush()
             self.closed = True
             self.pending.clear()
             self._room.set()
@@ -254,6 +274,7 @@ class CoordinatorServer:
             async with asyncio.timeout(SHUTDOWN_DRAIN_S):
                 for connection in connections:
                     if not connection.closed:
+                        connection.flush()
                         with contextlib.suppress(ConnectionError):
                             await connection.writer.drain()
         for connection in connections:

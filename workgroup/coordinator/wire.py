@@ -36,9 +36,9 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from io import BytesIO
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
@@ -117,8 +117,9 @@ ADVERTISED_VERSIONS: Final = tuple(
 # --- headers ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    # A named tuple rather than a frozen dataclass: built for every request, and
+    # a frozen dataclass costs several times as much to construct.
     api_key: int
     api_version: int
     correlation_id: int
@@ -129,7 +130,7 @@ class RequestHeader:
         return SUPPORTED_APIS.get(self.api_key)
 
 
-_KEY_AND_VERSION = struct.Struct(">hh")
+_HEADER_FIXED = struct.Struct(">hhih")  # api key, version, correlation id, client id size
 _RESPONSE_PREFIX = struct.Struct(">ii")  # frame size, correlation id
 _read_header_v1 = entity_reader(RequestHeaderV1)
 _read_header_v2 = entity_reader(RequestHeaderV2)
@@ -141,11 +142,28 @@ def decode_header(payload: bytes) -> tuple[RequestHeader, int]:
     The header is decoded even for an unknown API or version (as v1) so that
     the caller can log and answer it.
     """
-    if len(payload) < _KEY_AND_VERSION.size:
+    if len(payload) < _HEADER_FIXED.size:
         raise ProtocolError(f"request of {len(payload)} bytes has no header")
-    api_key, api_version = _KEY_AND_VERSION.unpack_from(payload)
+    api_key, api_version, correlation_id, client_id_size = _HEADER_FIXED.unpack_from(payload)
     api = SUPPORTED_APIS.get(api_key)
     flexible = api is not None and api.flexible(api_version)
+    # Fast path for the common header (hot: every heartbeat); kio reads the rest.
+    offset = _HEADER_FIXED.size + max(client_id_size, 0)
+    if (
+        client_id_size >= -1
+        and offset + flexible <= len(payload)
+        and (not flexible or payload[offset] == 0)  # no tagged fields
+    ):
+        try:
+            client_id = (
+                None if client_id_size < 0 else payload[_HEADER_FIXED.size : offset].decode("utf-8")
+            )
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"cannot decode request header: {exc}") from exc
+        return (
+            RequestHeader(api_key, api_version, correlation_id, client_id),
+            offset + flexible,
+        )
     try:
         header, offset = (_read_header_v2 if flexible else _read_header_v1)(payload, 0)
     except Exception as exc:  # kio raises several types for bad bytes
@@ -268,13 +286,18 @@ def decode_request(
         )
     try:
         body, _end = _reader(header.api_key, version)(payload, offset)
-        client = m.ClientInfo(header.client_id or "", client_host)
+        client = _client_info(header.client_id or "", client_host)
         request = _DECODERS[header.api_key](version, body, client)
     except Exception as exc:  # kio raises several types for bad bytes
         raise ProtocolError(f"cannot decode {api.name} v{version}: {exc}") from exc
     if not supported:
         raise _UnsupportedWithRequest(request, api, version)
     return request
+
+
+@lru_cache(maxsize=4096)
+def _client_info(client_id: str, client_host: str) -> m.ClientInfo:
+    return m.ClientInfo(client_id, client_host)
 
 
 class _UnsupportedWithRequest(UnsupportedVersionError):
@@ -452,17 +475,29 @@ def encode_response(header: RequestHeader, result: Result) -> bytes:
     if api is None:
         raise UnknownApiKeyError(f"unknown API key {header.api_key}")
     version = header.api_version
-    cls = _response_schema(header.api_key, version)
-    entity = _ENCODERS[header.api_key](version, cls, result)
-    flexible_header = api.flexible(version) and header.api_key != API_VERSIONS
+    if type(result) is m.HeartbeatResult:
+        # Hot path: a heartbeat answer depends only on version and error code.
+        key = (version, result.error)
+        body = _HEARTBEAT_BODIES.get(key)
+        if body is None:
+            body = _HEARTBEAT_BODIES[key] = encode_body(header.api_key, version, result)
+    else:
+        body = encode_body(header.api_key, version, result)
+    if api.flexible(version) and header.api_key != API_VERSIONS:
+        # Response header v1: correlation id and no tagged fields.
+        return _RESPONSE_PREFIX.pack(len(body) + 5, header.correlation_id) + b"\x00" + body
+    return _RESPONSE_PREFIX.pack(len(body) + 4, header.correlation_id) + body
+
+
+_HEARTBEAT_BODIES: dict[tuple[int, ErrorCode], bytes] = {}
+
+
+def encode_body(api_key: int, version: int, result: Result) -> bytes:
+    """Encode the body (no header, no size) of a response."""
+    cls = _response_schema(api_key, version)
+    entity = _ENCODERS[api_key](version, cls, result)
     out = BytesIO()
-    out.write(_RESPONSE_PREFIX.pack(0, header.correlation_id))
-    if flexible_header:
-        out.write(b"\x00")  # no tagged fields in the header
-    _writer(header.api_key, version)(out, entity)
-    data = out.getbuffer()
-    struct.pack_into(">i", data, 0, len(data) - 4)
-    del data
+    _writer(api_key, version)(out, entity)
     return out.getvalue()
 
 
