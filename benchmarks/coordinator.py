@@ -880,6 +880,8 @@ class HeartbeatResult:
     loadgen_cpu_percent: float | None = None
     machine_busy_percent: float | None = None
     machine_steal_percent: float | None = None
+    others_cpu_percent: float | None = None
+    per_server_cpu_second: float | None = None
     detail: str = ""
 
 
@@ -1261,16 +1263,18 @@ def _add_counts(total: dict[str, int], more: dict[str, int]) -> None:
 def run_heartbeats(
     pool: WorkerPool, backend: Backend, args: argparse.Namespace, result: RunResult
 ) -> None:
-    cpu_before = backend.cpu_seconds()
-    machine_before = machine_cpu_ticks()
     start_at = time.monotonic() + 0.2
     pipeline = pipeline_depth(args.pipeline, result.members)
     pool.broadcast(("heartbeat", start_at, args.heartbeat_seconds, pipeline))
-    replies = pool.gather("heartbeat-done", args.heartbeat_seconds + 30, _no_event)
+    # CPU is read at the window's edges: the workers report only at its end.
+    time.sleep(max(0.0, start_at - time.monotonic()))
+    cpu_before, machine_before = backend.cpu_seconds(), machine_cpu_ticks()
+    time.sleep(max(0.0, start_at + args.heartbeat_seconds - time.monotonic()))
     server_cpu = backend.cpu_seconds() - cpu_before
     machine = [
         after - before for after, before in zip(machine_cpu_ticks(), machine_before, strict=True)
     ]
+    replies = pool.gather("heartbeat-done", 30, _no_event)
     began = min(r["began"] for r in replies)
     ended = max(r["ended"] for r in replies)
     elapsed = max(ended - began, 1e-9)
@@ -1290,14 +1294,19 @@ def run_heartbeats(
     unanswered = sum(r["unanswered"] for r in replies)
     if unanswered:
         hb.errors["unanswered after 10 s"] = unanswered
-    # Server CPU spans the whole window including the short start delay and drain.
-    hb.server_cpu_percent = 100 * server_cpu / elapsed
+    hb.server_cpu_percent = 100 * server_cpu / args.heartbeat_seconds
+    if server_cpu > 0:
+        hb.per_server_cpu_second = hb.answered / server_cpu
     hb.loadgen_cpu_percent = 100 * sum(r["cpu_seconds"] for r in replies) / elapsed
     if machine and sum(machine) > 0:
         # /proc/stat "cpu": user nice system idle iowait irq softirq steal ...
         idle = machine[3] + machine[4]
         hb.machine_busy_percent = 100 * (sum(machine[:8]) - idle) / sum(machine[:8])
         hb.machine_steal_percent = 100 * machine[7] / sum(machine[:8])
+        cores = os.cpu_count() or 1
+        hb.others_cpu_percent = max(
+            0.0, hb.machine_busy_percent * cores - hb.server_cpu_percent - hb.loadgen_cpu_percent
+        )
     result.heartbeat = hb
 
 
@@ -1437,6 +1446,7 @@ def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespa
     heart.add_column("in flight", justify="right")
     for b in backends:
         heart.add_column(f"{b}\nheartbeats/s", justify="right")
+        heart.add_column(f"{b}\nper server\nCPU-second", justify="right")
         heart.add_column(f"{b}\np50", justify="right")
         heart.add_column(f"{b}\np99", justify="right")
         heart.add_column(f"{b}\nerrors", justify="right")
@@ -1449,12 +1459,13 @@ def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespa
             if summary is None or run is None:
                 first = None if summary is None else summary.runs[0]
                 why = "" if first is None else (first.heartbeat.detail or first.error or "")
-                row += [f"[yellow]skipped[/yellow] {why[:30]}", "", "", ""]
+                row += [f"[yellow]skipped[/yellow] {why[:30]}", "", "", "", ""]
                 continue
             hb = run.heartbeat
             row += [
                 _fmt(summary.median_heartbeat_rate, ",.0f")
                 + _range(summary.heartbeat_rates, ",.0f"),
+                _fmt(hb.per_server_cpu_second, ",.0f"),
                 _fmt(hb.p50_ms, ".2f", " ms"),
                 _fmt(hb.p99_ms, ".2f", " ms"),
                 str(sum(hb.errors.values())),
@@ -1475,11 +1486,15 @@ def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespa
         "server CPU join",
         "server CPU hb",
         "loadgen CPU hb",
-        "machine busy/steal hb",
+        "other procs CPU hb",
+        "steal hb",
         "peak RSS",
         "notes",
     ):
-        detail.add_column(name, justify="left" if name in ("back-end", "notes") else "right")
+        if name == "notes":
+            detail.add_column(name, min_width=44, overflow="fold")
+        else:
+            detail.add_column(name, justify="left" if name == "back-end" else "right")
     for run in results:
         versions = "/".join(
             str(run.versions.get(n, "?")) for n in ("JoinGroup", "SyncGroup", "Heartbeat")
@@ -1512,9 +1527,8 @@ def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespa
             _fmt(run.join.server_cpu_seconds, ".2f", " s"),
             _fmt(run.heartbeat.server_cpu_percent, ".0f", " %"),
             _fmt(run.heartbeat.loadgen_cpu_percent, ".0f", " %"),
-            _fmt(run.heartbeat.machine_busy_percent, ".0f", " %")
-            + " / "
-            + _fmt(run.heartbeat.machine_steal_percent, ".0f", " %"),
+            _fmt(run.heartbeat.others_cpu_percent, ".0f", " %"),
+            _fmt(run.heartbeat.machine_steal_percent, ".0f", " %"),
             _fmt(run.server_peak_rss_mb, ".0f", " MiB"),
             notes,
         )
