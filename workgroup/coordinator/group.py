@@ -2,15 +2,17 @@
 
 States and transitions (Apache Kafka's classic group coordinator)::
 
-    Empty ──────────────► PreparingRebalance ◄──────────────┐
-      ▲   first JoinGroup       │      ▲                     │
-      │                         │      │ join/leave/expiry    │ member change,
-      │ join phase ends         │      │ during sync phase    │ leader rejoin,
-      │ with no members         ▼      │                     │ expiry
-      └──────────────── (join phase ends) ──► CompletingRebalance ──► Stable
-                                           leader's SyncGroup ─────────┘
+    Empty ───────────────────► PreparingRebalance ◄───────────────────┐
+      ▲     first JoinGroup        │           ▲                        │
+      │                            │           │ a member joins,        │ a member joins or
+      │ join phase ends,           │ join      │ changes metadata,      │ changes metadata,
+      │ nobody left                │ phase     │ leaves or expires;     │ the leader rejoins,
+      └────────────────────────────┤ ends      │ sync timeout           │ leaves, expires
+                                   ▼           │                        │
+                          CompletingRebalance ─┴──► Stable ─────────────┘
+                                         leader's SyncGroup
 
-    any state ──► Dead   (group deleted or the coordinator unloaded)
+    any state ──► Dead   (group deleted, or the coordinator unloaded)
 
 * **Empty** — no members (offsets may exist).  Generation 0 for a new group,
   otherwise the generation in which the last member left.  The first JoinGroup
@@ -54,10 +56,17 @@ Protocols = tuple[tuple[str, bytes], ...]
 
 
 class GroupState(enum.Enum):
+    """The states of a classic group; values are the names Kafka reports."""
+
+    #: No members; generation kept, offsets may exist.
     EMPTY = "Empty"
+    #: Join phase: JoinGroups are parked until every member rejoined or time is up.
     PREPARING_REBALANCE = "PreparingRebalance"
+    #: Sync phase: members know the generation; waiting for the leader's assignment.
     COMPLETING_REBALANCE = "CompletingRebalance"
+    #: Assignment handed out; only heartbeats until the next change.
     STABLE = "Stable"
+    #: Deleted or unloaded; kept only to answer requests that still reach it.
     DEAD = "Dead"
 
 
