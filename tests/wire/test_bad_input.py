@@ -73,7 +73,12 @@ async def server() -> AsyncIterator[CoordinatorServer]:
 @pytest.fixture
 async def bystander(server: CoordinatorServer) -> AsyncIterator[RawClient]:
     client = await RawClient.connect(*server.address)
-    assert (await client.call(ApiVersionsRequest[3](), 3)).error_code == 0
+    assert (
+        await client.call(
+            ApiVersionsRequest[3](client_software_name="raw-client", client_software_version="1.0"),
+            3,
+        )
+    ).error_code == 0
     try:
         yield client
     finally:
@@ -81,7 +86,11 @@ async def bystander(server: CoordinatorServer) -> AsyncIterator[RawClient]:
 
 
 async def still_served(client: RawClient) -> None:
-    response = await client.call(ApiVersionsRequest[3](), 3, within=5)
+    response = await client.call(
+        ApiVersionsRequest[3](client_software_name="raw-client", client_software_version="1.0"),
+        3,
+        within=5,
+    )
     assert response.error_code == 0
     hb = await client.call(HeartbeatRequest[4](group_id="g", generation_id=1, member_id="x"), 4)
     assert hb.error_code != 0  # an unknown member, answered as such

@@ -86,7 +86,10 @@ async def test_pipelined_responses_keep_request_order(
         # once by the core but must not overtake it on the wire.
         await client.send(join_request(), 5)
         await client.send(HeartbeatRequest[4](group_id="g", generation_id=1, member_id="m"), 4)
-        await client.send(ApiVersionsRequest[3](), 3)
+        await client.send(
+            ApiVersionsRequest[3](client_software_name="raw-client", client_software_version="1.0"),
+            3,
+        )
         await client.send(HeartbeatRequest[0](group_id="g", generation_id=1, member_id="m"), 0)
         join = await client.receive()  # receive() checks correlation ids in order
         assert (join.error_code, join.generation_id) == (0, 1)
@@ -260,5 +263,39 @@ async def test_in_process_fixture_serves_the_real_core(
             4,
         )
         assert hb.error_code in (0, ErrorCode.REBALANCE_IN_PROGRESS)
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize(("name", "version"), [("", ""), ("raw client", "1.0 beta")])
+async def test_api_versions_v3_tolerates_any_software_name(
+    double_server: tuple[CoordinatorServer, CoreDouble], name: str, version: str
+) -> None:
+    server, _ = double_server
+    client = await RawClient.connect(*server.address)
+    try:
+        request = ApiVersionsRequest[3](client_software_name=name, client_software_version=version)
+        response = await client.call(request, 3)
+        assert response.error_code == 0
+        assert len(response.api_keys) == 12
+    finally:
+        await client.close()
+
+
+async def test_a_deep_pipeline_behind_a_held_request_is_answered_in_order(
+    double_server: tuple[CoordinatorServer, CoreDouble],
+) -> None:
+    server, _ = double_server
+    client = await RawClient.connect(*server.address)
+    try:
+        await client.send(join_request(), 5)
+        # More than a connection may have in flight: the server stops reading
+        # until the JoinGroup is answered, then serves the rest in order.
+        count = 600
+        for i in range(count):
+            await client.send(HeartbeatRequest[4](group_id="g", generation_id=i, member_id="m"), 4)
+        assert (await client.receive()).error_code == 0
+        for _ in range(count):
+            assert (await client.receive()).error_code == 0
     finally:
         await client.close()

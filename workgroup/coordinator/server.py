@@ -389,6 +389,10 @@ class CoordinatorServer:
         me = broker.BrokerAddress(self.config.node_id, host, port)
         match request:
             case broker.ApiVersions():
+                # Kafka answers a v3+ request with a malformed client software name
+                # INVALID_REQUEST in the request's version, which some clients
+                # (kafka-python) read as v0: the name is only informational, so
+                # every request gets the versions.
                 return broker.ApiVersionsResult(ErrorCode.NONE, wire.ADVERTISED_VERSIONS)
             case broker.Metadata():
                 return broker.answer_metadata(request, me)
@@ -495,6 +499,9 @@ class CoordinatorServer:
             actions = self.core.expire(self._clock_ms())
         except Exception:
             log.exception("coordinator.expire_failed")
-            actions = []
+            # Retry later rather than spin on a deadline that keeps failing.
+            self._armed_deadline = self.core.next_deadline_ms()
+            self._timer = asyncio.get_running_loop().call_later(1.0, self._on_timer)
+            return
         self._carry_out(actions)
         self._rearm_timer()
