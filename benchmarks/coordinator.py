@@ -725,6 +725,11 @@ class Backend:
             pass
         return math.nan
 
+    def check_alive(self) -> None:
+        """Raise if the back-end process has exited (a crash mid-run)."""
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"the back-end exited with code {self.process.returncode}")
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -1111,8 +1116,12 @@ def run_one(
             result.heartbeat = HeartbeatResult("skipped", detail="group not stable")
         result.server_peak_rss_mb = backend.peak_rss_mb()
     except Exception as exc:  # report and go on with the next run
-        result.error = f"{type(exc).__name__}: {exc} (back-end log: {backend.log_path})"
+        result.error = f"{type(exc).__name__}: {exc}"
         log(f"  {label}: {result.error}")
+        with contextlib.suppress(OSError, ValueError):
+            backend.log.flush()
+            tail = backend.log_path.read_text(errors="replace").splitlines()[-5:]
+            log("  last lines of the back-end's log:\n    " + "\n    ".join(tail))
     finally:
         if pool is not None:
             pool.close()
@@ -1226,6 +1235,7 @@ def run_join(
     while stable is None and time.monotonic() < deadline:
         pool.poll_events(min(0.05, max(0.0, deadline - time.monotonic())), tracker.on_event)
         stable = tracker.stable_generation()
+        backend.check_alive()
     join = JoinResult("stable" if stable is not None else "not stable")
     join.server_cpu_seconds = backend.cpu_seconds() - cpu_before
     if stable is not None:
@@ -1274,6 +1284,7 @@ def run_heartbeats(
     machine = [
         after - before for after, before in zip(machine_cpu_ticks(), machine_before, strict=True)
     ]
+    backend.check_alive()
     replies = pool.gather("heartbeat-done", 30, _no_event)
     began = min(r["began"] for r in replies)
     ended = max(r["ended"] for r in replies)
@@ -1409,7 +1420,7 @@ def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespa
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = Console(width=None if sys.stdout.isatty() else 240)
     backends = [b for b in BACKENDS if b in args.backends]
     sizes = args.sizes
     index = summarize(results)
@@ -1492,7 +1503,7 @@ def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespa
         "notes",
     ):
         if name == "notes":
-            detail.add_column(name, min_width=44, overflow="fold")
+            detail.add_column(name, overflow="fold")
         else:
             detail.add_column(name, justify="left" if name == "back-end" else "right")
     for run in results:
