@@ -142,3 +142,25 @@ def test_heartbeats_do_not_grow_the_timer_heap() -> None:
             )
         h.advance(1)
     assert len(timers._heap) <= size
+
+
+def test_completing_the_join_phase_and_answering_a_parked_sync_restart_sessions() -> None:
+    h = harness()
+    formed = h.form_group("g", 2, session_timeout_ms=10_000)
+    leader, other = formed.member_ids
+    start = h.now_ms
+    h.advance(8_000)
+    h.send(join_request("g", leader, session_timeout_ms=10_000))
+    h.advance(1_000)
+    joined = h.send(join_request("g", other, session_timeout_ms=10_000))  # completes at +9 s
+    generation = h.result(joined, JoinGroupResult).generation_id
+    h.advance(6_000)  # +15 s: other's session (restarted at +9 s) is still running
+    parked = h.sync("g", other, generation)
+    h.advance(1_000)  # +16 s: the leader's assignment answers the parked sync
+    h.sync("g", leader, generation, ((leader, b"a"), (other, b"b")))
+    assert h.answered(parked)
+    h.advance_to(start + 25_999)
+    group = h.group("g")
+    assert set(group.members) == {leader, other}
+    h.advance_to(start + 26_000)
+    assert set(group.members) == set()
