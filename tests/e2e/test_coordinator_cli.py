@@ -145,3 +145,20 @@ def test_parse_listen(text: str, expected: tuple[str, int]) -> None:
 def test_parse_listen_rejects(text: str) -> None:
     with pytest.raises(ConfigError):
         parse_listen(text)
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_ipv6_listen_address() -> None:
+    with start_coordinator(listen="[::1]:0") as coordinator:
+        assert coordinator.host == "::1"
+        with socket.create_connection(("::1", coordinator.port), 5):
+            pass

@@ -18,6 +18,7 @@ from workgroup.errors import ErrorCode, StoreError
 from .core_double import CoreDouble
 from .raw_client import (
     ApiVersionsRequest,
+    DescribeGroupsRequest,
     FindCoordinatorRequest,
     HeartbeatRequest,
     JoinGroupRequest,
@@ -297,5 +298,20 @@ async def test_a_deep_pipeline_behind_a_held_request_is_answered_in_order(
         assert (await client.receive()).error_code == 0
         for _ in range(count):
             assert (await client.receive()).error_code == 0
+    finally:
+        await client.close()
+
+
+async def test_describe_groups_shows_client_id_and_host_as_kafka_does(
+    coordinator_server: CoordinatorServer,
+) -> None:
+    client = await RawClient.connect(*coordinator_server.address)
+    try:
+        first = await client.call(join_request(member_id=""), 5)
+        await client.call(join_request(member_id=first.member_id), 5)
+        described = await client.call(DescribeGroupsRequest[5](groups=["g"]), 5)
+        (member,) = described.groups[0].members
+        assert member.client_id == "raw"
+        assert member.client_host == "/127.0.0.1"
     finally:
         await client.close()

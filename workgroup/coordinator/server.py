@@ -103,7 +103,8 @@ class _Connection:
         peer = writer.get_extra_info("peername")
         local = writer.get_extra_info("sockname")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.peer_host = peer[0] if isinstance(peer, tuple) else ""
+        # Shown by DescribeGroups; Kafka prints the peer's InetAddress ("/10.0.0.7").
+        self.client_host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
         self.local_host = local[0] if isinstance(local, tuple) else ""
         self.pending: deque[_ReplySlot] = deque()
         self.closed = False
@@ -332,7 +333,7 @@ class CoordinatorServer:
             log.warning("coordinator.bad_request", peer=connection.peer, error=str(exc))
             return False
         try:
-            request = wire.decode_request(header, payload, offset, connection.peer_host)
+            request = wire.decode_request(header, payload, offset, connection.client_host)
         except wire.UnknownApiKeyError:
             log.warning(
                 "coordinator.unknown_api",
