@@ -757,6 +757,20 @@ class MemberMachine:
             return True
         return False
 
+    def _proved_alive(self, now: int, pending: _Pending) -> None:
+        """The coordinator answered: our session was alive when it did.
+
+        A held JoinGroup/SyncGroup keeps the session alive (Kafka restarts the
+        session timer when it answers), so the proof is the answer's time, not the
+        request's; we take ``now`` minus one heartbeat interval as a safe lower
+        bound of when the coordinator answered.
+        """
+        proof = pending.sent_at
+        if pending.kind in ("join", "sync"):
+            proof = max(proof, now - self.config.heartbeat_interval_ms)
+        if self._alive_since is None or proof > self._alive_since:
+            self._alive_since = proof
+
     def _on_join(self, now: int, pending: _Pending, result: JoinGroupResult) -> None:
         if self.state is not State.JOINING:
             return
@@ -803,7 +817,8 @@ class MemberMachine:
         self.generation = result.generation_id
         self.leader_id = result.leader
         self.protocol = protocol
-        self._alive_since = pending.sent_at
+        self._alive_since = None
+        self._proved_alive(now, pending)
         self._heartbeat_at = now + self.config.heartbeat_interval_ms
         self.rebalances += 1
         log.info(
@@ -830,6 +845,7 @@ class MemberMachine:
             return
         code = result.error
         if code is ErrorCode.REBALANCE_IN_PROGRESS:
+            self._proved_alive(now, pending)
             self._to_joining(now, "rebalance in progress", immediately=True)
             return
         if code is not ErrorCode.NONE:
@@ -852,7 +868,7 @@ class MemberMachine:
                 ),
             )
             return
-        self._alive_since = pending.sent_at
+        self._proved_alive(now, pending)
         try:
             data = self._decode_assignment(protocol, result.assignment)
         except ProtocolError as exc:
@@ -930,10 +946,10 @@ class MemberMachine:
         code = result.error
         if code is ErrorCode.NONE:
             self._heartbeat_failures = 0
-            self._alive_since = pending.sent_at
+            self._proved_alive(now, pending)
         elif code is ErrorCode.REBALANCE_IN_PROGRESS:
             # The session is alive: the coordinator only wants everyone to rejoin.
-            self._alive_since = pending.sent_at
+            self._proved_alive(now, pending)
             if self.state is State.STABLE:
                 self._request_rejoin("coordinator started a rebalance")
         elif self._common_error(now, code, "Heartbeat"):

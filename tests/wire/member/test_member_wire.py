@@ -99,10 +99,10 @@ class Group:
         await self.members.pop(name).close()
 
     async def settle(
-        self, count: int, timeout: float = TIMEOUT_S
+        self, count: int, limit_s: float = 30
     ) -> dict[str, frozenset[Resource]]:
         """Wait until ``count`` members are stable in one generation owning everything."""
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(limit_s):
             while True:
                 members = list(self.members.values())
                 for m in members:
@@ -187,7 +187,17 @@ async def test_one_leaves_then_one_joins(make_group, mode: str) -> None:  # type
     group.log.check_exclusive()
 
 
-async def test_static_restart_moves_nothing(make_group, backend: Backend) -> None:  # type: ignore[no-untyped-def]
+async def test_static_restart_moves_nothing(make_group, backend: Backend, request) -> None:  # type: ignore[no-untyped-def]
+    if backend.name == "tansu":
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "Tansu: static members re-join under new member ids and generations stop "
+                    "advancing; the group never settles (the README's librdkafka finding too)"
+                ),
+            )
+        )
     group = make_group("cooperative")
     for name in "abc":
         await group.add(name, instance_id=f"{group.group_id}-{name}")
