@@ -106,6 +106,9 @@ Deliberate differences from Kafka (each small, each for a reason):
 * The "a member arrived" flag of the initial delay is cleared when an initial
   rebalance starts (Kafka can carry a stale flag over from an earlier one and
   extend the first delay once more).
+* A static member replaced before it sent its SyncGroup hands the pending sync
+  over to its new id, so that the new id's SyncGroup settles it (Kafka keeps
+  waiting for the old id and rebalances needlessly at the sync timeout).
 * A protocol listed twice by one member counts once towards "supported by every
   member".
 * The join and sync timers are at least 1 ms even if a client asks for a zero

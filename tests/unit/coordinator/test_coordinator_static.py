@@ -255,3 +255,23 @@ def test_a_pending_member_id_cannot_be_claimed_by_a_static_member() -> None:
     result = h.result(static_join(h, "host-a", pending), JoinGroupResult)
     assert result.error is ErrorCode.UNKNOWN_SERVER_ERROR  # Kafka fails the same request
     assert h.group("g").is_pending(pending)
+
+
+def test_a_static_member_replaced_before_its_sync_settles_it_with_the_new_id() -> None:
+    h = harness()
+    kw = {"session_timeout_ms": 60_000, "rebalance_timeout_ms": 10_000}
+    tokens = {i: static_join(h, i, **kw) for i in ("host-0", "host-1")}
+    h.advance_until_answered(*tokens.values())
+    results = {i: h.result(t, JoinGroupResult) for i, t in tokens.items()}
+    leader = next(i for i, r in results.items() if r.member_id == r.leader)
+    follower = next(i for i in results if i != leader)
+    generation = results[leader].generation_id
+    h.sync("g", results[leader].member_id, generation, (), group_instance_id=leader)
+    assert h.group("g").is_in(GroupState.STABLE)
+    # The follower restarts before it ever sent SyncGroup, then syncs with its new id.
+    new = h.result(static_join(h, follower, **kw), JoinGroupResult)
+    h.sync("g", new.member_id, generation, group_instance_id=follower)
+    h.advance(10_000)  # the sync timeout passes
+    group = h.group("g")
+    assert group.is_in(GroupState.STABLE)
+    assert group.generation_id == generation
