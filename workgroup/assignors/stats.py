@@ -18,7 +18,9 @@ class AssignmentStats:
     assigned: int
     #: Resources with a subscriber that nobody got.
     unassigned: int
-    #: Assigned resources whose owner did not own them before.
+    #: Assigned resources their new owner did not hold before: it had no claim, or
+    #: its claim lost (older generation than another claim, or contested by a
+    #: member of the same generation, so both had to give it up).
     moves: int
     #: The fewest moves that reach these loads: ``assigned - sum(min(owned, load))``
     #: with ``owned`` the member's claims that survive generation checks.
@@ -47,7 +49,7 @@ def assignment_stats(data: AssignmentInput, assignment: Assignment) -> Assignmen
     kept_possible = 0
     for member in members:
         mine = assignment.get(member.member_id, [])
-        owned = set(member.owned)
+        owned = set(claims.owned[member.member_id])
         moves += sum(1 for r in mine if r not in owned)
         kept_possible += min(len(claims.owned[member.member_id]), len(mine))
     subscribed = set().union(*(m.kinds for m in members)) if members else set()

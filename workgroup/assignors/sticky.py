@@ -173,7 +173,9 @@ def _constrained(data: AssignmentInput, members: list[MemberInfo]) -> Assignment
     under_min.sort()
     at_min.sort()
     if racks.enabled:
-        new = _fill_one_by_one(unassigned, keep, under_min, at_min, min_quota, max_quota, racks)
+        new = _fill_one_by_one(
+            unassigned, keep, under_min, at_min, min_quota, max_quota, racks, expected_over - over
+        )
     else:
         new = _fill_in_blocks(unassigned, keep, under_min, at_min, min_quota)
     return {
@@ -258,8 +260,14 @@ def _fill_one_by_one(
     min_quota: int,
     max_quota: int,
     racks: RackInfo | None,
+    extra_left: int = 0,
 ) -> dict[str, list[Resource]]:
-    """Kafka's rack-aware round robin, then its plain round robin, resource by resource."""
+    """Kafka's rack-aware round robin, then its plain round robin, resource by resource.
+
+    ``extra_left`` is how many members may still grow to ``max_quota``.  Unlike
+    Kafka 3.x, the rack-aware pass respects it (Kafka's can hand out more
+    ``max_quota`` slots than exist and end unbalanced).
+    """
     new: dict[str, list[Resource]] = {}
     counts = {mid: len(resources) for mid, resources in keep.items()}
 
@@ -282,17 +290,20 @@ def _fill_one_by_one(
                 count = counts[chosen] + 1
                 if count >= min_quota:
                     under_min.remove(chosen)
-                    if count < max_quota:
+                    if count < max_quota and extra_left > 0:
                         at_min.append(chosen)
                 else:
                     index += 1
                 next_index = index % len(under_min) if under_min else 0
-            elif at_min:
+            elif at_min and extra_left > 0:
                 first = _next_on_rack(racks, resource, at_min, 0)
                 if first >= 0:
                     chosen = at_min[first]
                     if counts[chosen] + 1 == max_quota:
                         del at_min[first]
+                        extra_left -= 1
+                        if extra_left == 0:
+                            at_min.clear()
             if chosen is None:
                 left.append(resource)
             else:
