@@ -377,7 +377,9 @@ class Member(asyncio.Protocol):
             return
         if error == ERROR_NONE:
             self.state = "stable"
-            self.worker.report(("synced", self.index, self.generation, time.monotonic()))
+            assignment = bytes(response.assignment)
+            position = _I32.unpack(assignment)[0] if len(assignment) == 4 else -1
+            self.worker.report(("synced", self.index, self.generation, time.monotonic(), position))
         else:
             self._rejoin_after_error("SyncGroup", error)
 
@@ -870,6 +872,7 @@ class JoinResult:
     bytes_sent: int = 0
     bytes_received: int = 0
     heartbeats: int = 0
+    assignments_ok: bool | None = None
     rejoins: dict[str, int] = field(default_factory=dict)
     member_states: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
@@ -1052,6 +1055,7 @@ class StabilityTracker:
         self.members = members
         self.leader_sizes: dict[int, int] = {}
         self.synced_at: dict[int, tuple[int, float]] = {}  # member -> (generation, time)
+        self.assignments: dict[int, int] = {}  # member -> position the leader gave it
         self.synced_count: collections.Counter[int] = collections.Counter()
         self.generations: set[int] = set()
 
@@ -1061,7 +1065,8 @@ class StabilityTracker:
             self.leader_sizes[generation] = size
             self.generations.add(generation)
         elif event[0] == "synced":
-            _, index, generation, at = event
+            _, index, generation, at, position = event
+            self.assignments[index] = position
             previous = self.synced_at.get(index)
             if previous is not None:
                 self.synced_count[previous[0]] -= 1
@@ -1077,6 +1082,10 @@ class StabilityTracker:
 
     def stable_at(self, generation: int) -> float:
         return max(at for g, at in self.synced_at.values() if g == generation)
+
+    def assignments_consistent(self) -> bool:
+        """Every member got a distinct position 0..N-1: the leader's assignment, intact."""
+        return sorted(self.assignments.values()) == list(range(self.members))
 
     def best_synced(self) -> int:
         return max(self.synced_count.values(), default=0)
@@ -1248,6 +1257,9 @@ def run_join(
     if stable is not None:
         join.seconds = tracker.stable_at(stable) - started
         join.generation = stable
+        join.assignments_ok = tracker.assignments_consistent()
+        if not join.assignments_ok:
+            join.detail = "members did not receive the leader's assignment intact"
     else:
         join.seconds = None
         join.detail = (
