@@ -45,7 +45,7 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32, i32Timedelta, i64
+from kio.static.primitive import i32, i32Timedelta
 
 from workgroup.coordinator import _legacy_schema
 from workgroup.coordinator import broker as b
@@ -245,7 +245,12 @@ def _item_type(cls: type[Any], name: str) -> type[Any]:
 
 
 def _make(cls: type[Any], **values: Any) -> Any:
-    """Build an entity from the values its version has fields for."""
+    """Build an entity from the values its version has fields for.
+
+    Encoders pass plain ints where kio annotates ``i32`` etc.: the writers only
+    pack them, and calling kio's checked constructors per field would cost more
+    than the encoding itself.  (Out-of-range values fail in ``struct.pack``.)
+    """
     names = _field_names(cls)
     return cls(**{k: v for k, v in values.items() if k in names})
 
@@ -257,7 +262,8 @@ _NO_AUTHORIZED_OPERATIONS = i32(-(2**31))
 
 
 def _err(code: ErrorCode) -> KioErrorCode:
-    return _KIO_ERRORS.get(code) or KioErrorCode(int(code))
+    kio_code = _KIO_ERRORS.get(code)
+    return KioErrorCode(int(code)) if kio_code is None else kio_code
 
 
 def _ms(delta: datetime.timedelta) -> int:
@@ -583,9 +589,9 @@ def _encode_api_versions(version: int, cls: type[Any], result: Result) -> Any:
         error_code=_err(r.error),
         api_keys=tuple(
             item(
-                api_key=i16(a.api_key),
-                min_version=i16(a.min_version),
-                max_version=i16(a.max_version),
+                api_key=a.api_key,
+                min_version=a.min_version,
+                max_version=a.max_version,
             )
             for a in r.api_keys
         ),
@@ -601,11 +607,11 @@ def _encode_metadata(version: int, cls: type[Any], result: Result) -> Any:
         cls,
         throttle_time=_ZERO_MS,
         brokers=tuple(
-            _make(broker_cls, node_id=i32(x.node_id), host=x.host, port=i32(x.port), rack=None)
+            _make(broker_cls, node_id=x.node_id, host=x.host, port=x.port, rack=None)
             for x in r.brokers
         ),
         cluster_id=r.cluster_id,
-        controller_id=i32(r.controller_id),
+        controller_id=r.controller_id,
         topics=tuple(
             _make(
                 topic_cls,
@@ -632,9 +638,9 @@ def _encode_find_coordinator(version: int, cls: type[Any], result: Result) -> An
             coordinators=tuple(
                 item(
                     key=c.key,
-                    node_id=i32(c.node_id),
+                    node_id=c.node_id,
                     host=c.host,
-                    port=i32(c.port),
+                    port=c.port,
                     error_code=_err(c.error),
                     error_message=c.error_message,
                 )
@@ -647,9 +653,9 @@ def _encode_find_coordinator(version: int, cls: type[Any], result: Result) -> An
         throttle_time=_ZERO_MS,
         error_code=_err(c.error),
         error_message=c.error_message,
-        node_id=i32(c.node_id),
+        node_id=c.node_id,
         host=c.host,
-        port=i32(c.port),
+        port=c.port,
     )
 
 
@@ -660,7 +666,7 @@ def _encode_join_group(version: int, cls: type[Any], result: Result) -> Any:
         cls,
         throttle_time=_ZERO_MS,
         error_code=_err(r.error),
-        generation_id=i32(r.generation_id),
+        generation_id=r.generation_id,
         protocol_type=r.protocol_type,
         # Before v7 the protocol name is not nullable.
         protocol_name=r.protocol_name if version >= 7 else (r.protocol_name or ""),
@@ -732,7 +738,7 @@ def _encode_offset_commit(version: int, cls: type[Any], result: Result) -> Any:
             topic_cls(
                 name=t.name,
                 partitions=tuple(
-                    partition_cls(partition_index=i32(p.partition), error_code=_err(p.error))
+                    partition_cls(partition_index=p.partition, error_code=_err(p.error))
                     for p in t.partitions
                 ),
             )
@@ -753,9 +759,9 @@ def _fetched_topics(
             partitions=tuple(
                 _make(
                     partition_cls,
-                    partition_index=i32(p.partition),
-                    committed_offset=i64(p.offset),
-                    committed_leader_epoch=i32(p.leader_epoch),
+                    partition_index=p.partition,
+                    committed_offset=p.offset,
+                    committed_leader_epoch=p.leader_epoch,
                     metadata=p.metadata,
                     error_code=_err(override or p.error),
                 )
