@@ -8,6 +8,7 @@ after), and the coordinator's memory does not follow lengths read from the wire.
 from __future__ import annotations
 
 import asyncio
+import random
 import struct
 import tracemalloc
 from collections.abc import AsyncIterator
@@ -236,3 +237,92 @@ async def test_many_bad_clients_while_a_group_forms(server: CoordinatorServer) -
     )
     generations = results[:5]
     assert all(isinstance(g, int) and g >= 1 for g in generations)
+
+
+async def test_byte_by_byte_delivery_is_reassembled(
+    server: CoordinatorServer, bystander: RawClient
+) -> None:
+    client = await RawClient.connect(*server.address)
+    try:
+        data = encode(
+            ApiVersionsRequest[3](client_software_name="slow", client_software_version="1"),
+            3,
+            correlation_id=1,
+        )
+        for index in range(len(data)):
+            await client.write_raw(data[index : index + 1])
+            if index == len(data) // 2:  # half a request is pending meanwhile
+                await still_served(bystander)
+        (size,) = struct.unpack(">i", await client.reader.readexactly(4))
+        answer = ApiVersionsResponse[3].decode(await client.reader.readexactly(size), header=True)
+        assert answer.error_code == 0
+    finally:
+        await client.close()
+
+
+async def test_frame_at_the_size_limit_is_served(server: CoordinatorServer) -> None:
+    proto = JoinGroupRequest.JoinGroupRequestProtocol
+
+    def join(metadata_size: int) -> bytes:
+        return encode(
+            JoinGroupRequest[5](
+                group_id="big",
+                session_timeout_ms=10_000,
+                rebalance_timeout_ms=10_000,
+                member_id="",
+                group_instance_id=None,
+                protocol_type="consumer",
+                protocols=[proto(name="range", metadata=b"\x00" * metadata_size)],
+            ),
+            5,
+            correlation_id=1,
+        )
+
+    overhead = len(join(0)) - 4
+    client = await RawClient.connect(*server.address)
+    try:
+        await client.write_raw(join(MAX_REQUEST_BYTES - overhead))  # exactly the limit
+        (size,) = struct.unpack(">i", await client.reader.readexactly(4))
+        assert size > 0
+        await client.reader.readexactly(size)
+        await client.write_raw(join(MAX_REQUEST_BYTES - overhead + 1))  # one byte over
+        assert await client.closed_by_peer()
+    finally:
+        await client.close()
+
+
+async def test_random_frames_never_hurt_the_coordinator(
+    server: CoordinatorServer, bystander: RawClient
+) -> None:
+    rng = random.Random(20261122)
+    valid = [VALID_JOIN, header_v1(12, 0) + b"\x00\x01g\x00\x00\x00\x01\x00\x01m"]
+
+    def random_frame() -> bytes:
+        choice = rng.random()
+        if choice < 0.4:  # random bytes behind a plausible size
+            return frame(rng.randbytes(rng.randint(0, 200)))
+        payload = bytearray(rng.choice(valid))
+        if choice < 0.8:  # a valid request with a few bytes changed
+            for _ in range(rng.randint(1, 4)):
+                payload[rng.randrange(len(payload))] = rng.randrange(256)
+            return frame(bytes(payload))
+        return frame(bytes(payload[: rng.randrange(len(payload))]))  # truncated
+
+    async def attempt(data: bytes) -> None:
+        client = await RawClient.connect(*server.address)
+        try:
+            await client.write_raw(data)
+            # Either an answer or a close, within the time limit; never a hang.
+            async with asyncio.timeout(10):
+                head = await client.reader.read(4)
+                if len(head) == 4:
+                    (size,) = struct.unpack(">i", head)
+                    assert 0 <= size < MAX_REQUEST_BYTES
+        except ConnectionError:
+            pass
+        finally:
+            await client.close()
+
+    for _ in range(4):
+        await asyncio.gather(*(attempt(random_frame()) for _ in range(50)))
+        await still_served(bystander)
