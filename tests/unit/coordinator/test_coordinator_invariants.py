@@ -128,9 +128,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
         protocols=st.sampled_from(PROTOCOL_CHOICES),
         session=st.sampled_from([6_000, 10_000]),
         rebalance=st.sampled_from([10_000, 20_000]),
+        api_version=st.sampled_from([3, 5, 8, 9]),
     )
     def join(
-        self, index: int, protocols: tuple[tuple[str, bytes], ...], session: int, rebalance: int
+        self,
+        index: int,
+        protocols: tuple[tuple[str, bytes], ...],
+        session: int,
+        rebalance: int,
+        api_version: int = 9,
     ) -> None:
         client = self.clients[index]
         if client.join is not None:
@@ -145,6 +151,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 session_timeout_ms=session,
                 rebalance_timeout_ms=rebalance,
                 group_instance_id=client.instance,
+                api_version=api_version,
             )
         )
         self.absorb()
