@@ -81,17 +81,26 @@ class RangeAssignor:
                 )
             )
         rack_aware = any(s.needs_racks for s in states)
-        if rack_aware:
-            self._assign_with_rack_matching(states, racks, assignment)
+        if not rack_aware:
+            # Plain ranges: member i takes a contiguous slice of each kind.
+            for state in states:
+                keys = list(state.unassigned)
+                start = 0
+                for i, member_id in enumerate(state.members):
+                    length = state.per_member + (1 if i < state.with_extra else 0)
+                    if length:
+                        assignment[member_id].extend(keys[start : start + length])
+                    start += length
+            return assignment
+        self._assign_with_rack_matching(states, racks, assignment)
         for state in states:
             _assign_ranges(state, assignment, None)
-        if rack_aware:
-            positions = {
-                kind: {key: i for i, key in enumerate(data.resources[kind])}
-                for kind in data.resources
-            }
-            for resources in assignment.values():
-                resources.sort(key=lambda r: (r[0], positions[r[0]][r[1]]))
+        positions = {
+            kind: {key: i for i, key in enumerate(data.resources[kind])}
+            for kind in data.resources
+        }
+        for resources in assignment.values():
+            resources.sort(key=lambda r: (r[0], positions[r[0]][r[1]]))
         return assignment
 
     @staticmethod
