@@ -139,14 +139,14 @@ async def _serve(config: CoordinatorConfig, host: str, port: int, store: Store |
     except BaseException:
         await server.stop()
         raise
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    # Handlers first: whoever reads the listening line may signal right away.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop_requested.set)
     bound_host, bound_port = server.address
     sys.stdout.write(f"listening on {format_address(bound_host, bound_port)}\n")
     sys.stdout.flush()
-
-    loop = asyncio.get_running_loop()
-    stop_requested = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop_requested.set)
     stopped = loop.create_task(server.wait_stopped())
     requested = loop.create_task(stop_requested.wait())
     try:
