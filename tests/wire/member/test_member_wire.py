@@ -14,7 +14,7 @@ from tests.unit.member.member_sim import RoundRobinTestAssignor, StickyTestAssig
 from workgroup.assignors.base import Resource
 from workgroup.member.driver import GroupMember
 from workgroup.member.errors import InconsistentProtocolError
-from workgroup.protocol import Protocol
+from workgroup.protocol import BinaryCodec, Protocol
 
 from .backends import Backend, run_backend
 
@@ -77,7 +77,18 @@ class Group:
         instance_id: str | None = None,
         start: bool = True,
         protocols: list[Protocol] | None = None,
+        resources: object = None,
+        on_revoked: object = None,
     ) -> GroupMember:
+        callbacks = self.log.callbacks(name)
+        if on_revoked is not None:
+            record = callbacks["on_revoked"]
+
+            async def slow_revoke(resources: tuple[Resource, ...], generation: int) -> None:
+                await on_revoked(resources, generation)  # type: ignore[operator]
+                record(resources, generation)  # type: ignore[operator]
+
+            callbacks["on_revoked"] = slow_revoke
         member = GroupMember(
             self.backend.bootstrap,
             self.group_id,
@@ -86,9 +97,10 @@ class Group:
             session_timeout_ms=self.backend.session_timeout_ms,
             rebalance_timeout_ms=10_000,
             heartbeat_interval_ms=300,
-            resources=RESOURCES,
+            resources=resources or RESOURCES,  # type: ignore[arg-type]
             client_id=f"{self.group_id}-{name}",
-            **self.log.callbacks(name),  # type: ignore[arg-type]
+            resource_poll_interval_ms=200,
+            **callbacks,  # type: ignore[arg-type]
         )
         self.members[name] = member
         if start:
@@ -99,7 +111,7 @@ class Group:
         await self.members.pop(name).close()
 
     async def settle(
-        self, count: int, limit_s: float = 30
+        self, count: int, limit_s: float = 30, total: int = 12
     ) -> dict[str, frozenset[Resource]]:
         """Wait until ``count`` members are stable in one generation owning everything."""
         async with asyncio.timeout(limit_s):
@@ -114,8 +126,8 @@ class Group:
                     len(members) == count
                     and all(m.stable for m in members)
                     and len(generations) == 1
-                    and sum(len(o) for o in owned) == 12
-                    and len(frozenset().union(*owned)) == 12
+                    and sum(len(o) for o in owned) == total
+                    and len(frozenset().union(*owned)) == total
                 ):
                     # Still stable a heartbeat later: no rebalance was brewing.
                     await asyncio.sleep(0.8)
@@ -223,3 +235,48 @@ async def test_protocol_type_mismatch_is_fatal(make_group, backend: Backend) -> 
     with pytest.raises(InconsistentProtocolError):
         async with asyncio.timeout(TIMEOUT_S):
             await intruder.wait_stable()
+
+
+async def test_resource_source_change_rebalances(make_group) -> None:  # type: ignore[no-untyped-def]
+    catalog = {"shard": list(range(12))}
+    group = make_group("cooperative")
+    for name in "abc":
+        await group.add(name, resources=lambda: catalog)
+    before = await group.settle(3)
+    catalog = {"shard": list(range(15))}  # the source now lists three more
+    after = await group.settle(3, total=15)
+    assert sorted(len(v) for v in after.values()) == [5, 5, 5]
+    for name in "abc":
+        assert before[name] <= after[name]  # sticky: nothing moved, only additions
+    group.log.check_exclusive()
+
+
+async def test_version_probing_over_the_wire(make_group) -> None:  # type: ignore[no-untyped-def]
+    group = make_group("cooperative")
+    old = Protocol("sticky", StickyTestAssignor(), codec=BinaryCodec(latest_version=1))
+    await group.add("old", protocols=[old])
+    await group.add("new1")
+    await group.add("new2")
+    await group.settle(3)
+    for member in group.members.values():
+        assert member._machine.used_versions == {"sticky.v1": 1}  # noqa: SLF001
+    group.log.check_exclusive()
+
+
+async def test_heartbeats_flow_while_a_revocation_runs_longer_than_the_session(
+    make_group, backend: Backend
+) -> None:  # type: ignore[no-untyped-def]
+    group = make_group("cooperative")
+    slow_s = 2 * backend.session_timeout_ms / 1000
+
+    async def slow(resources: tuple[Resource, ...], generation: int) -> None:
+        await asyncio.sleep(slow_s)
+
+    for name in "abc":
+        await group.add(name, on_revoked=slow)
+    await group.settle(3)
+    await group.add("d")
+    after = await group.settle(4, limit_s=60)
+    assert sorted(len(v) for v in after.values()) == [3, 3, 3, 3]
+    assert not [e for e in group.log.events if e[2] == "on_lost"]
+    group.log.check_exclusive()
