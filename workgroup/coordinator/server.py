@@ -488,7 +488,7 @@ class CoordinatorServer:
             self._timer.cancel()
             self._timer = None
         self._armed_deadline = deadline
-        if deadline is not None and not self._stopped.is_set():
+        if deadline is not None and not self._stopping:
             # One millisecond late rather than early: the core expires at >= deadline.
             delay = max(0, deadline - self._clock_ms() + 1) / 1000
             self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
