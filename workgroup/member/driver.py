@@ -190,6 +190,11 @@ class GroupMember:
         return self._machine.state if self._machine else State.UNJOINED
 
     @property
+    def metadata_versions(self) -> Mapping[str, int]:
+        """Metadata version used per protocol (lowered by version probing)."""
+        return self._machine.used_versions if self._machine else {}
+
+    @property
     def error(self) -> WorkgroupError | None:
         return self._machine.error if self._machine else None
 

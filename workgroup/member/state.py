@@ -305,6 +305,11 @@ class MemberMachine:
         return bool(self.member_id) and self.member_id == self.leader_id
 
     @property
+    def settled(self) -> bool:
+        """STABLE with no callback running and no rejoin pending."""
+        return self.state is State.STABLE and not self._callbacks and self._rejoin_reason is None
+
+    @property
     def catalog(self) -> Mapping[str, tuple[str | int, ...]]:
         return self._catalog
 

@@ -40,8 +40,8 @@ def _decode_request(struct: object) -> object:
 @pytest.mark.parametrize("version", range(10))
 def test_join_group_every_version(version: int) -> None:
     struct = KioRequest(JOIN).prepare({11: (0, version)})
-    assert struct.API_VERSION == version
-    assert struct.FLEXIBLE_VERSION == (version >= 6)
+    assert version == struct.API_VERSION
+    assert (version >= 6) == struct.FLEXIBLE_VERSION
     decoded = _decode_request(struct)
     assert decoded.group_id == "g"  # type: ignore[attr-defined]
     assert decoded.member_id == "m-1"  # type: ignore[attr-defined]
@@ -114,7 +114,7 @@ def test_join_response_v9_decodes_to_a_result() -> None:
     )
     struct = KioRequest(JOIN).prepare({11: (0, 9)})
     header = io.BytesIO()
-    entity_writer(struct._response_header)(header, struct._response_header(correlation_id=i32(5)))  # noqa: SLF001
+    entity_writer(struct._response_header)(header, struct._response_header(correlation_id=i32(5)))
     frame = io.BytesIO(header.getvalue() + body)
     assert struct.parse_response_header(frame).correlation_id == 5
     result = to_result(JOIN, struct.RESPONSE_TYPE.decode(frame))

@@ -259,7 +259,7 @@ async def test_version_probing_over_the_wire(make_group) -> None:  # type: ignor
     await group.add("new2")
     await group.settle(3)
     for member in group.members.values():
-        assert member._machine.used_versions == {"sticky.v1": 1}  # noqa: SLF001
+        assert member.metadata_versions == {"sticky.v1": 1}
     group.log.check_exclusive()
 
 
