@@ -49,8 +49,9 @@ eager protocol.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
-from itertools import chain, filterfalse, repeat
+from collections.abc import Callable, Sequence
+from itertools import chain, filterfalse
+from operator import itemgetter
 
 from workgroup.assignors._common import (
     RackInfo,
@@ -117,7 +118,7 @@ def _constrained(data: AssignmentInput, members: list[MemberInfo]) -> Assignment
     min_quota, expected_over = divmod(total, n)
     max_quota = min_quota + (1 if expected_over else 0)
     racks = RackInfo.build(data)
-    owned_by, claimed, unassigned = _claims_on(resources, members)
+    owned_by, unassigned = _claims_on(resources, members)
 
     positions: dict[str, dict[object, int]] = {}
 
@@ -131,9 +132,21 @@ def _constrained(data: AssignmentInput, members: list[MemberInfo]) -> Assignment
             table = positions[kind] = {k: i for i, k in enumerate(keys)}
         return table[key]
 
+    plain = all(
+        isinstance(keys, range) and keys.start == 0 and keys.step == 1
+        for keys in (data.resources[kind] for kind in kinds)
+    )
+    # Kafka keeps the lowest partition numbers, across topics: order by (position, kind).
+    by_position: Callable[[Resource], tuple[object, ...]] = (
+        itemgetter(1, 0) if plain else (lambda r: (position(r), r[0]))
+    )
+    # Resource order: kinds by name, then position.
+    by_resource_order: Callable[[Resource], tuple[object, ...]] = (
+        itemgetter(0, 1) if plain else (lambda r: (r[0], position(r)))
+    )
+
     def lowest_positions_first(owned: list[Resource], quota: int) -> list[Resource]:
-        # Kafka keeps the lowest partition numbers, across topics.
-        ordered = sorted(owned, key=lambda r: (position(r), r[0]))
+        ordered = sorted(owned, key=by_position)
         revoked.extend(ordered[quota:])
         return ordered[:quota]
 
@@ -166,9 +179,7 @@ def _constrained(data: AssignmentInput, members: list[MemberInfo]) -> Assignment
             if over < expected_over:
                 at_min.append(mid)
     if revoked:
-        for resource in revoked:
-            del claimed[resource]
-        unassigned = list(filterfalse(claimed.__contains__, resources))
+        unassigned = sorted(unassigned + revoked, key=by_resource_order)
 
     under_min.sort()
     at_min.sort()
@@ -188,31 +199,30 @@ def _constrained(data: AssignmentInput, members: list[MemberInfo]) -> Assignment
 
 def _claims_on(
     resources: list[Resource], members: list[MemberInfo]
-) -> tuple[dict[str, list[Resource]], dict[Resource, str], list[Resource]]:
+) -> tuple[dict[str, list[Resource]], list[Resource]]:
     """Settled claims of ``members`` on ``resources`` (identical subscriptions).
 
-    Returns ``member id -> resources it may keep``, ``resource -> that member``
-    and the resources nobody keeps, in resource order.  The common case (no
-    resource claimed twice, every claim on an existing resource) costs one dict
-    and one filtered copy of ``resources``.
+    Returns ``member id -> resources it may keep`` and the resources nobody keeps,
+    in resource order.  The common case (no resource claimed twice, every claim
+    on an existing resource) costs one set of the claims and one filtered copy
+    of ``resources``.
     """
-    claimed: dict[Resource, str] = {}
+    claimed: set[Resource] = set()
     total = 0
     for member in members:
         if member.owned:
-            claimed.update(zip(member.owned, repeat(member.member_id), strict=False))
+            claimed.update(member.owned)
             total += len(member.owned)
     if not claimed:
-        return {m.member_id: [] for m in members}, claimed, resources
+        return {m.member_id: [] for m in members}, resources
     unassigned = list(filterfalse(claimed.__contains__, resources))
     if len(claimed) == total and len(resources) - len(unassigned) == total:
-        return {m.member_id: list(m.owned) for m in members}, claimed, unassigned
+        return {m.member_id: list(m.owned) for m in members}, unassigned
     settled = settle_claims(members, dict.fromkeys(resources), subscribed_only=False)
-    claimed = {}
-    for mid, owned in settled.owned.items():
-        claimed.update(zip(owned, repeat(mid), strict=False))
-    unassigned = list(filterfalse(claimed.__contains__, resources))
-    return settled.owned, claimed, unassigned
+    kept: set[Resource] = set()
+    for owned in settled.owned.values():
+        kept.update(owned)
+    return settled.owned, list(filterfalse(kept.__contains__, resources))
 
 
 def _fill_in_blocks(
