@@ -50,6 +50,7 @@ from kio.static.primitive import i32, i32Timedelta
 from workgroup.coordinator import _legacy_schema
 from workgroup.coordinator import broker as b
 from workgroup.coordinator import messages as m
+from workgroup.coordinator.writers import compile_writer
 from workgroup.errors import ErrorCode, ProtocolError, UnsupportedVersionError
 
 Request = m.GroupRequest | b.BrokerRequest
@@ -215,9 +216,20 @@ def _reader(api_key: int, version: int) -> Callable[[bytes, int], tuple[Any, int
 
 
 @cache
-def _writer(api_key: int, version: int) -> Callable[[BytesIO, Any], None]:
-    writer: Callable[[BytesIO, Any], None] = entity_writer(_response_schema(api_key, version))
-    return writer
+def _encoder(api_key: int, version: int) -> Callable[[Any], bytes]:
+    """The compiled writer of a response schema, or kio's where it cannot compile one."""
+    cls = _response_schema(api_key, version)
+    compiled = compile_writer(cls)
+    if compiled is not None:
+        return compiled
+    write: Callable[[BytesIO, Any], None] = entity_writer(cls)
+
+    def encode(entity: Any) -> bytes:
+        out = BytesIO()
+        write(out, entity)
+        return out.getvalue()
+
+    return encode
 
 
 _FIELD_NAMES: dict[Any, frozenset[str]] = {}
@@ -501,10 +513,7 @@ _HEARTBEAT_BODIES: dict[tuple[int, ErrorCode], bytes] = {}
 def encode_body(api_key: int, version: int, result: Result) -> bytes:
     """Encode the body (no header, no size) of a response."""
     cls = _response_schema(api_key, version)
-    entity = _ENCODERS[api_key](version, cls, result)
-    out = BytesIO()
-    _writer(api_key, version)(out, entity)
-    return out.getvalue()
+    return _encoder(api_key, version)(_ENCODERS[api_key](version, cls, result))
 
 
 def unsupported_version_response(header: RequestHeader, request: Request | None) -> bytes | None:
