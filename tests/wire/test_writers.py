@@ -111,7 +111,7 @@ VERSIONS = [
 
 
 @pytest.mark.parametrize(("api_key", "version"), VERSIONS)
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(data=st.data())
 def test_compiled_writer_matches_kio(api_key: int, version: int, data: st.DataObject) -> None:
     result = data.draw(results(api_key))
