@@ -28,7 +28,9 @@ members``:
    one each to members at ``q`` that may still grow to ``q + 1``.
 
 This yields exactly Kafka's assignment, is balanced (max - min <= 1) and moves
-the minimum number of resources: ``total - sum(min(owned, target))``.  It runs in
+the minimum number of resources: ``total - sum(min(owned, target))``.  (One
+deliberate difference: Kafka 3.x's rack-aware pass can hand out more ``q + 1``
+slots than exist and end with max - min = 2; ours counts them.)  It runs in
 O(resources) with C-level list operations (about 0.5 s for 2,000 members and a
 million resources).
 
