@@ -27,7 +27,7 @@ from .wire import Described, GroupWire
 pytestmark = pytest.mark.timeout(90)
 
 PARTITIONS = 6
-SETTLE_TIMEOUT_S = 30.0
+SETTLE_TIMEOUT_S = 15.0
 
 
 def tansu_deviates(request: pytest.FixtureRequest, backend: Backend, what: str) -> None:
@@ -149,7 +149,6 @@ async def settled(
     return generations.pop(), described
 
 
-@pytest.mark.slow
 async def test_aiokafka_consumers_form_rebalance_and_leave(
     backend: Backend, connect: Connect, group_id: str
 ):
