@@ -283,3 +283,69 @@ async def test_without_data_dir_nothing_survives(tmp_path: Path) -> None:
             assert await fetch_offsets(client) == {}
         finally:
             await client.close()
+
+
+async def test_no_acknowledged_commit_is_lost_to_sigkill(tmp_path: Path) -> None:
+    """Writers commit as fast as they can; SIGKILL lands mid-stream; every ack held."""
+    data_dir = tmp_path / "data"
+    writers = 3
+    acked = [-1] * writers
+    sent = [-1] * writers
+    all_writing = asyncio.Event()
+
+    async def commit_forever(index: int, client: RawClient) -> None:
+        committer = Member(client, None, "", -1)  # a commit from outside any group
+        offset = 0
+        try:
+            while True:
+                sent[index] = offset
+                errors = await committer.commit({("stream", index): offset})
+                assert errors == [0]
+                acked[index] = offset
+                if min(acked) >= 20:
+                    all_writing.set()
+                offset += 1
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return  # the coordinator died under us
+
+    with start_coordinator(data_dir=data_dir) as coordinator:
+        clients = [await connect(coordinator) for _ in range(writers)]
+        tasks = [asyncio.create_task(commit_forever(i, c)) for i, c in enumerate(clients)]
+        try:
+            async with asyncio.timeout(30):
+                await all_writing.wait()
+            coordinator.kill()
+            async with asyncio.timeout(10):
+                await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for client in clients:
+                await client.close()
+
+    with start_coordinator(data_dir=data_dir) as coordinator:
+        client = await connect(coordinator)
+        try:
+            group = OffsetFetchRequest.OffsetFetchRequestGroup
+            topic = group.OffsetFetchRequestTopics
+            response = await client.call(
+                OffsetFetchRequest[8](
+                    groups=[
+                        group(
+                            group_id=GROUP,
+                            topics=[topic(name="stream", partition_indexes=list(range(writers)))],
+                        )
+                    ],
+                    require_stable=False,
+                ),
+                8,
+            )
+            stored = {
+                p.partition_index: p.committed_offset
+                for p in response.groups[0].topics[0].partitions
+            }
+        finally:
+            await client.close()
+    for index in range(writers):
+        # Everything acknowledged survived; nothing beyond what was sent appeared.
+        assert acked[index] <= stored[index] <= sent[index], (index, acked, stored, sent)
