@@ -10,7 +10,7 @@ import click
 from workgroup.errors import WorkgroupError
 
 #: Subcommand modules; each defines a click command named ``command``.
-_SUBCOMMANDS = ("coordinator", "assign")
+_SUBCOMMANDS = ("coordinator", "assign", "member")
 
 
 class _Group(click.Group):
