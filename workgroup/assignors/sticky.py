@@ -39,9 +39,13 @@ million resources).
 (kinds with the fewest subscribers first, ties by member id, rack-matching
 subscribers first), then resources are moved from a member to a subscriber with
 at least two fewer resources until no such move exists (newly assigned resources
-move before kept ones).  Guarantees: valid; no single move can improve balance;
+move before kept ones), and finally along chains of moves (``a -> b -> c``, where
+``b``'s load does not change) until no chain can balance further.  Guarantees:
+valid; the largest load is the smallest the subscriptions allow and the loads
+are an optimal semi-matching (no chain of moves can even them out further);
 owned resources stay unless balance or racks require a move.  This path is
-O(resources x members) in the worst case.
+O(resources x members) per balancing step; Kafka's general path only does the
+single moves and can stop less balanced.
 
 Use ``cooperative-sticky`` for almost every group: it keeps work running during
 rebalances and only moves what balance requires.  Use ``sticky`` only with the
@@ -411,6 +415,7 @@ def _general(data: AssignmentInput, members: list[MemberInfo]) -> Assignment:
             heapq.heapreplace(heap, (count + 1, mid))
 
     _balance(assignment, owner, load, subscribers, chain(newly, ordered), racks)
+    _balance_along_chains(assignment, owner, load, subscribers, set(newly))
     return assignment
 
 
@@ -450,3 +455,77 @@ def _balance(
             moved = True
         if not moved:
             return
+
+
+def _balance_along_chains(
+    assignment: Assignment,
+    owner: dict[Resource, str],
+    load: dict[str, int],
+    subscribers: dict[str, list[str]],
+    newly: set[Resource],
+) -> None:
+    """Finish balancing with chains of moves.
+
+    Single moves can get stuck (``a`` has two more than ``c`` but shares no kind
+    with it, while ``b`` shares a kind with each).  Moving one resource from ``a``
+    to ``b`` and another from ``b`` to ``c`` fixes that without changing ``b``'s
+    load.  Repeating until no member can pass one resource, along such a chain,
+    to a member with at least two fewer gives an optimal assignment: the largest
+    load is as small as the subscriptions allow, the smallest as large (an
+    optimal semi-matching).  Chains prefer resources their holder did not own.
+    """
+    if not load or max(load.values()) - min(load.values()) <= 1:
+        return
+    while True:
+        for source in sorted(load, key=lambda m: (-load[m], m)):
+            path = _chain_from(source, assignment, load, subscribers, newly)
+            if path:
+                for resource, giver, taker in path:
+                    assignment[giver].remove(resource)
+                    assignment[taker].append(resource)
+                    owner[resource] = taker
+                load[path[0][1]] -= 1
+                load[path[-1][2]] += 1
+                break
+        else:
+            return
+
+
+def _chain_from(
+    source: str,
+    assignment: Assignment,
+    load: dict[str, int],
+    subscribers: dict[str, list[str]],
+    newly: set[Resource],
+) -> list[tuple[Resource, str, str]] | None:
+    """Breadth-first search for moves ``source -> ... -> m`` ending at a member
+    with at least two resources fewer than ``source``."""
+    limit = load[source] - 2
+    came_from: dict[str, tuple[Resource, str]] = {}
+    queue = [source]
+    seen = {source}
+    for giver in queue:
+        # One resource per kind is enough to reach that kind's subscribers.
+        by_kind: dict[str, Resource] = {}
+        for resource in assignment[giver]:
+            kind = resource[0]
+            if kind not in by_kind or (resource in newly and by_kind[kind] not in newly):
+                by_kind[kind] = resource
+        for kind in sorted(by_kind):
+            for taker in subscribers[kind]:
+                if taker in seen:
+                    continue
+                seen.add(taker)
+                came_from[taker] = (by_kind[kind], giver)
+                if load[taker] <= limit:
+                    path: list[tuple[Resource, str, str]] = []
+                    node = taker
+                    while node != source:
+                        resource, previous = came_from[node]
+                        path.append((resource, previous, node))
+                        node = previous
+                    path.reverse()
+                    return path
+                queue.append(taker)
+    return None
+

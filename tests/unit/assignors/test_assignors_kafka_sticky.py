@@ -387,6 +387,9 @@ def test_move_existing_assignments(assignor: StickyAssignor) -> None:
     )
     assignment = assignor.assign(data)
     check(data, assignment)
+    # Kafka stops at loads 1, 2, 3; a chain of moves balances it fully.
+    assert spread(assignment) == 0
+    assert assignment[C1] == [tp(T1, 0), tp(T2, 0)]
 
 
 def test_stickiness(assignor: StickyAssignor) -> None:

@@ -88,6 +88,30 @@ def test_sticky_general_path_cannot_improve_by_one_move(name: str, data: Assignm
     check_kafka_balance(assignment)
 
 
+def smallest_possible_max_load(data: AssignmentInput) -> int:
+    """Hall's bound: for every set S of kinds, the resources of S must fit on the
+    members subscribing to some kind of S; the worst S decides."""
+    from itertools import combinations
+
+    kinds = [k for k in data.resources if subscribers(data, k)]
+    best = 0
+    for size in range(1, len(kinds) + 1):
+        for chosen in combinations(kinds, size):
+            count = sum(len(data.resources[k]) for k in chosen)
+            holders = {m for k in chosen for m in subscribers(data, k)}
+            best = max(best, -(-count // len(holders)))
+    return best
+
+
+@pytest.mark.parametrize("name", ["sticky", "cooperative-sticky", "rack-aware"])
+@given(data=inputs(uniform=False, racks=True))
+def test_sticky_general_path_largest_load_is_optimal(name: str, data: AssignmentInput) -> None:
+    """Different subscriptions: the busiest member holds no more than the
+    subscriptions force on someone (balanced as far as subscriptions allow)."""
+    assignment = assign(name, data)
+    assert max(len(rs) for rs in assignment.values()) == smallest_possible_max_load(data)
+
+
 def max_kept(data: AssignmentInput, total: int) -> int:
     """Most resources that can stay put in a balanced assignment (identical
     subscriptions): everyone keeps up to q, and r members up to q + 1."""
