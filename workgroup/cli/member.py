@@ -12,8 +12,8 @@ for non-empty changes; ``resources`` are the resources concerned), ``stable``
 (a rebalance completed; ``resources`` is the whole assignment), ``fatal`` (the
 member failed for good: ``error``, ``error_type`` and, for coordinator
 refusals, ``code`` say why) and ``closed`` (the last line).  ``assignment`` is
-always what the member owns after the event, ``t`` the Unix time at which the
-event happened in the member.
+what the member owns after the event (as its callbacks told it), ``t`` the
+Unix time at which the event happened in the member.
 
 SIGTERM or SIGINT closes the member cleanly: it revokes what it owns and, if
 dynamic, leaves the group (a static member keeps its place for the session
@@ -27,7 +27,7 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -118,7 +118,7 @@ def build_protocols(
 # --- events ---------------------------------------------------------------------
 
 
-def _resource_list(resources: Sequence[Resource] | frozenset[Resource]) -> list[list[Key]]:
+def _resource_list(resources: Iterable[Resource]) -> list[list[Key]]:
     return [[kind, key] for kind, key in sorted(resources, key=_sort_key)]
 
 
@@ -133,6 +133,9 @@ class EventWriter:
     def __init__(self, style: Literal["json", "text"]) -> None:
         self.style = style
         self._member: GroupMember | None = None
+        #: What the application owns: the callbacks run after the member's state
+        #: changed, so the member's own view may already be ahead of them.
+        self.owned: set[Resource] = set()
 
     @property
     def member(self) -> GroupMember:
@@ -164,6 +167,10 @@ class EventWriter:
         **extra: Any,
     ) -> None:
         member = self.member
+        if event == "assigned":
+            self.owned.update(resources)
+        elif event in ("revoked", "lost"):
+            self.owned.difference_update(resources)
         record: dict[str, Any] = {
             "event": event,
             "member_id": member.member_id,
@@ -171,7 +178,7 @@ class EventWriter:
             "generation": member.generation if generation is None else generation,
             "protocol": member.protocol,
             "resources": _resource_list(resources),
-            "assignment": _resource_list(member.assignment),
+            "assignment": _resource_list(self.owned),
             "leader": member.is_leader,
             "t": time.time(),
         }
