@@ -335,3 +335,32 @@ def test_consistent_hash_prefers_instance_id() -> None:
     after = assign("consistent-hash", AssignmentInput(data.resources, members))
     assert after["a-2"] == before["a-1"]
     assert after["b-1"] == before["b-1"]
+
+
+@given(data=inputs(racks=True))
+def test_cooperative_rounds_never_hand_out_an_owned_resource(data: AssignmentInput) -> None:
+    """Kafka's CooperativeStickyAssignorTest check, as a property: a round never
+    gives a member a resource another member still owns; members then revoke what
+    they lost, and follow-up rounds converge (Kafka allows 4) to a valid target."""
+    current = data
+    for _ in range(4):
+        target = assign("cooperative-sticky", current)
+        given_now = sticky_module.first_round(current, target)
+        owned_by = {mid: set(m.owned) for mid, m in current.members.items()}
+        for mid, resources in given_now.items():
+            assert set(resources) <= set(target[mid])
+            for resource in resources:
+                others = [o for o, rs in owned_by.items() if o != mid and resource in rs]
+                assert not others, f"{resource} handed to {mid} while {others} own it"
+        if given_now == target:
+            break
+        current = with_previous(
+            current,
+            given_now,
+            generation=max([m.generation for m in current.members.values()] + [0]) + 1,
+        )
+    else:
+        raise AssertionError("cooperative rebalancing did not converge in 4 rounds")
+    check_valid(current, target)
+    if is_uniform(current):
+        assert spread(target) <= 1
