@@ -6,9 +6,10 @@ sum(capacities)`` resources, rounded by largest remainder (ties: member id), so
 shares sum exactly to the total.  Members keep what they own up to their share
 (claims settled by generation as in ``sticky``); the rest goes, resource by
 resource, to the subscriber whose load after taking it is the smallest fraction
-of its capacity.  With different subscriptions each resource still goes to the
-subscriber with the lowest relative load, which is proportional where the
-subscriptions allow.
+of its capacity.  With different subscriptions members keep what they own and
+each other resource goes, greedily (kinds with the fewest subscribers first), to
+the subscriber with the lowest load relative to its capacity; that is close to
+proportional but not guaranteed optimal.
 
 Guarantees: valid; with identical subscriptions every member's load equals its
 rounded share exactly (so it never differs from ``total * capacity / sum`` by a
