@@ -66,7 +66,7 @@ def test_balanced_with_identical_subscriptions(name: str, data: AssignmentInput)
 
 
 def test_range_balances_each_kind() -> None:
-    @given(data=inputs(uniform=True))
+    @given(data=inputs(uniform=True, racks=True))
     def check(data: AssignmentInput) -> None:
         assignment = assign("range", data)
         for kind in data.resources:
