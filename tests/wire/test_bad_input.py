@@ -14,6 +14,7 @@ import tracemalloc
 from collections.abc import AsyncIterator
 
 import pytest
+import structlog.testing
 
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.server import CoordinatorServer
@@ -326,3 +327,24 @@ async def test_random_frames_never_hurt_the_coordinator(
     for _ in range(4):
         await asyncio.gather(*(attempt(random_frame()) for _ in range(50)))
         await still_served(bystander)
+
+
+@pytest.mark.parametrize(
+    ("data", "event"),
+    [
+        (struct.pack(">i", -5), "coordinator.bad_frame"),
+        (frame(join_group_v5(2**31 - 1)), "coordinator.bad_request"),
+        (frame(header_v1(9999, 0)), "coordinator.unknown_api"),
+    ],
+)
+async def test_bad_input_is_logged(server: CoordinatorServer, data: bytes, event: str) -> None:
+    with structlog.testing.capture_logs() as logs:
+        bad = await RawClient.connect(*server.address)
+        try:
+            await bad.write_raw(data)
+            assert await bad.closed_by_peer()
+        finally:
+            await bad.close()
+    (entry,) = (e for e in logs if e["event"] == event)
+    assert entry["log_level"] == "warning"
+    assert entry["peer"].startswith("127.0.0.1:")
