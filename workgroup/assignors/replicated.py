@@ -26,6 +26,8 @@ class ReplicatedAssignor:
 
     name = "replicated"
     supports_cooperative = True
+    #: A resource has several owners (read by ``workgroup assign``'s statistics).
+    exclusive = False
 
     def __init__(self, replicas: int | str = 2) -> None:
         try:

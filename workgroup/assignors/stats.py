@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workgroup.assignors._common import settle_claims
+from workgroup.assignors._common import Claims, settle_claims
 from workgroup.assignors.base import Assignment, AssignmentInput
 
 
@@ -37,12 +37,28 @@ class AssignmentStats:
         }
 
 
-def assignment_stats(data: AssignmentInput, assignment: Assignment) -> AssignmentStats:
+def assignment_stats(
+    data: AssignmentInput, assignment: Assignment, exclusive: bool = True
+) -> AssignmentStats:
+    """Balance and movement of ``assignment``.
+
+    ``exclusive``: resources have one owner, so conflicting claims are settled
+    as the sticky assignors settle them; pass False for assignors that give a
+    resource several owners (``replicated``), whose claims all count.
+    """
     members = [data.members[mid] for mid in sorted(data.members)]
-    existing = {
-        (kind, key): None for kind, keys in data.resources.items() for key in keys
-    }
-    claims = settle_claims(members, existing, subscribed_only=True)
+    existing = {(kind, key): None for kind, keys in data.resources.items() for key in keys}
+    if exclusive:
+        claims = settle_claims(members, existing, subscribed_only=True)
+    else:
+        claims = Claims(
+            owned={
+                m.member_id: [
+                    r for r in dict.fromkeys(m.owned) if r in existing and r[0] in m.kinds
+                ]
+                for m in members
+            }
+        )
     load = {mid: len(assignment.get(mid, [])) for mid in sorted(data.members)}
     assigned = sum(load.values())
     moves = 0

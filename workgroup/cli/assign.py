@@ -68,7 +68,7 @@ def _parse_resources(
                 extra = set(item) - {"key", "racks"}
                 if extra or "key" not in item:
                     raise ConfigError(
-                        f"kind {kind!r}: a key object is {{\"key\": K, \"racks\": [...]}}, "
+                        f'kind {kind!r}: a key object is {{"key": K, "racks": [...]}}, '
                         f"got {json.dumps(item)}"
                     )
                 key = item["key"]
@@ -90,9 +90,7 @@ def _parse_resources(
     return resources, racks
 
 
-def _parse_members(
-    raw: Any, resources: dict[str, list[Key] | range]
-) -> dict[str, MemberInfo]:
+def _parse_members(raw: Any, resources: dict[str, list[Key] | range]) -> dict[str, MemberInfo]:
     if not isinstance(raw, dict):
         raise ConfigError("'members' must be an object: {member id: {...}}")
     members: dict[str, MemberInfo] = {}
@@ -135,11 +133,7 @@ def _parse_members(
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"{where}: {name!r} must be a string")
         capacity = spec.get("capacity", 1.0)
-        if (
-            not isinstance(capacity, int | float)
-            or isinstance(capacity, bool)
-            or not capacity > 0
-        ):
+        if not isinstance(capacity, int | float) or isinstance(capacity, bool) or not capacity > 0:
             raise ConfigError(f"{where}: 'capacity' must be a positive number")
         user_data = spec.get("user_data", "")
         if not isinstance(user_data, str):
@@ -180,7 +174,7 @@ def run(assignor_name: str, text: str, options: dict[str, Any]) -> dict[str, Any
     data = parse_input(document)
     assignor = get_assignor(assignor_name, **options)
     assignment = assignor.assign(data)
-    stats = assignment_stats(data, assignment)
+    stats = assignment_stats(data, assignment, exclusive=getattr(assignor, "exclusive", True))
     return {
         "assignment": {mid: [list(r) for r in rs] for mid, rs in sorted(assignment.items())},
         "stats": {"assignor": assignor.name, **stats.as_dict()},

@@ -201,3 +201,19 @@ def test_unreadable_file_exits_2(tmp_path: Path) -> None:
     code, _, err = invoke(["--assignor", "range", "--input", str(tmp_path / "missing.json")])
     assert code == 2
     assert "cannot read" in err
+
+
+def test_replicated_stats_count_every_claim() -> None:
+    group = {
+        "resources": {"k": 3},
+        "members": {"a": {"owned": [["k", 0], ["k", 1]]}, "b": {"owned": [["k", 0]]}, "c": {}},
+    }
+    code, out, err = invoke(
+        ["--assignor", "replicated", "--option", "replicas=2", "--indent", "0"], json.dumps(group)
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    # a and b keep their replicas of k0 (shared ownership is not a conflict here).
+    assert ["k", 0] in result["assignment"]["a"]
+    assert ["k", 0] in result["assignment"]["b"]
+    assert result["stats"]["moves"] == result["stats"]["min_moves"] == 3
