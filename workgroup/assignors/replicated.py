@@ -9,12 +9,18 @@ member holds ``floor`` or ``ceil`` of ``resources * replicas / members`` replica
 that breaks balance, distinctness or rack spreading; when more members claim a
 resource than it has replicas, the newest generations win, then member ids.
 
+New replicas go to members that share few resources with the resource's other
+holders, so a failed member's replicas survive on many members and its load is
+spread when it is replaced.
+
 The assignment lists, for every member, the resources it holds a replica of;
 the first owner listed for a resource is not special (use ``leader`` on top for
 a primary).  Use it for redundant work (hot standbys, replicated caches).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from workgroup.assignors._common import all_resources, empty_assignment, sorted_kinds
 from workgroup.assignors.base import Assignment, AssignmentInput, Resource
@@ -63,6 +69,17 @@ class ReplicatedAssignor:
             for resource in dict.fromkeys(info.owned):
                 if resource in holders and resource[0] in info.kinds:
                     claims.setdefault(resource, []).append((-info.generation, mid))
+        # How many resources each pair of members holds together: new replicas go
+        # to members sharing little with the other holders, so that when a member
+        # fails its resources' other replicas are spread over many members.
+        shared: dict[tuple[str, str], int] = {}
+
+        def add_holder(resource: Resource, mid: str) -> None:
+            for other in holders[resource]:
+                shared[(mid, other)] = shared.get((mid, other), 0) + 1
+                shared[(other, mid)] = shared.get((other, mid), 0) + 1
+            holders[resource].append(mid)
+
         over = 0
         for resource in ordered:
             for _, mid in sorted(claims.get(resource, ())):
@@ -72,7 +89,7 @@ class ReplicatedAssignor:
                     continue
                 if self._rack_taken(resource, mid, holders, rack, eligible):
                     continue
-                holders[resource].append(mid)
+                add_holder(resource, mid)
                 load[mid] += 1
                 if uniform and extra and load[mid] == base + 1:
                     over += 1
@@ -85,8 +102,8 @@ class ReplicatedAssignor:
         for resource in ordered:
             need = wanted[resource] - len(holders[resource])
             for _ in range(need):
-                chosen = self._pick(resource, holders, load, rack, eligible, quota_ok)
-                holders[resource].append(chosen)
+                chosen = self._pick(resource, holders, load, rack, eligible, quota_ok, shared)
+                add_holder(resource, chosen)
                 load[chosen] += 1
                 if uniform and extra and load[chosen] == base + 1:
                     over += 1
@@ -149,15 +166,16 @@ class ReplicatedAssignor:
         load: dict[str, int],
         rack: dict[str, str | None],
         eligible: dict[str, list[str]],
-        quota_ok: object,
+        quota_ok: Callable[[str], bool],
+        shared: dict[tuple[str, str], int],
     ) -> str:
-        assert callable(quota_ok)
         taken = set(holders[resource])
         used_racks = {rack[h] for h in taken}
         candidates = [m for m in eligible[resource[0]] if m not in taken]
 
-        def preference(mid: str) -> tuple[bool, bool, int, str]:
+        def preference(mid: str) -> tuple[bool, bool, int, int, str]:
             new_rack = rack[mid] is None or rack[mid] not in used_racks
-            return (not quota_ok(mid), not new_rack, load[mid], mid)
+            overlap = sum(shared.get((mid, h), 0) for h in taken)
+            return (not quota_ok(mid), not new_rack, load[mid], overlap, mid)
 
         return min(candidates, key=preference)
