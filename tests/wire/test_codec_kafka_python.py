@@ -634,3 +634,16 @@ def test_unsupported_version_gets_unsupported_version_error(
     assert response.header.correlation_id == 8
     if request_cls is DescribeGroupsRequest:
         assert response.groups[0].error_code == ErrorCode.UNSUPPORTED_VERSION
+
+
+@pytest.mark.parametrize("version", [1, 9, 12])
+def test_metadata_empty_topics_reports_existing_topics_without_partitions(version: int) -> None:
+    topic = MetadataRequest.MetadataRequestTopic
+    decoded = decode(MetadataRequest[version](topics=[topic(name="orders")]), version)
+    assert isinstance(decoded, b.Metadata)
+    me = b.BrokerAddress(0, "h", 1)
+    result = b.answer_metadata(decoded, me, empty_topics=True)
+    response = respond(MetadataResponse, wire.METADATA, version, result)
+    assert [(t.name, t.error_code, list(t.partitions)) for t in response.topics] == [
+        ("orders", 0, [])
+    ]

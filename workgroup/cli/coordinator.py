@@ -90,6 +90,14 @@ def format_address(host: str, port: int) -> str:
     help="Largest request frame accepted; a larger one closes its connection.",
 )
 @click.option(
+    "--empty-topics",
+    is_flag=True,
+    help="Answer Metadata for a requested topic as an existing topic with no partitions "
+    "instead of UNKNOWN_TOPIC_OR_PARTITION. librdkafka (confluent-kafka) consumers join a "
+    "group only once a subscribed topic exists; with this flag they form groups here, "
+    "with empty assignments.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
@@ -104,6 +112,7 @@ def command(
     max_session_timeout_ms: int,
     group_max_size: int,
     max_request_bytes: int,
+    empty_topics: bool,
     log_level: str,
     log_json: bool,
 ) -> None:
@@ -126,11 +135,18 @@ def command(
             store = Store(data_dir)
         except StoreError as exc:
             raise ConfigError(f"--data-dir: {exc}") from exc
-    asyncio.run(_serve(config, host, port, store))
+    asyncio.run(_serve(config, host, port, store, empty_topics=empty_topics))
 
 
-async def _serve(config: CoordinatorConfig, host: str, port: int, store: Store | None) -> None:
-    server = CoordinatorServer(config, host=host, port=port, store=store)
+async def _serve(
+    config: CoordinatorConfig,
+    host: str,
+    port: int,
+    store: Store | None,
+    *,
+    empty_topics: bool = False,
+) -> None:
+    server = CoordinatorServer(config, host=host, port=port, store=store, empty_topics=empty_topics)
     try:
         await server.start()
     except OSError as exc:

@@ -12,7 +12,10 @@ Rules (as Apache Kafka's broker, minus everything about topics):
 * Metadata lists this process as the only broker and controller.  Requested
   topics are answered with UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers a topic
   that does not exist when auto-creation is off; a request for all topics gets
-  an empty list.
+  an empty list.  With ``empty_topics`` a requested topic is reported as
+  existing with no partitions instead: librdkafka consumers only send JoinGroup
+  once a subscribed topic exists, and with it they form groups (with empty
+  assignments) on the embedded coordinator.
 * FindCoordinator names this process for every group key (key type 0, the only
   type in v0).  Transactions are not supported: a transaction key gets
   COORDINATOR_NOT_AVAILABLE with a message saying so.  Any other key type gets
@@ -115,10 +118,11 @@ BrokerResult = ApiVersionsResult | MetadataResult | FindCoordinatorResult
 # --- answers ----------------------------------------------------------------
 
 
-def answer_metadata(request: Metadata, me: BrokerAddress) -> MetadataResult:
-    topics = tuple(
-        MetadataTopic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for name in request.topics or ()
-    )
+def answer_metadata(
+    request: Metadata, me: BrokerAddress, *, empty_topics: bool = False
+) -> MetadataResult:
+    error = ErrorCode.NONE if empty_topics else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    topics = tuple(MetadataTopic(name, error) for name in request.topics or ())
     return MetadataResult(
         brokers=(me,), controller_id=me.node_id, cluster_id=CLUSTER_ID, topics=topics
     )

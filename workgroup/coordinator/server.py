@@ -175,6 +175,7 @@ class CoordinatorServer:
         store: Store | None = None,
         core: CoordinatorCore | None = None,
         clock_ms: Callable[[], int] = monotonic_ms,
+        empty_topics: bool = False,
     ) -> None:
         self.config = config or CoordinatorConfig()
         if core is None:
@@ -186,6 +187,8 @@ class CoordinatorServer:
         self._host = host
         self._port = port
         self._clock_ms = clock_ms
+        #: Report requested topics as existing with no partitions (see broker.py).
+        self.empty_topics = empty_topics
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self._handlers: set[asyncio.Task[None]] = set()
@@ -396,7 +399,7 @@ class CoordinatorServer:
                 # every request gets the versions.
                 return broker.ApiVersionsResult(ErrorCode.NONE, wire.ADVERTISED_VERSIONS)
             case broker.Metadata():
-                return broker.answer_metadata(request, me)
+                return broker.answer_metadata(request, me, empty_topics=self.empty_topics)
             case broker.FindCoordinator():
                 return broker.answer_find_coordinator(request, me)
 

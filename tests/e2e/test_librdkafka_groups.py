@@ -1,0 +1,117 @@
+"""librdkafka (confluent-kafka) consumer groups on the embedded coordinator.
+
+librdkafka sends JoinGroup only once a subscribed topic exists in Metadata.
+The embedded coordinator has no topics; started with ``--empty-topics`` it
+reports requested topics as existing with no partitions, and librdkafka
+consumers form groups with empty assignments.  Without the flag they never join
+(documented in docs/compatibility.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import confluent_kafka
+import pytest
+from conftest import CoordinatorProcess, start_coordinator
+from wire.raw_client import DescribeGroupsRequest, RawClient
+
+GROUP = "librdkafka-group"
+
+
+class Consumer(threading.Thread):
+    """One confluent-kafka consumer polling in its own thread until stopped."""
+
+    def __init__(self, bootstrap: str, name: str, strategy: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.events: list[tuple[str, int]] = []
+        self.errors: list[Any] = []
+        self._stop_polling = threading.Event()
+        self._consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": GROUP,
+                "client.id": name,
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 500,
+                "partition.assignment.strategy": strategy,
+                "error_cb": self.errors.append,
+            }
+        )
+
+    def run(self) -> None:
+        self._consumer.subscribe(
+            ["work"],
+            on_assign=lambda _c, parts: self.events.append(("assign", len(parts))),
+            on_revoke=lambda _c, parts: self.events.append(("revoke", len(parts))),
+        )
+        try:
+            while not self._stop_polling.is_set():
+                self._consumer.poll(0.1)
+        finally:
+            self._consumer.close()  # leaves the group
+
+    def stop(self) -> None:
+        self._stop_polling.set()
+        self.join(20)
+
+
+async def describe(coordinator: CoordinatorProcess) -> Any:
+    client = await RawClient.connect(coordinator.host, coordinator.port)
+    try:
+        response = await client.call(DescribeGroupsRequest[5](groups=[GROUP]), 5)
+        return response.groups[0]
+    finally:
+        await client.close()
+
+
+async def wait_for_members(coordinator: CoordinatorProcess, count: int) -> Any:
+    deadline = time.monotonic() + 30
+    group = None
+    while time.monotonic() < deadline:
+        group = await describe(coordinator)
+        if group.group_state == "Stable" and len(group.members) == count:
+            return group
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no stable group of {count}; last: {group}")
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+async def test_librdkafka_consumers_form_a_group(strategy: str) -> None:
+    with start_coordinator("--initial-rebalance-delay-ms", "0", "--empty-topics") as coordinator:
+        consumers = [Consumer(coordinator.bootstrap, f"rd-{i}", strategy) for i in range(2)]
+        try:
+            consumers[0].start()
+            first = await wait_for_members(coordinator, 1)
+            consumers[1].start()
+            both = await wait_for_members(coordinator, 2)
+            assert both.protocol_type == "consumer"
+            assert both.protocol_data == strategy
+            assert {m.client_id for m in both.members} == {"rd-0", "rd-1"}
+            assert first.members[0].member_id in {m.member_id for m in both.members}
+            consumers[1].stop()
+            alone = await wait_for_members(coordinator, 1)
+            assert alone.members[0].client_id == "rd-0"
+        finally:
+            for consumer in consumers:
+                if consumer.is_alive():
+                    consumer.stop()
+        # Every assignment is empty: there are no partitions.
+        assert all(count == 0 for c in consumers for _, count in c.events)
+        assert ("assign", 0) in consumers[0].events
+
+
+async def test_without_the_flag_librdkafka_does_not_join(
+    coordinator_process: CoordinatorProcess,
+) -> None:
+    consumer = Consumer(coordinator_process.bootstrap, "rd-alone", "range")
+    consumer.start()
+    try:
+        await asyncio.sleep(3)
+        group = await describe(coordinator_process)
+        assert group.members == []
+    finally:
+        consumer.stop()
