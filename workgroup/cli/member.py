@@ -94,21 +94,20 @@ def build_protocols(
 
     A protocol named after a registered assignor uses that assignor (so
     ``--protocol cooperative-sticky:1 --protocol range:1`` offers both); any
-    other name uses ``--assignor``.
+    other name uses ``--assignor``.  ``rebalance`` applies to every protocol
+    (``None``: each assignor's own default, so ``[cooperative-sticky, range]``
+    offers a cooperative and an eager protocol).
     """
     known = set(available())
     protocols: list[Protocol] = []
     for spec in specs or [ProtocolSpec(default_assignor, 1)]:
         assignor = get_assignor(spec.name if spec.name in known else default_assignor)
-        mode = rebalance
-        if mode == "cooperative" and not assignor.supports_cooperative:
-            mode = None  # an eager-only assignor among cooperative ones stays eager
         protocols.append(
             Protocol(
                 spec.name,
                 assignor,
                 version=spec.version,
-                rebalance=mode,
+                rebalance=rebalance,
                 codec=BinaryCodec(latest_version=metadata_version),
             )
         )
@@ -240,7 +239,8 @@ def _text(record: dict[str, Any]) -> str:
     "--rebalance",
     type=click.Choice(["eager", "cooperative"]),
     default=None,
-    help="Rebalance protocol (default: cooperative where the assignor supports it).",
+    help="Rebalance protocol of every advertised protocol (default: cooperative where "
+    "the protocol's assignor supports it, eager otherwise).",
 )
 @click.option("--instance-id", default=None, help="Static membership: a stable instance id.")
 @click.option("--session-timeout-ms", type=int, default=10_000, show_default=True)

@@ -1,0 +1,234 @@
+"""``workgroup member`` as a process: event lines, clean close, static members, fatal errors."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+from members import (
+    Members,
+    embedded_coordinator,
+    resources_of,
+    shards,
+    stable_events,
+    wait_converged,
+)
+
+from workgroup.cli import main
+from workgroup.cli.member import build_protocols, parse_protocol, parse_resources
+from workgroup.errors import ConfigError
+from workgroup.testing.ownership import check_ownership
+
+FIELDS = {
+    "event",
+    "member_id",
+    "instance_id",
+    "generation",
+    "protocol",
+    "resources",
+    "assignment",
+    "leader",
+    "t",
+}
+SESSION_MS = 3000
+
+
+@pytest.fixture(scope="module")
+def bootstrap() -> Iterator[str]:
+    with embedded_coordinator() as address:
+        yield address
+
+
+def group_name(request: pytest.FixtureRequest) -> str:
+    return re.sub(r"\W", "-", request.node.name)
+
+
+@pytest.fixture
+def members(bootstrap: str, request: pytest.FixtureRequest) -> Iterator[Members]:
+    with Members(
+        bootstrap, group_name(request), resources=("shard=12",), session_timeout_ms=SESSION_MS
+    ) as running:
+        yield running
+
+
+def test_two_members_share_then_one_leaves(members: Members) -> None:
+    a = members.start("a")
+    wait_converged([a], shards(12), 20)
+    b = members.start("b")
+    converged = wait_converged([a, b], shards(12), 20)
+    assert {len(e["assignment"]) for e in converged.values()} == {6}
+    assert {e["protocol"] for e in converged.values()} == {"cooperative-sticky.v1"}
+    assert sorted(e["leader"] for e in converged.values()) == [False, True]
+    for event in a.snapshot() + b.snapshot():
+        assert set(event) == FIELDS
+        assert isinstance(event["t"], float)
+    # Cooperative: a kept its six resources throughout and only revoked the others.
+    a_events = a.snapshot()
+    assert [e["event"] for e in a_events if e["event"] != "stable"] == ["assigned", "revoked"]
+    assert resources_of(a_events[-1]) <= resources_of(a_events[0])
+
+    left_at = time.time()
+    assert b.terminate() == 0
+    b_events = b.snapshot()
+    assert [e["event"] for e in b_events[-2:]] == ["revoked", "closed"]
+    assert b_events[-1]["assignment"] == []
+    wait_converged([a], shards(12), 10)
+    # A dynamic member leaves the group: no wait for its session to expire.
+    takeover = a.last_stable()
+    assert takeover is not None
+    assert takeover["t"] - left_at < SESSION_MS / 1000
+    check_ownership(members.logs(), shards(12)).raise_for_violations()
+
+
+def test_static_member_keeps_its_place_when_closed(members: Members) -> None:
+    a = members.start("a")
+    b = members.start("b", instance_id="b-1")
+    wait_converged([a, b], shards(12), 20)
+    generation = a.last_stable()["generation"]  # type: ignore[index]
+    closed_at = time.time()
+    assert b.terminate() == 0
+    assert b.snapshot()[-1]["event"] == "closed"
+    assert b.snapshot()[-1]["instance_id"] == "b-1"
+    # No LeaveGroup: the group only rebalances once b's session has expired.
+    wait_converged([a], shards(12), 15)
+    takeover = a.last_stable()
+    assert takeover is not None
+    assert takeover["generation"] > generation
+    assert takeover["t"] - closed_at >= SESSION_MS / 1000 * 0.8
+    check_ownership(members.logs(), shards(12)).raise_for_violations()
+
+
+def test_restarted_static_member_gets_its_resources_back(members: Members) -> None:
+    a = members.start("a")
+    b = members.start("b", instance_id="b-1")
+    converged = wait_converged([a, b], shards(12), 20)
+    before = resources_of(converged["b"])
+    b.kill()
+    b2 = members.start("b", instance_id="b-1")
+    converged = wait_converged([a, b2], shards(12), 20)
+    assert resources_of(converged["b#2"]) == before
+    check_ownership(members.logs(), shards(12)).raise_for_violations()
+
+
+def test_text_events(members: Members) -> None:
+    a = members.start("a", "--events", "text")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not a.snapshot():
+        time.sleep(0.05)
+    a.terminate()
+    lines = [e["line"] for e in a.snapshot()]  # text lines do not parse as JSON
+    assert any(
+        re.match(r"\d\d:\d\d:\d\d\.\d{3} stable +gen=\d+ protocol=cooperative-sticky\.v1 ", line)
+        for line in lines
+    ), lines
+    assert lines[-1].split()[1] == "closed"
+
+
+def test_invalid_session_timeout_is_fatal(members: Members) -> None:
+    a = members.start("a", session_timeout_ms=500, heartbeat_interval_ms=100)
+    assert a.process.wait(20) == 1
+    a.terminate()
+    events = a.snapshot()
+    assert [e["event"] for e in events] == ["fatal", "closed"]
+    assert events[0]["code"] == 26
+    assert "INVALID_SESSION_TIMEOUT" in events[0]["error"]
+    assert events[0]["error_type"] == "InvalidSessionTimeoutError"
+    assert "error:" in a.stderr_tail()
+
+
+def test_no_common_protocol_is_fatal(members: Members) -> None:
+    a = members.start("a", "--protocol", "range:1")
+    wait_converged([a], shards(12), 20)
+    b = members.start("b", "--protocol", "round-robin:1")
+    assert b.process.wait(20) == 1
+    b.terminate()
+    events = b.snapshot()
+    assert [e["event"] for e in events] == ["fatal", "closed"]
+    assert events[0]["code"] == 23
+    # The group carries on undisturbed.
+    assert a.alive
+    assert len(stable_events(a.snapshot())) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--resources", "shard"], "--resources must be KIND=N"),
+        (["--resources", "shard=1", "--resources", "shard=2"], "names kind 'shard' twice"),
+        (["--resources", "shard=a,a"], "repeats a key"),
+        (["--protocol", "range:x"], "--protocol must be NAME:VERSION"),
+        (["--assignor", "no-such-assignor"], "no-such-assignor"),
+        (["--rebalance", "cooperative", "--assignor", "range"], "not sticky enough"),
+        (["--heartbeat-interval-ms", "5000", "--session-timeout-ms", "3000"], "heartbeat"),
+    ],
+)
+def test_bad_options_exit_2_without_events(args: list[str], message: str) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workgroup",
+            "member",
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--group",
+            "g",
+            *args,
+        ],
+        capture_output=True,
+        timeout=30,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == b""
+    assert message in result.stderr.decode()
+
+
+def test_metadata_version_out_of_range() -> None:
+    result = CliRunner().invoke(
+        main, ["member", "--bootstrap", "x:1", "--group", "g", "--metadata-version", "9"]
+    )
+    assert result.exit_code == 2
+    assert "--metadata-version" in result.output
+
+
+# --- option parsing ---------------------------------------------------------------
+
+
+def test_parse_resources() -> None:
+    assert parse_resources(["shard=3", "task=a,b"]) == {"shard": [0, 1, 2], "task": ["a", "b"]}
+    assert parse_resources([]) == {}
+    with pytest.raises(ConfigError):
+        parse_resources(["=3"])
+
+
+def test_parse_protocol() -> None:
+    assert parse_protocol("range:0") == parse_protocol("range:0")
+    spec = parse_protocol("my:proto:2")
+    assert (spec.name, spec.version) == ("my:proto", 2)
+    assert parse_protocol("sticky").version == 1
+    with pytest.raises(ConfigError):
+        parse_protocol(":1")
+
+
+def test_build_protocols() -> None:
+    specs = [parse_protocol(p) for p in ("cooperative-sticky:2", "range:2", "custom:0")]
+    protocols = build_protocols(specs, "consistent-hash", None, 1)
+    assert [p.wire_name for p in protocols] == ["cooperative-sticky.v2", "range.v2", "custom.v0"]
+    assert [p.assignor.name for p in protocols] == [
+        "cooperative-sticky",
+        "range",
+        "consistent-hash",
+    ]
+    assert [p.mode for p in protocols] == ["cooperative", "eager", "cooperative"]
+    assert {p.codec.latest_version for p in protocols} == {1}
+    eager = build_protocols(specs, "sticky", "eager", 2)
+    assert {p.mode for p in eager} == {"eager"}
+    with pytest.raises(ConfigError, match="not sticky enough"):
+        build_protocols(specs, "sticky", "cooperative", 2)
+    (default,) = build_protocols([], "round-robin", None, 2)
+    assert default.wire_name == "round-robin.v1"
