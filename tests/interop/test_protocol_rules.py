@@ -29,6 +29,8 @@ from .wire import (
     NONE,
     REBALANCE_IN_PROGRESS,
     UNKNOWN_MEMBER_ID,
+    FindCoordinatorRequest,
+    KafkaPythonWire,
 )
 
 ENCODERS = ["kafka-python", "aiokafka"]
@@ -89,6 +91,19 @@ async def test_find_coordinator_returns_the_broker_itself(
     assert found.error == NONE
     assert (found.host, found.port) == (backend.host, backend.port)
     assert found.node_id >= 0
+
+
+async def test_find_coordinator_batched_v4(backend: Backend, connect: Connect, group_id: str):
+    """FindCoordinator v4+ (KIP-699) looks up several keys at once; the Java client
+    3.x uses it."""
+    wire = await connect("kafka-python")
+    assert isinstance(wire, KafkaPythonWire)
+    keys = [group_id, group_id + "-other"]
+    response = await wire.request(
+        FindCoordinatorRequest(key_type=0, coordinator_keys=keys, version=4)
+    )
+    found = {c.key: (c.error_code, c.host, c.port) for c in response.coordinators}
+    assert found == {key: (NONE, backend.host, backend.port) for key in keys}
 
 
 # ---------------------------------------------------------------------------- joining

@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer
 from confluent_kafka import Consumer
 
 from .conftest import Backend, Connect
-from .wire import Described, GroupWire
+from .wire import FENCED_INSTANCE_ID, Described, GroupWire
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -108,18 +108,18 @@ async def aiokafka_members(backend: Backend) -> AsyncIterator[Callable[..., Any]
     started: list[AiokafkaMember] = []
 
     async def start(group: str, topic: str, **config: Any) -> AiokafkaMember:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=backend.bootstrap,
-            group_id=group,
-            client_id=f"interop-aiokafka-{len(started)}",
-            session_timeout_ms=backend.session_timeout_ms,
-            heartbeat_interval_ms=200,
-            rebalance_timeout_ms=5000,
-            max_poll_interval_ms=60_000,
-            retry_backoff_ms=50,
-            enable_auto_commit=False,
-            **config,
-        )
+        settings: dict[str, Any] = {
+            "bootstrap_servers": backend.bootstrap,
+            "group_id": group,
+            "client_id": f"interop-aiokafka-{len(started)}",
+            "session_timeout_ms": backend.session_timeout_ms,
+            "heartbeat_interval_ms": 200,
+            "rebalance_timeout_ms": 5000,
+            "max_poll_interval_ms": 60_000,
+            "retry_backoff_ms": 50,
+            "enable_auto_commit": False,
+        }
+        consumer = AIOKafkaConsumer(**{**settings, **config})
         await consumer.start()
         consumer.subscribe(topics=[topic])
         member = AiokafkaMember(consumer, asyncio.create_task(poll_forever(consumer)))
@@ -185,6 +185,52 @@ async def test_aiokafka_consumers_form_rebalance_and_leave(
         for member in first:
             await member.stop()
     await wait_for(lambda: _empty(observer, group_id), "the group to be empty after everyone left")
+
+
+async def test_aiokafka_static_member_restart_keeps_generation(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, group_id: str
+):
+    tansu_deviates(
+        request,
+        backend,
+        "a restarted static aiokafka member starts a rebalance (new generation)",
+    )
+    topic = "interop-aiokafka-static"
+    await backend.ensure_topic(topic, PARTITIONS)
+    observer = await connect()
+    # Long enough that the restart happens well within the session.
+    session_ms = 6000 if backend.name == "embedded" else backend.session_timeout_ms
+    async with aiokafka_members(backend) as start:
+        a = await start(
+            group_id, topic, group_instance_id="static-a", session_timeout_ms=session_ms
+        )
+        b = await start(
+            group_id, topic, group_instance_id="static-b", session_timeout_ms=session_ms
+        )
+        generation, described = await wait_for(
+            lambda: settled(observer, group_id, [a, b], backend, topic), "two static members"
+        )
+        if backend.name == "embedded":  # Tansu describes no member details
+            assert {m.instance_id for m in described.members} == {"static-a", "static-b"}
+        old_member_id, old_assignment = a.member_id, a.assignment()
+
+        await a.stop()  # a static member sends no LeaveGroup
+        restarted = await start(
+            group_id, topic, group_instance_id="static-a", session_timeout_ms=session_ms
+        )
+        new_generation, described = await wait_for(
+            lambda: settled(observer, group_id, [restarted, b], backend, topic),
+            "the restarted static member",
+        )
+        assert new_generation == generation, "a static restart must not start a rebalance"
+        assert restarted.member_id != old_member_id
+        assert restarted.assignment() == old_assignment
+        if backend.name == "embedded":
+            assert {m.instance_id for m in described.members} == {"static-a", "static-b"}
+        fenced = await observer.heartbeat(
+            group_id, generation, old_member_id, instance_id="static-a"
+        )
+        assert fenced == FENCED_INSTANCE_ID
 
 
 async def _empty(wire: GroupWire, group: str) -> Described | None:
