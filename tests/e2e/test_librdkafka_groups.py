@@ -25,7 +25,7 @@ GROUP = "librdkafka-group"
 class Consumer(threading.Thread):
     """One confluent-kafka consumer polling in its own thread until stopped."""
 
-    def __init__(self, bootstrap: str, name: str, strategy: str) -> None:
+    def __init__(self, bootstrap: str, name: str, strategy: str, **extra: Any) -> None:
         super().__init__(name=name, daemon=True)
         self.events: list[tuple[str, int]] = []
         self.errors: list[Any] = []
@@ -39,6 +39,7 @@ class Consumer(threading.Thread):
                 "heartbeat.interval.ms": 500,
                 "partition.assignment.strategy": strategy,
                 "error_cb": self.errors.append,
+                **extra,
             }
         )
 
@@ -115,3 +116,48 @@ async def test_without_the_flag_librdkafka_does_not_join(
         assert group.members == []
     finally:
         consumer.stop()
+
+
+async def test_librdkafka_static_member_restart_causes_no_rebalance() -> None:
+    with start_coordinator("--initial-rebalance-delay-ms", "0", "--empty-topics") as coordinator:
+
+        def static(name: str) -> Consumer:
+            return Consumer(
+                coordinator.bootstrap,
+                name,
+                "range",
+                **{"group.instance.id": f"instance-{name}", "session.timeout.ms": 30000},
+            )
+
+        a, b = static("a"), static("b")
+        a.start()
+        b.start()
+        restarted = None
+        try:
+            before = await wait_for_members(coordinator, 2)
+            old_ids = {m.group_instance_id: m.member_id for m in before.members}
+            assert set(old_ids) == {"instance-a", "instance-b"}
+            b.stop()  # a static member's close does not leave the group
+            await asyncio.sleep(1)
+            still = await describe(coordinator)
+            assert (still.group_state, len(still.members)) == ("Stable", 2)
+            events_of_a = list(a.events)
+            restarted = static("b")
+            restarted.start()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                after = await describe(coordinator)
+                new_ids = {m.group_instance_id: m.member_id for m in after.members}
+                if new_ids.get("instance-b") not in (None, old_ids["instance-b"]):
+                    break
+                await asyncio.sleep(0.2)
+            # KIP-345: a new member id for the restarted instance, no rebalance for the other.
+            assert new_ids["instance-a"] == old_ids["instance-a"]
+            assert new_ids["instance-b"] != old_ids["instance-b"]
+            assert after.group_state == "Stable"
+            await asyncio.sleep(1)
+            assert a.events == events_of_a
+        finally:
+            for consumer in (a, b, restarted):
+                if consumer is not None and consumer.is_alive():
+                    consumer.stop()
