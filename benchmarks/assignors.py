@@ -173,7 +173,7 @@ def main() -> None:
         "and round-robin on the small group)",
     )
     args = parser.parse_args()
-    console = Console(width=max(Console().width, 120))
+    console = Console(width=max(Console().width, 140))
     scales = ["small", "large"] if args.scale == "all" else [args.scale]
     rows: list[Row] = []
     for scale in scales:
