@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
@@ -26,10 +27,13 @@ from workgroup.assignors.registry import get_assignor
 from workgroup.assignors.stats import assignment_stats
 from workgroup.assignors.weighted import proportional_shares
 
-settings.register_profile(
-    "assignors", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+# Applied test by test (a loaded profile would change every other module's tests).
+# WORKGROUP_ASSIGNOR_EXAMPLES=2000 for a long hunt for counterexamples.
+SETTINGS = settings(
+    max_examples=int(os.environ.get("WORKGROUP_ASSIGNOR_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
-settings.load_profile("assignors")
 
 SINGLE_OWNER = [
     "range",
@@ -51,6 +55,7 @@ def assign(name: str, data: AssignmentInput, **options: object) -> Assignment:
 
 
 @pytest.mark.parametrize("name", SINGLE_OWNER)
+@SETTINGS
 @given(data=inputs(racks=True), seed=st.integers(0, 1000))
 def test_valid_and_deterministic(name: str, data: AssignmentInput, seed: int) -> None:
     assignment = assign(name, data)
@@ -60,12 +65,14 @@ def test_valid_and_deterministic(name: str, data: AssignmentInput, seed: int) ->
 
 
 @pytest.mark.parametrize("name", BALANCED)
+@SETTINGS
 @given(data=inputs(uniform=True, racks=True))
 def test_balanced_with_identical_subscriptions(name: str, data: AssignmentInput) -> None:
     assert spread(assign(name, data)) <= 1
 
 
 def test_range_balances_each_kind() -> None:
+    @SETTINGS
     @given(data=inputs(uniform=True, racks=True))
     def check(data: AssignmentInput) -> None:
         assignment = assign("range", data)
@@ -77,6 +84,7 @@ def test_range_balances_each_kind() -> None:
 
 
 @pytest.mark.parametrize("name", ["sticky", "cooperative-sticky", "rack-aware"])
+@SETTINGS
 @given(data=inputs(uniform=False, racks=True))
 def test_sticky_general_path_cannot_improve_by_one_move(name: str, data: AssignmentInput) -> None:
     assignment = assign(name, data)
@@ -104,6 +112,7 @@ def smallest_possible_max_load(data: AssignmentInput) -> int:
 
 
 @pytest.mark.parametrize("name", ["sticky", "cooperative-sticky", "rack-aware"])
+@SETTINGS
 @given(data=inputs(uniform=False, racks=True))
 def test_sticky_general_path_largest_load_is_optimal(name: str, data: AssignmentInput) -> None:
     """Different subscriptions: the busiest member holds no more than the
@@ -123,6 +132,7 @@ def max_kept(data: AssignmentInput, total: int) -> int:
 
 
 @pytest.mark.parametrize("name", ["sticky", "cooperative-sticky"])
+@SETTINGS
 @given(data=inputs(uniform=True))
 def test_sticky_moves_exactly_the_minimum(name: str, data: AssignmentInput) -> None:
     """With arbitrary claims (stale, conflicting, for gone resources) the sticky
@@ -140,6 +150,7 @@ def test_sticky_moves_exactly_the_minimum(name: str, data: AssignmentInput) -> N
 
 
 @pytest.mark.parametrize("name", [*STICKY, "consistent-hash", "leader"])
+@SETTINGS
 @given(data=inputs(uniform=True, claims=False, max_members=8), pick=st.integers(0, 100))
 def test_one_member_leaves_only_its_resources_move(
     name: str, data: AssignmentInput, pick: int
@@ -160,6 +171,7 @@ def test_one_member_leaves_only_its_resources_move(
 
 
 @pytest.mark.parametrize("name", ["sticky", "cooperative-sticky"])
+@SETTINGS
 @given(data=inputs(uniform=True, claims=False, max_members=8))
 def test_one_member_joins_moves_exactly_the_minimum(name: str, data: AssignmentInput) -> None:
     before = assign(name, data)
@@ -178,6 +190,9 @@ def test_one_member_joins_moves_exactly_the_minimum(name: str, data: AssignmentI
     # Only the newcomer gains; nobody else receives anything new.
     for mid in data.members:
         assert set(after[mid]) <= set(before[mid])
+
+
+@SETTINGS
 
 
 @given(data=inputs(uniform=True))
@@ -199,6 +214,9 @@ def test_block_fill_equals_kafka_one_by_one(data: AssignmentInput) -> None:
     finally:
         sticky_module._fill_in_blocks = original
     assert fast == slow
+
+
+@SETTINGS
 
 
 @given(data=inputs(uniform=True, racks=True))
@@ -223,6 +241,9 @@ def test_rack_aware_no_trade_improves_locality(data: AssignmentInput) -> None:
                     assert gain <= 0, f"trading {r} ({a}) for {s} ({b}) adds locality"
 
 
+@SETTINGS
+
+
 @given(data=inputs(uniform=True), capacities=st.lists(st.integers(1, 5), min_size=8, max_size=8))
 def test_weighted_loads_are_proportional(data: AssignmentInput, capacities: list[int]) -> None:
     members = {
@@ -238,6 +259,9 @@ def test_weighted_loads_are_proportional(data: AssignmentInput, capacities: list
     owned = surviving_claims(weighted)
     for mid, resources in assignment.items():
         assert len(set(resources) & owned[mid]) == min(len(owned[mid]), shares[mid])
+
+
+@SETTINGS
 
 
 @given(data=inputs(racks=True))
@@ -265,6 +289,7 @@ def _best_claims(data: AssignmentInput) -> dict[tuple[str, object], set[str]]:
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 3])
+@SETTINGS
 @given(data=inputs(racks=True), seed=st.integers(0, 1000))
 def test_replicated_owners_distinct_and_complete(
     replicas: int, data: AssignmentInput, seed: int
@@ -287,6 +312,9 @@ def test_replicated_owners_distinct_and_complete(
     assert assign("replicated", shuffled(data, seed), replicas=replicas) == assignment
 
 
+@SETTINGS
+
+
 @given(data=inputs(uniform=True, claims=False, max_members=8), pick=st.integers(0, 100))
 def test_replicated_mostly_keeps_replicas_when_a_member_leaves(
     data: AssignmentInput, pick: int
@@ -306,6 +334,9 @@ def test_replicated_mostly_keeps_replicas_when_a_member_leaves(
     lost = sum(len(set(before[mid]) - set(after[mid])) for mid in after_data.members)
     assert lost <= len(before[gone])
     assert spread(after) <= 1
+
+
+@SETTINGS
 
 
 @given(data=inputs(uniform=True, claims=False, max_members=8))
@@ -335,6 +366,9 @@ def test_consistent_hash_prefers_instance_id() -> None:
     after = assign("consistent-hash", AssignmentInput(data.resources, members))
     assert after["a-2"] == before["a-1"]
     assert after["b-1"] == before["b-1"]
+
+
+@SETTINGS
 
 
 @given(data=inputs(racks=True))
