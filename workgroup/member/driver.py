@@ -153,6 +153,8 @@ class GroupMember:
         self._client: AIOKafkaClient | None = None
         self._coordinator: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Loops that run until cancelled (callbacks, resource polling).
+        self._services: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
@@ -225,9 +227,9 @@ class GroupMember:
             request_timeout_ms=max(self.config.join_timeout_ms, self._request_timeout_ms),
             retry_backoff_ms=self.config.retry_backoff_ms,
         )
-        self._spawn(self._run_callbacks(), "callbacks")
+        self._services.add(self._spawn(self._run_callbacks(), "callbacks"))
         if self._source is not None and callable(self._source):
-            self._spawn(self._poll_source(), "resources")
+            self._services.add(self._spawn(self._poll_source(), "resources"))
         self._feed(self._machine.start(_now_ms()))
         self._main = asyncio.create_task(self._run(), name=f"workgroup-member-{self._client_id}")
 
@@ -270,7 +272,8 @@ class GroupMember:
         if self._main is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
-        pending = [t for t in self._tasks if not t.done()]
+        # The service loops never end by themselves: waiting for them took the full second.
+        pending = [t for t in self._tasks if not t.done() and t not in self._services]
         if pending:
             # A LeaveGroup sent on a fatal error gets a moment to go out.
             await asyncio.wait(pending, timeout=1.0)
@@ -313,10 +316,11 @@ class GroupMember:
         self._wake.set()
         self._changed.set()
 
-    def _spawn(self, coro: Any, name: str) -> None:
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=f"workgroup-{name}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # --- actions ------------------------------------------------------------
 
