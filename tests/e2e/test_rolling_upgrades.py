@@ -1,0 +1,218 @@
+"""Rolling upgrades with real ``workgroup member`` processes.
+
+(a) Protocol version upgrade, phase by phase as in the client-side assignment
+    proposal: A, B and C speak v0; each is restarted advertising [v1, v0]; the
+    group stays on v0 until the last one is upgraded, then moves to v1; then
+    each is restarted advertising [v1] only.
+(b) Eager to cooperative while running: [range] -> [cooperative-sticky, range]
+    -> [cooperative-sticky].
+(c) Version probing: a leader that only reads metadata v1 receives v2 metadata,
+    assigns with v1 and tells the others, who rejoin speaking v1; once the old
+    member is upgraded the group goes back up to v2.
+
+After every step the chosen protocol is checked on every member's events, and
+the ownership checker verifies over all logs so far that no resource was ever
+owned twice and that every resource is owned exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from members import Event, MemberProcess, Members, backend, shards, wait_converged
+
+from workgroup.testing.ownership import check_ownership
+
+pytestmark = pytest.mark.slow
+
+RESOURCES = 12
+EXPECTED = shards(RESOURCES)
+#: Tansu holds every JoinGroup for about half the session timeout: keep it short.
+SESSION_MS = {"embedded": 3000, "tansu": 2000}
+STEP_TIMEOUT_S = 20.0
+
+TANSU_NO_VOTE = (
+    "Tansu has no preference vote: a group keeps the first protocol of the first "
+    "JoinGroup, so it never moves to the upgraded protocol and a member advertising "
+    "only the new one is refused with INCONSISTENT_GROUP_PROTOCOL"
+)
+
+
+@pytest.fixture
+def members(request: pytest.FixtureRequest) -> Iterator[Members]:
+    backend_name = request.param
+    with (
+        backend(backend_name) as address,
+        Members(
+            address,
+            f"{request.node.originalname}-{uuid.uuid4().hex[:8]}",
+            resources=(f"shard={RESOURCES}",),
+            session_timeout_ms=SESSION_MS[backend_name],
+            heartbeat_interval_ms=300,
+        ) as running,
+    ):
+        yield running
+
+
+def protocol_args(*specs: str) -> list[str]:
+    return [arg for spec in specs for arg in ("--protocol", spec)]
+
+
+class Rollout:
+    """Restarts members one at a time and checks the group after each step."""
+
+    def __init__(self, members: Members) -> None:
+        self.members = members
+        self.current: dict[str, MemberProcess] = {}
+        self.timings: list[tuple[str, float]] = []
+
+    def start(self, name: str, *args: str, expect: str) -> dict[str, Event]:
+        began = time.monotonic()
+        self.current[name] = self.members.start(name, *args)
+        return self._settle(f"start {name}", began, expect)
+
+    def restart(self, name: str, *args: str, expect: str) -> dict[str, Event]:
+        began = time.monotonic()
+        assert self.current[name].terminate() == 0
+        self.current[name] = self.members.start(name, *args)
+        return self._settle(f"restart {name} with {args}", began, expect)
+
+    def _settle(self, step: str, began: float, expect: str) -> dict[str, Event]:
+        running = list(self.current.values())
+        converged = wait_converged(running, EXPECTED, STEP_TIMEOUT_S, protocol=expect)
+        self.timings.append((step, time.monotonic() - began))
+        assert all(p.alive for p in running), step
+        check_ownership(self.members.logs(), EXPECTED).raise_for_violations()
+        return converged
+
+
+BACKENDS_A = [
+    "embedded",
+    pytest.param(
+        "tansu", marks=[pytest.mark.tansu, pytest.mark.xfail(strict=True, reason=TANSU_NO_VOTE)]
+    ),
+]
+
+
+@pytest.mark.parametrize("members", BACKENDS_A, indirect=True)
+@pytest.mark.parametrize("assignor", ["round-robin", "cooperative-sticky"])
+def test_protocol_version_upgrade(members: Members, assignor: str) -> None:
+    v0, v1 = f"{assignor}:0", f"{assignor}:1"
+    old, new = f"{assignor}.v0", f"{assignor}.v1"
+    rollout = Rollout(members)
+    # Phase 1: A, B and C speak v0.
+    for name in "abc":
+        rollout.start(name, *protocol_args(v0), expect=old)
+    # Phases 2 and 3: the group stays on v0 while anyone lacks v1.
+    rollout.restart("a", *protocol_args(v1, v0), expect=old)
+    rollout.restart("b", *protocol_args(v1, v0), expect=old)
+    # Phase 4: the last upgrade lets the coordinator choose v1.
+    rollout.restart("c", *protocol_args(v1, v0), expect=new)
+    # Dropping v0 keeps the group on v1 throughout.
+    for name in "abc":
+        rollout.restart(name, *protocol_args(v1), expect=new)
+    print(rollout.timings)
+
+
+BACKENDS_B = [
+    "embedded",
+    pytest.param(
+        "tansu", marks=[pytest.mark.tansu, pytest.mark.xfail(strict=True, reason=TANSU_NO_VOTE)]
+    ),
+]
+
+
+def revocations(process: MemberProcess, since: float) -> int:
+    return sum(1 for e in process.snapshot() if e["event"] == "revoked" and e["t"] >= since)
+
+
+@pytest.mark.parametrize("members", BACKENDS_B, indirect=True)
+def test_eager_to_cooperative_migration(members: Members) -> None:
+    eager = protocol_args("range:1")
+    both = protocol_args("cooperative-sticky:1", "range:1")
+    cooperative = protocol_args("cooperative-sticky:1")
+    rollout = Rollout(members)
+    for name in "abc":
+        rollout.start(name, *eager, expect="range.v1")
+    # Eager: a member joining makes everyone give up everything first.
+    joined_at = time.time()
+    rollout.start("d", *eager, expect="range.v1")
+    assert all(revocations(rollout.current[n], joined_at) >= 1 for n in "abc")
+    assert rollout.current["d"].terminate() == 0
+    del rollout.current["d"]
+
+    rollout.restart("a", *both, expect="range.v1")
+    rollout.restart("b", *both, expect="range.v1")
+    rollout.restart("c", *both, expect="cooperative-sticky.v1")
+    for name in "abc":
+        rollout.restart(name, *cooperative, expect="cooperative-sticky.v1")
+
+    # Cooperative now: a joining member takes resources without anyone giving
+    # up what they keep, so each old member revokes only what moves.
+    before = {n: rollout.current[n].owned() for n in "abc"}
+    joined_at = time.time()
+    rollout.start("d", *cooperative, expect="cooperative-sticky.v1")
+    for name in "abc":
+        after = rollout.current[name].owned()
+        assert after <= before[name], name  # sticky: nothing new, only moves away
+        revoked = {
+            (k, v)
+            for e in rollout.current[name].snapshot()
+            if e["event"] == "revoked" and e["t"] >= joined_at
+            for k, v in e["resources"]
+        }
+        assert revoked == before[name] - after, name
+    print(rollout.timings)
+
+
+@pytest.mark.parametrize(
+    "members", ["embedded", pytest.param("tansu", marks=pytest.mark.tansu)], indirect=True
+)
+def test_version_probing(members: Members) -> None:
+    rollout = Rollout(members)
+    old = ("--metadata-version", "1")
+    # A is an older release and leads the group (the first member stays leader).
+    converged = rollout.start("a", *old, expect="cooperative-sticky.v1")
+    assert converged["a"]["leader"]
+    assert converged["a"]["metadata_version"] == 1
+    # B and C send v2 metadata; A reads what it knows, assigns with v1 and has
+    # them rejoin speaking v1.
+    for name in "bc":
+        converged = rollout.start(name, expect="cooperative-sticky.v1")
+        assert converged["a"]["leader"]
+        assert {e["metadata_version"] for e in converged.values()} == {1}
+    assert_quiet(rollout)
+    # A is upgraded; the new leader finds that everyone reads v2 and says so.
+    converged = rollout.restart("a", expect="cooperative-sticky.v1")
+    assert_eventually_version(rollout, 2)
+    assert_quiet(rollout)
+    # A new leader that is older than a member: C is downgraded while B leads.
+    leader = next(n for n, e in converged.items() if e["leader"])
+    follower = next(n for n in "abc" if n != leader)
+    rollout.restart(follower, *old, expect="cooperative-sticky.v1")
+    assert_eventually_version(rollout, 1)
+    assert_quiet(rollout)
+    print(rollout.timings)
+
+
+def assert_eventually_version(rollout: Rollout, version: int) -> None:
+    running = list(rollout.current.values())
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while True:
+        converged = wait_converged(running, EXPECTED, STEP_TIMEOUT_S)
+        if {e["metadata_version"] for e in converged.values()} == {version}:
+            return
+        assert time.monotonic() < deadline, {n: e["metadata_version"] for n, e in converged.items()}
+        time.sleep(0.1)
+
+
+def assert_quiet(rollout: Rollout, seconds: float = 1.5) -> None:
+    """Never a stuck or looping group: nothing happens once it has converged."""
+    counts = {n: len(p.snapshot()) for n, p in rollout.current.items()}
+    time.sleep(seconds)
+    assert {n: len(p.snapshot()) for n, p in rollout.current.items()} == counts
+    assert all(p.alive for p in rollout.current.values())
+    check_ownership(rollout.members.logs(), EXPECTED).raise_for_violations()
