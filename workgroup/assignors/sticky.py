@@ -195,12 +195,11 @@ def _constrained(data: AssignmentInput, members: list[MemberInfo]) -> Assignment
         )
     else:
         new = _fill_in_blocks(unassigned, keep, under_min, at_min, min_quota)
-    return {
-        m.member_id: keep[m.member_id] + new[m.member_id] if new.get(m.member_id) else keep[
-            m.member_id
-        ]
-        for m in members
-    }
+    assignment: Assignment = {}
+    for member in members:
+        kept, added = keep[member.member_id], new.get(member.member_id)
+        assignment[member.member_id] = kept + added if added else kept
+    return assignment
 
 
 def _claims_on(
