@@ -24,6 +24,8 @@ from .wire import (
     GROUP_MAX_SIZE_REACHED,
     ILLEGAL_GENERATION,
     INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_GROUP_ID,
+    INVALID_SESSION_TIMEOUT,
     MEMBER_ID_REQUIRED,
     NON_EMPTY_GROUP,
     NONE,
@@ -154,6 +156,26 @@ async def test_join_before_v4_gets_member_id_at_once(
     assert (await wire.leave(group_id, joined.member_id)).error == NONE
 
 
+async def test_session_timeout_out_of_bounds_rejected(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
+):
+    tansu_deviates(request, backend, "session timeouts outside the broker's bounds are accepted")
+    wire = await connect(encoder)
+    too_short = await wire.join(group_id, session_timeout_ms=100)
+    too_long = await wire.join(group_id, session_timeout_ms=1_800_001)
+    assert (too_short.error, too_long.error) == (INVALID_SESSION_TIMEOUT, INVALID_SESSION_TIMEOUT)
+    assert (await wire.describe(group_id)).state == "Dead", "a rejected join creates no group"
+
+
+async def test_empty_group_id_rejected(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str
+):
+    tansu_deviates(request, backend, "a JoinGroup with an empty group id is not rejected")
+    wire = await connect(encoder)
+    joined = await wire.join("", session_timeout_ms=backend.session_timeout_ms)
+    assert joined.error == INVALID_GROUP_ID
+
+
 async def test_leader_gets_all_metadata_follower_none(
     backend: Backend, connect: Connect, encoder: str, group_id: str
 ):
@@ -280,6 +302,56 @@ async def test_empty_protocol_list_rejected(
     assert rejected.error == INCONSISTENT_GROUP_PROTOCOL
     # The connection stays usable.
     assert (await wire.find_coordinator(group_id)).error == NONE
+
+
+async def test_group_states_through_a_rebalance(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
+):
+    tansu_deviates(
+        request, backend, "DescribeGroups says 'Unknown' between JoinGroup and SyncGroup"
+    )
+    a = member(await connect(encoder), group_id, backend)
+    observer = await connect(encoder)
+    assert (await a.join()).error == NONE
+    # Joined, the leader's assignment not yet in.
+    assert (await observer.describe(group_id)).state == "CompletingRebalance"
+    await a.sync()
+    assert (await observer.describe(group_id)).state == "Stable"
+    b = member(await connect(encoder), group_id, backend)
+    b_join = asyncio.create_task(b.join())
+    assert await heartbeat_until(a, REBALANCE_IN_PROGRESS) == REBALANCE_IN_PROGRESS
+    assert (await observer.describe(group_id)).state == "PreparingRebalance"
+    await asyncio.gather(a.join(), b_join)
+    await asyncio.gather(a.sync(), b.sync())
+    assert (await observer.describe(group_id)).state == "Stable"
+    await asyncio.gather(a.leave(), b.leave())
+    assert (await observer.describe(group_id)).state == "Empty"
+
+
+async def test_member_missing_the_rebalance_is_removed(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
+):
+    tansu_deviates(
+        request,
+        backend,
+        "a member that does not rejoin within the rebalance timeout stays in the new generation",
+    )
+    # Rebalance timeouts are short so that the join completes quickly without b.
+    a = member(await connect(encoder), group_id, backend, rebalance_timeout_ms=1000)
+    b = member(await connect(encoder), group_id, backend, rebalance_timeout_ms=1000)
+    generation = await settle([a, b])
+    c = member(await connect(encoder), group_id, backend, rebalance_timeout_ms=1000)
+    c_join = asyncio.create_task(c.join())
+    assert await heartbeat_until(a, REBALANCE_IN_PROGRESS) == REBALANCE_IN_PROGRESS
+    # b never rejoins: once the rebalance timeout passes the group goes on without it.
+    ja, jc = await asyncio.gather(a.join(), c_join)
+    assert ja.error == jc.error == NONE
+    assert ja.generation == jc.generation == generation + 1
+    leader = ja if ja.is_leader else jc
+    assert set(leader.members) == {a.member_id, c.member_id}
+    await asyncio.gather(a.sync(), c.sync())
+    assert await b.heartbeat() == UNKNOWN_MEMBER_ID
+    await asyncio.gather(a.leave(), c.leave())
 
 
 # ---------------------------------------------------------------------------- heartbeats
@@ -534,6 +606,44 @@ async def test_offset_commit_validates_generation(
     assert unknown == {key: UNKNOWN_MEMBER_ID}
     fetched = await wire.fetch(group_id, {topic: [0]})
     assert fetched[key].offset == 5, "rejected commits must not change the offset"
+    await a.leave()
+
+
+async def test_offset_commit_outside_group_management(
+    backend: Backend, connect: Connect, encoder: str, group_id: str
+):
+    """Generation -1 and no member id (admin tools, manual assignment) may commit
+    only while the group has no members."""
+    topic = "interop-commits"
+    await backend.ensure_topic(topic)
+    key = (topic, 0)
+    admin = await connect(encoder)
+    assert await admin.commit(group_id, -1, "", {key: (11, None)}) == {key: NONE}
+    assert (await admin.fetch(group_id, {topic: [0]}))[key].offset == 11
+    a = member(await connect(encoder), group_id, backend)
+    await settle([a])
+    assert await admin.commit(group_id, -1, "", {key: (12, None)}) == {key: UNKNOWN_MEMBER_ID}
+    assert (await admin.fetch(group_id, {topic: [0]}))[key].offset == 11
+    await a.leave()
+    assert await admin.commit(group_id, -1, "", {key: (13, None)}) == {key: NONE}
+
+
+async def test_offset_commit_while_completing_rebalance(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
+):
+    tansu_deviates(request, backend, "OffsetCommit between JoinGroup and SyncGroup is accepted")
+    topic = "interop-commits"
+    await backend.ensure_topic(topic)
+    key = (topic, 0)
+    a = member(await connect(encoder), group_id, backend)
+    joined = await a.join()
+    assert joined.error == NONE
+    # Joined but not synced: the commit must wait for the assignment.
+    result = await a.wire.commit(group_id, joined.generation, a.member_id, {key: (1, None)})
+    assert result == {key: REBALANCE_IN_PROGRESS}
+    await a.sync()
+    result = await a.wire.commit(group_id, joined.generation, a.member_id, {key: (1, None)})
+    assert result == {key: NONE}
     await a.leave()
 
 
