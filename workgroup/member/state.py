@@ -297,6 +297,11 @@ class MemberMachine:
         #: After a rediscovery: return to STABLE (True) or rejoin (False).
         self._resume_stable = False
         self._leave_sent = False
+        #: When the machine expected its next event at the latest (its deadline).
+        self._expected_by: int | None = None
+        #: Answers to requests sent before this time may have waited arbitrarily
+        #: long in a buffer (the process was frozen or starved).
+        self._starved_until = 0
 
     # --- read-only views ----------------------------------------------------
 
@@ -341,12 +346,14 @@ class MemberMachine:
     # --- events -------------------------------------------------------------
 
     def start(self, now: int) -> list[Action]:
+        self._observe(now)
         if self.state is State.UNJOINED:
             self._resume_stable = False
             self._to_finding(now, immediately=True)
         return self._drain(now)
 
     def coordinator_found(self, now: int) -> list[Action]:
+        self._observe(now)
         if self.state is State.FINDING_COORDINATOR and self._find_in_flight:
             self._find_in_flight = False
             self._find_failures = 0
@@ -360,6 +367,7 @@ class MemberMachine:
         return self._drain(now)
 
     def find_coordinator_failed(self, now: int, error: WorkgroupError) -> list[Action]:
+        self._observe(now)
         if self.state is State.FINDING_COORDINATOR and self._find_in_flight:
             self._find_in_flight = False
             if not error.retriable:
@@ -375,6 +383,7 @@ class MemberMachine:
         return self._drain(now)
 
     def response(self, now: int, request_id: int, result: GroupResult) -> list[Action]:
+        self._observe(now)
         pending = self._pending.pop(request_id, None)
         if pending is None or self.state in (State.CLOSED, State.FATAL):
             log.debug("member.stale_response", request_id=request_id)
@@ -392,6 +401,7 @@ class MemberMachine:
         return self._drain(now)
 
     def request_failed(self, now: int, request_id: int, error: WorkgroupError) -> list[Action]:
+        self._observe(now)
         pending = self._pending.pop(request_id, None)
         if pending is None or self.state in (State.CLOSED, State.FATAL):
             return self._drain(now)
@@ -405,6 +415,7 @@ class MemberMachine:
         return self._drain(now)
 
     def callback_done(self, now: int, callback_id: int) -> list[Action]:
+        self._observe(now)
         self._callbacks.discard(callback_id)
         if self.state is State.LEAVING and not self._callbacks:
             self._send_leave_or_close(now)
@@ -413,6 +424,7 @@ class MemberMachine:
     def assignment_done(
         self, now: int, run_id: int, result: Assignment | WorkgroupError
     ) -> list[Action]:
+        self._observe(now)
         round_ = self._leader_round
         if self.state is not State.ASSIGNING or round_ is None or round_.run_id != run_id:
             return self._drain(now)
@@ -433,6 +445,7 @@ class MemberMachine:
         return self._drain(now)
 
     def resources_changed(self, now: int, catalog: Catalog) -> list[Action]:
+        self._observe(now)
         frozen = freeze_catalog(catalog)
         digest = catalog_hash(frozen)
         if digest != self._catalog_hash:
@@ -448,14 +461,17 @@ class MemberMachine:
 
     def request_rejoin(self, now: int, reason: str) -> list[Action]:
         """Ask for a rebalance (e.g. the member's metadata changed)."""
+        self._observe(now)
         if self.state is State.STABLE:
             self._request_rejoin(reason)
         return self._drain(now)
 
     def tick(self, now: int) -> list[Action]:
+        self._observe(now)
         return self._drain(now)
 
     def close(self, now: int) -> list[Action]:
+        self._observe(now)
         if self.state in (State.CLOSED, State.LEAVING):
             return self._drain(now)
         if self.state in (State.UNJOINED, State.FATAL):
@@ -475,16 +491,31 @@ class MemberMachine:
 
     # --- progress -----------------------------------------------------------
 
+    def _observe(self, now: int) -> None:
+        """Notice when the machine ran long after its deadline (frozen process,
+        starved event loop): answers that arrive now may be arbitrarily old."""
+        if self._expected_by is not None and now - self._expected_by > min(
+            self.config.heartbeat_interval_ms, self.config.session_timeout_ms // 3
+        ):
+            log.warning("member.starved", late_ms=now - self._expected_by)
+            self._starved_until = now
+
     def _drain(self, now: int) -> list[Action]:
         self._progress(now)
         out, self._out = self._out, []
+        self._expected_by = self.next_deadline()
         return out
 
     def _progress(self, now: int) -> None:
         if self.state in (State.CLOSED, State.FATAL, State.UNJOINED, State.LEAVING):
             return
         session_end = self._session_end()
-        if session_end is not None and now >= session_end:
+        if session_end is not None and now >= session_end and self._rebalance_in_flight():
+            # A held JoinGroup/SyncGroup keeps the session alive at the coordinator,
+            # but its answer may also have been lost: what we own is no longer safe.
+            # The request goes on; the new assignment hands resources out again.
+            self._lose("no answer proved the session within the session timeout")
+        elif session_end is not None and now >= session_end:
             log.warning(
                 "member.session_lost",
                 group=self.config.group_id,
@@ -526,15 +557,26 @@ class MemberMachine:
         )
 
     def _session_end(self) -> int | None:
+        """When the coordinator may have evicted us, from what we know for sure."""
         if (
             self._alive_since is None
             or self.generation == NO_GENERATION
             or self.state
-            not in (State.STABLE, State.ASSIGNING, State.JOINING, State.FINDING_COORDINATOR)
-            or any(p.kind in ("join", "sync") for p in self._pending.values())
+            not in (
+                State.STABLE,
+                State.ASSIGNING,
+                State.JOINING,
+                State.SYNCING,
+                State.FINDING_COORDINATOR,
+            )
         ):
             return None
+        if self._rebalance_in_flight() and not self.owned:
+            return None  # the coordinator holds the request; nothing is at stake
         return self._alive_since + self.config.session_timeout_ms
+
+    def _rebalance_in_flight(self) -> bool:
+        return any(p.kind in ("join", "sync") for p in self._pending.values())
 
     # --- transitions ----------------------------------------------------------
 
@@ -771,7 +813,7 @@ class MemberMachine:
         bound of when the coordinator answered.
         """
         proof = pending.sent_at
-        if pending.kind in ("join", "sync"):
+        if pending.kind in ("join", "sync") and pending.sent_at >= self._starved_until:
             proof = max(proof, now - self.config.heartbeat_interval_ms)
         if self._alive_since is None or proof > self._alive_since:
             self._alive_since = proof

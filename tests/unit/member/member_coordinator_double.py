@@ -92,7 +92,7 @@ class CoordinatorDouble:
             for d in [
                 g.join_deadline,
                 g.initial_until,
-                *[m.deadline for m in g.members.values()],
+                *[m.deadline for m in g.members.values() if m.join_token is None],
                 *g.pending.values(),
             ]
             if d is not None

@@ -109,6 +109,11 @@ class SimMember:
     errors: list[WorkgroupError] = field(default_factory=list)
     closed: bool = False
     tick_at: int | None = None
+    #: A frozen process (SIGSTOP): nothing runs until it is resumed.
+    paused: bool = False
+    deferred: list[Callable[[], None]] = field(default_factory=list)
+    #: Revocations / losses whose callback has not completed yet.
+    stopping: dict[int, InvokeCallback] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,30 @@ class Simulation:
             self.log.append(OwnershipEvent(self.now, name, "stop", r, -1))
         member.closed = True
 
+    def pause(self, name: str) -> None:
+        """Freeze the process: its application stops working on what it owns."""
+        member = self.members[name]
+        member.paused = True
+        # A frozen application works on nothing, including what it was revoking.
+        # (If it resumes after its session ran out, a revocation still running
+        # overlaps the new owner: only fencing with the generation guards that.)
+        frozen = set(member.machine.owned)
+        for cb in member.stopping.values():
+            frozen.update(cb.resources)
+        for r in sorted(frozen, key=repr):
+            self.log.append(OwnershipEvent(self.now, name, "stop", r, -2))
+
+    def resume(self, name: str) -> None:
+        """Thaw: timers fire first (a session that ran out is noticed at once)."""
+        member = self.members[name]
+        member.paused = False
+        self._apply(member, member.machine.tick(self.now))
+        for r in sorted(member.machine.owned, key=repr):
+            self.log.append(OwnershipEvent(self.now, name, "start", r, -2))
+        deferred, member.deferred = member.deferred, []
+        for fn in deferred:
+            fn()
+
     def set_resources(self, catalog: Mapping[str, Sequence[str | int]]) -> None:
         for member in list(self.members.values()):
             self._apply(member, member.machine.resources_changed(self.now, catalog))
@@ -176,13 +205,19 @@ class Simulation:
 
     def run_until(self, done: Callable[[], bool], *, limit_ms: int = 120_000) -> bool:
         end = self.now + limit_ms
+        same_time = 0
         while not done():
             self._schedule_ticks()
             if not self._queue or self._queue[0][0] > end:
                 self.now = end
                 return done()
             when, _, fn = heapq.heappop(self._queue)
-            self.now = max(self.now, when)
+            if when > self.now:
+                self.now, same_time = when, 0
+            else:
+                same_time += 1
+                # A machine that keeps asking to be ticked now without progress spins.
+                assert same_time < 100_000, f"event storm at {self.now} ms"
             fn()
         return True
 
@@ -191,8 +226,8 @@ class Simulation:
         if not live or any(m.machine.state is not State.STABLE for m in live):
             return False
         generations = {m.machine.generation for m in live}
-        busy = any(m.machine._callbacks or m.machine._rejoin_reason for m in live)
-        return len(generations) == 1 and not busy and not self._pending_messages()
+        settled = all(m.machine.settled for m in live)
+        return len(generations) == 1 and settled and not self._pending_messages()
 
     def generation(self) -> int:
         return max(m.machine.generation for m in self.members.values() if not m.closed)
@@ -212,16 +247,20 @@ class Simulation:
                     del owner[event.resource]
             else:
                 current = owner.get(event.resource)
-                assert current is None or current == event.member, (
-                    f"{event.resource} given to {event.member} at {event.at} ms "
-                    f"while {current} still owns it"
-                )
+                if current is not None and current != event.member:
+                    history = "\n".join(str(e) for e in self.log if e.resource == event.resource)
+                    raise AssertionError(
+                        f"{event.resource} given to {event.member} at {event.at} ms "
+                        f"while {current} still owns it; its history:\n{history}"
+                    )
                 owner[event.resource] = event.member
 
     # --- plumbing -----------------------------------------------------------
 
     def _schedule_ticks(self) -> None:
         for member in self.members.values():
+            if member.paused or member.closed:
+                continue
             deadline = member.machine.next_deadline()
             if deadline is not None and member.tick_at != deadline:
                 member.tick_at = deadline
@@ -235,7 +274,7 @@ class Simulation:
         def tick() -> None:
             if member.tick_at == deadline:
                 member.tick_at = None
-            if not member.closed:
+            if not member.closed and not member.paused:
                 self._apply(member, member.machine.tick(self.now))
 
         return tick
@@ -265,8 +304,14 @@ class Simulation:
                 )
             elif isinstance(action, InvokeCallback):
                 member.callbacks.append(action)
-                kind = "start" if action.kind == "on_assigned" else "stop"
-                if kind == "start":
+                if action.kind != "on_assigned":
+                    member.stopping[action.callback_id] = action
+                # Owning starts when on_assigned is invoked.  on_lost tells the
+                # application that the resources are gone already (Kafka's
+                # onPartitionsLost): ownership ends when it is issued, whereas an
+                # on_revoked hand-over ends when the callback completes.
+                kind = {"on_assigned": "start", "on_lost": "stop"}.get(action.kind)
+                if kind is not None:
                     for r in action.resources:
                         self.log.append(
                             OwnershipEvent(self.now, member.name, kind, r, action.generation)
@@ -282,17 +327,28 @@ class Simulation:
                     result = exc
                 self.at(
                     self.now + member.assign_ms,
-                    lambda m=member, a=action, r=result: self._apply(
-                        m, m.machine.assignment_done(self.now, a.run_id, r)
-                    ),
+                    lambda m=member, a=action, r=result: self._assigned(m, a, r),
                 )
             elif isinstance(action, Failed):
                 member.errors.append(action.error)
             elif isinstance(action, Closed):
                 member.closed = True
 
+    def _assigned(
+        self, member: SimMember, action: RunAssignor, result: Assignment | WorkgroupError
+    ) -> None:
+        if member.paused:
+            member.deferred.append(lambda: self._assigned(member, action, result))
+            return
+        if not member.closed:
+            self._apply(member, member.machine.assignment_done(self.now, action.run_id, result))
+
     def _callback_done(self, member: SimMember, action: InvokeCallback) -> None:
-        if action.kind != "on_assigned":
+        if member.paused:
+            member.deferred.append(lambda: self._callback_done(member, action))
+            return
+        member.stopping.pop(action.callback_id, None)
+        if action.kind == "on_revoked":
             for r in action.resources:
                 self.log.append(OwnershipEvent(self.now, member.name, "stop", r, action.generation))
         if member.name in self.members and self.members[member.name] is member:
@@ -300,6 +356,9 @@ class Simulation:
 
     def _found(self, member: SimMember) -> None:
         if member.closed:
+            return
+        if member.paused:
+            member.deferred.append(lambda: self._found(member))
             return
         if self.coordinator_down or member.partitioned:
             error = CoordinatorUnavailableError("no coordinator")
@@ -340,6 +399,9 @@ class Simulation:
     def _response(self, member: SimMember, request_id: int, result: GroupResult) -> None:
         if self.members.get(member.name) is not member or member.partitioned:
             return
+        if member.paused:
+            member.deferred.append(lambda: self._response(member, request_id, result))
+            return
         self._apply(member, member.machine.response(self.now, request_id, result))
 
 
@@ -353,8 +415,12 @@ class EmbeddedCoordinator:
     def __init__(self, **config: Any) -> None:
         from workgroup.coordinator.config import CoordinatorConfig
         from workgroup.coordinator.coordinator import GroupCoordinator
+        from workgroup.coordinator.testing import sequential_member_ids
 
-        self.core = GroupCoordinator(CoordinatorConfig(**config))
+        # Sequential member ids keep every simulated run reproducible.
+        self.core = GroupCoordinator(
+            CoordinatorConfig(**config), member_id_factory=sequential_member_ids()
+        )
 
     def handle(self, now: int, token: Any, request: GroupRequest) -> list[Reply]:
         return [a for a in self.core.handle(now, token, request) if isinstance(a, Reply)]

@@ -1,0 +1,81 @@
+"""Kill, pause past the session, restart and add members in random order; no resource
+may ever be owned by two members at once, and the group must settle afterwards."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from member_coordinator_double import CoordinatorDouble
+from member_sim import EmbeddedCoordinator, Simulation, StickyTestAssignor
+
+from workgroup.member.state import MemberConfig
+from workgroup.protocol import Protocol
+
+CATALOG = {"shard": list(range(12))}
+SESSION = 6_000
+
+
+def config(name: str, static: bool) -> MemberConfig:
+    return MemberConfig(
+        group_id="chaos",
+        protocols=[Protocol("sticky", StickyTestAssignor())],
+        instance_id=f"worker-{name}" if static else None,
+        session_timeout_ms=SESSION,
+        rebalance_timeout_ms=15_000,
+        heartbeat_interval_ms=1_000,
+    )
+
+
+@pytest.mark.parametrize("coordinator", ["embedded", "double"])
+@pytest.mark.parametrize("seed", range(60))
+def test_random_failures_never_double_own(seed: int, coordinator: str) -> None:
+    rng = random.Random(seed)
+    sim = Simulation(EmbeddedCoordinator() if coordinator == "embedded" else CoordinatorDouble())
+    static = {name: rng.random() < 0.5 for name in "abcde"}
+    for name in "abcd":
+        sim.add(name, config(name, static[name]), CATALOG, callback_ms=rng.randrange(0, 2_000))
+    sim.run_until(sim.stable)
+    dead: list[str] = ["e"]
+    paused: list[str] = []
+    for _ in range(15):
+        live = [n for n in sim.members if n not in paused and not sim.members[n].closed]
+        op = rng.choice(["kill", "pause", "restart", "close", "wait"])
+        if op == "kill" and len(live) > 1:
+            victim = rng.choice(live)
+            sim.kill(victim)
+            dead.append(victim)
+        elif op == "pause" and len(live) > 1:
+            victim = rng.choice(live)
+            sim.pause(victim)
+            paused.append(victim)
+        elif op == "close" and len(live) > 1:
+            victim = rng.choice(live)
+            sim.close(victim)
+            sim.run_until(lambda v=victim: sim.members[v].closed, limit_ms=60_000)
+            sim.members.pop(victim)
+            dead.append(victim)
+        elif op == "restart" and dead:
+            name = dead.pop(rng.randrange(len(dead)))
+            sim.add(name, config(name, static[name]), CATALOG, callback_ms=rng.randrange(0, 2_000))
+        sim.run_for(rng.randrange(500, 2 * SESSION))
+        if paused and rng.random() < 0.6:
+            sim.resume(paused.pop(rng.randrange(len(paused))))
+    for name in paused:
+        sim.resume(name)
+
+    def settled() -> bool:
+        # Killed members count until the coordinator expires their sessions.
+        owned = sim.assignment().values()
+        return sim.stable() and sum(len(v) for v in owned) == 12
+
+    assert sim.run_until(settled, limit_ms=300_000), {
+        n: (m.machine.state, m.machine.generation, len(m.machine.owned))
+        for n, m in sim.members.items()
+    }
+    owned = sim.assignment()
+    assert sum(len(v) for v in owned.values()) == 12
+    assert len(set().union(*owned.values())) == 12
+    sizes = [len(v) for v in owned.values()]
+    assert max(sizes) - min(sizes) <= 1
+    sim.check_exclusive()
