@@ -192,7 +192,9 @@ def start_backend(name: str, *embedded_args: str) -> Iterator[Backend]:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    with start_backend(request.param) as running:
+    """A back-end per test module; a module may set ``EMBEDDED_COORDINATOR_ARGS``."""
+    extra_args = getattr(request.module, "EMBEDDED_COORDINATOR_ARGS", ())
+    with start_backend(request.param, *extra_args) as running:
         yield running
 
 
