@@ -289,6 +289,10 @@ def command(
     log_json: bool,
 ) -> None:
     """Run one group member until SIGTERM/SIGINT, printing one line per event."""
+    # A stop requested while starting up is honoured once the loop runs.
+    early_signals: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, _frame: early_signals.append(received))
     wlog.configure(log_level, json=log_json)
     catalog = parse_resources(resource_specs)
     protocols = build_protocols(
@@ -309,17 +313,21 @@ def command(
         on_lost=writer.callback("lost"),
     )
     writer.attach(member)
-    error = asyncio.run(_run(member, writer))
+    error = asyncio.run(_run(member, writer, early_signals))
     if error is not None:
         raise error
 
 
-async def _run(member: GroupMember, writer: EventWriter) -> WorkgroupError | None:
+async def _run(
+    member: GroupMember, writer: EventWriter, early_signals: list[int]
+) -> WorkgroupError | None:
     """Run until a signal or a fatal error; return the fatal error, if any."""
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop_requested.set)
+    if early_signals:
+        stop_requested.set()
     failure: WorkgroupError | None = None
     try:
         await member.start()
