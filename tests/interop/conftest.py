@@ -183,6 +183,13 @@ class Backend:
         self.topics.add(name)
 
 
+def tansu_deviates(request: pytest.FixtureRequest, backend: Backend, what: str) -> None:
+    """Marks this test's Tansu run a strict expected failure; ``what`` says what
+    Tansu does instead of Kafka's rule."""
+    if backend.name == "tansu":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"Tansu: {what}"))
+
+
 @contextlib.contextmanager
 def start_backend(name: str, *embedded_args: str) -> Iterator[Backend]:
     runner = run_tansu() if name == "tansu" else run_embedded(*embedded_args)
@@ -221,26 +228,31 @@ async def connect(backend: Backend) -> AsyncIterator[Connect]:
         await wire.close()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow_on_tansu: slow (over 5 s) against Tansu only; marked slow there"
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Runs the aiokafka encoder against Tansu only when asked to.
+    """Marks ``slow_on_tansu`` tests slow on Tansu, and runs the aiokafka encoder
+    against Tansu only when asked to.
 
     Through both encoders Tansu gave the same outcome for every check, and each of
     its JoinGroups is held ~1 s, so repeating them would double Tansu's minute.
     Set INTEROP_TANSU_ALL_ENCODERS=1 to repeat them anyway.
     """
-    if os.environ.get("INTEROP_TANSU_ALL_ENCODERS") == "1":
-        return
+    all_encoders = os.environ.get("INTEROP_TANSU_ALL_ENCODERS") == "1"
     here = Path(__file__).parent
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec is not None else {}
-        if (
-            here in item.path.parents
-            and params.get("backend") == "tansu"
-            and params.get("encoder") == "aiokafka"
-        ):
+        on_tansu = here in item.path.parents and params.get("backend") == "tansu"
+        if on_tansu and item.get_closest_marker("slow_on_tansu") is not None:
+            item.add_marker(pytest.mark.slow)
+        if on_tansu and params.get("encoder") == "aiokafka" and not all_encoders:
             dropped.append(item)
         else:
             keep.append(item)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from .conftest import Backend, Connect, start_backend
+from .conftest import Backend, Connect, start_backend, tansu_deviates
 from .members import Member, assignment_for, settle
 from .wire import (
     API_KEYS,
@@ -32,6 +33,7 @@ from .wire import (
     REBALANCE_IN_PROGRESS,
     UNKNOWN_MEMBER_ID,
     FindCoordinatorRequest,
+    GroupWire,
     KafkaPythonWire,
 )
 
@@ -45,13 +47,7 @@ def encoder(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def tansu_deviates(request: pytest.FixtureRequest, backend: Backend, what: str) -> None:
-    """Marks this Tansu run an expected failure: ``what`` Tansu does instead of Kafka's rule."""
-    if backend.name == "tansu":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=f"Tansu: {what}"))
-
-
-def member(wire, group_id: str, backend: Backend, **kwargs) -> Member:  # type: ignore[no-untyped-def]
+def member(wire: GroupWire, group_id: str, backend: Backend, **kwargs: Any) -> Member:
     kwargs.setdefault("session_timeout_ms", backend.session_timeout_ms)
     kwargs.setdefault("rebalance_timeout_ms", backend.session_timeout_ms)
     return Member(wire, group_id, **kwargs)
@@ -438,7 +434,7 @@ async def test_join_unknown_member_id(
     await a.leave()
 
 
-@pytest.mark.slow
+@pytest.mark.slow_on_tansu
 async def test_session_expiry_removes_silent_member(
     backend: Backend, connect: Connect, encoder: str, group_id: str
 ):
@@ -498,6 +494,7 @@ async def test_batch_leave_by_member_id(
     assert described.members == []
 
 
+@pytest.mark.slow_on_tansu
 async def test_batch_leave_by_instance_id(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
 ):
@@ -529,6 +526,7 @@ async def test_batch_leave_by_instance_id(
 # ---------------------------------------------------------------------------- static members
 
 
+@pytest.mark.slow_on_tansu
 async def test_static_member_restart_fences_old_id_without_rebalance(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
 ):

@@ -21,7 +21,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from confluent_kafka import Consumer
 
-from .conftest import Backend, Connect
+from .conftest import Backend, Connect, tansu_deviates
 from .wire import FENCED_INSTANCE_ID, Described, GroupWire
 
 pytestmark = pytest.mark.timeout(90)
@@ -32,11 +32,6 @@ EMBEDDED_COORDINATOR_ARGS = ("--empty-topics",)
 
 PARTITIONS = 6
 SETTLE_TIMEOUT_S = 15.0
-
-
-def tansu_deviates(request: pytest.FixtureRequest, backend: Backend, what: str) -> None:
-    if backend.name == "tansu":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=f"Tansu: {what}"))
 
 
 async def wait_for(
@@ -153,6 +148,7 @@ async def settled(
     return generations.pop(), described
 
 
+@pytest.mark.slow_on_tansu
 async def test_aiokafka_consumers_form_rebalance_and_leave(
     backend: Backend, connect: Connect, group_id: str
 ):
@@ -191,6 +187,7 @@ async def test_aiokafka_consumers_form_rebalance_and_leave(
     await wait_for(lambda: _empty(observer, group_id), "the group to be empty after everyone left")
 
 
+@pytest.mark.slow_on_tansu
 async def test_aiokafka_static_member_restart_keeps_generation(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, group_id: str
 ):
