@@ -76,6 +76,11 @@ class Chaos:
     schedule: list[str] = field(default_factory=list)
     paused: list[tuple[MemberProcess, float]] = field(default_factory=list)
     began: float = field(default_factory=time.monotonic)
+    #: Every schedule kills, freezes and restarts at least once, in a random order.
+    must: list[str] = field(default_factory=lambda: ["kill", "pause", "restart"])
+
+    def __post_init__(self) -> None:
+        self.rng.shuffle(self.must)
 
     def note(self, step: str) -> None:
         self.schedule.append(f"{time.monotonic() - self.began:6.2f}s {step}")
@@ -135,10 +140,12 @@ class Chaos:
     def step(self) -> None:
         choices = ["kill", "restart", "pause"]
         if len(self.running()) <= 2:
-            choices = ["revive"]
-        elif self.dead():
-            choices.append("revive")
-        getattr(self, self.rng.choice(choices))()
+            action = "revive"
+        elif self.must:
+            action = self.must.pop()
+        else:
+            action = self.rng.choice([*choices, "revive"] if self.dead() else choices)
+        getattr(self, action)()
         time.sleep(self.rng.uniform(0, 1.0))
 
     # --- verdict -----------------------------------------------------------------
