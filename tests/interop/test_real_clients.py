@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from confluent_kafka import Consumer
 
 from .conftest import Backend, Connect, tansu_deviates
@@ -459,3 +460,41 @@ async def test_librdkafka_static_member_restart_keeps_generation(
         # No new generation: the other member saw neither a revocation nor an assignment.
         assert b.snapshot()[:2] == (b_assignment, b_rebalances)
         assert b.revocations == b_revocations
+
+
+async def test_aiokafka_and_librdkafka_share_a_group(
+    backend: Backend, connect: Connect, group_id: str
+):
+    """Two client implementations in one group, agreeing on the range protocol."""
+    topic = "interop-mixed"
+    await backend.ensure_topic(topic, PARTITIONS)
+    observer = await connect()
+
+    async def both_settled(
+        python_member: AiokafkaMember, c_member: LibrdkafkaMember
+    ) -> Described | None:
+        c_assignment, _, c_member_id = c_member.snapshot()
+        if not c_member_id or c_member.stats.get("join_state") != "steady":
+            return None
+        if python_member.generation == -1:
+            return None
+        described = await observer.describe(group_id)
+        if described.state != "Stable":
+            return None
+        if described.member_ids() != {python_member.member_id, c_member_id}:
+            return None
+        if not check_partitioning(backend, topic, [python_member.assignment(), c_assignment]):
+            return None
+        return described
+
+    async with aiokafka_members(backend) as start_python, librdkafka_members(backend) as start_c:
+        python_member = await start_python(
+            group_id, topic, partition_assignment_strategy=(RangePartitionAssignor,)
+        )
+        c_member = start_c(group_id, topic, "range")
+        described = await wait_for(
+            lambda: both_settled(python_member, c_member), "an aiokafka and a librdkafka member"
+        )
+        assert described.protocol_type == "consumer"
+        if backend.name == "embedded":
+            assert described.protocol == "range"
