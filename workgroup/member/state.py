@@ -302,6 +302,7 @@ class MemberMachine:
         #: Answers to requests sent before this time may have waited arbitrarily
         #: long in a buffer (the process was frozen or starved).
         self._starved_until = 0
+        self._last_seen = 0
 
     # --- read-only views ----------------------------------------------------
 
@@ -341,6 +342,10 @@ class MemberMachine:
         session_end = self._session_end()
         if session_end is not None:
             candidates.append(session_end)
+        if self._rebalance_in_flight():
+            # A watchdog: being woken late tells us the process was frozen or starved,
+            # so a held answer read afterwards may be old (see _proved_alive).
+            candidates.append(self._last_seen + self.config.heartbeat_interval_ms)
         return min(candidates) if candidates else None
 
     # --- events -------------------------------------------------------------
@@ -499,6 +504,7 @@ class MemberMachine:
         ):
             log.warning("member.starved", late_ms=now - self._expected_by)
             self._starved_until = now
+        self._last_seen = max(self._last_seen, now)
 
     def _drain(self, now: int) -> list[Action]:
         self._progress(now)

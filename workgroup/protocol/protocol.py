@@ -47,6 +47,31 @@ class Protocol:
                 f"assignor {self.assignor.name!r} is not sticky enough for cooperative rebalancing"
             )
 
+    @classmethod
+    def of(
+        cls,
+        assignor: str,
+        *,
+        version: int = 1,
+        name: str | None = None,
+        type: str = DEFAULT_PROTOCOL_TYPE,
+        codec: BinaryCodec | None = None,
+        rebalance: RebalanceMode | None = None,
+        **options: object,
+    ) -> Protocol:
+        """A protocol using the assignor registered as ``assignor`` (entry points
+        ``workgroup.assignors``); the protocol is named after it unless ``name``."""
+        from workgroup.assignors.registry import get_assignor
+
+        return cls(
+            name=name or assignor,
+            assignor=get_assignor(assignor, **options),
+            version=version,
+            type=type,
+            codec=codec or BinaryCodec(),
+            rebalance=rebalance,
+        )
+
     @property
     def wire_name(self) -> str:
         return f"{self.name}.v{self.version}"

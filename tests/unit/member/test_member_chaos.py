@@ -16,10 +16,15 @@ CATALOG = {"shard": list(range(12))}
 SESSION = 6_000
 
 
-def config(name: str, static: bool) -> MemberConfig:
+def config(name: str, static: bool, assignor: str = "sticky-test") -> MemberConfig:
+    protocol = (
+        Protocol("sticky", StickyTestAssignor())
+        if assignor == "sticky-test"
+        else Protocol.of(assignor)
+    )
     return MemberConfig(
         group_id="chaos",
-        protocols=[Protocol("sticky", StickyTestAssignor())],
+        protocols=[protocol],
         instance_id=f"worker-{name}" if static else None,
         session_timeout_ms=SESSION,
         rebalance_timeout_ms=15_000,
@@ -27,14 +32,17 @@ def config(name: str, static: bool) -> MemberConfig:
     )
 
 
+@pytest.mark.parametrize("assignor", ["sticky-test", "cooperative-sticky"])
 @pytest.mark.parametrize("coordinator", ["embedded", "double"])
-@pytest.mark.parametrize("seed", range(60))
-def test_random_failures_never_double_own(seed: int, coordinator: str) -> None:
+@pytest.mark.parametrize("seed", range(40))
+def test_random_failures_never_double_own(seed: int, coordinator: str, assignor: str) -> None:
     rng = random.Random(seed)
     sim = Simulation(EmbeddedCoordinator() if coordinator == "embedded" else CoordinatorDouble())
     static = {name: rng.random() < 0.5 for name in "abcde"}
     for name in "abcd":
-        sim.add(name, config(name, static[name]), CATALOG, callback_ms=rng.randrange(0, 2_000))
+        sim.add(
+            name, config(name, static[name], assignor), CATALOG, callback_ms=rng.randrange(0, 2_000)
+        )
     sim.run_until(sim.stable)
     dead: list[str] = ["e"]
     paused: list[str] = []
@@ -57,7 +65,12 @@ def test_random_failures_never_double_own(seed: int, coordinator: str) -> None:
             dead.append(victim)
         elif op == "restart" and dead:
             name = dead.pop(rng.randrange(len(dead)))
-            sim.add(name, config(name, static[name]), CATALOG, callback_ms=rng.randrange(0, 2_000))
+            sim.add(
+                name,
+                config(name, static[name], assignor),
+                CATALOG,
+                callback_ms=rng.randrange(0, 2_000),
+            )
         sim.run_for(rng.randrange(500, 2 * SESSION))
         if paused and rng.random() < 0.6:
             sim.resume(paused.pop(rng.randrange(len(paused))))

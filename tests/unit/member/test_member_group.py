@@ -28,6 +28,14 @@ def eager() -> Protocol:
     return Protocol("round-robin", RoundRobinTestAssignor())
 
 
+def registered_cooperative() -> Protocol:
+    return Protocol.of("cooperative-sticky")
+
+
+def registered_eager() -> Protocol:
+    return Protocol.of("range")
+
+
 def config(protocol: Protocol | None = None, **kwargs: object) -> MemberConfig:
     options: dict[str, object] = {
         "group_id": "g",
@@ -62,7 +70,11 @@ def assert_balanced(sim: Simulation, total: int = 12) -> None:
     assert max(sizes) - min(sizes) <= 1, owned
 
 
-@pytest.mark.parametrize("factory", [cooperative, eager], ids=["cooperative", "eager"])
+@pytest.mark.parametrize(
+    "factory",
+    [cooperative, eager, registered_cooperative, registered_eager],
+    ids=["cooperative", "eager", "cooperative-sticky", "range"],
+)
 def test_three_members_share_twelve_resources(sim: Simulation, factory) -> None:  # type: ignore[no-untyped-def]
     start_three(sim, factory)
     assert_balanced(sim)
@@ -93,10 +105,15 @@ def test_cooperative_member_leaves_only_its_resources_move(sim: Simulation) -> N
     sim.check_exclusive()
 
 
-def test_cooperative_member_joins_in_two_rounds_without_double_ownership(sim: Simulation) -> None:
-    start_three(sim)
+@pytest.mark.parametrize(
+    "factory", [cooperative, registered_cooperative], ids=["sticky-test", "cooperative-sticky"]
+)
+def test_cooperative_member_joins_in_two_rounds_without_double_ownership(
+    sim: Simulation, factory
+) -> None:  # type: ignore[no-untyped-def]
+    start_three(sim, factory)
     generation = sim.members["a"].machine.generation
-    sim.add("d", config(), CATALOG)
+    sim.add("d", config(factory()), CATALOG)
     assert sim.run_until(sim.stable)
     assert_balanced(sim)
     assert {len(v) for v in sim.assignment().values()} == {3}

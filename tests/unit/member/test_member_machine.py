@@ -443,3 +443,70 @@ def test_session_expiry_reports_resources_lost() -> None:
 def test_bad_config_is_rejected(kwargs: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         make(**kwargs)
+
+
+def test_unanswered_rejoin_gives_up_owned_resources_after_the_session() -> None:
+    """A cooperative member rejoining with resources may not keep them forever: the
+    answer may have been lost and the coordinator may have evicted it."""
+    m = make()
+    now = to_stable(m)
+    hb = sent(m.tick(now + 3_000))
+    join = sent(
+        m.response(now + 3_001, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS))
+    )
+    assert isinstance(join.request, JoinGroup)
+    actions: list[Action] = []
+    deadline = now
+    while not only(actions, InvokeCallback):
+        deadline = m.next_deadline() or deadline + 1_000  # watchdog ticks meanwhile
+        actions = m.tick(deadline)
+    assert deadline == now + 3_000 + 10_000  # the heartbeat's send time + session
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_lost"]
+    assert m.state is State.JOINING  # the JoinGroup goes on
+    assert not m.owned
+    # The coordinator was only slow: the answer still counts.
+    actions = m.response(
+        deadline + 5,
+        join.request_id,
+        JoinGroupResult(ErrorCode.NONE, 6, "workgroup", "sticky.v1", "leader-1", "me-1"),
+    )
+    assert isinstance(sent(actions).request, SyncGroup)
+
+
+def test_a_frozen_member_does_not_trust_old_answers() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    sync = sent(
+        m.response(
+            2,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 5, "workgroup", "sticky.v1", "leader-1", "me-1"),
+        )
+    )
+    # The process freezes for 30 s; then the (old) SyncGroup answer is read.
+    blob = CODEC.encode_assignment(AssignmentData(assigned=(("shard", 1),), generation=5))
+    m.tick(30_000)
+    actions = m.response(30_001, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob))
+    kinds = [c.kind for c in only(actions, InvokeCallback)]
+    # Assigned, and at once reported lost: the session cannot be vouched for.
+    assert kinds == ["on_assigned", "on_lost"]
+    assert m.owned == frozenset()
+
+
+def test_a_prompt_held_answer_proves_the_session() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    sync = sent(
+        m.response(
+            2,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 5, "workgroup", "sticky.v1", "leader-1", "me-1"),
+        )
+    )
+    blob = CODEC.encode_assignment(AssignmentData(assigned=(("shard", 1),), generation=5))
+    # The coordinator held the SyncGroup 12 s (the leader was slow), heartbeats ran.
+    for t in range(3_002, 12_000, 3_000):
+        m.tick(t)
+    actions = m.response(12_000, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob))
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_assigned"]
+    assert m.owned == {("shard", 1)}
