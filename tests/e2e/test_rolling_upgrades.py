@@ -80,6 +80,11 @@ class Rollout:
         self.current[name] = self.members.start(name, *args)
         return self._settle(f"restart {name} with {args}", began, expect)
 
+    def stop(self, name: str, *, expect: str) -> dict[str, Event]:
+        began = time.monotonic()
+        assert self.current.pop(name).terminate() == 0
+        return self._settle(f"stop {name}", began, expect)
+
     def _settle(self, step: str, began: float, expect: str) -> dict[str, Event]:
         running = list(self.current.values())
         converged = wait_converged(running, EXPECTED, STEP_TIMEOUT_S, protocol=expect)
@@ -141,8 +146,7 @@ def test_eager_to_cooperative_migration(members: Members) -> None:
     joined_at = time.time()
     rollout.start("d", *eager, expect="range.v1")
     assert all(revocations(rollout.current[n], joined_at) >= 1 for n in "abc")
-    assert rollout.current["d"].terminate() == 0
-    del rollout.current["d"]
+    rollout.stop("d", expect="range.v1")
 
     rollout.restart("a", *both, expect="range.v1")
     rollout.restart("b", *both, expect="range.v1")
@@ -166,6 +170,36 @@ def test_eager_to_cooperative_migration(members: Members) -> None:
         }
         assert revoked == before[name] - after, name
     print(rollout.timings)
+
+
+TANSU_MIXED_JOIN = (
+    "Tansu wedges the group when a member advertising a protocol list that differs "
+    "from the group's joins while the group rebalances: every JoinGroup answer names "
+    "a leader that is none of the joining members, so no SyncGroup ever completes"
+)
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        "embedded",
+        pytest.param(
+            "tansu",
+            marks=[pytest.mark.tansu, pytest.mark.xfail(strict=True, reason=TANSU_MIXED_JOIN)],
+        ),
+    ],
+    indirect=True,
+)
+def test_upgraded_member_joins_during_a_rebalance(members: Members) -> None:
+    """The first upgraded member restarts while the group rebalances after a departure."""
+    eager = protocol_args("range:1")
+    rollout = Rollout(members)
+    for name in "abcd":
+        rollout.start(name, *eager, expect="range.v1")
+    began = time.monotonic()
+    assert rollout.current.pop("d").terminate() == 0
+    rollout.restart("a", *protocol_args("cooperative-sticky:1", "range:1"), expect="range.v1")
+    print(f"settled {time.monotonic() - began:.2f}s after the departure")
 
 
 @pytest.mark.parametrize(
