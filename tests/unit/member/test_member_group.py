@@ -292,3 +292,16 @@ def test_coordinator_outage_keeps_a_stable_assignment_within_the_session(sim: Si
     assert sim.assignment() == before
     for m in sim.members.values():
         assert not [c for c in m.callbacks if c.kind in ("on_lost", "on_revoked")]
+
+
+def test_version_probing_with_a_newer_leader(sim: Simulation) -> None:
+    sim.add("new", config(cooperative()), CATALOG)
+    assert sim.run_until(sim.stable)
+    assert sim.members["new"].machine.is_leader
+    old = Protocol("sticky", StickyTestAssignor(), codec=BinaryCodec(latest_version=1))
+    sim.add("old", config(old), CATALOG)
+    generation = sim.generation()
+    assert sim.run_until(lambda: sim.stable() and sim.generation() > generation)
+    assert sim.members["new"].machine.used_versions == {"sticky.v1": 1}
+    assert_balanced(sim)
+    sim.check_exclusive()

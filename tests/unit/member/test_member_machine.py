@@ -510,3 +510,30 @@ def test_a_prompt_held_answer_proves_the_session() -> None:
     actions = m.response(12_000, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob))
     assert [c.kind for c in only(actions, InvokeCallback)] == ["on_assigned"]
     assert m.owned == {("shard", 1)}
+
+
+def test_leader_assigns_a_member_from_the_future_with_the_common_version() -> None:
+    """Version probing: metadata newer than the leader understands never crashes it."""
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    mine = join.request.protocols[0][1]
+    plain = BinaryCodec(compress_above=None).encode_metadata(
+        MemberMetadata(kinds=("shard",), owned=(("shard", 5),), owned_generation=4)
+    )
+    future = b"wg" + (7).to_bytes(2, "big") + (7).to_bytes(2, "big") + b"\x00"
+    future += plain[7:] + b"fields of version 7"
+    members = (JoinedMember("me", None, mine), JoinedMember("future", None, future))
+    actions = m.response(
+        2,
+        join.request_id,
+        JoinGroupResult(ErrorCode.NONE, 5, "workgroup", "sticky.v1", "me", "me", members),
+    )
+    run = only(actions, RunAssignor)[0]
+    assert run.input.members["future"].owned == (("shard", 5),)
+    sync = sent(m.assignment_done(3, run.run_id, run.assignor.assign(run.input)))
+    given = {k: CODEC.decode_assignment(v) for k, v in sync.request.assignments}
+    assert given["future"].header.used_version == 2  # what every member can read
+    assert given["future"].value.common_version == 2
+    assert given["future"].value.rejoin  # it must re-encode with version 2
+    assert ("shard", 5) in given["future"].value.assigned
+    assert not given["me"].value.rejoin
