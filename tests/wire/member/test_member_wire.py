@@ -12,8 +12,10 @@ import pytest
 
 from tests.unit.member.member_sim import RoundRobinTestAssignor, StickyTestAssignor
 from workgroup.assignors.base import Resource
+from workgroup.errors import ConfigError
 from workgroup.member.driver import GroupMember
-from workgroup.member.errors import InconsistentProtocolError
+from workgroup.member.errors import InconsistentProtocolError, InvalidSessionTimeoutError
+from workgroup.member.state import State
 from workgroup.protocol import BinaryCodec, Protocol
 
 from .backends import Backend, free_port, run_backend
@@ -318,3 +320,57 @@ async def test_members_survive_a_coordinator_restart() -> None:
             group.log.check_exclusive()
     finally:
         await group.close()
+
+
+async def test_invalid_session_timeout_is_fatal(backend: Backend, request) -> None:  # type: ignore[no-untyped-def]
+    if backend.name == "tansu":
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "Tansu has no minimum session timeout: it admits a 200 ms session where "
+                    "Kafka answers INVALID_SESSION_TIMEOUT"
+                ),
+            )
+        )
+    member = GroupMember(
+        backend.bootstrap,
+        f"bad-session-{uuid.uuid4().hex[:8]}",
+        [Protocol("sticky", StickyTestAssignor())],
+        session_timeout_ms=200,  # the coordinator's minimum is 500 ms
+        heartbeat_interval_ms=50,
+        resources=RESOURCES,
+    )
+    async with member:
+        with pytest.raises(InvalidSessionTimeoutError, match="INVALID_SESSION_TIMEOUT"):
+            async with asyncio.timeout(TIMEOUT_S):
+                await member.wait_stable()
+        assert member.error is not None
+        assert not member.error.retriable
+
+
+async def test_unreachable_bootstrap_keeps_retrying_and_closes_cleanly() -> None:
+    member = GroupMember(
+        f"127.0.0.1:{free_port()}",
+        "nobody-home",
+        [Protocol("sticky", StickyTestAssignor())],
+        resources=RESOURCES,
+        retry_backoff_ms=20,
+    )
+    await member.start()
+    await asyncio.sleep(0.5)
+    assert member.state is State.FINDING_COORDINATOR
+    assert member.error is None
+    await member.close()
+    assert member.state is State.CLOSED
+
+
+async def test_bad_configuration_is_rejected_before_any_io() -> None:
+    with pytest.raises(ConfigError, match="heartbeat interval"):
+        GroupMember(
+            "127.0.0.1:1",
+            "g",
+            [Protocol("sticky", StickyTestAssignor())],
+            session_timeout_ms=1_000,
+            heartbeat_interval_ms=1_000,
+        )
