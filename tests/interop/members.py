@@ -50,21 +50,25 @@ class Member:
     history: list[int] = field(default_factory=list)
 
     async def join(self) -> Joined:
-        kwargs = dict(
+        joined = await self._join_once()
+        if joined.error == MEMBER_ID_REQUIRED:
+            self.member_id = joined.member_id
+            joined = await self._join_once()
+        if joined.error == NONE:
+            self.member_id = joined.member_id
+            self.joined = joined
+        return joined
+
+    async def _join_once(self) -> Joined:
+        return await self.wire.join(
+            self.group,
+            member_id=self.member_id,
             instance_id=self.instance_id,
             protocol_type=self.protocol_type,
             protocols=self.protocols,
             session_timeout_ms=self.session_timeout_ms,
             rebalance_timeout_ms=self.rebalance_timeout_ms,
         )
-        joined = await self.wire.join(self.group, member_id=self.member_id, **kwargs)
-        if joined.error == MEMBER_ID_REQUIRED:
-            self.member_id = joined.member_id
-            joined = await self.wire.join(self.group, member_id=self.member_id, **kwargs)
-        if joined.error == NONE:
-            self.member_id = joined.member_id
-            self.joined = joined
-        return joined
 
     async def sync(self, assignments: dict[str, bytes] | None = None) -> Synced:
         assert self.joined is not None

@@ -32,7 +32,6 @@ from .wire import (
     NONE,
     REBALANCE_IN_PROGRESS,
     UNKNOWN_MEMBER_ID,
-    FindCoordinatorRequest,
     GroupWire,
     KafkaPythonWire,
 )
@@ -67,7 +66,9 @@ async def heartbeat_until(m: Member, expected: int, within_s: float = 3.0) -> in
 # ---------------------------------------------------------------------------- discovery
 
 
-async def test_api_versions_lists_group_apis(backend: Backend, connect: Connect, encoder: str):
+async def test_api_versions_lists_group_apis(
+    backend: Backend, connect: Connect, encoder: str
+) -> None:
     wire = await connect(encoder)
     versions = await wire.api_versions()
     for name, key in API_KEYS.items():
@@ -83,7 +84,7 @@ async def test_api_versions_lists_group_apis(backend: Backend, connect: Connect,
 
 async def test_find_coordinator_returns_the_broker_itself(
     backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     wire = await connect(encoder)
     found = await wire.find_coordinator(group_id)
     assert found.error == NONE
@@ -91,11 +92,15 @@ async def test_find_coordinator_returns_the_broker_itself(
     assert found.node_id >= 0
 
 
-async def test_find_coordinator_batched_v4(backend: Backend, connect: Connect, group_id: str):
+async def test_find_coordinator_batched_v4(
+    backend: Backend, connect: Connect, group_id: str
+) -> None:
     """FindCoordinator v4+ (KIP-699) looks up several keys at once; the Java client
     3.x uses it."""
     wire = await connect("kafka-python")
     assert isinstance(wire, KafkaPythonWire)
+    from kafka.protocol.metadata import FindCoordinatorRequest  # loaded by .wire already
+
     keys = [group_id, group_id + "-other"]
     response = await wire.request(
         FindCoordinatorRequest(key_type=0, coordinator_keys=keys, version=4)
@@ -109,7 +114,7 @@ async def test_find_coordinator_batched_v4(backend: Backend, connect: Connect, g
 
 async def test_first_join_creates_generation_one(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(request, backend, "generations start at 0")
     m = member(await connect(encoder), group_id, backend)
     joined = await m.join()
@@ -125,7 +130,7 @@ async def test_first_join_creates_generation_one(
 
 async def test_member_id_required_on_join_v4_and_later(
     backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     wire = await connect(encoder)
     first = await wire.join(group_id, session_timeout_ms=backend.session_timeout_ms)
     assert first.error == MEMBER_ID_REQUIRED
@@ -142,7 +147,7 @@ async def test_member_id_required_on_join_v4_and_later(
 
 async def test_join_before_v4_gets_member_id_at_once(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, group_id: str
-):
+) -> None:
     tansu_deviates(request, backend, "JoinGroup v0-v3 also gets MEMBER_ID_REQUIRED")
     wire = await connect("kafka-python")
     joined = await wire.join(group_id, session_timeout_ms=backend.session_timeout_ms, version=3)
@@ -154,7 +159,7 @@ async def test_join_before_v4_gets_member_id_at_once(
 
 async def test_session_timeout_out_of_bounds_rejected(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(request, backend, "session timeouts outside the broker's bounds are accepted")
     wire = await connect(encoder)
     too_short = await wire.join(group_id, session_timeout_ms=100)
@@ -165,7 +170,7 @@ async def test_session_timeout_out_of_bounds_rejected(
 
 async def test_empty_group_id_rejected(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str
-):
+) -> None:
     tansu_deviates(request, backend, "a JoinGroup with an empty group id is not rejected")
     wire = await connect(encoder)
     joined = await wire.join("", session_timeout_ms=backend.session_timeout_ms)
@@ -174,7 +179,7 @@ async def test_empty_group_id_rejected(
 
 async def test_leader_gets_all_metadata_follower_none(
     backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     a = member(await connect(encoder), group_id, backend, protocols=[("range", b"meta-a")])
     b = member(await connect(encoder), group_id, backend, protocols=[("range", b"meta-b")])
     ja, jb = await asyncio.gather(a.join(), b.join())
@@ -190,7 +195,7 @@ async def test_leader_gets_all_metadata_follower_none(
 
 async def test_follower_sync_waits_for_leader_assignment(
     backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     a = member(await connect(encoder), group_id, backend)
     b = member(await connect(encoder), group_id, backend)
     await asyncio.gather(a.join(), b.join())
@@ -215,7 +220,7 @@ async def test_follower_sync_waits_for_leader_assignment(
 
 async def test_preference_vote_picks_protocol_all_support(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(
         request,
         backend,
@@ -256,7 +261,7 @@ async def test_preference_vote_picks_protocol_all_support(
 
 async def test_member_without_common_protocol_rejected_alone(
     backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     a = member(await connect(encoder), group_id, backend)
     b = member(await connect(encoder), group_id, backend)
     generation = await settle([a, b])
@@ -274,7 +279,7 @@ async def test_member_without_common_protocol_rejected_alone(
 
 async def test_protocol_type_mismatch_rejected(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(request, backend, "a member of another protocol type is admitted")
     a = member(await connect(encoder), group_id, backend)
     await settle([a])
@@ -289,7 +294,7 @@ async def test_protocol_type_mismatch_rejected(
 
 async def test_empty_protocol_list_rejected(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(request, backend, "an empty protocol list closes the connection")
     wire = await connect(encoder)
     rejected = await wire.join_new(
@@ -302,7 +307,7 @@ async def test_empty_protocol_list_rejected(
 
 async def test_group_states_through_a_rebalance(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(
         request, backend, "DescribeGroups says 'Unknown' between JoinGroup and SyncGroup"
     )
@@ -326,7 +331,7 @@ async def test_group_states_through_a_rebalance(
 
 async def test_member_missing_the_rebalance_is_removed(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(
         request,
         backend,
@@ -355,7 +360,7 @@ async def test_member_missing_the_rebalance_is_removed(
 
 async def test_heartbeat_rebalance_in_progress_when_member_joins(
     backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     a = member(await connect(encoder), group_id, backend)
     generation = await settle([a])
     b = member(await connect(encoder), group_id, backend)
@@ -371,7 +376,7 @@ async def test_heartbeat_rebalance_in_progress_when_member_joins(
 
 async def test_heartbeat_stale_generation_is_illegal(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(request, backend, "Heartbeat with a wrong generation gets REBALANCE_IN_PROGRESS")
     a = member(await connect(encoder), group_id, backend)
     generation = await settle([a])
@@ -384,7 +389,7 @@ async def test_heartbeat_stale_generation_is_illegal(
 
 async def test_sync_stale_generation_is_illegal(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(request, backend, "SyncGroup with a wrong generation gets REBALANCE_IN_PROGRESS")
     a = member(await connect(encoder), group_id, backend)
     generation = await settle([a])
@@ -396,7 +401,7 @@ async def test_sync_stale_generation_is_illegal(
 
 async def test_heartbeat_unknown_member_id(
     backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     a = member(await connect(encoder), group_id, backend)
     generation = await settle([a])
     assert await a.wire.heartbeat(group_id, generation, "no-such-member") == UNKNOWN_MEMBER_ID
@@ -406,7 +411,7 @@ async def test_heartbeat_unknown_member_id(
 
 async def test_sync_unknown_member_id(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(request, backend, "SyncGroup from an unknown member gets REBALANCE_IN_PROGRESS")
     a = member(await connect(encoder), group_id, backend)
     generation = await settle([a])
@@ -418,7 +423,7 @@ async def test_sync_unknown_member_id(
 
 async def test_join_unknown_member_id(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(
         request, backend, "JoinGroup with a made-up member id admits a member with that id"
     )
@@ -437,7 +442,7 @@ async def test_join_unknown_member_id(
 @pytest.mark.slow_on_tansu
 async def test_session_expiry_removes_silent_member(
     backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     session_ms = 1000 if backend.name == "embedded" else backend.session_timeout_ms
     a = member(await connect(encoder), group_id, backend, session_timeout_ms=session_ms)
     b = member(await connect(encoder), group_id, backend, session_timeout_ms=session_ms)
@@ -457,7 +462,9 @@ async def test_session_expiry_removes_silent_member(
 # ---------------------------------------------------------------------------- leaving
 
 
-async def test_leave_group_v0(backend: Backend, connect: Connect, encoder: str, group_id: str):
+async def test_leave_group_v0(
+    backend: Backend, connect: Connect, encoder: str, group_id: str
+) -> None:
     a = member(await connect(encoder), group_id, backend)
     b = member(await connect(encoder), group_id, backend)
     generation = await settle([a, b])
@@ -475,7 +482,7 @@ async def test_leave_group_v0(backend: Backend, connect: Connect, encoder: str, 
 
 async def test_batch_leave_by_member_id(
     backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     a = member(await connect(encoder), group_id, backend)
     b = member(await connect(encoder), group_id, backend)
     await settle([a, b])
@@ -497,7 +504,7 @@ async def test_batch_leave_by_member_id(
 @pytest.mark.slow_on_tansu
 async def test_batch_leave_by_instance_id(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(
         request,
         backend,
@@ -529,7 +536,7 @@ async def test_batch_leave_by_instance_id(
 @pytest.mark.slow_on_tansu
 async def test_static_member_restart_fences_old_id_without_rebalance(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(
         request,
         backend,
@@ -571,7 +578,7 @@ def small_group_backend(backend: Backend) -> Iterator[Backend]:
 
 async def test_group_max_size(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(request, backend, "no group size limit (group.max.size not supported)")
     with small_group_backend(backend) as limited:
         a = member(await connect(encoder, on=limited), group_id, limited)
@@ -590,7 +597,7 @@ async def test_group_max_size(
 
 async def test_offset_commit_validates_generation(
     backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     topic = "interop-commits"
     await backend.ensure_topic(topic)
     a = member(await connect(encoder), group_id, backend)
@@ -609,7 +616,7 @@ async def test_offset_commit_validates_generation(
 
 async def test_offset_commit_outside_group_management(
     backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     """Generation -1 and no member id (admin tools, manual assignment) may commit
     only while the group has no members."""
     topic = "interop-commits"
@@ -628,7 +635,7 @@ async def test_offset_commit_outside_group_management(
 
 async def test_offset_commit_while_completing_rebalance(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(request, backend, "OffsetCommit between JoinGroup and SyncGroup is accepted")
     topic = "interop-commits"
     await backend.ensure_topic(topic)
@@ -647,7 +654,7 @@ async def test_offset_commit_while_completing_rebalance(
 
 async def test_commit_metadata_kept(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(request, backend, "the commit metadata string is dropped (fetched as '')")
     topic = "interop-metadata"
     await backend.ensure_topic(topic, partitions=2)
@@ -669,7 +676,7 @@ async def test_commit_metadata_kept(
 
 async def test_describe_groups(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(
         request, backend, "DescribeGroups returns an empty protocol and no member details"
     )
@@ -695,7 +702,7 @@ async def test_describe_groups(
 
 async def test_list_groups(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(request, backend, "ListGroups lists only groups with committed offsets")
     a = member(await connect(encoder), group_id, backend, protocol_type="workgroup")
     await settle([a])
@@ -707,7 +714,7 @@ async def test_list_groups(
 
 async def test_delete_groups(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
-):
+) -> None:
     tansu_deviates(request, backend, "a group with members is deleted (no NON_EMPTY_GROUP)")
     a = member(await connect(encoder), group_id, backend)
     await settle([a])

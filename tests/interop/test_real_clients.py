@@ -152,7 +152,7 @@ async def settled(
 @pytest.mark.slow_on_tansu
 async def test_aiokafka_consumers_form_rebalance_and_leave(
     backend: Backend, connect: Connect, group_id: str
-):
+) -> None:
     topic = "interop-aiokafka"
     await backend.ensure_topic(topic, PARTITIONS)
     observer = await connect()
@@ -191,7 +191,7 @@ async def test_aiokafka_consumers_form_rebalance_and_leave(
 @pytest.mark.slow_on_tansu
 async def test_aiokafka_static_member_restart_keeps_generation(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, group_id: str
-):
+) -> None:
     tansu_deviates(
         request,
         backend,
@@ -373,7 +373,7 @@ async def librdkafka_settled(
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 async def test_librdkafka_consumers_form_rebalance_and_leave(
     backend: Backend, connect: Connect, group_id: str, strategy: str
-):
+) -> None:
     topic = f"interop-librdkafka-{strategy}"
     await backend.ensure_topic(topic, PARTITIONS)
     observer = await connect()
@@ -418,7 +418,7 @@ async def test_librdkafka_consumers_form_rebalance_and_leave(
 @pytest.mark.slow
 async def test_librdkafka_static_member_restart_keeps_generation(
     request: pytest.FixtureRequest, backend: Backend, connect: Connect, group_id: str
-):
+) -> None:
     tansu_deviates(
         request,
         backend,
@@ -464,7 +464,7 @@ async def test_librdkafka_static_member_restart_keeps_generation(
 
 async def test_aiokafka_and_librdkafka_share_a_group(
     backend: Backend, connect: Connect, group_id: str
-):
+) -> None:
     """Two client implementations in one group, agreeing on the range protocol."""
     topic = "interop-mixed"
     await backend.ensure_topic(topic, PARTITIONS)

@@ -24,9 +24,9 @@ import asyncio
 import contextlib
 import itertools
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.admin import (
@@ -190,7 +190,7 @@ class GroupWire(abc.ABC):
         self.port = port
 
     @classmethod
-    async def connect(cls, host: str, port: int) -> GroupWire:
+    async def connect(cls, host: str, port: int) -> Self:
         wire = cls(host, port)
         await wire._open()
         return wire
@@ -251,7 +251,7 @@ class GroupWire(abc.ABC):
         group: str,
         generation: int,
         member_id: str,
-        offsets: dict[tuple[str, int], tuple[int, str | None]],
+        offsets: Mapping[tuple[str, int], tuple[int, str | None]],
     ) -> dict[tuple[str, int], int]: ...
 
     @abc.abstractmethod
@@ -471,7 +471,7 @@ class KafkaPythonWire(GroupWire):
         group: str,
         generation: int,
         member_id: str,
-        offsets: dict[tuple[str, int], tuple[int, str | None]],
+        offsets: Mapping[tuple[str, int], tuple[int, str | None]],
     ) -> dict[tuple[str, int], int]:
         by_topic: dict[str, list[Any]] = {}
         for (topic, partition), (offset, metadata) in offsets.items():
@@ -560,13 +560,13 @@ class KafkaPythonWire(GroupWire):
 # --------------------------------------------------------------------------- aiokafka
 
 
-class HeartbeatResponse_v3(Response):
+class HeartbeatResponse_v3(Response):  # type: ignore[misc]  # aiokafka is untyped
     API_KEY = 12
     API_VERSION = 3
     SCHEMA = Schema(("throttle_time_ms", Int32), ("error_code", Int16))
 
 
-class HeartbeatRequest_v3(RequestStruct):
+class HeartbeatRequest_v3(RequestStruct):  # type: ignore[misc]  # aiokafka is untyped
     """Heartbeat v3 (KIP-345): adds the group instance id aiokafka lacks."""
 
     API_KEY = 12
@@ -580,7 +580,7 @@ class HeartbeatRequest_v3(RequestStruct):
     )
 
 
-class LeaveGroupResponse_v3(Response):
+class LeaveGroupResponse_v3(Response):  # type: ignore[misc]  # aiokafka is untyped
     API_KEY = 13
     API_VERSION = 3
     SCHEMA = Schema(
@@ -597,7 +597,7 @@ class LeaveGroupResponse_v3(Response):
     )
 
 
-class LeaveGroupRequest_v3(RequestStruct):
+class LeaveGroupRequest_v3(RequestStruct):  # type: ignore[misc]  # aiokafka is untyped
     """LeaveGroup v3 (KIP-345): batch leave by member identity."""
 
     API_KEY = 13
@@ -727,7 +727,7 @@ class AiokafkaWire(GroupWire):
         group: str,
         generation: int,
         member_id: str,
-        offsets: dict[tuple[str, int], tuple[int, str | None]],
+        offsets: Mapping[tuple[str, int], tuple[int, str | None]],
     ) -> dict[tuple[str, int], int]:
         by_topic: dict[str, list[tuple[int, int, str | None]]] = {}
         for (topic, partition), (offset, metadata) in offsets.items():
