@@ -51,6 +51,8 @@ class AssignmentInput:
     members: Mapping[str, MemberInfo]
     #: Racks a resource's data lives on (rack-aware assignors); absent: any rack.
     resource_racks: Mapping[Resource, frozenset[str]] = field(default_factory=dict)
+    #: Free-form attributes of resources (from the resource source); absent: none.
+    resource_attributes: Mapping[Resource, Mapping[str, str]] = field(default_factory=dict)
 
 
 @runtime_checkable

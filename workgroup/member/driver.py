@@ -40,7 +40,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from workgroup.assignors.base import Assignment, Key, Resource
+from workgroup.assignors.base import Assignment, Resource
 from workgroup.errors import ConfigError, ProtocolError, UnsupportedVersionError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.errors import CoordinatorUnavailableError, MemberClosedError
@@ -57,7 +57,7 @@ from workgroup.member.state import (
     State,
 )
 from workgroup.member.wire import KioRequest, to_result
-from workgroup.protocol.catalog import Catalog
+from workgroup.protocol.catalog import Catalog, freeze_catalog
 from workgroup.protocol.protocol import Protocol
 
 log = get_logger("workgroup.member")
@@ -442,10 +442,7 @@ class GroupMember:
                 log.exception("member.resource_source_failed")
 
 
-def _normalise(catalog: Catalog) -> dict[str, list[Key]]:
-    out: dict[str, list[Key]] = {}
-    for kind, keys in catalog.items():
-        if not isinstance(kind, str):
-            raise ConfigError(f"resource kinds are strings, got {kind!r}")
-        out[kind] = list(keys)
-    return out
+def _normalise(catalog: Catalog) -> Catalog:
+    """Validate early (a bad source is a ConfigError at start, not in the leader)."""
+    freeze_catalog(catalog)
+    return catalog

@@ -85,7 +85,7 @@ from workgroup.member.errors import (
     MemberFatalError,
     fatal_error,
 )
-from workgroup.protocol.catalog import Catalog, catalog_hash, freeze_catalog
+from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
 
@@ -271,8 +271,9 @@ class MemberMachine:
         self.owned: frozenset[Resource] = frozenset()
         self.owned_generation = NO_GENERATION
         self.rebalances = 0
-        self._catalog: dict[str, tuple[str | int, ...]] = freeze_catalog(catalog or {})
-        self._catalog_hash = catalog_hash(self._catalog)
+        self._frozen: FrozenCatalog = freeze_catalog(catalog or {})
+        self._catalog: dict[str, tuple[str | int, ...]] = self._frozen.keys
+        self._catalog_hash = catalog_hash(self._frozen)
         #: Catalog hash the current assignment was computed with (the leader's).
         self._assignment_catalog_hash = b""
         self._used_versions = {p.wire_name: p.codec.latest_version for p in config.protocols}
@@ -454,11 +455,11 @@ class MemberMachine:
         frozen = freeze_catalog(catalog)
         digest = catalog_hash(frozen)
         if digest != self._catalog_hash:
-            self._catalog, self._catalog_hash = frozen, digest
+            self._frozen, self._catalog, self._catalog_hash = frozen, frozen.keys, digest
             log.info(
                 "member.resources_changed",
-                kinds=len(frozen),
-                resources=sum(len(k) for k in frozen.values()),
+                kinds=len(frozen.keys),
+                resources=frozen.size,
             )
             if self.is_leader and self.state is State.STABLE:
                 self._request_rejoin("resources changed")
@@ -1072,7 +1073,12 @@ class MemberMachine:
             catalog_hash=self._catalog_hash,
         )
         self.state = State.ASSIGNING
-        data = AssignmentInput(resources=dict(self._catalog), members=infos)
+        data = AssignmentInput(
+            resources=dict(self._catalog),
+            members=infos,
+            resource_racks=dict(self._frozen.racks),
+            resource_attributes={r: dict(a) for r, a in self._frozen.attributes.items()},
+        )
         self._out.append(RunAssignor(self._next_id, protocol.wire_name, protocol.assignor, data))
 
     def _leader_assignments(

@@ -1,6 +1,6 @@
 """Application-defined protocols and their versioned metadata."""
 
-from workgroup.protocol.catalog import Catalog, catalog_hash
+from workgroup.protocol.catalog import Catalog, ResourceSpec, catalog_hash
 from workgroup.protocol.metadata import (
     LATEST_VERSION,
     AssignmentData,
@@ -21,6 +21,7 @@ __all__ = [
     "Header",
     "MemberMetadata",
     "Protocol",
+    "ResourceSpec",
     "catalog_hash",
     "parse_wire_name",
 ]

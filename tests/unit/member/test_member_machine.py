@@ -537,3 +537,21 @@ def test_leader_assigns_a_member_from_the_future_with_the_common_version() -> No
     assert given["future"].value.rejoin  # it must re-encode with version 2
     assert ("shard", 5) in given["future"].value.assigned
     assert not given["me"].value.rejoin
+
+
+def test_leader_passes_resource_racks_and_attributes_to_the_assignor() -> None:
+    m = MemberMachine(
+        MemberConfig(group_id="g", protocols=[PROTOCOL]),
+        {"shard": [0, {"key": 1, "racks": ["eu-1"], "attributes": {"tier": "hot"}}]},
+    )
+    join = sent(m.start(0) + m.coordinator_found(1))
+    members = (JoinedMember("me", None, join.request.protocols[0][1]),)
+    actions = m.response(
+        2,
+        join.request_id,
+        JoinGroupResult(ErrorCode.NONE, 1, "workgroup", "sticky.v1", "me", "me", members),
+    )
+    run = only(actions, RunAssignor)[0]
+    assert run.input.resources == {"shard": (0, 1)}
+    assert run.input.resource_racks == {("shard", 1): frozenset({"eu-1"})}
+    assert run.input.resource_attributes == {("shard", 1): {"tier": "hot"}}

@@ -213,3 +213,45 @@ def test_catalog_hash_ignores_kind_order_but_not_key_order() -> None:
 
 def _fields(meta: MemberMetadata) -> dict[str, object]:
     return {name: getattr(meta, name) for name in MemberMetadata.__dataclass_fields__}
+
+
+def test_catalog_entries_carry_racks_and_attributes() -> None:
+    from workgroup.protocol import ResourceSpec
+    from workgroup.protocol.catalog import freeze_catalog
+
+    frozen = freeze_catalog(
+        {
+            "shard": [
+                0,
+                ResourceSpec(1, frozenset({"r1"})),
+                {"key": 2, "racks": ["r2"], "attributes": {"size": 7}},
+            ],
+        }
+    )
+    assert frozen.keys == {"shard": (0, 1, 2)}
+    assert frozen.racks == {("shard", 1): frozenset({"r1"}), ("shard", 2): frozenset({"r2"})}
+    assert frozen.attributes == {("shard", 2): {"size": "7"}}
+    # Attributes count in the hash; plain catalogs keep theirs.
+    assert catalog_hash({"shard": [0, 1, 2]}) != catalog_hash(
+        {"shard": [0, 1, {"key": 2, "racks": ["r2"]}]}
+    )
+    assert catalog_hash({"shard": [0, {"key": 1}]}) == catalog_hash({"shard": [0, 1]})
+
+
+@pytest.mark.parametrize(
+    ("catalog", "message"),
+    [
+        ({"shard": [1, 1]}, "listed twice"),
+        ({"shard": [1.5]}, "str or int"),
+        ({"shard": [True]}, "str or int"),
+        ({"shard": [{"racks": ["a"]}]}, "expected"),
+        ({"shard": [{"key": 1, "rack": "a"}]}, "expected"),
+        ({3: [1]}, "kinds are strings"),
+    ],
+)
+def test_bad_catalogs_are_rejected(catalog: object, message: str) -> None:
+    from workgroup.errors import ConfigError
+    from workgroup.protocol.catalog import freeze_catalog
+
+    with pytest.raises(ConfigError, match=message):
+        freeze_catalog(catalog)  # type: ignore[arg-type]
