@@ -200,7 +200,7 @@ def test_random_chaos(members: Members, seed: int) -> None:
         chaos.start(slot)
     wait_converged(list(chaos.current.values()), EXPECTED, CONVERGE_S)
     chaos.note("converged")
-    deadline = time.monotonic() + 18
+    deadline = time.monotonic() + 14
     while time.monotonic() < deadline:
         chaos.step()
     finish(chaos)
