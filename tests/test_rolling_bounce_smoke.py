@@ -64,4 +64,5 @@ def test_quick_bounce_on_the_embedded_coordinator(tmp_path: Path) -> None:
     # Eager revokes everything in each rebalance; cooperative only the bounced member's share.
     assert rows["eager"]["max_unowned"] == report["settings"]["resources"]
     assert rows["cooperative"]["max_unowned"] < report["settings"]["resources"]
-    assert any(line.startswith("target cooperative+static") for line in report["verdicts"])
+    target = "target: workgroup cooperative+static"
+    assert any(line.startswith(target) for line in report["verdicts"])
