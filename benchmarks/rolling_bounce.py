@@ -49,6 +49,7 @@ import importlib.util
 import json
 import logging
 import math
+import os
 import re
 import shutil
 import socket
@@ -995,6 +996,22 @@ async def main_async(rows: Sequence[Row], settings: Settings, log_dir: Path) -> 
     return results
 
 
+def environment() -> dict[str, Any]:
+    """What the numbers were measured with."""
+    info: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+    }
+    with contextlib.suppress(ImportError):
+        import confluent_kafka
+
+        info["confluent_kafka"] = confluent_kafka.__version__
+        info["librdkafka"] = confluent_kafka.libversion()[0]
+    return info
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = settings_from(args)
@@ -1016,6 +1033,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.print(f"total {time.monotonic() - started:.0f} s")
     if args.json_out is not None:
         payload = {
+            "environment": environment(),
             "settings": asdict(settings),
             "results": [asdict(r) for r in results],
             "verdicts": verdicts(results),
