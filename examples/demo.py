@@ -258,6 +258,13 @@ class Cluster:
         await asyncio.gather(*readers, return_exceptions=True)
         self._coordinator_log.close()
 
+    def name_of(self, member_id: str) -> str | None:
+        """The member name of the process (running or not) that reported ``member_id``."""
+        for member in [*self.members.values(), *self.retired]:
+            if any(e.member_id == member_id for e in member.events):
+                return member.name
+        return None
+
     def all_pids(self) -> list[int]:
         pids = [m.pid for m in [*self.members.values(), *self.retired]]
         if self.coordinator is not None:
@@ -342,9 +349,7 @@ def converged(
     if described.protocol != protocol:
         return f"the coordinator says the protocol is {described.protocol!r}"
     by_id = {e.member_id: cluster.members[name] for name, e in events.items()}
-    expected_ids = set(by_id) | {
-        mid for mid, d in described.members.items() if _instance(d) in dead
-    }
+    expected_ids = set(by_id) | {mid for mid in described.members if cluster.name_of(mid) in dead}
     if set(described.members) != expected_ids:
         return "the coordinator's member list differs from the running members"
     owned: list[tuple[str, Any]] = []
@@ -356,11 +361,6 @@ def converged(
     if len(owned) != len(set(owned)) or set(owned) != ALL_RESOURCES:
         return "the resources are not covered exactly once"
     return Snapshot(generations.pop(), protocol, described, by_id)
-
-
-def _instance(member: DescribedMember) -> str:
-    # `workgroup member` names its client after the instance id (workgroup-<instance>).
-    return member.client_id.removeprefix("workgroup-")
 
 
 async def wait_converged(
@@ -409,7 +409,7 @@ def show(
     rows = []
     for member_id, described in snapshot.described.members.items():
         process = snapshot.owners.get(member_id)
-        name = process.name if process else _instance(described)
+        name = process.name if process else cluster.name_of(member_id) or member_id
         rows.append((name, member_id, described, process))
     for name, member_id, described, process in sorted(rows):
         now[name] = described.assigned
@@ -420,7 +420,7 @@ def show(
         ).strip()
         if process is None:
             pid, leader, advertises = "killed", "", "-"
-            events = "none: its process is gone, the coordinator keeps its place"
+            events = "none: the process is gone"
             owned = f"[dim]{_keys(described.assigned)}[/]"
         else:
             stable = process.last_stable
