@@ -989,7 +989,9 @@ class MemberMachine:
             )
             self._used_versions[protocol.wire_name] = common
             self._request_rejoin(f"metadata version {used} -> {common}")
-        if revoked and protocol.mode == "cooperative":
+        # data.revoked: what the leader withheld on our account because our JoinGroup
+        # claimed it; we may have lost it since, but others still wait for the round.
+        if (revoked or data.revoked) and protocol.mode == "cooperative":
             self._request_rejoin("follow-up round after revoking resources")
         if data.rejoin:
             self._request_rejoin("the leader asked for another round")
