@@ -253,3 +253,47 @@ def test_killed_leader_and_static_restarts(members: Members) -> None:
     # Static members come back to what they had (nothing moved).
     assert {slot: processes[slot].owned() for slot in processes} == before
     check_ownership(members.logs(), EXPECTED).raise_for_violations()
+
+
+@pytest.mark.parametrize("down_s", [0.5, 4.0])
+def test_coordinator_killed_and_restarted(down_s: float) -> None:
+    """The in-memory coordinator dies (SIGKILL) and comes back empty on the same port,
+    after less or more than a session timeout."""
+    from conftest import start_coordinator
+    from members import MIN_SESSION_TIMEOUT_MS, free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    args = (
+        "--initial-rebalance-delay-ms",
+        "0",
+        "--min-session-timeout-ms",
+        str(MIN_SESSION_TIMEOUT_MS),
+    )
+    with Members(
+        address,
+        "coordinator-restart",
+        resources=(f"shard={RESOURCES}",),
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=HEARTBEAT_MS,
+    ) as members:
+        with start_coordinator(*args, listen=address) as first:
+            processes = [members.start(slot) for slot in SLOTS[:3]]
+            wait_converged(processes, EXPECTED, CONVERGE_S)
+            first.kill()
+        time.sleep(down_s)
+        with start_coordinator(*args, listen=address):
+            wait_converged(processes, EXPECTED, CONVERGE_S)
+            check_ownership(members.logs(), EXPECTED).raise_for_violations()
+            assert all(p.alive for p in processes)
+
+
+def test_rebalance_held_longer_than_a_session(members: Members) -> None:
+    """A dead member with a long session holds a rebalance longer than the others'
+    sessions; two members join meanwhile, so the survivors must hand resources over."""
+    survivors = [members.start(slot) for slot in ("a", "b")]
+    slow = members.start("c", session_timeout_ms=6000)
+    wait_converged([*survivors, slow], EXPECTED, CONVERGE_S)
+    slow.kill()
+    newcomers = [members.start(slot) for slot in ("d", "e")]
+    wait_converged([*survivors, *newcomers], EXPECTED, CONVERGE_S)
+    check_ownership(members.logs(), EXPECTED).raise_for_violations()
