@@ -1,10 +1,10 @@
 """librdkafka (confluent-kafka) consumer groups on the embedded coordinator.
 
 librdkafka sends JoinGroup only once a subscribed topic exists in Metadata.
-The embedded coordinator has no topics; started with ``--empty-topics`` it
-reports requested topics as existing with no partitions, and librdkafka
-consumers form groups with empty assignments.  Without the flag they never join
-(documented in docs/compatibility.md).
+The embedded coordinator has no topics; by default it reports requested topics
+as existing with no partitions, and librdkafka consumers form groups with empty
+assignments.  Started with ``--unknown-topics`` (Kafka's answer for a missing
+topic) they never join (documented in docs/compatibility.md).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ async def wait_for_members(coordinator: CoordinatorProcess, count: int) -> Any:
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 async def test_librdkafka_consumers_form_a_group(strategy: str) -> None:
-    with start_coordinator("--initial-rebalance-delay-ms", "0", "--empty-topics") as coordinator:
+    with start_coordinator("--initial-rebalance-delay-ms", "0") as coordinator:
         consumers = [Consumer(coordinator.bootstrap, f"rd-{i}", strategy) for i in range(2)]
         try:
             consumers[0].start()
@@ -105,21 +105,20 @@ async def test_librdkafka_consumers_form_a_group(strategy: str) -> None:
         assert ("assign", 0) in consumers[0].events
 
 
-async def test_without_the_flag_librdkafka_does_not_join(
-    coordinator_process: CoordinatorProcess,
-) -> None:
-    consumer = Consumer(coordinator_process.bootstrap, "rd-alone", "range")
-    consumer.start()
-    try:
-        await asyncio.sleep(3)
-        group = await describe(coordinator_process)
-        assert group.members == []
-    finally:
-        consumer.stop()
+async def test_with_unknown_topics_librdkafka_does_not_join() -> None:
+    with start_coordinator("--unknown-topics") as coordinator:
+        consumer = Consumer(coordinator.bootstrap, "rd-alone", "range")
+        consumer.start()
+        try:
+            await asyncio.sleep(3)
+            group = await describe(coordinator)
+            assert group.members == []
+        finally:
+            consumer.stop()
 
 
 async def test_librdkafka_static_member_restart_causes_no_rebalance() -> None:
-    with start_coordinator("--initial-rebalance-delay-ms", "0", "--empty-topics") as coordinator:
+    with start_coordinator("--initial-rebalance-delay-ms", "0") as coordinator:
 
         def static(name: str) -> Consumer:
             return Consumer(

@@ -27,10 +27,6 @@ from .wire import FENCED_INSTANCE_ID, Described, GroupWire
 
 pytestmark = pytest.mark.timeout(90)
 
-#: librdkafka joins a group only once a subscribed topic exists in Metadata; with
-#: this flag the embedded coordinator reports requested topics with no partitions.
-EMBEDDED_COORDINATOR_ARGS = ("--empty-topics",)
-
 PARTITIONS = 6
 SETTLE_TIMEOUT_S = 15.0
 

@@ -90,12 +90,13 @@ def format_address(host: str, port: int) -> str:
     help="Largest request frame accepted; a larger one closes its connection.",
 )
 @click.option(
-    "--empty-topics",
-    is_flag=True,
-    help="Answer Metadata for a requested topic as an existing topic with no partitions "
-    "instead of UNKNOWN_TOPIC_OR_PARTITION. librdkafka (confluent-kafka) consumers join a "
-    "group only once a subscribed topic exists; with this flag they form groups here, "
-    "with empty assignments.",
+    "--empty-topics/--unknown-topics",
+    default=True,
+    show_default=True,
+    help="How Metadata answers a requested topic: as an existing topic with no partitions "
+    "(the default), or with UNKNOWN_TOPIC_OR_PARTITION as Kafka answers a missing topic. "
+    "librdkafka (confluent-kafka) consumers join a group only once a subscribed topic "
+    "exists, so with --unknown-topics they never form groups here.",
 )
 @click.option(
     "--log-level",
@@ -144,7 +145,7 @@ async def _serve(
     port: int,
     store: Store | None,
     *,
-    empty_topics: bool = False,
+    empty_topics: bool = True,
 ) -> None:
     server = CoordinatorServer(config, host=host, port=port, store=store, empty_topics=empty_topics)
     try:

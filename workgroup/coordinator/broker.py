@@ -9,13 +9,13 @@ group core never sees these requests.
 
 Rules (as Apache Kafka's broker, minus everything about topics):
 
-* Metadata lists this process as the only broker and controller.  Requested
-  topics are answered with UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers a topic
-  that does not exist when auto-creation is off; a request for all topics gets
-  an empty list.  With ``empty_topics`` a requested topic is reported as
-  existing with no partitions instead: librdkafka consumers only send JoinGroup
-  once a subscribed topic exists, and with it they form groups (with empty
-  assignments) on the embedded coordinator.
+* Metadata lists this process as the only broker and controller.  A request
+  for all topics gets an empty list.  A requested topic is reported as existing
+  with no partitions (``empty_topics``, the default): librdkafka consumers only
+  send JoinGroup once a subscribed topic exists, and so they form groups (with
+  empty assignments) on the embedded coordinator.  Without ``empty_topics`` a
+  requested topic gets UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers a topic
+  that does not exist when auto-creation is off.
 * FindCoordinator names this process for every group key (key type 0, the only
   type in v0).  Transactions are not supported: a transaction key gets
   COORDINATOR_NOT_AVAILABLE with a message saying so.  Any other key type gets

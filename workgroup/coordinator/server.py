@@ -175,7 +175,7 @@ class CoordinatorServer:
         store: Store | None = None,
         core: CoordinatorCore | None = None,
         clock_ms: Callable[[], int] = monotonic_ms,
-        empty_topics: bool = False,
+        empty_topics: bool = True,
     ) -> None:
         self.config = config or CoordinatorConfig()
         if core is None:
