@@ -619,10 +619,35 @@ class RowResult:
     max_unowned: int | None = None
     steps: list[Step] = field(default_factory=list)
     detail: str = ""
+    #: With ``--repeat``: every run; the fields above are then the median run's.
+    runs: list[RowResult] = field(default_factory=list)
 
     @property
     def label(self) -> str:
         return f"{self.client} {self.mode} on {self.backend}"
+
+    @property
+    def pause_range(self) -> tuple[float, float] | None:
+        pauses = [r.pause for r in self.runs if r.status == "ok" and r.pause is not None]
+        return (min(pauses), max(pauses)) if len(pauses) > 1 else None
+
+
+def summarise(runs: list[RowResult]) -> RowResult:
+    """The median run (by pause) among complete ones, carrying every run."""
+    if len(runs) == 1:
+        return runs[0]
+    complete = sorted(
+        (r for r in runs if r.status == "ok" and r.pause is not None),
+        key=lambda r: r.pause or 0.0,
+    )
+    chosen = complete[(len(complete) - 1) // 2] if complete else runs[-1]
+    summary = RowResult(**{k: v for k, v in vars(chosen).items() if k != "runs"})
+    summary.runs = runs
+    if len(complete) < len(runs):
+        summary.detail = (
+            f"{len(runs) - len(complete)} of {len(runs)} runs incomplete; " + summary.detail
+        ).rstrip("; ")
+    return summary
 
 
 class Bounce:
@@ -791,6 +816,10 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _fmt_pause(value: float | None) -> str:
+    return _fmt(value, 2 if value is not None and value < 10 else 1)
+
+
 def baseline(results: Sequence[RowResult], result: RowResult) -> RowResult | None:
     """The eager row of the same client and back-end."""
     return next(
@@ -816,6 +845,11 @@ def render(results: Sequence[RowResult], settings: Settings) -> None:
             f"session {settings.session_timeout_ms} ms, "
             f"heartbeat {settings.heartbeat_interval_ms} ms"
             + (f", callbacks {settings.callback_ms} ms" if settings.callback_ms else "")
+            + (
+                "; median run by pause (range over complete runs)"
+                if any(len(r.runs) > 1 for r in results)
+                else ""
+            )
         ),
         title_justify="left",
     )
@@ -832,7 +866,7 @@ def render(results: Sequence[RowResult], settings: Settings) -> None:
         ("bounce s", "right"),
         ("status", "left"),
     ]:
-        table.add_column(name, justify=justify, no_wrap=name in ("mode", "status"))  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=name in ("mode", "pause res-s", "status"))  # type: ignore[arg-type]
     notes: list[str] = []
     for result in results:
         base = baseline(results, result)
@@ -841,7 +875,13 @@ def render(results: Sequence[RowResult], settings: Settings) -> None:
             result.client,
             result.backend,
             result.mode,
-            _fmt(result.pause) + ("" if result.status == "ok" else " †"),
+            _fmt_pause(result.pause)
+            + ("" if result.status == "ok" else " †")
+            + (
+                f" ({_fmt_pause(result.pause_range[0])}..{_fmt_pause(result.pause_range[1])})"
+                if result.pause_range
+                else ""
+            ),
             _fmt(share, 2) + (" %" if share is not None else ""),
             "-" if result.rebalances is None else str(result.rebalances),
             _fmt(result.double),
@@ -949,6 +989,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="work each ownership callback does (0): a revoked resource stops at once, an "
         "assigned one runs once its callback returned",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs per row (1); the table shows the median run and the range of pauses",
+    )
     parser.add_argument("--json-out", type=Path, default=None, help="write the results as JSON")
     parser.add_argument("--log-dir", type=Path, default=None, help="keep the back-ends' logs here")
     return parser.parse_args(argv)
@@ -985,14 +1031,23 @@ def select_rows(args: argparse.Namespace) -> list[Row]:
     return [r for r in ROWS if r.backend in backends and r.client in clients and r.mode in modes]
 
 
-async def main_async(rows: Sequence[Row], settings: Settings, log_dir: Path) -> list[RowResult]:
+async def main_async(
+    rows: Sequence[Row], settings: Settings, log_dir: Path, repeat: int
+) -> list[RowResult]:
     results = []
     for row in rows:
-        err.print(f"[bold]{row.label}[/]")
-        result = await run_row(row, settings, log_dir)
-        if result.status == "failed":
-            err.print(f"  [red]failed[/]: {result.detail}")
-        results.append(result)
+        runs = []
+        for run in range(repeat):
+            err.print(
+                f"[bold]{row.label}[/]" + (f" (run {run + 1}/{repeat})" if repeat > 1 else "")
+            )
+            result = await run_row(row, settings, log_dir)
+            if result.status == "failed":
+                err.print(f"  [red]failed[/]: {result.detail}")
+            runs.append(result)
+            if result.status != "ok":
+                break  # an incomplete run is not repeated: the next would wait out the caps too
+        results.append(summarise(runs))
     return results
 
 
@@ -1025,7 +1080,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:
-        results = asyncio.run(main_async(rows, settings, log_dir))
+        results = asyncio.run(main_async(rows, settings, log_dir, args.repeat))
     finally:
         if args.log_dir is None:
             shutil.rmtree(log_dir, ignore_errors=True)
