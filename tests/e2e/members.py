@@ -356,44 +356,52 @@ def tansu_binary() -> Path:
 
 @contextlib.contextmanager
 def tansu() -> Iterator[str]:
-    """A Tansu broker (in-memory storage) on a free port; yields its bootstrap address."""
+    """A Tansu broker (in-memory storage) on a free port; yields its bootstrap address.
+
+    Fails the test with the tail of Tansu's output if the broker died meanwhile.
+    """
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [
-            str(tansu_binary()),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"tansu exited with {process.returncode}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-        yield f"127.0.0.1:{port}"
-    finally:
-        process.terminate()
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            [
+                str(tansu_binary()),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+        )
         try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            deadline = time.monotonic() + 15
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"tansu exited with {process.returncode}")
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.02)
+            yield f"127.0.0.1:{port}"
+            if process.poll() is not None:
+                log.seek(0)
+                tail = log.read()[-3000:].decode(errors="replace")
+                raise RuntimeError(f"tansu exited with {process.returncode} in the test:\n{tail}")
+        finally:
+            process.terminate()
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 @contextlib.contextmanager
