@@ -269,6 +269,10 @@ class GroupCoordinator:
     def next_deadline_ms(self) -> int | None:
         return self._timers.next_deadline()
 
+    def next_deadline_hint_ms(self) -> int | None:
+        """A cheap lower bound of ``next_deadline_ms()`` (see ``Timers.earliest_hint``)."""
+        return self._timers.earliest_hint()
+
     def restore(
         self, now_ms: int, groups: Iterable[StoredGroup], offsets: Iterable[StoredOffset]
     ) -> None:

@@ -78,6 +78,19 @@ class Timers(Generic[K]):
             return due
         return None
 
+    def earliest_hint(self) -> int | None:
+        """A lower bound of :meth:`next_deadline` in O(1): the heap is not settled.
+
+        ``None`` when nothing is armed.  Otherwise no armed deadline is earlier
+        than the result, which may be earlier than the real next deadline (a
+        postponed or cancelled key's old entry).  It only moves earlier when a
+        deadline is brought forward, so a driver whose timer is armed no later
+        than this hint need not re-arm it.
+        """
+        if not self._deadlines:
+            return None
+        return self._heap[0][0]
+
     def pop_due(self, now_ms: int) -> K | None:
         """Disarm and return the key with the earliest deadline <= ``now_ms``, if any.
 
