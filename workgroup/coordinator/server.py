@@ -5,14 +5,21 @@ only moves bytes and time to it and carries out the actions it returns.
 
 Rules:
 
-* One read loop per connection.  Each request gets a reply slot in arrival
-  order; a slot is filled when its answer is ready (JoinGroup and SyncGroup
-  answers may come much later, from another member's request or the timer) and
-  filled slots are written strictly in request order, as Kafka guarantees per
-  connection.  A connection with too many unanswered requests, or whose peer
-  does not read its responses, is not read from until that drains.
-* ``now_ms`` comes from a monotonic clock.  One timer, re-armed whenever the
-  core's next deadline changes, calls ``expire``.
+* One ``asyncio.Protocol`` per connection, no task: every complete frame of
+  a received chunk is handled at once.  Each request gets a reply slot in
+  arrival order; a slot is filled when its answer is ready (JoinGroup and
+  SyncGroup answers may come much later, from another member's request or the
+  timer) and filled slots are written strictly in request order, as Kafka
+  guarantees per connection.  The answers ready when a chunk's frames are
+  handled go out in one write; answers made ready elsewhere are written once
+  per loop iteration.  A connection with too many unanswered requests, or
+  whose peer does not read its responses (the transport's write buffer is
+  above its high-water mark), is not read from until that drains.
+* ``now_ms`` comes from a monotonic clock.  One timer calls ``expire``.  It is
+  re-armed only when the earliest deadline may have moved *earlier* than the
+  armed one (the core's cheap lower bound says so); a deadline pushed later
+  (every heartbeat) leaves it alone, and a timer that fires early finds
+  nothing due and is re-armed at the exact next deadline.
 * A ``Persist`` action is committed to the store before any reply produced
   after it is sent.  Actions queue behind an unfinished write, so persisted
   state is never acknowledged early; writes run in one worker thread so the
@@ -40,7 +47,7 @@ from typing import Protocol
 
 from workgroup.coordinator import broker, wire
 from workgroup.coordinator.config import CoordinatorConfig
-from workgroup.coordinator.framing import read_frame
+from workgroup.coordinator.framing import FrameSplitter
 from workgroup.coordinator.messages import (
     Action,
     GroupRequest,
@@ -97,30 +104,127 @@ class _ReplySlot:
         self.data: bytes | None = None
 
 
-class _Connection:
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
-        peer = writer.get_extra_info("peername")
-        local = writer.get_extra_info("sockname")
+class _Connection(asyncio.Protocol):
+    """One client connection: frames in, responses out in request order.
+
+    Every complete frame of a chunk is handled as the chunk arrives; the
+    responses ready by then are written with one ``write``.  Responses that
+    become ready outside this connection's own reading (a parked JoinGroup
+    completed by another member, the timer, the store) are written once per
+    loop iteration by the server.
+    """
+
+    def __init__(self, server: CoordinatorServer) -> None:
+        self._server = server
+        self._splitter = FrameSplitter(server.config.max_request_bytes)
+        #: Payloads received but not handled yet (only while back-pressure holds).
+        self._ready: deque[bytes] = deque()
+        self.pending: deque[_ReplySlot] = deque()
+        self.closed = False
+        self.peer = ""
+        self.client_host = ""
+        self.local_host = ""
+        self._transport: asyncio.Transport | None = None
+        # Responses ready to send, in order, not yet handed to the transport.
+        self._out: list[bytes] = []
+        self._handling = False
+        self._flush_queued = False
+        self._reading_paused = False
+        self._writing_paused = False
+        self._resume_scheduled = False
+        self._loop = asyncio.get_running_loop()
+        self.lost: asyncio.Future[None] = self._loop.create_future()
+
+    # --- asyncio.Protocol ----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         # Shown by DescribeGroups; Kafka prints the peer's InetAddress ("/10.0.0.7").
         self.client_host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
         self.local_host = local[0] if isinstance(local, tuple) else ""
-        self.pending: deque[_ReplySlot] = deque()
-        self.closed = False
-        self._room = asyncio.Event()
-        self._room.set()
-        # Responses ready to send, written together once per loop iteration:
-        # a client pipelining heartbeats gets one send() per batch, not one each.
-        self._out: list[bytes] = []
-        self._flush_scheduled = False
-        self._loop = asyncio.get_running_loop()
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_WATER)
+        self._server._connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        frames = self._splitter.feed(data)
+        if frames:
+            self._ready.extend(frames)
+        self._handle_ready()
+
+    def eof_received(self) -> bool | None:
+        self.close()
+        return None
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._schedule_resume()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pending.clear()
+        self._ready.clear()
+        self._out.clear()
+        self._server._connections.discard(self)
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    # --- requests --------------------------------------------------------------------
+
+    def _handle_ready(self) -> None:
+        """Handle received frames until none is left or back-pressure says stop."""
+        ready = self._ready
+        pending = self.pending
+        on_request = self._server._on_request
+        self._handling = True
+        try:
+            while ready:
+                if len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or self._writing_paused:
+                    break
+                if not on_request(self, ready.popleft()):
+                    self.close()
+                    return
+        finally:
+            self._handling = False
+        if self.closed:
+            return
+        self._write_out()
+        if not ready and self._splitter.error is not None:
+            log.warning("coordinator.bad_frame", peer=self.peer, error=str(self._splitter.error))
+            self.close()
+        elif len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or self._writing_paused:
+            # Too much unanswered or unsent: leave the peer's bytes in the kernel.
+            if not self._reading_paused and self._transport is not None:
+                self._reading_paused = True
+                self._transport.pause_reading()
+        elif self._reading_paused and self._transport is not None:
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    def _schedule_resume(self) -> None:
+        if self._reading_paused and not self._resume_scheduled and not self.closed:
+            # Not at once: this may run inside the core's handling of another request.
+            self._resume_scheduled = True
+            self._loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        self._resume_scheduled = False
+        if not self.closed:
+            self._handle_ready()
+
+    # --- responses -------------------------------------------------------------------
 
     def slot(self, header: wire.RequestHeader) -> _ReplySlot:
         slot = _ReplySlot(self, header)
         self.pending.append(slot)
-        if len(self.pending) >= MAX_IN_FLIGHT_PER_CONNECTION:
-            self._room.clear()
         return slot
 
     def fill(self, slot: _ReplySlot, data: bytes) -> None:
@@ -131,36 +235,39 @@ class _Connection:
         out = self._out
         while pending and pending[0].data is not None:
             out.append(pending.popleft().data)  # type: ignore[arg-type]
-        if out and not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self.flush)
+        if out and not self._handling and not self._flush_queued:
+            self._flush_queued = True
+            self._server._queue_flush(self)
         if len(pending) < MAX_IN_FLIGHT_PER_CONNECTION:
-            self._room.set()
+            self._schedule_resume()
 
     def flush(self) -> None:
-        """Hand every ready response to the transport."""
-        self._flush_scheduled = False
-        out = self._out
-        if self.closed or not out:
-            return
-        self.writer.write(out[0] if len(out) == 1 else b"".join(out))
-        out.clear()
+        """Hand every ready response to the transport (the server's per-iteration flush)."""
+        self._flush_queued = False
+        if not self.closed:
+            self._write_out()
 
-    async def wait_for_room(self) -> None:
-        """Stop reading while too much is unanswered or unsent."""
-        await self._room.wait()
-        transport = self.writer.transport
-        if transport.get_write_buffer_size() > WRITE_BUFFER_HIGH_WATER:
-            await self.writer.drain()
+    def _write_out(self) -> None:
+        out = self._out
+        if out and self._transport is not None:
+            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+            out.clear()
 
     def close(self) -> None:
         """Close after writing the responses that are ready (unanswered ones are dropped)."""
         if not self.closed:
-            self.flush()
+            self._write_out()
             self.closed = True
             self.pending.clear()
-            self._room.set()
-            self.writer.close()
+            self._ready.clear()
+            if self._transport is not None:
+                self._transport.close()  # sends what is buffered first
+
+    def abort(self) -> None:
+        """Close at once, dropping unsent bytes (a peer that does not read at shutdown)."""
+        self.close()
+        if self._transport is not None:
+            self._transport.abort()
 
 
 class CoordinatorServer:
@@ -183,6 +290,11 @@ class CoordinatorServer:
 
             core = GroupCoordinator(self.config)
         self.core = core
+        hint = getattr(core, "next_deadline_hint_ms", None)
+        #: A lower bound of the core's next deadline, cheaper than the exact one.
+        self._deadline_hint: Callable[[], int | None] = (
+            hint if callable(hint) else core.next_deadline_ms
+        )
         self.store = store
         self._host = host
         self._port = port
@@ -191,7 +303,9 @@ class CoordinatorServer:
         self.empty_topics = empty_topics
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
-        self._handlers: set[asyncio.Task[None]] = set()
+        #: Connections with responses made ready outside their own reading.
+        self._to_flush: list[_Connection] = []
+        self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._armed_deadline: int | None = None
         self._outbox: list[Action] = []
@@ -213,8 +327,9 @@ class CoordinatorServer:
             )
             self.core.restore(self._clock_ms(), groups, offsets)
             log.info("coordinator.restored", groups=len(groups), offsets=len(offsets))
-        self._server = await asyncio.start_server(
-            self._serve_connection, self._host, self._port, reuse_address=True
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self), self._host, self._port, reuse_address=True
         )
         self._rearm_timer()
         host, port = self.address
@@ -272,19 +387,19 @@ class CoordinatorServer:
         log.info("coordinator.stopped")
 
     async def _close_connections(self) -> None:
-        """Give written responses a moment to leave, then close every connection."""
+        """Close every connection after its written responses left; abort laggards."""
         connections = list(self._connections)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(SHUTDOWN_DRAIN_S):
-                for connection in connections:
-                    if not connection.closed:
-                        connection.flush()
-                        with contextlib.suppress(ConnectionError):
-                            await connection.writer.drain()
         for connection in connections:
             connection.close()
-        if self._handlers:
-            await asyncio.gather(*self._handlers, return_exceptions=True)
+        lost = [connection.lost for connection in connections]
+        if not lost:
+            return
+        _, unfinished = await asyncio.wait(lost, timeout=SHUTDOWN_DRAIN_S)
+        if unfinished:
+            for connection in connections:
+                if not connection.lost.done():
+                    connection.abort()
+            await asyncio.wait(unfinished)
 
     async def __aenter__(self) -> CoordinatorServer:
         await self.start()
@@ -295,38 +410,18 @@ class CoordinatorServer:
 
     # --- connections -----------------------------------------------------------------
 
-    async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        connection = _Connection(writer)
-        self._connections.add(connection)
-        try:
-            await self._read_loop(reader, connection)
-        finally:
-            connection.close()
-            self._connections.discard(connection)
-            self._handlers.discard(task)
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+    def _queue_flush(self, connection: _Connection) -> None:
+        """Write ``connection``'s ready responses at the end of this loop iteration."""
+        self._to_flush.append(connection)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_connections)
 
-    async def _read_loop(self, reader: asyncio.StreamReader, connection: _Connection) -> None:
-        limit = self.config.max_request_bytes
-        while not connection.closed:
-            try:
-                payload = await read_frame(reader, limit)
-            except ProtocolError as exc:
-                log.warning("coordinator.bad_frame", peer=connection.peer, error=str(exc))
-                return
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            if payload is None:
-                return
-            if not self._on_request(connection, payload):
-                return
-            await connection.wait_for_room()
+    def _flush_connections(self) -> None:
+        self._flush_scheduled = False
+        connections, self._to_flush = self._to_flush, []
+        for connection in connections:
+            connection.flush()
 
     def _on_request(self, connection: _Connection, payload: bytes) -> bool:
         """Handle one request frame; ``False`` closes the connection."""
@@ -484,6 +579,13 @@ class CoordinatorServer:
     # --- time --------------------------------------------------------------------
 
     def _rearm_timer(self) -> None:
+        if self._timer is not None:
+            # Hot path (every request): the armed timer fires no later than any
+            # deadline unless one may have been brought before it.
+            hint = self._deadline_hint()
+            armed = self._armed_deadline
+            if hint is None or (armed is not None and hint >= armed):
+                return
         deadline = self.core.next_deadline_ms()
         if deadline == self._armed_deadline and self._timer is not None:
             return
