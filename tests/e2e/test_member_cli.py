@@ -233,3 +233,25 @@ def test_build_protocols() -> None:
         build_protocols(specs, "sticky", "cooperative", 2)
     (default,) = build_protocols([], "round-robin", None, 2)
     assert default.wire_name == "round-robin.v1"
+
+
+def test_member_waits_for_a_coordinator_that_starts_later() -> None:
+    from conftest import start_coordinator
+    from members import MIN_SESSION_TIMEOUT_MS, free_port
+
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    with Members(address, "late-coordinator", resources=("shard=4",)) as members:
+        a = members.start("a")
+        time.sleep(2.0)
+        assert a.alive
+        assert a.snapshot() == []
+        with start_coordinator(
+            "--initial-rebalance-delay-ms",
+            "0",
+            "--min-session-timeout-ms",
+            str(MIN_SESSION_TIMEOUT_MS),
+            listen=address,
+        ):
+            wait_converged([a], shards(4), 20)
+            assert a.terminate() == 0
