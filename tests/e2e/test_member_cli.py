@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -255,3 +256,13 @@ def test_member_waits_for_a_coordinator_that_starts_later() -> None:
         ):
             wait_converged([a], shards(4), 20)
             assert a.terminate() == 0
+
+
+def test_sigint_closes_cleanly_too(members: Members) -> None:
+    a = members.start("a")
+    wait_converged([a], shards(12), 20)
+    a.process.send_signal(signal.SIGINT)
+    assert a.process.wait(15) == 0
+    a.terminate()
+    assert [e["event"] for e in a.snapshot()[-2:]] == ["revoked", "closed"]
+    assert "Traceback" not in a.stderr_tail(200)
