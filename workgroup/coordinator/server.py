@@ -10,11 +10,11 @@ Rules:
   arrival order; a slot is filled when its answer is ready (JoinGroup and
   SyncGroup answers may come much later, from another member's request or the
   timer) and filled slots are written strictly in request order, as Kafka
-  guarantees per connection.  The answers ready when a chunk's frames are
-  handled go out in one write; answers made ready elsewhere are written once
-  per loop iteration.  A connection with too many unanswered requests, or
-  whose peer does not read its responses (the transport's write buffer is
-  above its high-water mark), is not read from until that drains.
+  guarantees per connection.  Answers are written once per loop iteration,
+  one write per connection, after that iteration's reads.  A connection with
+  too many unanswered requests, or whose peer does not read its responses (the
+  transport's write buffer is above its high-water mark), is not read from
+  until that drains.
 * ``now_ms`` comes from a monotonic clock.  One timer calls ``expire``.  It is
   re-armed only when the earliest deadline may have moved *earlier* than the
   armed one (the core's cheap lower bound says so); a deadline pushed later
@@ -107,11 +107,12 @@ class _ReplySlot:
 class _Connection(asyncio.Protocol):
     """One client connection: frames in, responses out in request order.
 
-    Every complete frame of a chunk is handled as the chunk arrives; the
-    responses ready by then are written with one ``write``.  Responses that
-    become ready outside this connection's own reading (a parked JoinGroup
-    completed by another member, the timer, the store) are written once per
-    loop iteration by the server.
+    Every complete frame of a chunk is handled as the chunk arrives.  Ready
+    responses are not written at once: the server writes each connection's
+    with one ``write`` after the loop iteration's reads (measured with 1,000
+    connections and one request in flight each: sending right after each read
+    cost more than half again as much CPU per request as sending after the
+    iteration's reads).
     """
 
     def __init__(self, server: CoordinatorServer) -> None:
@@ -127,7 +128,6 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         # Responses ready to send, in order, not yet handed to the transport.
         self._out: list[bytes] = []
-        self._handling = False
         self._flush_queued = False
         self._reading_paused = False
         self._writing_paused = False
@@ -184,19 +184,14 @@ class _Connection(asyncio.Protocol):
         ready = self._ready
         pending = self.pending
         on_request = self._server._on_request
-        self._handling = True
-        try:
-            while ready:
-                if len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or self._writing_paused:
-                    break
-                if not on_request(self, ready.popleft()):
-                    self.close()
-                    return
-        finally:
-            self._handling = False
+        while ready:
+            if len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or self._writing_paused:
+                break
+            if not on_request(self, ready.popleft()):
+                self.close()
+                return
         if self.closed:
             return
-        self._write_out()
         if not ready and self._splitter.error is not None:
             log.warning("coordinator.bad_frame", peer=self.peer, error=str(self._splitter.error))
             self.close()
@@ -235,14 +230,14 @@ class _Connection(asyncio.Protocol):
         out = self._out
         while pending and pending[0].data is not None:
             out.append(pending.popleft().data)  # type: ignore[arg-type]
-        if out and not self._handling and not self._flush_queued:
+        if out and not self._flush_queued:
             self._flush_queued = True
             self._server._queue_flush(self)
         if len(pending) < MAX_IN_FLIGHT_PER_CONNECTION:
             self._schedule_resume()
 
     def flush(self) -> None:
-        """Hand every ready response to the transport (the server's per-iteration flush)."""
+        """Hand every ready response to the transport in one write."""
         self._flush_queued = False
         if not self.closed:
             self._write_out()
