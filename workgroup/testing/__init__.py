@@ -7,5 +7,27 @@ from workgroup.testing.ownership import (
     check_ownership,
     read_log,
 )
+from workgroup.testing.servers import (
+    ServerExited,
+    ServerProcess,
+    ServerStartError,
+    free_port,
+    run_coordinator,
+    run_tansu,
+    tansu_binary,
+)
 
-__all__ = ["MemberLog", "OwnershipReport", "OwnershipViolation", "check_ownership", "read_log"]
+__all__ = [
+    "MemberLog",
+    "OwnershipReport",
+    "OwnershipViolation",
+    "ServerExited",
+    "ServerProcess",
+    "ServerStartError",
+    "check_ownership",
+    "free_port",
+    "read_log",
+    "run_coordinator",
+    "run_tansu",
+    "tansu_binary",
+]
