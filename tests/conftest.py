@@ -9,23 +9,20 @@ loop (faster, and the test can look at its state).
 
 from __future__ import annotations
 
-import os
-import select
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import pytest
 
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.server import CoordinatorServer
+from workgroup.testing.servers import run_coordinator
 
 STARTUP_TIMEOUT_S = 20.0
 
@@ -73,24 +70,6 @@ class CoordinatorProcess:
                 self.process.stdout.close()
 
 
-def _read_first_line(stream: IO[bytes], process: subprocess.Popen[bytes], timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    line = b""
-    fd = stream.fileno()
-    while not line.endswith(b"\n"):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("the coordinator did not print its listening line in time")
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
-            continue
-        chunk = os.read(fd, 1)
-        if not chunk:
-            raise RuntimeError(f"the coordinator exited with code {process.wait()}")
-        line += chunk
-    return line.decode()
-
-
 def spawn_coordinator(*args: str, listen: str = "127.0.0.1:0") -> subprocess.Popen[bytes]:
     """Start the coordinator process without waiting for it (for failure tests)."""
     return subprocess.Popen(
@@ -109,31 +88,20 @@ def start_coordinator(
     log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115
         prefix="workgroup-coordinator-", suffix=".log", delete=False
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "workgroup", "coordinator", "--listen", listen, *all_args],
-        stdout=subprocess.PIPE,
-        stderr=log_file,
-    )
     log_file.close()
     log_path = Path(log_file.name)
-    assert process.stdout is not None
-    running: CoordinatorProcess | None = None
     try:
-        try:
-            line = _read_first_line(process.stdout, process, STARTUP_TIMEOUT_S)
-        except (TimeoutError, RuntimeError) as exc:
-            raise RuntimeError(f"{exc}; log:\n{log_path.read_text(errors='replace')}") from exc
-        assert line.startswith("listening on "), line
-        host, _, port = line.removeprefix("listening on ").strip().rpartition(":")
-        running = CoordinatorProcess(process, host.strip("[]"), int(port), log_path, all_args)
-        yield running
+        with run_coordinator(
+            *all_args, listen=listen, log=log_path, startup_timeout_s=STARTUP_TIMEOUT_S
+        ) as server:
+            running = CoordinatorProcess(
+                server.process, server.host, server.port, log_path, all_args
+            )
+            try:
+                yield running
+            finally:
+                running.close()
     finally:
-        if running is not None:
-            running.close()
-        else:
-            process.kill()
-            process.wait()
-            process.stdout.close()
         log_path.unlink(missing_ok=True)
 
 
