@@ -1,8 +1,8 @@
 """The asyncio driver of a group member, on aiokafka's client.
 
 All decisions are the state machine's (``state.py``); this module only carries
-out its actions: it finds the coordinator and sends requests with
-``aiokafka.client.AIOKafkaClient`` (connections, ApiVersions, metadata), runs
+out its actions: it finds the coordinator and sends requests over one aiokafka
+connection (:class:`CoordinatorConnection`; ApiVersions negotiation), runs
 callbacks one at a time in their own task (so heartbeats keep flowing while a
 long revocation runs), runs the leader's assignor in a worker thread, polls the
 resource source and wakes the machine at its deadlines.  aiokafka's exceptions
@@ -26,13 +26,18 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from aiokafka.client import AIOKafkaClient, ConnectionGroup, CoordinationType
+from aiokafka.client import CoordinationType
+from aiokafka.conn import AIOKafkaConnection, CloseReason, collect_hosts, create_conn
 from aiokafka.errors import (
     CoordinatorNotAvailableError,
     IncompatibleBrokerVersion,
+    KafkaConnectionError,
     KafkaError,
+    NoError,
     NotCoordinatorError,
+    for_code,
 )
+from aiokafka.protocol.coordination import FindCoordinatorRequest
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
@@ -68,6 +73,8 @@ Callback = Callable[[tuple[Resource, ...], int], Awaitable[None] | None]
 ResourceSource = Catalog | Callable[[], Catalog | Awaitable[Catalog]]
 
 _ids = itertools.count(1)
+#: How long closing a connection waits for its socket to close.
+CLOSE_SOCKET_TIMEOUT_S = 1.0
 
 
 def _now_ms() -> int:
@@ -92,6 +99,99 @@ def map_kafka_error(exc: BaseException, what: str) -> WorkgroupError:
         # Disconnects, unknown nodes, timeouts: the coordinator must be found again.
         return CoordinatorUnavailableError(f"{what}: {exc}")
     return WorkgroupError(f"{what}: unexpected {type(exc).__name__}: {exc}")
+
+
+class CoordinatorConnection:
+    """The member's one broker connection: FindCoordinator, then the group requests.
+
+    aiokafka's client spends three connections on a lookup (bootstrap metadata, a
+    broker for FindCoordinator, the coordinator itself), each opened with its own
+    ApiVersions round trip, and a full metadata request.  A member talks to nothing
+    but its coordinator, so FindCoordinator goes straight to a bootstrap broker (or
+    to the broker already connected), and when the coordinator is that broker — a
+    single broker, the embedded coordinator — the same connection carries the group
+    requests.  Otherwise it is replaced by a connection to the coordinator.
+    """
+
+    def __init__(self, bootstrap: str, *, client_id: str, request_timeout_ms: int) -> None:
+        try:
+            hosts = collect_hosts(bootstrap, randomize=False)
+        except Exception as exc:
+            raise ConfigError(f"bad bootstrap servers {bootstrap!r}: {exc}") from exc
+        if not hosts:
+            raise ConfigError("no bootstrap servers")
+        self._hosts: list[tuple[str, int]] = [(host, int(port)) for host, port, _afi in hosts]
+        self._next_host = 0
+        self._client_id = client_id
+        self._request_timeout_ms = request_timeout_ms
+        self._conn: AIOKafkaConnection | None = None
+        #: Node id of the coordinator that ``_conn`` leads to; ``None`` during a lookup.
+        self.coordinator: int | None = None
+
+    async def find(self, group_id: str) -> int:
+        """Ask a broker for the group's coordinator and connect to it; its node id."""
+        self.coordinator = None
+        conn = self._conn if self._conn is not None and self._conn.connected() else None
+        if conn is None:
+            self._drop()
+            conn = await self._connect_bootstrap()
+        response = await conn.send(FindCoordinatorRequest(group_id, CoordinationType.GROUP))
+        error = for_code(response.error_code)
+        if error is not NoError:
+            raise error()
+        node, host, port = int(response.coordinator_id), str(response.host), int(response.port)
+        if (host, port) != (conn.host, conn.port):
+            coordinator = await self._connect(host, port)
+            if self._conn is not None:
+                self._conn.close(reason=CloseReason.SHUTDOWN)
+            self._conn = coordinator
+        self.coordinator = node
+        return node
+
+    async def send(self, request: Any) -> Any:
+        conn = self._conn
+        if self.coordinator is None or conn is None or not conn.connected():
+            raise CoordinatorUnavailableError("not connected to the coordinator")
+        return await conn.send(request)
+
+    async def close(self) -> None:
+        """Close the connection; wait (briefly) until its socket is closed."""
+        conn, self._conn, self.coordinator = self._conn, None, None
+        if conn is not None:
+            closed = conn.close(reason=CloseReason.SHUTDOWN)
+            # A socket closes once its unsent bytes are out: a peer that stopped
+            # reading must not hold a member's close (and a revocation) forever.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(closed), CLOSE_SOCKET_TIMEOUT_S)
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close(reason=CloseReason.CONNECTION_BROKEN)
+            self._conn = None
+
+    async def _connect_bootstrap(self) -> AIOKafkaConnection:
+        """A connection to the first bootstrap broker that answers (round robin)."""
+        failures: list[str] = []
+        for _ in self._hosts:
+            host, port = self._hosts[self._next_host]
+            self._next_host = (self._next_host + 1) % len(self._hosts)
+            try:
+                conn = await self._connect(host, port)
+            except (KafkaError, OSError, TimeoutError) as exc:
+                failures.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                continue
+            self._conn = conn
+            return conn
+        raise KafkaConnectionError(f"no bootstrap server reachable ({'; '.join(failures)})")
+
+    async def _connect(self, host: str, port: int) -> AIOKafkaConnection:
+        conn: AIOKafkaConnection = await create_conn(
+            host,
+            port,
+            client_id=self._client_id,
+            request_timeout_ms=self._request_timeout_ms,
+        )
+        return conn
 
 
 class GroupMember:
@@ -138,8 +238,14 @@ class GroupMember:
         )
         if resource_poll_interval_ms <= 0 or close_timeout_ms <= 0 or request_timeout_ms <= 0:
             raise ConfigError("poll interval, request and close timeouts must be > 0")
-        self._bootstrap = bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap)
         self._client_id = client_id or f"workgroup-{instance_id or next(_ids)}"
+        self._connection = CoordinatorConnection(
+            bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap),
+            client_id=self._client_id,
+            # aiokafka applies one timeout to every request of a connection; the
+            # JoinGroup may be held for the whole rebalance timeout.
+            request_timeout_ms=max(self.config.join_timeout_ms, request_timeout_ms),
+        )
         self._source = resources
         self._callbacks: dict[str, Callback | None] = {
             "on_assigned": on_assigned,
@@ -147,11 +253,8 @@ class GroupMember:
             "on_lost": on_lost,
         }
         self._poll_s = resource_poll_interval_ms / 1000
-        self._request_timeout_ms = request_timeout_ms
         self._close_timeout_s = close_timeout_ms / 1000
         self._machine: MemberMachine | None = None
-        self._client: AIOKafkaClient | None = None
-        self._coordinator: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         #: Loops that run until cancelled (callbacks, resource polling).
         self._services: set[asyncio.Task[None]] = set()
@@ -159,6 +262,10 @@ class GroupMember:
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
         self._callback_queue: asyncio.Queue[InvokeCallback] = asyncio.Queue()
+        #: Cleared while a closing static member takes its connection down: its
+        #: revocation waits for that (see close()).
+        self._callbacks_open = asyncio.Event()
+        self._callbacks_open.set()
         self._main: asyncio.Task[None] | None = None
         self._started = False
 
@@ -219,14 +326,6 @@ class GroupMember:
         self._started = True
         catalog = await self._read_source()
         self._machine = MemberMachine(self.config, catalog)
-        self._client = AIOKafkaClient(
-            bootstrap_servers=self._bootstrap,
-            client_id=self._client_id,
-            # aiokafka applies one timeout to every request of a connection; the
-            # JoinGroup may be held for the whole rebalance timeout.
-            request_timeout_ms=max(self.config.join_timeout_ms, self._request_timeout_ms),
-            retry_backoff_ms=self.config.retry_backoff_ms,
-        )
         self._services.add(self._spawn(self._run_callbacks(), "callbacks"))
         if self._source is not None and callable(self._source):
             self._services.add(self._spawn(self._poll_source(), "resources"))
@@ -263,7 +362,27 @@ class GroupMember:
             return
         machine = self._machine
         if machine is not None and not self._closed.is_set():
+            # A static member sends no LeaveGroup, and nobody else can be handed its
+            # resources before its session expires or its instance id joins again
+            # (after this returns): it keeps them, and its work running, until its
+            # requests and connection are down, so a restart leaves them unowned as
+            # briefly as possible.  A dynamic member must revoke before it leaves.
+            revoke_last = self.config.instance_id is not None and machine.state in (
+                State.FINDING_COORDINATOR,
+                State.JOINING,
+                State.ASSIGNING,
+                State.SYNCING,
+                State.STABLE,
+            )
+            if revoke_last:
+                self._callbacks_open.clear()
             self._feed(machine.close(_now_ms()))
+            if revoke_last:
+                try:
+                    await self._stop_requests()
+                    await self._connection.close()
+                finally:
+                    self._callbacks_open.set()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._close_timeout_s):
                     await self._closed.wait()
@@ -280,9 +399,14 @@ class GroupMember:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        await self._connection.close()
+
+    async def _stop_requests(self) -> None:
+        """Cancel the lookups, requests and assignor runs in flight."""
+        requests = [t for t in self._tasks if not t.done() and t not in self._services]
+        for task in requests:
+            task.cancel()
+        await asyncio.gather(*requests, return_exceptions=True)
 
     # --- the loop -----------------------------------------------------------
 
@@ -325,9 +449,8 @@ class GroupMember:
     # --- actions ------------------------------------------------------------
 
     async def _find_coordinator(self) -> None:
-        machine, client = self._machine, self._client
+        machine = self._machine
         assert machine is not None
-        assert client is not None
         try:
             async for attempt in AsyncRetrying(
                 retry=retry_if_exception(_retriable),
@@ -336,40 +459,29 @@ class GroupMember:
                 reraise=True,
             ):
                 with attempt:
-                    self._coordinator = await self._lookup(client)
+                    await self._lookup()
         except WorkgroupError as exc:
             self._feed(machine.find_coordinator_failed(_now_ms(), exc))
             return
         self._feed(machine.coordinator_found(_now_ms()))
 
-    async def _lookup(self, client: AIOKafkaClient) -> int:
+    async def _lookup(self) -> int:
         what = f"finding the coordinator of group {self.config.group_id!r}"
         try:
-            if not client.cluster.brokers():
-                await client.bootstrap()
-            node_id: int = await client.coordinator_lookup(
-                CoordinationType.GROUP, self.config.group_id
-            )
-            if client.cluster.broker_metadata(node_id) is None:
-                await client.force_metadata_update()
-            if not await client.ready(node_id, group=ConnectionGroup.COORDINATION):
-                raise CoordinatorUnavailableError(f"{what}: node {node_id} is not reachable")
+            node_id = await self._connection.find(self.config.group_id)
         except (KafkaError, OSError, TimeoutError) as exc:
             raise map_kafka_error(exc, what) from exc
         log.debug("member.coordinator", node=node_id, group=self.config.group_id)
         return node_id
 
     async def _send(self, action: SendRequest) -> None:
-        machine, client, node = self._machine, self._client, self._coordinator
+        machine = self._machine
         assert machine is not None
-        assert client is not None
         what = type(action.request).__name__
         request = KioRequest(action.request)
         try:
-            if node is None:
-                raise CoordinatorUnavailableError("no coordinator known")
             async with asyncio.timeout(action.timeout_ms / 1000):
-                response = await client.send(node, request, group=ConnectionGroup.COORDINATION)
+                response = await self._connection.send(request)
             result = to_result(action.request, response)
         except asyncio.CancelledError:
             raise
@@ -402,6 +514,7 @@ class GroupMember:
         assert machine is not None
         while True:
             action = await self._callback_queue.get()
+            await self._callbacks_open.wait()
             callback = self._callbacks.get(action.kind)
             if callback is not None:
                 try:
