@@ -36,6 +36,13 @@ Rules:
 4. Session: if no heartbeat sent at time *t* succeeded and ``t + session
    timeout`` passes, the coordinator has evicted this member by now, so its
    resources are reported lost (before anyone else can be handed them).
+   A coordinator never evicts a member whose JoinGroup or SyncGroup it holds
+   (it answers it instead, at the latest after the rebalance timeout), so a
+   request sent at *s* while the session was alive (*s* plus the starvation
+   threshold before the session's end) keeps what is owned until ``s +
+   rebalance timeout`` as long as it is in flight — unless the process was
+   starved since *s* (its answer may then be old, and the member removed
+   meanwhile) or the request failed: then the session bound applies alone.
 5. Eager protocols revoke every owned resource before (re)joining.  Cooperative
    protocols (KIP-429) keep them and report them in their metadata; the leader
    withholds any resource another member still owns, the owner revokes it when
@@ -500,8 +507,9 @@ class MemberMachine:
     def _observe(self, now: int) -> None:
         """Notice when the machine ran long after its deadline (frozen process,
         starved event loop): answers that arrive now may be arbitrarily old."""
-        if self._expected_by is not None and now - self._expected_by > min(
-            self.config.heartbeat_interval_ms, self.config.session_timeout_ms // 3
+        if (
+            self._expected_by is not None
+            and now - self._expected_by > self._starvation_threshold_ms
         ):
             log.warning("member.starved", late_ms=now - self._expected_by)
             self._starved_until = now
@@ -518,10 +526,10 @@ class MemberMachine:
             return
         session_end = self._session_end()
         if session_end is not None and now >= session_end and self._rebalance_in_flight():
-            # A held JoinGroup/SyncGroup keeps the session alive at the coordinator,
-            # but its answer may also have been lost: what we own is no longer safe.
-            # The request goes on; the new assignment hands resources out again.
-            self._lose("no answer proved the session within the session timeout")
+            # Held past the rebalance timeout, or starved meanwhile: the answer may
+            # be lost or old, so what we own is no longer safe.  The request goes on;
+            # the new assignment hands resources out again.
+            self._lose("no answer proved the session in time")
         elif session_end is not None and now >= session_end:
             log.warning(
                 "member.session_lost",
@@ -580,7 +588,25 @@ class MemberMachine:
             return None
         if self._rebalance_in_flight() and not self.owned:
             return None  # the coordinator holds the request; nothing is at stake
-        return self._alive_since + self.config.session_timeout_ms
+        end = self._alive_since + self.config.session_timeout_ms
+        held_until = self._held_until(end)
+        return end if held_until is None else max(end, held_until)
+
+    def _held_until(self, session_end: int) -> int | None:
+        """Until when a held JoinGroup/SyncGroup keeps the session alive (rule 4)."""
+        for p in self._pending.values():
+            if (
+                p.kind in ("join", "sync")
+                and p.sent_at >= self._starved_until
+                and p.sent_at + self._starvation_threshold_ms <= session_end
+            ):
+                return p.sent_at + self.config.rebalance_timeout_ms
+        return None
+
+    @property
+    def _starvation_threshold_ms(self) -> int:
+        """How late an event may come before the machine assumes it was starved."""
+        return min(self.config.heartbeat_interval_ms, self.config.session_timeout_ms // 3)
 
     def _rebalance_in_flight(self) -> bool:
         return any(p.kind in ("join", "sync") for p in self._pending.values())

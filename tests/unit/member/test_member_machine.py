@@ -445,22 +445,71 @@ def test_bad_config_is_rejected(kwargs: dict[str, object]) -> None:
         make(**kwargs)
 
 
-def test_unanswered_rejoin_gives_up_owned_resources_after_the_session() -> None:
-    """A cooperative member rejoining with resources may not keep them forever: the
-    answer may have been lost and the coordinator may have evicted it."""
-    m = make()
+def rejoin_held(m: MemberMachine) -> tuple[int, SendRequest]:
+    """Drive ``m`` to STABLE, then into a cooperative rejoin; returns the JoinGroup
+    and the time it was sent."""
     now = to_stable(m)
     hb = sent(m.tick(now + 3_000))
     join = sent(
         m.response(now + 3_001, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS))
     )
     assert isinstance(join.request, JoinGroup)
+    return now + 3_001, join
+
+
+def tick_until_callback(m: MemberMachine, start: int) -> tuple[int, list[Action]]:
     actions: list[Action] = []
-    deadline = now
+    deadline = start
     while not only(actions, InvokeCallback):
-        deadline = m.next_deadline() or deadline + 1_000  # watchdog ticks meanwhile
+        deadline = m.next_deadline() or deadline + 1_000
         actions = m.tick(deadline)
-    assert deadline == now + 3_000 + 10_000  # the heartbeat's send time + session
+    return deadline, actions
+
+
+def test_a_held_rejoin_keeps_resources_longer_than_the_session() -> None:
+    """The coordinator never evicts a member whose JoinGroup it holds: survivors keep
+    working while the rebalance waits (e.g. for a dead member with a long session)."""
+    m = make()
+    sent_at, join = rejoin_held(m)
+    for t in range(sent_at + 1_000, sent_at + 29_000, 1_000):  # prompt watchdog ticks
+        assert not only(m.tick(t), InvokeCallback)
+    assert m.owned == {("shard", 0), ("shard", 1)}
+    actions = m.response(
+        sent_at + 29_000,
+        join.request_id,
+        JoinGroupResult(ErrorCode.NONE, 6, "workgroup", "sticky.v1", "leader-1", "me-1"),
+    )
+    assert isinstance(sent(actions).request, SyncGroup)
+    assert not only(actions, InvokeCallback)
+    assert m.owned == {("shard", 0), ("shard", 1)}
+
+
+def test_a_held_sync_keeps_resources_longer_than_the_session() -> None:
+    m = make()
+    sent_at, join = rejoin_held(m)
+    sync = sent(
+        m.response(
+            sent_at + 1,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 6, "workgroup", "sticky.v1", "leader-1", "me-1"),
+        )
+    )
+    # The leader is slow: the coordinator holds the SyncGroup 25 s.
+    for t in range(sent_at + 1_000, sent_at + 26_000, 1_000):
+        assert not only(m.tick(t), InvokeCallback)
+    blob = CODEC.encode_assignment(AssignmentData(assigned=(("shard", 0),), generation=6))
+    actions = m.response(sent_at + 26_000, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob))
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked", "on_assigned"]
+    assert m.owned == {("shard", 0)}
+
+
+def test_unanswered_rejoin_gives_up_owned_resources_after_the_rebalance_timeout() -> None:
+    """A cooperative member rejoining with resources may not keep them forever: the
+    answer may have been lost and the coordinator may have evicted it."""
+    m = make()
+    sent_at, join = rejoin_held(m)
+    deadline, actions = tick_until_callback(m, sent_at)
+    assert deadline == sent_at + 30_000  # the JoinGroup's send time + rebalance timeout
     assert [c.kind for c in only(actions, InvokeCallback)] == ["on_lost"]
     assert m.state is State.JOINING  # the JoinGroup goes on
     assert not m.owned
@@ -471,6 +520,41 @@ def test_unanswered_rejoin_gives_up_owned_resources_after_the_session() -> None:
         JoinGroupResult(ErrorCode.NONE, 6, "workgroup", "sticky.v1", "leader-1", "me-1"),
     )
     assert isinstance(sent(actions).request, SyncGroup)
+
+
+def test_a_member_starved_while_its_join_is_held_falls_back_to_the_session() -> None:
+    """After a freeze the coordinator may have answered long ago and removed the
+    member since: only the session bound from the last proof is left."""
+    m = make()
+    sent_at, _join = rejoin_held(m)
+    m.tick(sent_at + 1_000)
+    actions = m.tick(sent_at + 12_000)  # woken 8 s after the watchdog's deadline
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_lost"]
+    assert m.state is State.JOINING
+    assert not m.owned
+
+
+def test_a_member_starved_briefly_while_held_keeps_the_session_bound() -> None:
+    m = make()
+    sent_at, _join = rejoin_held(m)
+    assert not only(m.tick(sent_at + 6_500), InvokeCallback)  # 3.5 s late: starved
+    deadline, actions = tick_until_callback(m, sent_at + 6_500)
+    assert deadline == sent_at - 1 + 10_000  # the heartbeat's send time + session
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_lost"]
+
+
+@pytest.mark.parametrize(("rejoin_at", "lost_at"), [(6_000, 6_000 + 30_000), (9_500, 10_002)])
+def test_only_a_join_sent_well_within_the_session_extends_it(rejoin_at: int, lost_at: int) -> None:
+    """A JoinGroup that may reach the coordinator after the session ended proves
+    nothing: the member may already be evicted."""
+    m = make()
+    now = to_stable(m)  # the session is proven alive since t=2
+    assert isinstance(sent(m.tick(now + 3_000)).request, Heartbeat)  # never answered
+    join = sent(m.request_rejoin(rejoin_at, "metadata changed"))
+    assert isinstance(join.request, JoinGroup)
+    deadline, actions = tick_until_callback(m, rejoin_at)
+    assert deadline == lost_at
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_lost"]
 
 
 def test_a_frozen_member_does_not_trust_old_answers() -> None:
