@@ -299,14 +299,6 @@ def test_rebalance_held_longer_than_a_session(members: Members) -> None:
     check_ownership(members.logs(), EXPECTED).raise_for_violations()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the member reports its resources lost once a JoinGroup has been held longer "
-    "than its session timeout, although the coordinator (like Kafka's) keeps members "
-    "whose JoinGroup it holds alive until the rebalance timeout: survivors stop all "
-    "their work whenever a rebalance waits for a slow or dead member with a longer "
-    "session (state.py, _session_end bounding held JoinGroup/SyncGroup answers)",
-)
 def test_survivors_keep_working_while_a_rebalance_waits(members: Members) -> None:
     survivors = [members.start(slot) for slot in ("a", "b")]
     slow = members.start("c", session_timeout_ms=6000)
