@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -176,14 +176,19 @@ def run_coordinator(
     log: Log = None,
     startup_timeout_s: float = 15.0,
     listen: str = f"{LOOPBACK}:0",
+    command: Sequence[str] | None = None,
 ) -> Iterator[ServerProcess]:
     """``python -m workgroup coordinator --listen LISTEN ARGS...``.
 
     The coordinator binds ``listen`` (port 0: any free port) and prints
     ``listening on HOST:PORT`` as its first line; this yields once that address
-    accepts connections. Its stderr goes to ``log``.
+    accepts connections. Its stderr goes to ``log``. ``command`` replaces
+    ``python -m workgroup coordinator`` (to run it under a profiler, or another
+    build of it).
     """
-    argv = [sys.executable, "-m", "workgroup", "coordinator", "--listen", listen, *args]
+    if command is None:
+        command = [sys.executable, "-m", "workgroup", "coordinator"]
+    argv = [*command, "--listen", listen, *args]
     with _log_file(log) as (sink, log_ref):
         process = subprocess.Popen(
             argv,

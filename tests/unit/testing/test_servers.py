@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,12 @@ def test_no_subprocess_is_left_behind() -> None:
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
     assert isinstance(coordinator.process, subprocess.Popen)
+
+
+def test_coordinator_under_another_command(tmp_path: Path) -> None:
+    profile = tmp_path / "coordinator.prof"
+    command = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "workgroup"]
+    with run_coordinator(command=[*command, "coordinator"]) as coordinator:
+        assert accepts(coordinator)
+    assert coordinator.process.returncode == 0
+    assert profile.stat().st_size > 0
