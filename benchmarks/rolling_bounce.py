@@ -257,12 +257,11 @@ class Backend:
         self._running = contextlib.ExitStack()
 
     def start(self) -> None:
+        log = self._running.enter_context(self.log_path.open("wb"))
         if self.name == "embedded":
-            runner = run_coordinator(
-                "--log-level", "warning", log=self.log_path, startup_timeout_s=30.0
-            )
+            runner = run_coordinator("--log-level", "warning", log=log, startup_timeout_s=30.0)
         else:
-            runner = run_tansu(log=self.log_path, startup_timeout_s=20.0)
+            runner = run_tansu(log=log, startup_timeout_s=20.0)
         try:
             self._server = self._running.enter_context(runner)
         except ServerStartError as exc:
