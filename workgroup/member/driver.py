@@ -62,7 +62,7 @@ from workgroup.member.state import (
     State,
 )
 from workgroup.member.wire import KioRequest, to_result
-from workgroup.protocol.catalog import Catalog, freeze_catalog
+from workgroup.protocol.catalog import Catalog
 from workgroup.protocol.protocol import Protocol
 
 log = get_logger("workgroup.member")
@@ -542,7 +542,9 @@ class GroupMember:
             catalog: Catalog = value
         else:
             catalog = source
-        return _normalise(catalog)
+        # Not validated here: the machine freezes (and validates) every catalog it
+        # is given, so a bad source is still a ConfigError at start.
+        return catalog
 
     async def _poll_source(self) -> None:
         while True:
@@ -553,9 +555,3 @@ class GroupMember:
                 raise
             except Exception:
                 log.exception("member.resource_source_failed")
-
-
-def _normalise(catalog: Catalog) -> Catalog:
-    """Validate early (a bad source is a ConfigError at start, not in the leader)."""
-    freeze_catalog(catalog)
-    return catalog
