@@ -45,6 +45,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from workgroup.protocol.metadata import BinaryCodec
+from workgroup.testing import ServerProcess, ServerStartError, run_coordinator
 
 GROUP = "demo"
 KIND = "shard"
@@ -138,7 +139,7 @@ class Cluster:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.coordinator: asyncio.subprocess.Process | None = None
+        self.coordinator: ServerProcess | None = None
         self.bootstrap = ""
         self.members: dict[str, MemberProcess] = {}
         self.retired: list[MemberProcess] = []
@@ -146,29 +147,25 @@ class Cluster:
         self.codec = BinaryCodec()
         self._admin: AIOKafkaClient | None = None
         self._coordinator_log = (workdir / "coordinator.log").open("wb")
+        self._running = contextlib.ExitStack()
 
     # -- lifecycle ------------------------------------------------------------
 
     async def start_coordinator(self) -> None:
-        self.coordinator = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "workgroup",
-            "coordinator",
-            "--listen",
-            "127.0.0.1:0",
-            "--initial-rebalance-delay-ms",
-            "1000",
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._coordinator_log,
-        )
-        assert self.coordinator.stdout is not None
-        async with asyncio.timeout(30):
-            line = (await self.coordinator.stdout.readline()).decode().strip()
-        if not line.startswith("listening on "):
-            raise StepFailed(f"the coordinator did not start: {line!r}\n{self.coordinator_log()}")
-        self.bootstrap = line.removeprefix("listening on ")
+        # Started in the loop's thread (a second at most, before any member runs) so
+        # that an interrupt can never leave a coordinator nobody will stop.
+        try:
+            self.coordinator = self._running.enter_context(
+                run_coordinator(
+                    "--initial-rebalance-delay-ms",
+                    "1000",
+                    log=self._coordinator_log,
+                    startup_timeout_s=30,
+                )
+            )
+        except ServerStartError as exc:
+            raise StepFailed(f"the coordinator did not start: {exc}") from exc
+        self.bootstrap = self.coordinator.bootstrap
         self._admin = AIOKafkaClient(bootstrap_servers=self.bootstrap, client_id="demo-describe")
         await self._admin.bootstrap()
 
@@ -238,8 +235,6 @@ class Cluster:
             await self._admin.close()
             self._admin = None
         processes = [m.process for m in [*self.members.values(), *self.retired]]
-        if self.coordinator is not None:
-            processes.append(self.coordinator)
         for process in processes:
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -256,6 +251,9 @@ class Cluster:
         for reader in readers:
             reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
+        if self.coordinator is not None:
+            await asyncio.to_thread(self.coordinator.stop, 10)
+        self._running.close()
         self._coordinator_log.close()
 
     def name_of(self, member_id: str) -> str | None:
