@@ -178,7 +178,7 @@ class CoordinatorConnection:
             try:
                 conn = await self._connect(host, port)
             except (KafkaError, OSError, TimeoutError) as exc:
-                failures.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                failures.append(f"{host}:{port}: {str(exc) or type(exc).__name__}")
                 continue
             self._conn = conn
             return conn
