@@ -181,3 +181,52 @@ async def test_too_many_unanswered_requests_stop_reading_until_answered(
         assert len(core.requests) == count + 1
     finally:
         await client.close()
+
+
+async def test_session_expires_although_heartbeats_did_not_rearm_the_timer() -> None:
+    """Heartbeats postpone the session deadline without re-arming the timer; it still fires."""
+    from .raw_client import SyncGroupRequest
+
+    config = CoordinatorConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=100)
+    server = CoordinatorServer(config)
+    await server.start()
+    client = await RawClient.connect(*server.address)
+    try:
+        proto = JoinGroupRequest.JoinGroupRequestProtocol
+        join = await client.call(
+            JoinGroupRequest[2](
+                group_id="g",
+                session_timeout_ms=400,
+                rebalance_timeout_ms=400,
+                member_id="",
+                protocol_type="consumer",
+                protocols=[proto(name="range", metadata=b"md")],
+            ),
+            2,
+        )
+        assert join.error_code == 0
+        member, generation = join.member_id, join.generation_id
+        sync = await client.call(
+            SyncGroupRequest[1](
+                group_id="g",
+                generation_id=generation,
+                member_id=member,
+                assignments=[
+                    SyncGroupRequest.SyncGroupRequestAssignment(member_id=member, assignment=b"a")
+                ],
+            ),
+            1,
+        )
+        assert sync.error_code == 0
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while loop.time() - started < 1.0:  # 2.5 sessions kept alive by heartbeats
+            beat = HeartbeatRequest[0](group_id="g", generation_id=generation, member_id=member)
+            assert (await client.call(beat, 0)).error_code == 0
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.8)  # silence: the session (400 ms) must expire
+        beat = HeartbeatRequest[0](group_id="g", generation_id=generation, member_id=member)
+        assert (await client.call(beat, 0)).error_code == 25  # UNKNOWN_MEMBER_ID
+    finally:
+        await client.close()
+        await server.stop()
