@@ -111,8 +111,7 @@ class _Connection(asyncio.Protocol):
     responses are not written at once: the server writes each connection's
     with one ``write`` after the loop iteration's reads (measured with 1,000
     connections and one request in flight each: sending right after each read
-    cost more than half again as much CPU per request as sending after the
-    iteration's reads).
+    cost about 1.5 times the CPU per request; see benchmarks/README.md).
     """
 
     def __init__(self, server: CoordinatorServer) -> None:
