@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from importlib import import_module
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from workgroup.assignors.base import Assignment, AssignmentInput, Assignor
@@ -71,22 +71,39 @@ class FunctionAssignor:
         return f"FunctionAssignor({self.name!r}, {self.function!r})"
 
 
+#: ``name -> entry point``, read once: scanning the installed packages takes
+#: milliseconds, too long for a member that builds its protocols on every start.
+_registered_cache: dict[str, EntryPoint] | None = None
+
+
+def _registered() -> dict[str, EntryPoint]:
+    global _registered_cache
+    if _registered_cache is None:
+        found: dict[str, EntryPoint] = {}
+        for ep in entry_points(group=GROUP):
+            found.setdefault(ep.name, ep)
+        _registered_cache = found
+    return _registered_cache
+
+
+def refresh() -> None:
+    """Read the entry points again (after installing a plugin into a running process)."""
+    global _registered_cache
+    _registered_cache = None
+
+
 def available() -> list[str]:
     """Names of every registered assignor."""
-    names = set(BUILTIN)
-    names.update(ep.name for ep in entry_points(group=GROUP))
-    return sorted(names)
+    return sorted(set(BUILTIN) | set(_registered()))
 
 
 def _load(name: str) -> object:
-    for ep in entry_points(group=GROUP):
-        if ep.name == name:
-            try:
-                return ep.load()
-            except Exception as exc:  # a broken plugin must not look like a typo
-                raise ConfigError(
-                    f"assignor {name!r} ({ep.value}) cannot be loaded: {exc}"
-                ) from exc
+    ep = _registered().get(name)
+    if ep is not None:
+        try:
+            return ep.load()
+        except Exception as exc:  # a broken plugin must not look like a typo
+            raise ConfigError(f"assignor {name!r} ({ep.value}) cannot be loaded: {exc}") from exc
     target = BUILTIN.get(name)
     if target is None:
         raise ConfigError(

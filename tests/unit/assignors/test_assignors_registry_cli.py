@@ -78,6 +78,7 @@ def _fake_entry_points(monkeypatch: pytest.MonkeyPatch, **targets: str) -> None:
         return fakes
 
     monkeypatch.setattr(registry, "entry_points", entry_points)
+    monkeypatch.setattr(registry, "_registered_cache", None)
 
 
 def test_function_plugin_is_wrapped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,6 +96,18 @@ def test_function_plugin_is_wrapped(monkeypatch: pytest.MonkeyPatch) -> None:
         get_assignor("first", colour="blue")
     assert get_assignor("cls").name == "plugin"
     assert "first" in available()
+
+
+def test_entry_points_are_read_once_until_refreshed(monkeypatch: pytest.MonkeyPatch) -> None:
+    here = __name__
+    _fake_entry_points(monkeypatch, first=f"{here}:everything_to_first")
+    assert "first" in available()
+    later = [EntryPoint("cls", f"{here}:Plugin", registry.GROUP)]
+    monkeypatch.setattr(registry, "entry_points", lambda group: later)
+    assert "cls" not in available()  # read once per process
+    registry.refresh()
+    assert "cls" in available()
+    assert "first" not in available()
 
 
 def test_broken_plugin_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
