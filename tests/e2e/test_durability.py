@@ -245,7 +245,23 @@ async def test_offsets_and_group_survive_sigkill(tmp_path: Path) -> None:
             for m in members:
                 assert await m.heartbeat() == 0
                 assert m.generation == generation
-            await asyncio.gather(*(m.join() for m in members))
+            # The leader's rejoin starts a rebalance; a follower rejoining a
+            # Stable group with unchanged metadata would just be told the
+            # current generation, so it rejoins once the rebalance has begun.
+            leader = next(m for m in members if m.member_id == m.leader)
+            follower = next(m for m in members if m is not leader)
+            leader_join = asyncio.ensure_future(leader.join())
+            observer = await connect(coordinator)
+            try:
+                for _ in range(500):
+                    if (await describe(observer)).group_state == "PreparingRebalance":
+                        break
+                    await asyncio.sleep(0.01)
+                else:
+                    raise AssertionError("the leader's rejoin started no rebalance")
+            finally:
+                await observer.close()
+            await asyncio.gather(leader_join, follower.join())
             await asyncio.gather(*(m.sync() for m in members))
             assert len({m.generation for m in members}) == 1
             assert members[0].generation > generation
