@@ -50,6 +50,7 @@ from kio.static.primitive import i32, i32Timedelta
 from workgroup.coordinator import _legacy_schema
 from workgroup.coordinator import broker as b
 from workgroup.coordinator import messages as m
+from workgroup.coordinator.lengths import check_header_tagged_fields, check_lengths
 from workgroup.coordinator.writers import compile_writer
 from workgroup.errors import ErrorCode, ProtocolError, UnsupportedVersionError
 
@@ -165,6 +166,8 @@ def decode_header(payload: bytes) -> tuple[RequestHeader, int]:
             RequestHeader(api_key, api_version, correlation_id, client_id),
             offset + flexible,
         )
+    if flexible and client_id_size >= -1:
+        check_header_tagged_fields(payload, offset)
     try:
         header, offset = (_read_header_v2 if flexible else _read_header_v1)(payload, 0)
     except Exception as exc:  # kio raises several types for bad bytes
@@ -306,6 +309,7 @@ def decode_request(
         raise UnsupportedVersionError(
             f"{api.name} v{version} is not supported (versions {api.min_version}-{api.max_version})"
         )
+    check_lengths(_request_schema(header.api_key, version), payload, offset)
     try:
         body, _end = _reader(header.api_key, version)(payload, offset)
         client = _client_info(header.client_id or "", client_host)
