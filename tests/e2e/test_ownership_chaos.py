@@ -41,6 +41,9 @@ SLOTS = ("m0", "m1", "m2", "m3", "m4")
 SESSION_MS = 2500
 HEARTBEAT_MS = 400
 CONVERGE_S = 25.0
+#: Static restarts must land within the session even when a loaded machine takes
+#: seconds to start a process; otherwise the member is expired and things move.
+STATIC_SESSION_MS = 10_000
 SEEDS = (
     [int(os.environ["WORKGROUP_CHAOS_SEED"])] if "WORKGROUP_CHAOS_SEED" in os.environ else [1, 2, 3]
 )
@@ -238,17 +241,21 @@ def test_frozen_member_loses_its_resources_then_rejoins(members: Members) -> Non
 
 def test_killed_leader_and_static_restarts(members: Members) -> None:
     """SIGKILL the leader; restart every member in reverse order under its instance id."""
-    processes = {slot: members.start(slot, instance_id=f"id-{slot}") for slot in SLOTS[:4]}
+
+    def start(slot: str) -> MemberProcess:
+        return members.start(slot, instance_id=f"id-{slot}", session_timeout_ms=STATIC_SESSION_MS)
+
+    processes = {slot: start(slot) for slot in SLOTS[:4]}
     converged = wait_converged(list(processes.values()), EXPECTED, CONVERGE_S)
     before = {slot: processes[slot].owned() for slot in processes}
     leader = next(slot for slot, e in converged.items() if e["leader"])
     processes[leader].kill()
-    processes[leader] = members.start(leader, instance_id=f"id-{leader}")
+    processes[leader] = start(leader)
     for slot in reversed(list(processes)):
         if slot == leader:
             continue
         processes[slot].kill()
-        processes[slot] = members.start(slot, instance_id=f"id-{slot}")
+        processes[slot] = start(slot)
     converged = wait_converged(list(processes.values()), EXPECTED, CONVERGE_S)
     # Static members come back to what they had (nothing moved).
     assert {slot: processes[slot].owned() for slot in processes} == before
