@@ -7,9 +7,12 @@ replies keep their connection's order; OffsetCommit persists before replying.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import AsyncIterator, Iterable
 
 from workgroup.coordinator import messages as m
+from workgroup.coordinator.config import CoordinatorConfig
+from workgroup.coordinator.server import CoordinatorServer
 from workgroup.errors import ErrorCode
 
 
@@ -141,3 +144,15 @@ def _error_for(request: m.GroupRequest) -> m.GroupResult:
     result = error_result(request, ErrorCode.NONE)
     assert not isinstance(result, tuple)
     return result  # type: ignore[return-value]
+
+
+@contextlib.asynccontextmanager
+async def serving_double(join_delay_ms: int) -> AsyncIterator[tuple[CoordinatorServer, CoreDouble]]:
+    """A running server whose core is a double holding each JoinGroup ``join_delay_ms``."""
+    core = CoreDouble(join_delay_ms=join_delay_ms)
+    server = CoordinatorServer(CoordinatorConfig(), core=core)
+    await server.start()
+    try:
+        yield server, core
+    finally:
+        await server.stop()

@@ -15,7 +15,7 @@ from workgroup.coordinator.server import CoordinatorServer
 from workgroup.coordinator.store import Store
 from workgroup.errors import ErrorCode, StoreError
 
-from .core_double import CoreDouble
+from .core_double import CoreDouble, serving_double
 from .raw_client import (
     ApiVersionsRequest,
     DescribeGroupsRequest,
@@ -68,13 +68,8 @@ def commit_request(offset: int) -> object:
 
 @pytest.fixture
 async def double_server() -> AsyncIterator[tuple[CoordinatorServer, CoreDouble]]:
-    core = CoreDouble(join_delay_ms=300)
-    server = CoordinatorServer(CoordinatorConfig(), core=core)
-    await server.start()
-    try:
-        yield server, core
-    finally:
-        await server.stop()
+    async with serving_double(join_delay_ms=300) as running:
+        yield running
 
 
 async def test_pipelined_responses_keep_request_order(

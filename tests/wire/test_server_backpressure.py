@@ -13,7 +13,7 @@ from workgroup.coordinator import server as server_module
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.server import MAX_IN_FLIGHT_PER_CONNECTION, CoordinatorServer
 
-from .core_double import CoreDouble
+from .core_double import CoreDouble, serving_double
 from .raw_client import HeartbeatRequest, JoinGroupRequest, RawClient, encode
 
 
@@ -138,13 +138,8 @@ async def test_bad_size_after_good_frames_answers_them_then_closes(
 
 @pytest.fixture
 async def held_join_server() -> AsyncIterator[tuple[CoordinatorServer, CoreDouble]]:
-    core = CoreDouble(join_delay_ms=1500)
-    server = CoordinatorServer(CoordinatorConfig(), core=core)
-    await server.start()
-    try:
-        yield server, core
-    finally:
-        await server.stop()
+    async with serving_double(join_delay_ms=1500) as running:
+        yield running
 
 
 async def test_too_many_unanswered_requests_stop_reading_until_answered(
