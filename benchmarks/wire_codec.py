@@ -15,9 +15,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from workgroup.coordinator import messages as m
 from workgroup.coordinator import wire
 from workgroup.errors import ErrorCode
+from workgroup.kafka import messages as m
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -10,22 +10,23 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterable
 
-from workgroup.coordinator import messages as m
+from workgroup.coordinator import actions as a
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.server import CoordinatorServer
 from workgroup.errors import ErrorCode
+from workgroup.kafka import messages as m
 
 
 class CoreDouble:
     def __init__(self, join_delay_ms: int = 0) -> None:
         self.join_delay_ms = join_delay_ms
-        self.parked: list[tuple[int, m.ReplyToken, m.JoinGroup]] = []
-        self.offsets: dict[tuple[str, str, int], m.StoredOffset] = {}
-        self.groups: dict[str, m.StoredGroup] = {}
+        self.parked: list[tuple[int, a.ReplyToken, m.JoinGroup]] = []
+        self.offsets: dict[tuple[str, str, int], a.StoredOffset] = {}
+        self.groups: dict[str, a.StoredGroup] = {}
         self.requests: list[m.GroupRequest] = []
-        self.restored: tuple[list[m.StoredGroup], list[m.StoredOffset]] | None = None
+        self.restored: tuple[list[a.StoredGroup], list[a.StoredOffset]] | None = None
 
-    def handle(self, now_ms: int, token: m.ReplyToken, request: m.GroupRequest) -> list[m.Action]:
+    def handle(self, now_ms: int, token: a.ReplyToken, request: m.GroupRequest) -> list[a.Action]:
         self.requests.append(request)
         match request:
             case m.JoinGroup():
@@ -34,10 +35,10 @@ class CoreDouble:
                     return []
                 return self._joined(token, request)
             case m.Heartbeat():
-                return [m.Reply(token, m.HeartbeatResult(ErrorCode.NONE))]
+                return [a.Reply(token, m.HeartbeatResult(ErrorCode.NONE))]
             case m.OffsetCommit():
                 stored = tuple(
-                    m.StoredOffset(
+                    a.StoredOffset(
                         request.group_id,
                         t.name,
                         p.partition,
@@ -63,7 +64,7 @@ class CoreDouble:
                         for t in request.topics
                     )
                 )
-                return [m.Persist(offsets=stored), m.Reply(token, result)]
+                return [a.Persist(offsets=stored), a.Reply(token, result)]
             case m.OffsetFetch():
                 groups = []
                 for g in request.groups:
@@ -79,13 +80,13 @@ class CoreDouble:
                             tuple(m.FetchedTopic(name, tuple(ps)) for name, ps in topics.items()),
                         )
                     )
-                return [m.Reply(token, m.OffsetFetchResult(tuple(groups)))]
+                return [a.Reply(token, m.OffsetFetchResult(tuple(groups)))]
             case _:
-                return [m.Reply(token, _error_for(request))]
+                return [a.Reply(token, _error_for(request))]
 
-    def _joined(self, token: m.ReplyToken, request: m.JoinGroup) -> list[m.Action]:
+    def _joined(self, token: a.ReplyToken, request: m.JoinGroup) -> list[a.Action]:
         member_id = request.member_id or "member-1"
-        group = m.StoredGroup(
+        group = a.StoredGroup(
             request.group_id,
             1,
             request.protocol_type,
@@ -95,8 +96,8 @@ class CoreDouble:
         )
         self.groups[request.group_id] = group
         return [
-            m.Persist(groups=(group,)),
-            m.Reply(
+            a.Persist(groups=(group,)),
+            a.Reply(
                 token,
                 m.JoinGroupResult(
                     ErrorCode.NONE,
@@ -113,25 +114,25 @@ class CoreDouble:
             ),
         ]
 
-    def expire(self, now_ms: int) -> list[m.Action]:
+    def expire(self, now_ms: int) -> list[a.Action]:
         due = [p for p in self.parked if p[0] <= now_ms]
         self.parked = [p for p in self.parked if p[0] > now_ms]
-        actions: list[m.Action] = []
+        actions: list[a.Action] = []
         for _, token, request in due:
             actions += self._joined(token, request)
         return actions
 
-    def unload(self, now_ms: int) -> list[m.Action]:
+    def unload(self, now_ms: int) -> list[a.Action]:
         parked, self.parked = self.parked, []
         return [
-            m.Reply(token, m.JoinGroupResult(ErrorCode.NOT_COORDINATOR)) for _, token, _ in parked
+            a.Reply(token, m.JoinGroupResult(ErrorCode.NOT_COORDINATOR)) for _, token, _ in parked
         ]
 
     def next_deadline_ms(self) -> int | None:
         return min((p[0] for p in self.parked), default=None)
 
     def restore(
-        self, now_ms: int, groups: Iterable[m.StoredGroup], offsets: Iterable[m.StoredOffset]
+        self, now_ms: int, groups: Iterable[a.StoredGroup], offsets: Iterable[a.StoredOffset]
     ) -> None:
         self.restored = (list(groups), list(offsets))
         for s in self.restored[1]:

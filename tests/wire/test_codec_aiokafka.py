@@ -15,9 +15,9 @@ from aiokafka.protocol import admin, commit, coordination, group, metadata
 from aiokafka.protocol.api import ResponseHeader_v0
 
 from workgroup.coordinator import broker as b
-from workgroup.coordinator import messages as m
 from workgroup.coordinator import wire
 from workgroup.errors import ErrorCode
+from workgroup.kafka import messages as m
 
 CLIENT = m.ClientInfo("aiokafka-test", "10.1.2.3")
 

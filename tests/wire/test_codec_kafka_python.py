@@ -47,9 +47,9 @@ with warnings.catch_warnings():
     )
 
 from workgroup.coordinator import broker as b
-from workgroup.coordinator import messages as m
 from workgroup.coordinator import wire
 from workgroup.errors import ErrorCode
+from workgroup.kafka import messages as m
 
 
 def versions(api_key: int) -> list[int]:

@@ -16,8 +16,8 @@ from kio.serial import entity_writer
 
 from workgroup.coordinator import wire
 from workgroup.coordinator.framing import FrameSplitter, frame
-from workgroup.coordinator.messages import Heartbeat
 from workgroup.errors import MessageTooLargeError, ProtocolError
+from workgroup.kafka.messages import Heartbeat
 
 LIMIT = 1024
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from workgroup.coordinator.actions import StoredGroup, StoredOffset
 from workgroup.coordinator.config import CoordinatorConfig
-from workgroup.coordinator.messages import StoredGroup, StoredOffset
 from workgroup.coordinator.server import CoordinatorServer
 from workgroup.coordinator.store import Store
 from workgroup.errors import ErrorCode, StoreError

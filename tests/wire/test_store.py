@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workgroup.coordinator.messages import StoredGroup, StoredMember, StoredOffset
+from workgroup.coordinator.actions import StoredGroup, StoredMember, StoredOffset
 from workgroup.coordinator.store import DATABASE_NAME, Store, data_dir_problem
 from workgroup.errors import StoreError
 

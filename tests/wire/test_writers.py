@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from kio.serial import entity_writer
 
 from workgroup.coordinator import broker as b
-from workgroup.coordinator import messages as m
 from workgroup.coordinator import wire
 from workgroup.coordinator.writers import compile_writer
 from workgroup.errors import ErrorCode
+from workgroup.kafka import messages as m
 
 text = st.text(max_size=12)
 maybe_text = st.none() | text

@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import repeat
 
-from workgroup.assignors.base import Assignment, AssignmentInput, Key, MemberInfo, Resource
+from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
+from workgroup.types import Key, Resource
 
 #: Generation of a claim whose generation is unknown (Kafka's ``DEFAULT_GENERATION``).
 NO_GENERATION = -1

@@ -18,10 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-#: A key within a kind: JSON scalars so that inputs can be written by hand.
-Key = str | int
-#: ``(kind, key)``.
-Resource = tuple[str, Key]
+from workgroup.types import Key, Resource
+
 #: ``member id -> resources assigned to it``, in assignment order.
 Assignment = dict[str, list[Resource]]
 
@@ -63,3 +61,6 @@ class Assignor(Protocol):
     supports_cooperative: bool
 
     def assign(self, data: AssignmentInput) -> Assignment: ...
+
+
+__all__ = ["Assignment", "AssignmentInput", "Assignor", "Key", "MemberInfo", "Resource"]

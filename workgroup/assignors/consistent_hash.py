@@ -22,7 +22,8 @@ from __future__ import annotations
 from hashlib import blake2b
 
 from workgroup.assignors._common import empty_assignment, sorted_kinds
-from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo, Resource
+from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
+from workgroup.types import Resource
 
 _MASK = (1 << 64) - 1
 

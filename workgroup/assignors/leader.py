@@ -17,7 +17,8 @@ single-writer roles, where a needless hand-over costs more than imbalance.
 from __future__ import annotations
 
 from workgroup.assignors._common import empty_assignment, sorted_kinds, static_first_key
-from workgroup.assignors.base import Assignment, AssignmentInput, Resource
+from workgroup.assignors.base import Assignment, AssignmentInput
+from workgroup.types import Resource
 
 
 class LeaderAssignor:

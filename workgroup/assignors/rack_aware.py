@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from workgroup.assignors._common import collector_paused
-from workgroup.assignors.base import Assignment, AssignmentInput, Resource
+from workgroup.assignors.base import Assignment, AssignmentInput
 from workgroup.assignors.sticky import sticky_assign
+from workgroup.types import Resource
 
 
 class RackAwareAssignor:

@@ -28,7 +28,8 @@ from workgroup.assignors._common import (
     sorted_kinds,
     static_first_key,
 )
-from workgroup.assignors.base import Assignment, AssignmentInput, Resource
+from workgroup.assignors.base import Assignment, AssignmentInput
+from workgroup.types import Resource
 
 
 @dataclass(slots=True)

@@ -23,8 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from workgroup.assignors._common import all_resources, empty_assignment, sorted_kinds
-from workgroup.assignors.base import Assignment, AssignmentInput, Resource
+from workgroup.assignors.base import Assignment, AssignmentInput
 from workgroup.errors import ConfigError
+from workgroup.types import Resource
 
 
 class ReplicatedAssignor:

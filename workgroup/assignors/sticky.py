@@ -68,7 +68,8 @@ from workgroup.assignors._common import (
     sorted_kinds,
     subscribers_by_kind,
 )
-from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo, Resource
+from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
+from workgroup.types import Resource
 
 
 class StickyAssignor:

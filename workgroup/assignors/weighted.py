@@ -29,8 +29,9 @@ from workgroup.assignors._common import (
     sorted_kinds,
     subscribers_by_kind,
 )
-from workgroup.assignors.base import Assignment, AssignmentInput, Resource
+from workgroup.assignors.base import Assignment, AssignmentInput
 from workgroup.errors import ConfigError
+from workgroup.types import Resource
 
 
 def proportional_shares(total: int, capacities: dict[str, float]) -> dict[str, int]:

@@ -23,10 +23,11 @@ from typing import Any
 import click
 
 from workgroup.assignors._common import NO_GENERATION
-from workgroup.assignors.base import AssignmentInput, Key, MemberInfo, Resource
+from workgroup.assignors.base import AssignmentInput, MemberInfo
 from workgroup.assignors.registry import get_assignor
 from workgroup.assignors.stats import assignment_stats
 from workgroup.errors import ConfigError
+from workgroup.types import Key, Resource
 
 _MEMBER_FIELDS = {"kinds", "owned", "generation", "rack", "instance_id", "capacity", "user_data"}
 

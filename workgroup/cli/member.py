@@ -36,13 +36,13 @@ from typing import Any, Literal
 import click
 
 from workgroup import log as wlog
-from workgroup.assignors.base import Key, Resource
 from workgroup.assignors.registry import available, get_assignor
 from workgroup.errors import ConfigError, CoordinatorError, WorkgroupError
 from workgroup.member.driver import GroupMember
 from workgroup.member.errors import MemberClosedError
 from workgroup.protocol.metadata import LATEST_VERSION, MIN_VERSION, BinaryCodec
 from workgroup.protocol.protocol import Protocol, RebalanceMode
+from workgroup.types import Key, Resource, sorted_resources
 
 EventName = Literal["assigned", "revoked", "lost", "stable", "fatal", "closed"]
 
@@ -120,12 +120,7 @@ def build_protocols(
 
 
 def _resource_list(resources: Iterable[Resource]) -> list[list[Key]]:
-    return [[kind, key] for kind, key in sorted(resources, key=_sort_key)]
-
-
-def _sort_key(resource: Resource) -> tuple[str, bool, str | int]:
-    kind, key = resource
-    return kind, isinstance(key, str), key
+    return [[kind, key] for kind, key in sorted_resources(resources)]
 
 
 class EventWriter:

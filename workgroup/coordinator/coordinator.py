@@ -124,10 +124,21 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from workgroup.coordinator.actions import (
+    Action,
+    Persist,
+    Reply,
+    ReplyToken,
+    StoredGroup,
+    StoredMember,
+    StoredOffset,
+)
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.group import Group, GroupState, Member
-from workgroup.coordinator.messages import (
-    Action,
+from workgroup.coordinator.offsets import OffsetStore, metadata_length, validate_commit
+from workgroup.coordinator.timers import Timers
+from workgroup.errors import ErrorCode
+from workgroup.kafka.messages import (
     CommitPartitionResult,
     CommitTopicResult,
     DeletedGroup,
@@ -155,18 +166,9 @@ from workgroup.coordinator.messages import (
     OffsetCommitResult,
     OffsetFetch,
     OffsetFetchResult,
-    Persist,
-    Reply,
-    ReplyToken,
-    StoredGroup,
-    StoredMember,
-    StoredOffset,
     SyncGroup,
     SyncGroupResult,
 )
-from workgroup.coordinator.offsets import OffsetStore, metadata_length, validate_commit
-from workgroup.coordinator.timers import Timers
-from workgroup.errors import ErrorCode
 from workgroup.log import get_logger
 
 log = get_logger(__name__)

@@ -49,7 +49,7 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
-from workgroup.coordinator.messages import ReplyToken
+from workgroup.coordinator.actions import ReplyToken
 from workgroup.errors import ErrorCode
 
 Protocols = tuple[tuple[str, bytes], ...]

@@ -41,15 +41,10 @@ no topics at all for ``topics=None``) and never GROUP_ID_NOT_FOUND.
 
 from __future__ import annotations
 
+from workgroup.coordinator.actions import StoredOffset
 from workgroup.coordinator.group import Group, GroupState
-from workgroup.coordinator.messages import (
-    FetchedPartition,
-    FetchedTopic,
-    FetchTopic,
-    OffsetCommit,
-    StoredOffset,
-)
 from workgroup.errors import ErrorCode
+from workgroup.kafka.messages import FetchedPartition, FetchedTopic, FetchTopic, OffsetCommit
 
 #: OffsetCommit version from which a missing group is GROUP_ID_NOT_FOUND.
 GROUP_ID_NOT_FOUND_COMMIT_VERSION = 9

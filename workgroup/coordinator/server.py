@@ -46,19 +46,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from workgroup.coordinator import broker, wire
-from workgroup.coordinator.config import CoordinatorConfig
-from workgroup.coordinator.framing import FrameSplitter
-from workgroup.coordinator.messages import (
+from workgroup.coordinator.actions import (
     Action,
-    GroupRequest,
     Persist,
     Reply,
     ReplyToken,
     StoredGroup,
     StoredOffset,
 )
+from workgroup.coordinator.config import CoordinatorConfig
+from workgroup.coordinator.framing import FrameSplitter
 from workgroup.coordinator.store import Store
 from workgroup.errors import ErrorCode, ProtocolError, StoreError, UnsupportedVersionError
+from workgroup.kafka.messages import GroupRequest
 from workgroup.log import get_logger
 
 log = get_logger("workgroup.coordinator.server")

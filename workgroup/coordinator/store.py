@@ -1,6 +1,6 @@
 """Durable state of the embedded coordinator: groups and committed offsets in SQLite.
 
-The core emits :class:`~workgroup.coordinator.messages.Persist` actions; the
+The core emits :class:`~workgroup.coordinator.actions.Persist` actions; the
 server writes each batch of them here in one transaction *before* it sends the
 replies that follow them, so an acknowledged commit or generation is on disk.
 
@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from workgroup.coordinator.messages import StoredGroup, StoredMember, StoredOffset
+from workgroup.coordinator.actions import StoredGroup, StoredMember, StoredOffset
 from workgroup.errors import StoreError
 
 DATABASE_NAME = "coordinator.sqlite3"

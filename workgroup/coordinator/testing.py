@@ -23,11 +23,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from workgroup.coordinator.actions import Action, Persist, Reply
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.coordinator import GroupCoordinator
 from workgroup.coordinator.group import Group
-from workgroup.coordinator.messages import (
-    Action,
+from workgroup.errors import ErrorCode
+from workgroup.kafka.messages import (
     ClientInfo,
     GroupRequest,
     GroupResult,
@@ -35,12 +36,9 @@ from workgroup.coordinator.messages import (
     HeartbeatResult,
     JoinGroup,
     JoinGroupResult,
-    Persist,
-    Reply,
     SyncGroup,
     SyncGroupResult,
 )
-from workgroup.errors import ErrorCode
 
 R = TypeVar("R")
 

@@ -1,7 +1,7 @@
 """The Kafka wire format of the embedded coordinator.
 
 This module turns request frames into the version-independent records of
-``messages.py`` / ``broker.py`` and results back into response bytes of the
+``workgroup.kafka.messages`` / ``broker.py`` and results back into response bytes of the
 version the client asked for.  It does no I/O; kio's generated entities (one
 per API and version, built from Kafka's JSON message specs) do the byte-level
 work.
@@ -49,10 +49,10 @@ from kio.static.primitive import i32, i32Timedelta
 
 from workgroup.coordinator import _legacy_schema
 from workgroup.coordinator import broker as b
-from workgroup.coordinator import messages as m
 from workgroup.coordinator.lengths import check_header_tagged_fields, check_lengths
 from workgroup.coordinator.writers import compile_writer
 from workgroup.errors import ErrorCode, ProtocolError, UnsupportedVersionError
+from workgroup.kafka import messages as m
 
 Request = m.GroupRequest | b.BrokerRequest
 Result = m.GroupResult | b.BrokerResult

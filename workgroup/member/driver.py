@@ -45,7 +45,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from workgroup.assignors.base import Assignment, Resource
+from workgroup.assignors.base import Assignment
 from workgroup.errors import ConfigError, ProtocolError, UnsupportedVersionError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.errors import CoordinatorUnavailableError, MemberClosedError
@@ -64,6 +64,7 @@ from workgroup.member.state import (
 from workgroup.member.wire import KioRequest, to_result
 from workgroup.protocol.catalog import Catalog
 from workgroup.protocol.protocol import Protocol
+from workgroup.types import Resource
 
 log = get_logger("workgroup.member")
 

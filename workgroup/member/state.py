@@ -63,8 +63,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, MemberInfo, Resource
-from workgroup.coordinator.messages import (
+from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, MemberInfo
+from workgroup.errors import (
+    ConfigError,
+    ErrorCode,
+    ProtocolError,
+    UnsupportedVersionError,
+    WorkgroupError,
+)
+from workgroup.kafka.messages import (
     GroupResult,
     Heartbeat,
     HeartbeatResult,
@@ -77,13 +84,6 @@ from workgroup.coordinator.messages import (
     SyncGroup,
     SyncGroupResult,
 )
-from workgroup.errors import (
-    ConfigError,
-    ErrorCode,
-    ProtocolError,
-    UnsupportedVersionError,
-    WorkgroupError,
-)
 from workgroup.log import get_logger
 from workgroup.member.errors import FATAL_CODES as _FATAL_CODES
 from workgroup.member.errors import (
@@ -95,6 +95,7 @@ from workgroup.member.errors import (
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
+from workgroup.types import Resource, sorted_resources
 
 log = get_logger("workgroup.member")
 
@@ -1163,10 +1164,6 @@ class MemberMachine:
     def _backoff(self, failures: int) -> int:
         base = self.config.retry_backoff_ms * (2 ** max(failures - 1, 0))
         return int(min(base, self.config.retry_backoff_max_ms))
-
-
-def sorted_resources(resources: Iterable[Resource]) -> tuple[Resource, ...]:
-    return tuple(sorted(resources, key=lambda r: (r[0], isinstance(r[1], str), r[1])))
 
 
 __all__ = [

@@ -11,7 +11,7 @@ struct with ``build_request_header``, ``encode``, ``parse_response_header`` and
 ``RESPONSE_TYPE.decode``.
 
 Requests and results are the version-independent records of
-``workgroup.coordinator.messages``; :func:`to_result` converts kio's responses.
+``workgroup.kafka.messages``; :func:`to_result` converts kio's responses.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i32Timedelta
 
-from workgroup.coordinator.messages import (
+from workgroup.errors import ErrorCode, ProtocolError, UnsupportedVersionError
+from workgroup.kafka.messages import (
     GroupResult,
     Heartbeat,
     HeartbeatResult,
@@ -38,7 +39,6 @@ from workgroup.coordinator.messages import (
     SyncGroup,
     SyncGroupResult,
 )
-from workgroup.errors import ErrorCode, ProtocolError, UnsupportedVersionError
 from workgroup.log import get_logger
 
 log = get_logger("workgroup.member.wire")

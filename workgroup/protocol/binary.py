@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import struct
 
-from workgroup.assignors.base import Key, Resource
 from workgroup.errors import ProtocolError
+from workgroup.types import Key, Resource
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workgroup.assignors.base import Key, Resource
 from workgroup.errors import ConfigError
 from workgroup.protocol.binary import Writer
+from workgroup.types import Key, Resource
 
 
 @dataclass(frozen=True, slots=True)

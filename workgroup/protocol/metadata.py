@@ -30,9 +30,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from workgroup.assignors.base import Resource
 from workgroup.errors import MessageTooLargeError, ProtocolError, UnsupportedVersionError
 from workgroup.protocol.binary import Reader, Writer
+from workgroup.types import Resource
 
 MAGIC = b"wg"
 HEADER_SIZE = 7

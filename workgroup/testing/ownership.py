@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from workgroup.assignors.base import Key, Resource
+from workgroup.types import Key, Resource
 
 Event = Mapping[str, Any]
 

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 from hypothesis import strategies as st
 
-from workgroup.assignors.base import Assignment, AssignmentInput, Key, MemberInfo, Resource
+from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
+from workgroup.types import Key, Resource
 
 KINDS = ["alpha", "beta", "gamma", "delta"]
 RACKS = ["r1", "r2", "r3"]

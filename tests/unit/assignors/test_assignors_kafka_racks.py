@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from assignor_inputs import check_valid, member
 
-from workgroup.assignors.base import AssignmentInput, Resource
+from workgroup.assignors.base import AssignmentInput
 from workgroup.assignors.sticky import CooperativeStickyAssignor, StickyAssignor
+from workgroup.types import Resource
 
 TOPICS = {"t1": 6, "t2": 7, "t3": 2}
 ALL = ["t1", "t2", "t3"]

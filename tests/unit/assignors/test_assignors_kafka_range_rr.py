@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from assignor_inputs import check_valid, member
 
-from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo, Resource
+from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
 from workgroup.assignors.range import RangeAssignor
 from workgroup.assignors.round_robin import RoundRobinAssignor
+from workgroup.types import Resource
 
 T1, T2 = "topic1", "topic2"
 C1, C2, C3, C4 = "consumer1", "consumer2", "consumer3", "consumer4"

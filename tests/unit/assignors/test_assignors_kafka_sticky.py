@@ -11,12 +11,13 @@ from __future__ import annotations
 import pytest
 from assignor_inputs import check_kafka_balance, check_valid, member, spread
 
-from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo, Resource
+from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
 from workgroup.assignors.sticky import (
     CooperativeStickyAssignor,
     StickyAssignor,
     first_round,
 )
+from workgroup.types import Resource
 
 ASSIGNORS = [StickyAssignor(), CooperativeStickyAssignor()]
 T, T1, T2, T3 = "topic", "topic1", "topic2", "topic3"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.coordinator import EMPTY_GROUP_CLEANUP_MS
-from workgroup.coordinator.messages import (
+from workgroup.coordinator.testing import CoordinatorHarness, join_request
+from workgroup.errors import ErrorCode
+from workgroup.kafka.messages import (
     CommitPartition,
     CommitTopic,
     DeleteGroups,
@@ -25,8 +27,6 @@ from workgroup.coordinator.messages import (
     OffsetFetchGroup,
     OffsetFetchResult,
 )
-from workgroup.coordinator.testing import CoordinatorHarness, join_request
-from workgroup.errors import ErrorCode
 
 
 def harness() -> CoordinatorHarness:

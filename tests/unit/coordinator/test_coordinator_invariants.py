@@ -28,7 +28,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.group import GroupState
-from workgroup.coordinator.messages import (
+from workgroup.coordinator.testing import CoordinatorHarness, Token, join_request
+from workgroup.errors import ErrorCode
+from workgroup.kafka.messages import (
     CommitPartition,
     CommitTopic,
     Heartbeat,
@@ -41,8 +43,6 @@ from workgroup.coordinator.messages import (
     OffsetCommitResult,
     SyncGroupResult,
 )
-from workgroup.coordinator.testing import CoordinatorHarness, Token, join_request
-from workgroup.errors import ErrorCode
 
 GROUP = "g"
 PROTOCOL_CHOICES = (

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from workgroup.coordinator.actions import Persist
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.coordinator import NEW_MEMBER_JOIN_TIMEOUT_MS
 from workgroup.coordinator.group import GroupState
-from workgroup.coordinator.messages import (
+from workgroup.coordinator.testing import CoordinatorHarness, join_request
+from workgroup.errors import ErrorCode
+from workgroup.kafka.messages import (
     DescribeGroups,
     DescribeGroupsResult,
     JoinGroupResult,
-    Persist,
     SyncGroupResult,
 )
-from workgroup.coordinator.testing import CoordinatorHarness, join_request
-from workgroup.errors import ErrorCode
 
 DELAY = 100
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from workgroup.coordinator.actions import Persist, Reply
 from workgroup.coordinator.config import CoordinatorConfig
-from workgroup.coordinator.messages import (
+from workgroup.coordinator.testing import CoordinatorHarness, join_request
+from workgroup.errors import ErrorCode
+from workgroup.kafka.messages import (
     CommitPartition,
     CommitTopic,
     FetchTopic,
@@ -15,11 +18,7 @@ from workgroup.coordinator.messages import (
     OffsetFetch,
     OffsetFetchGroup,
     OffsetFetchResult,
-    Persist,
-    Reply,
 )
-from workgroup.coordinator.testing import CoordinatorHarness, join_request
-from workgroup.errors import ErrorCode
 
 
 def harness(**config: int) -> CoordinatorHarness:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from workgroup.coordinator.actions import StoredGroup, StoredOffset
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.group import GroupState
-from workgroup.coordinator.messages import (
+from workgroup.coordinator.testing import CoordinatorHarness, join_request
+from workgroup.errors import ErrorCode
+from workgroup.kafka.messages import (
     CommitPartition,
     CommitTopic,
     DescribeGroups,
@@ -16,11 +19,7 @@ from workgroup.coordinator.messages import (
     OffsetFetch,
     OffsetFetchGroup,
     OffsetFetchResult,
-    StoredGroup,
-    StoredOffset,
 )
-from workgroup.coordinator.testing import CoordinatorHarness, join_request
-from workgroup.errors import ErrorCode
 
 
 def replay(

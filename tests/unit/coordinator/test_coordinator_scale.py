@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
+from workgroup.coordinator.actions import Persist, Reply
 from workgroup.coordinator.config import CoordinatorConfig
-from workgroup.coordinator.messages import (
-    Heartbeat,
-    JoinGroupResult,
-    Persist,
-    Reply,
-    SyncGroupResult,
-)
 from workgroup.coordinator.testing import CoordinatorHarness, join_request
 from workgroup.errors import ErrorCode
+from workgroup.kafka.messages import Heartbeat, JoinGroupResult, SyncGroupResult
 
 MEMBERS = 1_000
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from workgroup.coordinator.actions import Persist, Reply
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.group import GroupState
-from workgroup.coordinator.messages import JoinGroupResult, Persist, Reply, SyncGroupResult
 from workgroup.coordinator.testing import CoordinatorHarness, Token, join_request
 from workgroup.errors import ErrorCode
+from workgroup.kafka.messages import JoinGroupResult, SyncGroupResult
 
 PROTOCOLS = (("range", b"r"), ("roundrobin", b"rr"))
 
@@ -210,7 +211,7 @@ def test_a_static_leader_that_misses_the_rebalance_hands_leadership_to_a_rejoine
 
 
 def test_when_only_absent_static_members_remain_the_join_phase_waits_again() -> None:
-    from workgroup.coordinator.messages import LeaveGroup, LeaveGroupResult, LeavingMember
+    from workgroup.kafka.messages import LeaveGroup, LeaveGroupResult, LeavingMember
 
     h = harness()
     ids = stable_static_group(h, 2, session_timeout_ms=120_000)

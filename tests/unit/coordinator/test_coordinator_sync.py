@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from workgroup.coordinator.actions import Persist, Reply
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.group import GroupState
-from workgroup.coordinator.messages import JoinGroupResult, Persist, Reply, SyncGroupResult
 from workgroup.coordinator.testing import CoordinatorHarness, Token, join_request
 from workgroup.errors import ErrorCode
+from workgroup.kafka.messages import JoinGroupResult, SyncGroupResult
 
 
 def harness() -> CoordinatorHarness:
@@ -187,7 +188,7 @@ def test_a_superseded_parked_sync_is_answered() -> None:
 
 
 def test_a_member_removed_with_a_parked_sync_gets_unknown_member_id() -> None:
-    from workgroup.coordinator.messages import LeaveGroup, LeaveGroupResult, LeavingMember
+    from workgroup.kafka.messages import LeaveGroup, LeaveGroupResult, LeavingMember
 
     h = harness()
     generation, leader, members = joined(h, 2)

@@ -14,7 +14,9 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
-from workgroup.coordinator.messages import (
+from workgroup.coordinator.actions import Reply, ReplyToken
+from workgroup.errors import ErrorCode
+from workgroup.kafka.messages import (
     GroupRequest,
     Heartbeat,
     HeartbeatResult,
@@ -24,12 +26,9 @@ from workgroup.coordinator.messages import (
     LeaveGroup,
     LeaveGroupResult,
     LeftMember,
-    Reply,
-    ReplyToken,
     SyncGroup,
     SyncGroupResult,
 )
-from workgroup.errors import ErrorCode
 
 
 @dataclass

@@ -13,9 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo, Resource
-from workgroup.coordinator.messages import GroupRequest, GroupResult, Reply
+from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
+from workgroup.coordinator.actions import Reply
 from workgroup.errors import WorkgroupError
+from workgroup.kafka.messages import GroupRequest, GroupResult
 from workgroup.member.errors import CoordinatorUnavailableError
 from workgroup.member.state import (
     Action,
@@ -29,6 +30,7 @@ from workgroup.member.state import (
     SendRequest,
     State,
 )
+from workgroup.types import Resource
 
 
 class Coordinator(Protocol):

@@ -12,7 +12,7 @@ from member_sim import (
 )
 from structlog.testing import capture_logs
 
-from workgroup.coordinator.messages import Heartbeat, JoinGroup, LeaveGroup
+from workgroup.kafka.messages import Heartbeat, JoinGroup, LeaveGroup
 from workgroup.member.state import MemberConfig, State
 from workgroup.protocol import BinaryCodec, Protocol
 

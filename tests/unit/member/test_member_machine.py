@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from member_sim import StickyTestAssignor
 
-from workgroup.coordinator.messages import (
+from workgroup.errors import ConfigError, ErrorCode
+from workgroup.kafka.messages import (
     Heartbeat,
     HeartbeatResult,
     JoinedMember,
@@ -16,7 +17,6 @@ from workgroup.coordinator.messages import (
     SyncGroup,
     SyncGroupResult,
 )
-from workgroup.errors import ConfigError, ErrorCode
 from workgroup.member.errors import (
     CoordinatorUnavailableError,
     FencedInstanceError,

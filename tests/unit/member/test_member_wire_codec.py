@@ -11,7 +11,8 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32, i32Timedelta
 
-from workgroup.coordinator.messages import (
+from workgroup.errors import ErrorCode, ProtocolError, UnsupportedVersionError
+from workgroup.kafka.messages import (
     Heartbeat,
     HeartbeatResult,
     JoinGroup,
@@ -22,7 +23,6 @@ from workgroup.coordinator.messages import (
     SyncGroup,
     SyncGroupResult,
 )
-from workgroup.errors import ErrorCode, ProtocolError, UnsupportedVersionError
 from workgroup.member.wire import KioRequest, choose_version, to_result
 
 JOIN = JoinGroup("g", 10_000, 30_000, "m-1", "workgroup", (("sticky.v1", b"meta"),))

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.unit.member.member_sim import RoundRobinTestAssignor, StickyTestAssignor
-from workgroup.assignors.base import Resource
 from workgroup.errors import ConfigError
 from workgroup.member.driver import GroupMember
 from workgroup.member.errors import InconsistentProtocolError, InvalidSessionTimeoutError
 from workgroup.member.state import State
 from workgroup.protocol import BinaryCodec, Protocol
+from workgroup.types import Resource
 
 from .backends import Backend, free_port, run_backend
 

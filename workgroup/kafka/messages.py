@@ -1,9 +1,12 @@
-"""Version-independent requests, results and actions of the group coordinator.
+"""Version-independent records of the Kafka group protocol's requests and results.
 
-The wire layer (``wire.py``) decodes any supported version of a Kafka request
-into one of the request records below and encodes a result back into the
-version the client asked for.  The sans-I/O core (``groups.py``) only sees these
-records, so it is tested without sockets, codecs or clocks.
+Both sides speak them: the coordinator's wire layer
+(``workgroup.coordinator.wire``) decodes any supported version of a request into
+one of these records and encodes a result back into the version the client asked
+for, and its sans-I/O core (``workgroup.coordinator.coordinator``) only sees
+records; the member's state machine emits request records and reads result
+records, which its wire layer (``workgroup.member.wire``) turns into kio
+structures.  Neither side owns this module, so neither depends on the other.
 
 Fields a version does not carry take the value Kafka's own broker assumes for
 that version (e.g. ``rebalance_timeout_ms`` = ``session_timeout_ms`` for
@@ -311,65 +314,3 @@ GroupResult = (
     | ListGroupsResult
     | DeleteGroupsResult
 )
-
-# --- actions the core asks its driver to carry out ---------------------------
-
-#: Opaque handle the driver passes with a request and gets back with its reply
-#: (a JoinGroup or SyncGroup reply may come much later, from another call).
-ReplyToken = object
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """Send ``result`` as the answer to the request that came with ``token``."""
-
-    token: ReplyToken
-    result: GroupResult
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMember:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocols: tuple[tuple[str, bytes], ...]
-    assignment: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class StoredGroup:
-    """A group's durable state: written when it becomes Stable or Empty, or is deleted."""
-
-    group_id: str
-    generation_id: int
-    protocol_type: str | None
-    protocol_name: str | None
-    leader: str | None
-    members: tuple[StoredMember, ...]
-    deleted: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class StoredOffset:
-    group_id: str
-    topic: str
-    partition: int
-    offset: int
-    metadata: str | None
-    leader_epoch: int
-    commit_timestamp_ms: int
-    deleted: bool = False  # offsets removed with their group
-
-
-@dataclass(frozen=True, slots=True)
-class Persist:
-    """Write these records durably *before* carrying out the actions after it."""
-
-    groups: tuple[StoredGroup, ...] = ()
-    offsets: tuple[StoredOffset, ...] = ()
-
-
-Action = Reply | Persist
