@@ -39,12 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+from workgroup.clock import monotonic_ms
 from workgroup.coordinator import broker, wire
 from workgroup.coordinator.actions import (
     Action,
@@ -87,10 +87,6 @@ class CoordinatorCore(Protocol):
     ) -> None: ...
 
     def unload(self, now_ms: int) -> list[Action]: ...
-
-
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class _ReplySlot:

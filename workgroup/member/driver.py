@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import inspect
 import itertools
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -46,6 +45,7 @@ from tenacity import (
 )
 
 from workgroup.assignors.base import Assignment
+from workgroup.clock import monotonic_ms
 from workgroup.errors import ConfigError, ProtocolError, UnsupportedVersionError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.errors import CoordinatorUnavailableError, MemberClosedError
@@ -76,10 +76,6 @@ ResourceSource = Catalog | Callable[[], Catalog | Awaitable[Catalog]]
 _ids = itertools.count(1)
 #: How long closing a connection waits for its socket to close.
 CLOSE_SOCKET_TIMEOUT_S = 1.0
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 def _retriable(exc: BaseException) -> bool:
@@ -330,7 +326,7 @@ class GroupMember:
         self._services.add(self._spawn(self._run_callbacks(), "callbacks"))
         if self._source is not None and callable(self._source):
             self._services.add(self._spawn(self._poll_source(), "resources"))
-        self._feed(self._machine.start(_now_ms()))
+        self._feed(self._machine.start(monotonic_ms()))
         self._main = asyncio.create_task(self._run(), name=f"workgroup-member-{self._client_id}")
 
     async def wait_stable(self) -> None:
@@ -355,7 +351,7 @@ class GroupMember:
         if self._machine is None:
             return
         catalog = await self._read_source()
-        self._feed(self._machine.resources_changed(_now_ms(), catalog))
+        self._feed(self._machine.resources_changed(monotonic_ms(), catalog))
 
     async def close(self) -> None:
         """Revoke, leave (dynamic members) and release every connection."""
@@ -377,7 +373,7 @@ class GroupMember:
             )
             if revoke_last:
                 self._callbacks_open.clear()
-            self._feed(machine.close(_now_ms()))
+            self._feed(machine.close(monotonic_ms()))
             if revoke_last:
                 try:
                     await self._stop_requests()
@@ -416,13 +412,13 @@ class GroupMember:
         assert machine is not None
         while not self._closed.is_set():
             deadline = machine.next_deadline()
-            delay = None if deadline is None else max(0.0, (deadline - _now_ms()) / 1000)
+            delay = None if deadline is None else max(0.0, (deadline - monotonic_ms()) / 1000)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._wake.wait()
             if not self._closed.is_set():
-                self._feed(machine.tick(_now_ms()))
+                self._feed(machine.tick(monotonic_ms()))
 
     def _feed(self, actions: list[Action]) -> None:
         for action in actions:
@@ -462,9 +458,9 @@ class GroupMember:
                 with attempt:
                     await self._lookup()
         except WorkgroupError as exc:
-            self._feed(machine.find_coordinator_failed(_now_ms(), exc))
+            self._feed(machine.find_coordinator_failed(monotonic_ms(), exc))
             return
-        self._feed(machine.coordinator_found(_now_ms()))
+        self._feed(machine.coordinator_found(monotonic_ms()))
 
     async def _lookup(self) -> int:
         what = f"finding the coordinator of group {self.config.group_id!r}"
@@ -488,13 +484,13 @@ class GroupMember:
             raise
         except (KafkaError, OSError, TimeoutError, WorkgroupError) as exc:
             error = map_kafka_error(exc, what)
-            self._feed(machine.request_failed(_now_ms(), action.request_id, error))
+            self._feed(machine.request_failed(monotonic_ms(), action.request_id, error))
             return
         except Exception as exc:  # malformed response from kio
             error = ProtocolError(f"{what}: {exc}")
-            self._feed(machine.request_failed(_now_ms(), action.request_id, error))
+            self._feed(machine.request_failed(monotonic_ms(), action.request_id, error))
             return
-        self._feed(machine.response(_now_ms(), action.request_id, result))
+        self._feed(machine.response(monotonic_ms(), action.request_id, result))
 
     async def _assign(self, action: RunAssignor) -> None:
         machine = self._machine
@@ -508,7 +504,7 @@ class GroupMember:
         except Exception as exc:
             log.exception("member.assignor_failed", assignor=action.assignor.name)
             target = WorkgroupError(f"{type(exc).__name__}: {exc}")
-        self._feed(machine.assignment_done(_now_ms(), action.run_id, target))
+        self._feed(machine.assignment_done(monotonic_ms(), action.run_id, target))
 
     async def _run_callbacks(self) -> None:
         machine = self._machine
@@ -530,7 +526,7 @@ class GroupMember:
                     log.exception(
                         "member.callback_failed", callback=action.kind, generation=action.generation
                     )
-            self._feed(machine.callback_done(_now_ms(), action.callback_id))
+            self._feed(machine.callback_done(monotonic_ms(), action.callback_id))
 
     async def _read_source(self) -> Catalog:
         source = self._source
