@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from itertools import repeat
 
 from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
+from workgroup.kafka.java import java_hashmap_order as java_hashmap_order
 from workgroup.types import Key, Resource
+
+# ``java_hashmap_order`` is re-exported for the sticky assignors, which visit members
+# in Kafka's HashMap order of their ids; they pass the ids sorted, so members sharing
+# a bucket come in id order (in Kafka: arrival order) whatever the dictionary order.
 
 #: Generation of a claim whose generation is unknown (Kafka's ``DEFAULT_GENERATION``).
 NO_GENERATION = -1
@@ -72,38 +77,6 @@ def _kind_resources(kind: str, keys: Sequence[Key]) -> list[Resource]:
         _, evicted = _RESOURCE_CACHE.popitem(last=False)
         _resource_cache_size -= len(evicted)
     return made
-
-
-def java_string_hash(text: str) -> int:
-    """``java.lang.String#hashCode`` as an unsigned 32-bit value."""
-    h = 0
-    raw = text.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(raw), 2):
-        h = (31 * h + (raw[i] << 8 | raw[i + 1])) & 0xFFFFFFFF
-    return h
-
-
-def java_hashmap_order(member_ids: Iterable[str]) -> list[str]:
-    """The order in which a ``java.util.HashMap<String, ?>`` holding ``member_ids``
-    iterates its keys.
-
-    Kafka's sticky assignors hand out the few "one extra" slots to members in this
-    order, so reproducing it makes our assignment equal to Kafka's where Kafka's
-    own rules leave the choice open.  Members that share a bucket are taken in id
-    order (in Kafka: arrival order), which keeps the result independent of the
-    input's dictionary order.
-    """
-    ids = sorted(member_ids)
-    capacity = 16
-    while len(ids) > capacity * 3 // 4:
-        capacity *= 2
-    mask = capacity - 1
-
-    def bucket(member_id: str) -> int:
-        h = java_string_hash(member_id)
-        return (h ^ (h >> 16)) & mask
-
-    return sorted(ids, key=bucket)
 
 
 @dataclass(slots=True)

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 from workgroup.coordinator.actions import ReplyToken
 from workgroup.errors import ErrorCode
+from workgroup.kafka.java import java_hashmap_order
 
 Protocols = tuple[tuple[str, bytes], ...]
 
@@ -143,35 +144,6 @@ class Member:
             if name in candidates:
                 return name
         raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
-
-
-def java_string_hash(value: str) -> int:
-    """``String.hashCode()`` of the JVM (UTF-16 code units, 32-bit wrap-around)."""
-    h = 0
-    data = value.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h
-
-
-def java_hashmap_order(keys: list[str]) -> list[str]:
-    """The order in which a ``java.util.HashMap`` filled with ``keys`` iterates them.
-
-    Kafka's broker breaks ties of the protocol vote by this order (it keeps the
-    first maximum while iterating a HashMap of votes), so we reproduce it: bucket
-    index from the spread hash, table doubling past a 0.75 load factor, insertion
-    order within a bucket.
-    """
-    capacity = 16
-    while len(keys) > capacity * 3 // 4:
-        capacity *= 2
-
-    def bucket(key: str) -> int:
-        h = java_string_hash(key)
-        return (h ^ (h >> 16)) & (capacity - 1)
-
-    indexed = sorted(enumerate(keys), key=lambda item: (bucket(item[1]), item[0]))
-    return [key for _, key in indexed]
 
 
 class Group:
@@ -409,7 +381,7 @@ class Group:
 
         The most voted protocol wins; ties are broken as Kafka's broker does (the
         first in the JVM HashMap order of the voted names, see
-        ``java_hashmap_order``).
+        :func:`workgroup.kafka.java.java_hashmap_order`).
         """
         if not self.members:
             raise ValueError(f"cannot select a protocol for empty group {self.group_id!r}")

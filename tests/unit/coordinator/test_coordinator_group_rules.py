@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workgroup.coordinator.group import (
-    Group,
-    GroupState,
-    InvalidTransition,
-    Member,
-    java_hashmap_order,
-    java_string_hash,
-)
+from workgroup.coordinator.group import Group, GroupState, InvalidTransition, Member
 
 S = GroupState
 
@@ -113,21 +106,6 @@ def test_vote_tie_is_broken_by_java_hashmap_order(order: tuple[str, str]) -> Non
     assert group.select_protocol() == "x"
 
 
-def test_java_string_hash_matches_the_jvm() -> None:
-    assert java_string_hash("") == 0
-    assert java_string_hash("hello") == 99162322
-    assert java_string_hash("é") == 233
-    # Wraps around 32 bits like Java's int (shown unsigned here).
-    assert java_string_hash("polygenelubricants") == (-2147483648) & 0xFFFFFFFF
-
-
-def test_java_hashmap_order_is_by_bucket_then_insertion() -> None:
-    # "Aa" and "BB" collide in Java (both 2112): insertion order decides.
-    assert java_hashmap_order(["BB", "Aa"]) == ["BB", "Aa"]
-    assert java_hashmap_order(["Aa", "BB"]) == ["Aa", "BB"]
-    assert java_hashmap_order(["y", "x"]) == ["x", "y"]
-
-
 def test_all_members_joined_is_a_counter() -> None:
     group = Group("g", state=S.PREPARING_REBALANCE)
     token = object()
@@ -161,9 +139,3 @@ def test_rebalance_timeout_is_the_largest_of_the_members() -> None:
         group.add(m, None, 9)
     assert group.rebalance_timeout_ms() == 60_000
 
-
-def test_java_hashmap_order_follows_table_growth() -> None:
-    # "q" (113) and "a" (97) share bucket 1 of a 16-slot table but not of a 32-slot one.
-    assert java_hashmap_order(["q", "a", "b"]) == ["q", "a", "b"]
-    thirteen = ["q", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"]
-    assert java_hashmap_order(thirteen) == [*"abcdefghijkl", "q"]
