@@ -1,4 +1,4 @@
-"""Length-prefixed Kafka frames on an asyncio stream or a protocol's byte chunks.
+"""Length-prefixed Kafka frames, cut out of the byte chunks a connection receives.
 
 Every Kafka request and response is an int32 size followed by that many bytes.
 The size is checked against the configured limit *before* anything is read or
@@ -7,7 +7,6 @@ allocated for the frame, so a client declaring a 2 GB request costs nothing.
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
 from workgroup.errors import MessageTooLargeError, ProtocolError
@@ -23,23 +22,6 @@ def check_frame_size(size: int, max_bytes: int) -> int:
     if size > max_bytes:
         raise MessageTooLargeError(f"frame of {size} bytes exceeds the limit of {max_bytes} bytes")
     return size
-
-
-async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes | None:
-    """Read one frame's payload; ``None`` at a clean end of stream.
-
-    Raises :class:`ProtocolError` for a bad size and
-    :class:`asyncio.IncompleteReadError` when the peer goes away mid-frame.
-    """
-    try:
-        prefix = await reader.readexactly(SIZE_BYTES)
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial:
-            return None
-        raise
-    (size,) = _SIZE.unpack(prefix)
-    check_frame_size(size, max_bytes)
-    return await reader.readexactly(size)
 
 
 class FrameSplitter:

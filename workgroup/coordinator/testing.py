@@ -19,7 +19,7 @@ driver relies on: every token is answered at most once.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -332,9 +332,6 @@ class CoordinatorHarness:
             if answer.error is not ErrorCode.NONE:
                 raise AssertionError(f"sync failed: {answer!r}")
         return FormedGroup(group_id, generation, leader, member_ids, assignments)
-
-    def iter_replies(self) -> Iterator[tuple[Token, GroupResult]]:
-        yield from self.replies.items()
 
 
 def _label_assignments(member_ids: list[str]) -> dict[str, bytes]:
