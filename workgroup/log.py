@@ -1,7 +1,27 @@
-"""Structured logging: one place that configures structlog for workgroup.
+"""Structured logging that behaves like any library's logging.
 
-Event names are stable, dotted identifiers (``member.joined``,
-``group.rebalance_started``) so that logs can be searched and alerted on.
+Every workgroup module logs through a structlog logger wrapped around the
+standard library's ``logging.getLogger("workgroup.<module>")``.  Events have
+stable, dotted names (``member.joined``, ``group.join_rejected``) and key-value
+fields.  Nothing is configured at import time, so:
+
+* an application that configures nothing sees nothing on stdout; warnings and
+  errors reach stderr through Python's last-resort handler, as any library's do;
+* an application that configures ``logging`` gets workgroup's records under the
+  ``workgroup`` logger hierarchy.  A record's message reads
+  ``member.joined group=g generation=3``, and ``record.msg`` is the event's dict
+  (``record.msg["generation"] == 3``), so structlog's
+  ``structlog.stdlib.ProcessorFormatter`` renders the fields with the
+  application's own processors;
+* a process that just wants readable or JSON logs on stderr calls
+  :func:`configure` once (every ``workgroup`` CLI command does)::
+
+      import workgroup.log
+      workgroup.log.configure("info")             # or configure("debug", json=True)
+
+workgroup never calls ``structlog.configure``: the application's structlog
+configuration stays the application's.  Tests capture events with
+:func:`workgroup.testing.capture_logs`.
 """
 
 from __future__ import annotations
@@ -11,31 +31,110 @@ import sys
 from typing import Any
 
 import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+#: The top of workgroup's logger hierarchy.
+ROOT_LOGGER = "workgroup"
+
+#: Event keys passed to ``logging`` as arguments rather than rendered as fields.
+_RECORD_KEYS = ("exc_info", "stack_info")
+
+
+class LogEvent(dict[str, Any]):
+    """One event's fields; its ``str()`` is ``event key=value ...``.
+
+    ``logging`` formatters that know nothing of structlog call ``str(record.msg)``
+    and get that line; structlog's ``ProcessorFormatter`` copies the dict.
+    """
+
+    def __str__(self) -> str:
+        parts = [str(self.get("event", ""))]
+        for key, value in self.items():
+            if key != "event" and key not in _RECORD_KEYS:
+                parts.append(f"{key}={_render(value)}")
+        return " ".join(parts)
+
+
+def _render(value: object) -> str:
+    if isinstance(value, str) and value and not any(c.isspace() or c in "='\"" for c in value):
+        return value
+    return repr(value)
+
+
+def _to_logging(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Any:
+    """Hand the event to ``logging`` as the message, the way ``ProcessorFormatter`` expects."""
+    exc_info = event_dict.get("exc_info")
+    if exc_info is True:
+        # Resolved now: a handler may format the record after the ``except`` block.
+        exc_info = event_dict["exc_info"] = sys.exc_info()
+    kwargs: dict[str, Any] = {"extra": {"_logger": logger, "_name": method_name}}
+    if exc_info:
+        kwargs["exc_info"] = exc_info
+    if event_dict.get("stack_info"):
+        kwargs["stack_info"] = True
+    return (LogEvent(event_dict),), kwargs
+
+
+#: The processors every workgroup logger runs (one list, shared by reference, so
+#: that :func:`workgroup.testing.capture_logs` can swap its contents).
+PROCESSORS: list[Processor] = [
+    # First: a disabled level costs one ``isEnabledFor`` call and nothing else.
+    structlog.stdlib.filter_by_level,
+    structlog.contextvars.merge_contextvars,
+    _to_logging,
+]
 
 
 def get_logger(name: str, **initial: Any) -> structlog.stdlib.BoundLogger:
-    """Return a logger for one module, bound to ``initial`` context."""
-    logger: structlog.stdlib.BoundLogger = structlog.get_logger(name, **initial)
-    return logger
+    """A structlog logger over ``logging.getLogger(name)``, bound to ``initial``.
+
+    ``name`` is the module's dotted name (``workgroup.coordinator.server``), so
+    that ``logging`` configuration can address each module.
+    """
+    return structlog.stdlib.BoundLogger(logging.getLogger(name), PROCESSORS, initial)
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler :func:`configure` installs (so that a second call replaces it)."""
 
 
 def configure(level: str = "info", *, json: bool = False) -> None:
-    """Configure structlog for a workgroup process (CLI commands call this once)."""
-    renderer: Any = (
-        structlog.processors.JSONRenderer()
+    """Log workgroup's events at ``level`` and above to stderr: readable lines, or
+    JSON objects (one per line) with ``json=True``.
+
+    ``level`` is ``"debug"``, ``"info"``, ``"warning"`` or ``"error"``.  Only the
+    ``workgroup`` loggers are configured (other libraries' logging is left as it
+    is); calling it again replaces the previous settings.  Lines carry an ISO
+    timestamp (UTC), the level, the event name and its fields.
+    """
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ValueError(f"unknown log level {level!r}; use debug, info, warning or error")
+    renderer: list[Processor] = (
+        [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
         if json
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        else [structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())]
     )
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelName(level.upper())
-        ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+    stamp: list[Processor] = [
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    handler = _StderrHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                *stamp,
+                *renderer,
+            ],
+            # Records logged through ``logging`` directly under "workgroup.".
+            foreign_pre_chain=stamp,
+        )
     )
+    root = logging.getLogger(ROOT_LOGGER)
+    for old in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(numeric)
+    # The application's own handlers (if any) would print every event a second time.
+    root.propagate = False

@@ -14,10 +14,10 @@ import tracemalloc
 from collections.abc import AsyncIterator
 
 import pytest
-import structlog.testing
 
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.server import CoordinatorServer
+from workgroup.testing import capture_logs
 
 from .raw_client import (
     ApiVersionsRequest,
@@ -338,7 +338,7 @@ async def test_random_frames_never_hurt_the_coordinator(
     ],
 )
 async def test_bad_input_is_logged(server: CoordinatorServer, data: bytes, event: str) -> None:
-    with structlog.testing.capture_logs() as logs:
+    with capture_logs() as logs:
         bad = await RawClient.connect(*server.address)
         try:
             await bad.write_raw(data)

@@ -1,5 +1,6 @@
 """Tools for testing applications built on workgroup."""
 
+from workgroup.testing.logs import capture_logs
 from workgroup.testing.ownership import (
     MemberLog,
     OwnershipReport,
@@ -24,6 +25,7 @@ __all__ = [
     "ServerExited",
     "ServerProcess",
     "ServerStartError",
+    "capture_logs",
     "check_ownership",
     "free_port",
     "read_log",

@@ -10,11 +10,11 @@ from member_sim import (
     Simulation,
     StickyTestAssignor,
 )
-from structlog.testing import capture_logs
 
 from workgroup.kafka.messages import Heartbeat, JoinGroup, LeaveGroup
 from workgroup.member.state import MemberConfig, State
 from workgroup.protocol import BinaryCodec, Protocol
+from workgroup.testing import capture_logs
 
 CATALOG = {"shard": list(range(12))}
 SESSION = 10_000
