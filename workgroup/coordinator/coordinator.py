@@ -53,6 +53,10 @@ JoinGroup
      never completes early: it waits ``initial_rebalance_delay_ms``, extended by
      the same delay each time new members arrived, capped by the rebalance
      timeout (Kafka's InitialDelayedJoin).
+  9. Every rejected JoinGroup is logged at info as ``group.join_rejected`` with
+     the error and the reason (for INVALID_SESSION_TIMEOUT the requested timeout
+     and the allowed range; for INCONSISTENT_GROUP_PROTOCOL the group's protocol
+     type and common protocols next to the member's).
 
 SyncGroup
   Empty group id: INVALID_GROUP_ID.  Missing or Empty group: UNKNOWN_MEMBER_ID.
@@ -185,6 +189,8 @@ SKIP_ASSIGNMENT_JOIN_VERSION = 9
 BATCH_LEAVE_VERSION = 3
 
 MemberIdFactory = Callable[[str, str], str]
+
+_DEAD_GROUP = "the group is Dead (deleted, or the coordinator is unloading it)"
 
 
 def kafka_member_id(client_id: str, group_instance_id: str) -> str:
@@ -346,27 +352,32 @@ class GroupCoordinator:
     def _join_group(self, token: ReplyToken, request: JoinGroup) -> None:
         config = self._config
         if not request.group_id:
-            self._reply(
-                token, JoinGroupResult(ErrorCode.INVALID_GROUP_ID, member_id=request.member_id)
-            )
+            self._reject_join(token, request, ErrorCode.INVALID_GROUP_ID, "the group id is empty")
             return
         if not (
             config.min_session_timeout_ms
             <= request.session_timeout_ms
             <= config.max_session_timeout_ms
         ):
-            self._reply(
+            self._reject_join(
                 token,
-                JoinGroupResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=request.member_id),
+                request,
+                ErrorCode.INVALID_SESSION_TIMEOUT,
+                "the session timeout is outside the coordinator's range",
+                session_timeout_ms=request.session_timeout_ms,
+                min_session_timeout_ms=config.min_session_timeout_ms,
+                max_session_timeout_ms=config.max_session_timeout_ms,
             )
             return
         is_new_member = request.member_id == ""
         group = self._groups.get(request.group_id)
         if group is None:
             if not is_new_member:
-                self._reply(
+                self._reject_join(
                     token,
-                    JoinGroupResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=request.member_id),
+                    request,
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    "a member id was given for a group that does not exist",
                 )
                 return
             group = Group(request.group_id)
@@ -375,7 +386,15 @@ class GroupCoordinator:
 
         if not self._accept_joining_member(group, request.member_id):
             self._remove_member_or_pending(group, request.member_id)
-            self._reply(token, JoinGroupResult(ErrorCode.GROUP_MAX_SIZE_REACHED))
+            self._reject_join(
+                token,
+                request,
+                ErrorCode.GROUP_MAX_SIZE_REACHED,
+                "the group has its maximum number of members",
+                answer_member_id="",  # Kafka answers without the member id
+                group_max_size=config.group_max_size,
+                members=group.num_members,
+            )
             # Turning a member away may leave everyone else joined.
             self._maybe_complete_join_phase(group)
         elif is_new_member:
@@ -394,11 +413,11 @@ class GroupCoordinator:
 
     def _join_new_member(self, group: Group, token: ReplyToken, request: JoinGroup) -> None:
         if group.is_in(GroupState.DEAD):
-            self._reply(token, JoinGroupResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            self._reject_join(token, request, ErrorCode.COORDINATOR_NOT_AVAILABLE, _DEAD_GROUP)
             return
         names = frozenset(name for name, _ in request.protocols)
         if not group.supports_protocols(request.protocol_type, names):
-            self._reply(token, JoinGroupResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+            self._reject_inconsistent_join(token, request, group)
             return
         member_id = self._new_member_id(request.client.client_id, request.group_instance_id or "")
         instance_id = request.group_instance_id
@@ -421,28 +440,34 @@ class GroupCoordinator:
     def _join_existing_member(self, group: Group, token: ReplyToken, request: JoinGroup) -> None:
         member_id = request.member_id
         if group.is_in(GroupState.DEAD):
-            self._reply(
-                token, JoinGroupResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
-            )
+            self._reject_join(token, request, ErrorCode.COORDINATOR_NOT_AVAILABLE, _DEAD_GROUP)
             return
         names = frozenset(name for name, _ in request.protocols)
         if not group.supports_protocols(request.protocol_type, names):
-            self._reply(
-                token, JoinGroupResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
-            )
+            self._reject_inconsistent_join(token, request, group)
             return
         if group.is_pending(member_id):
             if request.group_instance_id is not None:
                 # Pending ids are only handed to dynamic members (Kafka fails the same way).
-                self._reply(
-                    token, JoinGroupResult(ErrorCode.UNKNOWN_SERVER_ERROR, member_id=member_id)
+                self._reject_join(
+                    token,
+                    request,
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    "a static member joined with a member id handed to a dynamic member",
                 )
                 return
             self._add_member_and_rebalance(group, token, request, member_id)
             return
         error = group.validate_member(member_id, request.group_instance_id)
         if error is not ErrorCode.NONE:
-            self._reply(token, JoinGroupResult(error, member_id=member_id))
+            self._reject_join(
+                token,
+                request,
+                error,
+                "the instance id belongs to another member id"
+                if error is ErrorCode.FENCED_INSTANCE_ID
+                else "the group does not know the member id",
+            )
             return
         member = group.members[member_id]
         state = group.state
@@ -461,7 +486,65 @@ class GroupCoordinator:
             else:
                 self._reply(token, self._current_join_result(group, member, with_members=False))
         else:
-            self._reply(token, JoinGroupResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id))
+            self._reject_join(
+                token,
+                request,
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"the group is {state.value}",
+            )
+
+    def _reject_join(
+        self,
+        token: ReplyToken,
+        request: JoinGroup,
+        error: ErrorCode,
+        reason: str,
+        *,
+        answer_member_id: str | None = None,
+        **details: object,
+    ) -> None:
+        """Answer a JoinGroup with ``error`` and log why (``group.join_rejected``).
+
+        The answer carries the request's member id unless ``answer_member_id``
+        says otherwise.
+        """
+        log.info(
+            "group.join_rejected",
+            group_id=request.group_id,
+            member_id=request.member_id,
+            group_instance_id=request.group_instance_id,
+            client_id=request.client.client_id,
+            error=error.name,
+            reason=reason,
+            **details,
+        )
+        member_id = request.member_id if answer_member_id is None else answer_member_id
+        self._reply(token, JoinGroupResult(error, member_id=member_id))
+
+    def _reject_inconsistent_join(
+        self,
+        token: ReplyToken,
+        request: JoinGroup,
+        group: Group,
+    ) -> None:
+        """INCONSISTENT_GROUP_PROTOCOL, logged with the group's and the member's protocols."""
+        member_protocols = [name for name, _ in request.protocols]
+        if not request.protocol_type or not member_protocols:
+            reason = "the protocol type or the protocol list is empty"
+        elif group.protocol_type != request.protocol_type:
+            reason = "the protocol type differs from the group's"
+        else:
+            reason = "no protocol of the member is supported by every member of the group"
+        self._reject_join(
+            token,
+            request,
+            ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+            reason,
+            group_protocol_type=group.protocol_type,
+            group_protocols=sorted(group.candidate_protocols()),
+            protocol_type=request.protocol_type,
+            protocols=member_protocols,
+        )
 
     def _current_join_result(
         self, group: Group, member: Member, *, with_members: bool
