@@ -11,6 +11,16 @@ import workgroup
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
 
 
+def test_importing_workgroup_loads_no_network_library() -> None:
+    code = (
+        "import sys, workgroup;"
+        "loaded = [m for m in ('aiokafka', 'asyncio') if m in sys.modules];"
+        "print(','.join(loaded))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
 def test_sans_io_modules_load_no_network_library() -> None:
     code = (
         "import sys, workgroup, workgroup.member.state, workgroup.coordinator.coordinator;"
@@ -21,10 +31,46 @@ def test_sans_io_modules_load_no_network_library() -> None:
     assert "aiokafka" not in out.stdout
 
 
-def test_public_names_resolve() -> None:
+def test_all_is_the_lazy_table_and_the_eager_names() -> None:
+    assert sorted(workgroup.__all__) == sorted([*workgroup._LAZY, *workgroup._EAGER])
+    assert len(set(workgroup.__all__)) == len(workgroup.__all__)
+
+
+@pytest.mark.parametrize("name", workgroup.__all__)
+def test_every_public_name_resolves(name: str) -> None:
+    value = getattr(workgroup, name)
+    assert value is not None
+    module = workgroup._LAZY.get(name)
+    if module is not None:
+        assert value is getattr(sys.modules[module], name)
+
+
+def test_public_names_are_the_defining_modules_objects() -> None:
+    from workgroup.assignors.registry import get_assignor
+    from workgroup.coordinator.server import CoordinatorServer
+    from workgroup.member.errors import MemberFatalError
+
     assert workgroup.GroupMember.__name__ == "GroupMember"
     assert workgroup.Protocol.__name__ == "Protocol"
-    with pytest.raises(AttributeError):
+    assert workgroup.CoordinatorServer is CoordinatorServer
+    assert workgroup.get_assignor is get_assignor
+    assert workgroup.MemberFatalError is MemberFatalError
+    assert issubclass(workgroup.MemberFatalError, workgroup.CoordinatorError)
+    assert issubclass(workgroup.AssignorError, workgroup.WorkgroupError)
+
+
+def test_dir_lists_the_lazy_names_before_they_are_loaded() -> None:
+    code = (
+        "import sys, workgroup;"
+        "names = dir(workgroup);"
+        "assert set(workgroup.__all__) <= set(names), names;"
+        "assert 'workgroup.coordinator.server' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="NoSuchThing"):
         _ = workgroup.NoSuchThing  # type: ignore[attr-defined]
 
 

@@ -261,7 +261,16 @@ class _Connection(asyncio.Protocol):
 
 
 class CoordinatorServer:
-    """The embedded coordinator listening on one TCP address."""
+    """The embedded coordinator listening on one TCP address.
+
+    As an async context manager it starts, and stops when the block ends; this
+    is how a test embeds a coordinator on its own event loop (port 0, the
+    default, picks a free port)::
+
+        async with CoordinatorServer(CoordinatorConfig(initial_rebalance_delay_ms=0)) as server:
+            async with GroupMember(server.bootstrap, "my-group", protocols) as member:
+                ...
+    """
 
     def __init__(
         self,
@@ -324,6 +333,23 @@ class CoordinatorServer:
         self._rearm_timer()
         host, port = self.address
         log.info("coordinator.listening", host=host, port=port)
+
+    async def __aenter__(self) -> CoordinatorServer:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()  # releases the store and its thread
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    @property
+    def bootstrap(self) -> str:
+        """``HOST:PORT`` (``[HOST]:PORT`` for IPv6) for clients to connect to."""
+        host, port = self.address
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     @property
     def address(self) -> tuple[str, int]:
@@ -390,13 +416,6 @@ class CoordinatorServer:
                 if not connection.lost.done():
                     connection.abort()
             await asyncio.wait(unfinished)
-
-    async def __aenter__(self) -> CoordinatorServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
 
     # --- connections -----------------------------------------------------------------
 
