@@ -116,6 +116,11 @@ def test_help_documents_the_defaults() -> None:
         assert option in text
     assert "[default: 6000]" in text
     assert "[default: 1800000]" in text
+    assert "no practical limit. [default: 2147483647]" in text
+    assert "[default: 104857600]" in text
+    assert "[default: 127.0.0.1:9092]" in text
+    assert "[default: empty-topics]" in text
+    assert "[default: info]" in text
 
 
 def test_console_script_and_module_agree() -> None:

@@ -80,7 +80,8 @@ def format_address(host: str, port: int) -> str:
     type=int,
     default=_DEFAULTS.group_max_size,
     show_default=True,
-    help="Most members one group may have.",
+    help="Most members one group may have; a JoinGroup beyond it gets "
+    "GROUP_MAX_SIZE_REACHED. The default is Kafka's, which sets no practical limit.",
 )
 @click.option(
     "--max-request-bytes",
@@ -103,6 +104,7 @@ def format_address(host: str, port: int) -> str:
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
     show_default=True,
+    help="Level of the structured log on stderr.",
 )
 @click.option("--log-json", is_flag=True, help="Log JSON lines to stderr.")
 def command(

@@ -18,6 +18,7 @@ class CoordinatorConfig:
     initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS
     min_session_timeout_ms: int = 6_000
     max_session_timeout_ms: int = 1_800_000
+    #: Kafka's default (``Integer.MAX_VALUE``): no practical limit.
     group_max_size: int = 2**31 - 1
     max_request_bytes: int = 100 * 1024 * 1024
     #: Size limit of one committed offset's metadata string (Kafka: 4096).
