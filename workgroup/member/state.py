@@ -88,6 +88,7 @@ from workgroup.log import get_logger
 from workgroup.member.errors import FATAL_CODES as _FATAL_CODES
 from workgroup.member.errors import (
     AssignorError,
+    CoordinatorUnavailableError,
     InconsistentProtocolError,
     MemberFatalError,
     fatal_error,
@@ -142,6 +143,10 @@ class MemberConfig:
     heartbeat_interval_ms: int = 3_000
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 1_000
+    #: Give up (FATAL, :class:`CoordinatorUnavailableError`) if no coordinator was
+    #: found this long after ``start``; ``None``: keep looking.  Later outages
+    #: follow the session rules instead.
+    connect_timeout_ms: int | None = None
     #: Kinds of resources this member takes; ``None``: every kind.
     kinds: Iterable[str] | None = None
     rack: str | None = None
@@ -173,6 +178,10 @@ class MemberConfig:
             raise ConfigError("rebalance timeout must be > 0")
         if self.capacity <= 0:
             raise ConfigError("capacity must be > 0")
+        if self.connect_timeout_ms is not None and self.connect_timeout_ms <= 0:
+            raise ConfigError(
+                f"connect timeout must be > 0 or None, got {self.connect_timeout_ms} ms"
+            )
 
     @property
     def protocol_type(self) -> str:
@@ -210,12 +219,15 @@ class InvokeCallback:
     """Run the application's callback; answer with ``callback_done``.
 
     Callbacks must run one after another in the order they are issued.
+    ``resources`` is what changes (never empty); ``owned`` is everything the
+    member owns right after the change.
     """
 
     callback_id: int
     kind: CallbackKind
     resources: tuple[Resource, ...]
     generation: int
+    owned: frozenset[Resource]
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +306,12 @@ class MemberMachine:
         self._find_at: int | None = None
         self._find_in_flight = False
         self._find_failures = 0
+        #: Before the first coordinator is found: when ``start`` ran, how many
+        #: lookups were asked for, and the last lookup's error.
+        self._started_at: int | None = None
+        self._coordinator_ever_found = False
+        self._find_attempts = 0
+        self._last_find_error: WorkgroupError | None = None
         #: Rejoin wanted (reason), acted on once no callback is running.
         self._rejoin_reason: str | None = None
         self._join_at = 0
@@ -339,6 +357,9 @@ class MemberMachine:
             return None
         if self.state is State.FINDING_COORDINATOR and self._find_at is not None:
             candidates.append(self._find_at)
+        connect_deadline = self._connect_deadline()
+        if connect_deadline is not None:
+            candidates.append(connect_deadline)
         if (
             self.state is State.JOINING
             and self._coordinator_known
@@ -362,6 +383,7 @@ class MemberMachine:
     def start(self, now: int) -> list[Action]:
         self._observe(now)
         if self.state is State.UNJOINED:
+            self._started_at = now
             self._resume_stable = False
             self._to_finding(now, immediately=True)
         return self._drain(now)
@@ -372,6 +394,7 @@ class MemberMachine:
             self._find_in_flight = False
             self._find_failures = 0
             self._coordinator_known = True
+            self._coordinator_ever_found = True
             log.debug("member.coordinator_found", group=self.config.group_id)
             if self._resume_stable and self.generation != NO_GENERATION:
                 self.state = State.STABLE
@@ -384,15 +407,18 @@ class MemberMachine:
         self._observe(now)
         if self.state is State.FINDING_COORDINATOR and self._find_in_flight:
             self._find_in_flight = False
+            self._last_find_error = error
             if not error.retriable:
                 self._fail(now, error)
             else:
                 self._find_failures += 1
                 self._find_at = now + self._backoff(self._find_failures)
-                log.info(
+                log.warning(
                     "member.coordinator_unavailable",
-                    error=str(error),
+                    group=self.config.group_id,
+                    attempt=self._find_failures,
                     retry_in_ms=self._find_at - now,
+                    error=str(error),
                 )
         return self._drain(now)
 
@@ -480,6 +506,34 @@ class MemberMachine:
             self._request_rejoin(reason)
         return self._drain(now)
 
+    def release(self, now: int, resources: Iterable[Resource], reason: str) -> list[Action]:
+        """Stop owning ``resources`` without a callback (the application gave them
+        up, e.g. its ``on_assigned`` failed) and rejoin so that the assignor hands
+        them to another member.  Resources this member does not own are ignored."""
+        self._observe(now)
+        released = sorted_resources(self.owned & frozenset(resources))
+        if released:
+            self.owned = self.owned - set(released)
+            if not self.owned:
+                self.owned_generation = NO_GENERATION
+            log.warning(
+                "member.resources_released",
+                group=self.config.group_id,
+                member_id=self.member_id,
+                count=len(released),
+                reason=reason,
+            )
+            self._request_rejoin(f"released {len(released)} resources: {reason}")
+        return self._drain(now)
+
+    def fail(self, now: int, error: WorkgroupError) -> list[Action]:
+        """The application stops the member as failed: what it owns is reported
+        lost, a dynamic member leaves the group, and the member enters FATAL."""
+        self._observe(now)
+        if self.state not in (State.CLOSED, State.FATAL):
+            self._fail(now, error, leave=True)
+        return self._drain(now)
+
     def tick(self, now: int) -> list[Action]:
         self._observe(now)
         return self._drain(now)
@@ -554,15 +608,40 @@ class MemberMachine:
             reason, self._rejoin_reason = self._rejoin_reason, None
             self._to_joining(now, reason, immediately=True)
         if self.state is State.FINDING_COORDINATOR:
+            connect_deadline = self._connect_deadline()
+            if connect_deadline is not None and now >= connect_deadline:
+                self._fail(now, self._connect_timeout_error())
+                return
             if not self._find_in_flight and self._find_at is not None and now >= self._find_at:
                 self._find_in_flight = True
                 self._find_at = None
+                self._find_attempts += 1
                 self._out.append(FindCoordinator())
             return
         if self.state is State.JOINING:
             self._maybe_send_join(now)
         if self._may_heartbeat() and self._heartbeat_at is not None and now >= self._heartbeat_at:
             self._send_heartbeat(now)
+
+    def _connect_deadline(self) -> int | None:
+        """When to give up finding the first coordinator (``connect_timeout_ms``)."""
+        timeout = self.config.connect_timeout_ms
+        if (
+            timeout is None
+            or self._started_at is None
+            or self._coordinator_ever_found
+            or self.state is not State.FINDING_COORDINATOR
+        ):
+            return None
+        return self._started_at + timeout
+
+    def _connect_timeout_error(self) -> CoordinatorUnavailableError:
+        last = str(self._last_find_error) if self._last_find_error else "no lookup finished"
+        attempts = self._find_attempts
+        return CoordinatorUnavailableError(
+            f"no coordinator reached within {self.config.connect_timeout_ms} ms "
+            f"({attempts} attempt{'' if attempts == 1 else 's'}; last: {last})"
+        )
 
     def _may_heartbeat(self) -> bool:
         return (
@@ -743,6 +822,8 @@ class MemberMachine:
             log.info("member.closed", group=self.config.group_id, member_id=self.member_id)
 
     def _fail(self, now: int, error: WorkgroupError, *, leave: bool = False) -> None:
+        if self.state is State.FATAL:
+            return  # the first error stands (and was logged)
         log.error(
             "member.fatal",
             group=self.config.group_id,
@@ -777,9 +858,12 @@ class MemberMachine:
     # --- ownership ----------------------------------------------------------
 
     def _callback(self, kind: CallbackKind, resources: tuple[Resource, ...], gen: int) -> None:
+        """Issue a callback for a change already applied to ``self.owned``."""
+        if not resources:
+            return
         self._next_id += 1
         self._callbacks.add(self._next_id)
-        self._out.append(InvokeCallback(self._next_id, kind, resources, gen))
+        self._out.append(InvokeCallback(self._next_id, kind, resources, gen, self.owned))
 
     def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
         self.owned = self.owned - set(resources)
@@ -821,7 +905,17 @@ class MemberMachine:
             self._coordinator_lost(now, f"{context}: {code.name}")
             return True
         if code in _FATAL_CODES:
-            self._fail(now, fatal_error(code, context))
+            self._fail(
+                now,
+                fatal_error(
+                    code,
+                    context,
+                    session_timeout_ms=self.config.session_timeout_ms,
+                    protocol_type=self.config.protocol_type,
+                    protocol_names=[p.wire_name for p in self.config.protocols],
+                    instance_id=self.config.instance_id,
+                ),
+            )
             return True
         if code is ErrorCode.UNKNOWN_MEMBER_ID:
             self._lose(f"{context}: UNKNOWN_MEMBER_ID")
