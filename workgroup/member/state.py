@@ -58,7 +58,6 @@ Rules:
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -93,6 +92,7 @@ from workgroup.member.errors import (
     MemberFatalError,
     fatal_error,
 )
+from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
@@ -104,30 +104,6 @@ NO_GENERATION = -1
 #: Time between a request and its response that the coordinator may hold a JoinGroup
 #: beyond the rebalance timeout (Kafka's client adds 5 s too).
 JOIN_TIMEOUT_MARGIN_MS = 5_000
-
-
-class State(enum.Enum):
-    #: Created or not yet started; nothing is owned, nothing is sent.
-    UNJOINED = "unjoined"
-    #: Waiting for the driver to locate the group coordinator (or for the back-off
-    #: before asking again).  A STABLE assignment is kept meanwhile.
-    FINDING_COORDINATOR = "finding_coordinator"
-    #: Preparing or awaiting a JoinGroup: eager protocols first wait for their
-    #: revocation callbacks; retriable errors wait for the back-off.
-    JOINING = "joining"
-    #: The leader's assignor runs (RunAssignor is out); heartbeats keep flowing.
-    ASSIGNING = "assigning"
-    #: SyncGroup in flight; the coordinator answers once the leader has assigned.
-    SYNCING = "syncing"
-    #: Member of the current generation with its assignment; heartbeating.  A
-    #: cooperative follow-up round starts here once revocations are done.
-    STABLE = "stable"
-    #: Closing: revocation callbacks, then LeaveGroup for dynamic members.
-    LEAVING = "leaving"
-    #: Closed; every later event is ignored.
-    CLOSED = "closed"
-    #: A non-retriable error (``MemberMachine.error``); nothing more is sent.
-    FATAL = "fatal"
 
 
 # --- configuration ------------------------------------------------------------
@@ -281,7 +257,7 @@ class MemberMachine:
 
     def __init__(self, config: MemberConfig, catalog: Catalog | None = None) -> None:
         self.config = config
-        self.state = State.UNJOINED
+        self._state = State.UNJOINED
         self.member_id = ""
         self.generation = NO_GENERATION
         self.leader_id = ""
@@ -332,6 +308,10 @@ class MemberMachine:
         self._last_seen = 0
 
     # --- read-only views ----------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        return self._state
 
     @property
     def is_leader(self) -> bool:
@@ -397,7 +377,7 @@ class MemberMachine:
             self._coordinator_ever_found = True
             log.debug("member.coordinator_found", group=self.config.group_id)
             if self._resume_stable and self.generation != NO_GENERATION:
-                self.state = State.STABLE
+                self._enter(State.STABLE)
                 self._heartbeat_at = now
             else:
                 self._to_joining(now, "coordinator found", immediately=True)
@@ -552,7 +532,7 @@ class MemberMachine:
                 self._revoke(sorted_resources(self.owned), self.generation)
             else:
                 self._lose("closing without a valid generation")
-        self.state = State.LEAVING
+        self._enter(State.LEAVING)
         if not self._callbacks:
             self._send_leave_or_close(now)
         return self._drain(now)
@@ -693,8 +673,12 @@ class MemberMachine:
 
     # --- transitions ----------------------------------------------------------
 
+    def _enter(self, target: State) -> None:
+        """The one place the state changes (checked against the transitions table)."""
+        self._state = check_transition(self._state, target)
+
     def _to_finding(self, now: int, *, immediately: bool) -> None:
-        self.state = State.FINDING_COORDINATOR
+        self._enter(State.FINDING_COORDINATOR)
         self._coordinator_known = False
         if not self._find_in_flight:
             self._find_at = now if immediately else now + self._backoff(self._find_failures + 1)
@@ -715,7 +699,7 @@ class MemberMachine:
             self._rejoin_reason = reason
 
     def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
-        self.state = State.JOINING
+        self._enter(State.JOINING)
         self._leader_round = None
         self._join_at = now if immediately else now + self._backoff(self._join_failures)
         if self.protocol is not None and self.protocol.mode == "eager" and self.owned:
@@ -788,7 +772,7 @@ class MemberMachine:
         return max(self.config.session_timeout_ms, 1_000)
 
     def _send_sync(self, now: int, assignments: tuple[tuple[str, bytes], ...]) -> None:
-        self.state = State.SYNCING
+        self._enter(State.SYNCING)
         protocol = self.protocol
         request = SyncGroup(
             group_id=self.config.group_id,
@@ -816,7 +800,7 @@ class MemberMachine:
     def _finish_close(self) -> None:
         if self.state is not State.CLOSED:
             if self.state is not State.FATAL:
-                self.state = State.CLOSED
+                self._enter(State.CLOSED)
             self._drop_pending(keep_heartbeat=False)
             self._out.append(Closed())
             log.info("member.closed", group=self.config.group_id, member_id=self.member_id)
@@ -841,7 +825,7 @@ class MemberMachine:
         self._drop_pending(keep_heartbeat=False)
         self._leader_round = None
         self.error = error
-        self.state = State.FATAL
+        self._enter(State.FATAL)
         if leave_member:
             # Let the rest of the group rebalance now instead of after our session.
             request = LeaveGroup(
@@ -1068,7 +1052,7 @@ class MemberMachine:
         return protocol.codec.decode_assignment(blob).value
 
     def _apply_assignment(self, now: int, protocol: Protocol, data: AssignmentData) -> None:
-        self.state = State.STABLE
+        self._enter(State.STABLE)
         self._heartbeat_at = now + self.config.heartbeat_interval_ms
         if data.catalog_hash and data.catalog_hash != self._catalog_hash:
             log.warning(
@@ -1195,7 +1179,7 @@ class MemberMachine:
             catalog=dict(self._catalog),
             catalog_hash=self._catalog_hash,
         )
-        self.state = State.ASSIGNING
+        self._enter(State.ASSIGNING)
         data = AssignmentInput(
             resources=dict(self._catalog),
             members=infos,
