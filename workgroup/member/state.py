@@ -92,6 +92,7 @@ from workgroup.member.errors import (
     MemberFatalError,
     fatal_error,
 )
+from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
 from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
@@ -100,7 +101,6 @@ from workgroup.types import Resource, sorted_resources
 
 log = get_logger("workgroup.member")
 
-NO_GENERATION = -1
 #: Time between a request and its response that the coordinator may hold a JoinGroup
 #: beyond the rebalance timeout (Kafka's client adds 5 s too).
 JOIN_TIMEOUT_MARGIN_MS = 5_000
@@ -234,8 +234,8 @@ Action = FindCoordinator | SendRequest | InvokeCallback | RunAssignor | Failed |
 @dataclass(frozen=True, slots=True)
 class _Pending:
     kind: Literal["join", "sync", "heartbeat", "leave"]
-    member_id: str
-    generation: int
+    #: The generation (and member id) the request was sent under (rule 1).
+    generation: Generation
     sent_at: int
 
 
@@ -258,14 +258,12 @@ class MemberMachine:
     def __init__(self, config: MemberConfig, catalog: Catalog | None = None) -> None:
         self.config = config
         self._state = State.UNJOINED
-        self.member_id = ""
-        self.generation = NO_GENERATION
+        self._generation = NO_GENERATION
         self.leader_id = ""
-        self.protocol: Protocol | None = None
         self.error: WorkgroupError | None = None
         #: Resources this member owns, and the generation they were assigned in.
         self.owned: frozenset[Resource] = frozenset()
-        self.owned_generation = NO_GENERATION
+        self.owned_generation = NO_GENERATION_ID
         self.rebalances = 0
         self._frozen: FrozenCatalog = freeze_catalog(catalog or {})
         self._catalog: dict[str, tuple[str | int, ...]] = self._frozen.keys
@@ -312,6 +310,20 @@ class MemberMachine:
     @property
     def state(self) -> State:
         return self._state
+
+    @property
+    def generation(self) -> int:
+        """The current generation's id (``-1``: none)."""
+        return self._generation.generation_id
+
+    @property
+    def member_id(self) -> str:
+        return self._generation.member_id
+
+    @property
+    def protocol(self) -> Protocol | None:
+        """The protocol the coordinator chose for the current generation."""
+        return self._generation.protocol
 
     @property
     def is_leader(self) -> bool:
@@ -376,7 +388,7 @@ class MemberMachine:
             self._coordinator_known = True
             self._coordinator_ever_found = True
             log.debug("member.coordinator_found", group=self.config.group_id)
-            if self._resume_stable and self.generation != NO_GENERATION:
+            if self._resume_stable and self._generation.is_valid:
                 self._enter(State.STABLE)
                 self._heartbeat_at = now
             else:
@@ -495,7 +507,7 @@ class MemberMachine:
         if released:
             self.owned = self.owned - set(released)
             if not self.owned:
-                self.owned_generation = NO_GENERATION
+                self.owned_generation = NO_GENERATION_ID
             log.warning(
                 "member.resources_released",
                 group=self.config.group_id,
@@ -528,7 +540,7 @@ class MemberMachine:
         self._drop_pending(keep_heartbeat=False)
         self._leader_round = None
         if self.owned:
-            if self.generation != NO_GENERATION:
+            if self._generation.is_valid:
                 self._revoke(sorted_resources(self.owned), self.generation)
             else:
                 self._lose("closing without a valid generation")
@@ -573,7 +585,7 @@ class MemberMachine:
                 generation=self.generation,
             )
             self._lose("no heartbeat succeeded within the session timeout")
-            self.generation = NO_GENERATION
+            self._generation = self._generation.reset()
             self._coordinator_lost(now, "session timed out")
             return
         if (
@@ -626,7 +638,7 @@ class MemberMachine:
     def _may_heartbeat(self) -> bool:
         return (
             self._coordinator_known
-            and self.generation != NO_GENERATION
+            and self._generation.is_valid
             and self.state in (State.JOINING, State.ASSIGNING, State.STABLE)
             and not any(p.kind in ("join", "sync", "heartbeat") for p in self._pending.values())
         )
@@ -635,7 +647,7 @@ class MemberMachine:
         """When the coordinator may have evicted us, from what we know for sure."""
         if (
             self._alive_since is None
-            or self.generation == NO_GENERATION
+            or not self._generation.is_valid
             or self.state
             not in (
                 State.STABLE,
@@ -736,7 +748,7 @@ class MemberMachine:
         meta = MemberMetadata(
             kinds=tuple(sorted(self.config.kinds)) if self.config.kinds is not None else (),
             owned=owned,
-            owned_generation=self.owned_generation if owned else NO_GENERATION,
+            owned_generation=self.owned_generation if owned else NO_GENERATION_ID,
             rack=self.config.rack,
             capacity=self.config.capacity,
             instance_id=self.config.instance_id,
@@ -754,7 +766,7 @@ class MemberMachine:
         timeout_ms: int,
     ) -> None:
         self._next_id += 1
-        self._pending[self._next_id] = _Pending(kind, self.member_id, self.generation, now)
+        self._pending[self._next_id] = _Pending(kind, self._generation, now)
         self._out.append(SendRequest(self._next_id, request, timeout_ms))
 
     def _send_heartbeat(self, now: int) -> None:
@@ -852,7 +864,7 @@ class MemberMachine:
     def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
         self.owned = self.owned - set(resources)
         if not self.owned:
-            self.owned_generation = NO_GENERATION
+            self.owned_generation = NO_GENERATION_ID
         log.info(
             "member.revoking",
             group=self.config.group_id,
@@ -867,7 +879,7 @@ class MemberMachine:
         lost = sorted_resources(self.owned)
         generation = self.owned_generation
         self.owned = frozenset()
-        self.owned_generation = NO_GENERATION
+        self.owned_generation = NO_GENERATION_ID
         log.warning(
             "member.resources_lost",
             group=self.config.group_id,
@@ -903,14 +915,13 @@ class MemberMachine:
             return True
         if code is ErrorCode.UNKNOWN_MEMBER_ID:
             self._lose(f"{context}: UNKNOWN_MEMBER_ID")
-            self.member_id = ""
-            self.generation = NO_GENERATION
+            self._generation = NO_GENERATION
             self._alive_since = None
             self._to_joining(now, f"{context}: unknown member id", immediately=True)
             return True
         if code is ErrorCode.ILLEGAL_GENERATION:
             self._lose(f"{context}: ILLEGAL_GENERATION")
-            self.generation = NO_GENERATION
+            self._generation = self._generation.reset()
             self._alive_since = None
             self._to_joining(now, f"{context}: illegal generation", immediately=True)
             return True
@@ -938,7 +949,7 @@ class MemberMachine:
             self._join_failures = 0
             self._joined(now, pending, result)
         elif code is ErrorCode.MEMBER_ID_REQUIRED:
-            self.member_id = result.member_id
+            self._generation = self._generation.with_member_id(result.member_id)
             self._to_joining(now, "member id required", immediately=True)
         elif code is ErrorCode.REBALANCE_IN_PROGRESS:
             self._to_joining(now, "rebalance in progress", immediately=True)
@@ -972,10 +983,8 @@ class MemberMachine:
             )
             return
         previous_generation = self.generation
-        self.member_id = result.member_id
-        self.generation = result.generation_id
+        self._generation = Generation(result.generation_id, result.member_id, protocol)
         self.leader_id = result.leader
-        self.protocol = protocol
         self._alive_since = None
         self._proved_alive(now, pending)
         self._heartbeat_at = now + self.config.heartbeat_interval_ms
@@ -996,11 +1005,7 @@ class MemberMachine:
             self._send_sync(now, ())
 
     def _on_sync(self, now: int, pending: _Pending, result: SyncGroupResult) -> None:
-        if (
-            self.state is not State.SYNCING
-            or pending.generation != self.generation
-            or pending.member_id != self.member_id
-        ):
+        if self.state is not State.SYNCING or not self._generation.answers_to(pending.generation):
             return
         code = result.error
         if code is ErrorCode.REBALANCE_IN_PROGRESS:
@@ -1071,7 +1076,7 @@ class MemberMachine:
         if revoked:
             self._revoke(revoked, self.generation)
         self.owned = assigned
-        self.owned_generation = self.generation if assigned else NO_GENERATION
+        self.owned_generation = self.generation if assigned else NO_GENERATION_ID
         self._callback("on_assigned", added, self.generation)
         log.info(
             "member.assigned",
@@ -1102,7 +1107,7 @@ class MemberMachine:
             self._request_rejoin("the leader asked for another round")
 
     def _on_heartbeat(self, now: int, pending: _Pending, result: HeartbeatResult) -> None:
-        if pending.generation != self.generation or pending.member_id != self.member_id:
+        if not self._generation.answers_to(pending.generation):
             return
         code = result.error
         if code is ErrorCode.NONE:
