@@ -93,6 +93,7 @@ from workgroup.member.errors import (
     fatal_error,
 )
 from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
+from workgroup.member.heartbeat import HeartbeatTimer
 from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
@@ -290,20 +291,15 @@ class MemberMachine:
         self._rejoin_reason: str | None = None
         self._join_at = 0
         self._join_failures = 0
-        self._heartbeat_at: int | None = None
-        self._heartbeat_failures = 0
-        #: Send time of the newest request that proved the session alive.
-        self._alive_since: int | None = None
+        self._heartbeat = HeartbeatTimer(
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            session_timeout_ms=config.session_timeout_ms,
+            rebalance_timeout_ms=config.rebalance_timeout_ms,
+        )
         self._leader_round: _LeaderRound | None = None
         #: After a rediscovery: return to STABLE (True) or rejoin (False).
         self._resume_stable = False
         self._leave_sent = False
-        #: When the machine expected its next event at the latest (its deadline).
-        self._expected_by: int | None = None
-        #: Answers to requests sent before this time may have waited arbitrarily
-        #: long in a buffer (the process was frozen or starved).
-        self._starved_until = 0
-        self._last_seen = 0
 
     # --- read-only views ----------------------------------------------------
 
@@ -359,15 +355,15 @@ class MemberMachine:
             and not any(p.kind in ("join", "sync") for p in self._pending.values())
         ):
             candidates.append(self._join_at)
-        if self._heartbeat_at is not None and self._may_heartbeat():
-            candidates.append(self._heartbeat_at)
+        if self._heartbeat.next_at is not None and self._may_heartbeat():
+            candidates.append(self._heartbeat.next_at)
         session_end = self._session_end()
         if session_end is not None:
             candidates.append(session_end)
         if self._rebalance_in_flight():
             # A watchdog: being woken late tells us the process was frozen or starved,
-            # so a held answer read afterwards may be old (see _proved_alive).
-            candidates.append(self._last_seen + self.config.heartbeat_interval_ms)
+            # so a held answer read afterwards may be old (heartbeat.py, rule 4).
+            candidates.append(self._heartbeat.watchdog_at())
         return min(candidates) if candidates else None
 
     # --- events -------------------------------------------------------------
@@ -390,7 +386,7 @@ class MemberMachine:
             log.debug("member.coordinator_found", group=self.config.group_id)
             if self._resume_stable and self._generation.is_valid:
                 self._enter(State.STABLE)
-                self._heartbeat_at = now
+                self._heartbeat.due_now(now)
             else:
                 self._to_joining(now, "coordinator found", immediately=True)
         return self._drain(now)
@@ -554,18 +550,14 @@ class MemberMachine:
     def _observe(self, now: int) -> None:
         """Notice when the machine ran long after its deadline (frozen process,
         starved event loop): answers that arrive now may be arbitrarily old."""
-        if (
-            self._expected_by is not None
-            and now - self._expected_by > self._starvation_threshold_ms
-        ):
-            log.warning("member.starved", late_ms=now - self._expected_by)
-            self._starved_until = now
-        self._last_seen = max(self._last_seen, now)
+        late_ms = self._heartbeat.observe(now)
+        if late_ms is not None:
+            log.warning("member.starved", late_ms=late_ms)
 
     def _drain(self, now: int) -> list[Action]:
         self._progress(now)
         out, self._out = self._out, []
-        self._expected_by = self.next_deadline()
+        self._heartbeat.expect(self.next_deadline())
         return out
 
     def _progress(self, now: int) -> None:
@@ -612,7 +604,8 @@ class MemberMachine:
             return
         if self.state is State.JOINING:
             self._maybe_send_join(now)
-        if self._may_heartbeat() and self._heartbeat_at is not None and now >= self._heartbeat_at:
+        due = self._heartbeat.next_at
+        if self._may_heartbeat() and due is not None and now >= due:
             self._send_heartbeat(now)
 
     def _connect_deadline(self) -> int | None:
@@ -646,8 +639,7 @@ class MemberMachine:
     def _session_end(self) -> int | None:
         """When the coordinator may have evicted us, from what we know for sure."""
         if (
-            self._alive_since is None
-            or not self._generation.is_valid
+            not self._generation.is_valid
             or self.state
             not in (
                 State.STABLE,
@@ -660,25 +652,8 @@ class MemberMachine:
             return None
         if self._rebalance_in_flight() and not self.owned:
             return None  # the coordinator holds the request; nothing is at stake
-        end = self._alive_since + self.config.session_timeout_ms
-        held_until = self._held_until(end)
-        return end if held_until is None else max(end, held_until)
-
-    def _held_until(self, session_end: int) -> int | None:
-        """Until when a held JoinGroup/SyncGroup keeps the session alive (rule 4)."""
-        for p in self._pending.values():
-            if (
-                p.kind in ("join", "sync")
-                and p.sent_at >= self._starved_until
-                and p.sent_at + self._starvation_threshold_ms <= session_end
-            ):
-                return p.sent_at + self.config.rebalance_timeout_ms
-        return None
-
-    @property
-    def _starvation_threshold_ms(self) -> int:
-        """How late an event may come before the machine assumes it was starved."""
-        return min(self.config.heartbeat_interval_ms, self.config.session_timeout_ms // 3)
+        held = (p.sent_at for p in self._pending.values() if p.kind in ("join", "sync"))
+        return self._heartbeat.session_end(held)
 
     def _rebalance_in_flight(self) -> bool:
         return any(p.kind in ("join", "sync") for p in self._pending.values())
@@ -776,7 +751,7 @@ class MemberMachine:
             member_id=self.member_id,
             group_instance_id=self.config.instance_id,
         )
-        self._heartbeat_at = now + self.config.heartbeat_interval_ms
+        self._heartbeat.schedule(now)
         self._send(now, "heartbeat", request, self._short_timeout_ms)
 
     @property
@@ -916,30 +891,20 @@ class MemberMachine:
         if code is ErrorCode.UNKNOWN_MEMBER_ID:
             self._lose(f"{context}: UNKNOWN_MEMBER_ID")
             self._generation = NO_GENERATION
-            self._alive_since = None
+            self._heartbeat.forget_proof()
             self._to_joining(now, f"{context}: unknown member id", immediately=True)
             return True
         if code is ErrorCode.ILLEGAL_GENERATION:
             self._lose(f"{context}: ILLEGAL_GENERATION")
             self._generation = self._generation.reset()
-            self._alive_since = None
+            self._heartbeat.forget_proof()
             self._to_joining(now, f"{context}: illegal generation", immediately=True)
             return True
         return False
 
     def _proved_alive(self, now: int, pending: _Pending) -> None:
-        """The coordinator answered: our session was alive when it did.
-
-        A held JoinGroup/SyncGroup keeps the session alive (Kafka restarts the
-        session timer when it answers), so the proof is the answer's time, not the
-        request's; we take ``now`` minus one heartbeat interval as a safe lower
-        bound of when the coordinator answered.
-        """
-        proof = pending.sent_at
-        if pending.kind in ("join", "sync") and pending.sent_at >= self._starved_until:
-            proof = max(proof, now - self.config.heartbeat_interval_ms)
-        if self._alive_since is None or proof > self._alive_since:
-            self._alive_since = proof
+        """The coordinator answered: the session was alive (heartbeat.py, rule 2)."""
+        self._heartbeat.proved_alive(now, pending.sent_at, held=pending.kind in ("join", "sync"))
 
     def _on_join(self, now: int, pending: _Pending, result: JoinGroupResult) -> None:
         if self.state is not State.JOINING:
@@ -985,9 +950,9 @@ class MemberMachine:
         previous_generation = self.generation
         self._generation = Generation(result.generation_id, result.member_id, protocol)
         self.leader_id = result.leader
-        self._alive_since = None
+        self._heartbeat.forget_proof()
         self._proved_alive(now, pending)
-        self._heartbeat_at = now + self.config.heartbeat_interval_ms
+        self._heartbeat.schedule(now)
         self.rebalances += 1
         log.info(
             "member.joined",
@@ -1058,7 +1023,7 @@ class MemberMachine:
 
     def _apply_assignment(self, now: int, protocol: Protocol, data: AssignmentData) -> None:
         self._enter(State.STABLE)
-        self._heartbeat_at = now + self.config.heartbeat_interval_ms
+        self._heartbeat.schedule(now)
         if data.catalog_hash and data.catalog_hash != self._catalog_hash:
             log.warning(
                 "member.catalog_mismatch",
@@ -1111,7 +1076,7 @@ class MemberMachine:
             return
         code = result.error
         if code is ErrorCode.NONE:
-            self._heartbeat_failures = 0
+            self._heartbeat.succeeded()
             self._proved_alive(now, pending)
         elif code is ErrorCode.REBALANCE_IN_PROGRESS:
             # The session is alive: the coordinator only wants everyone to rejoin.
@@ -1121,8 +1086,7 @@ class MemberMachine:
         elif self._common_error(now, code, "Heartbeat"):
             return
         else:
-            self._heartbeat_failures += 1
-            self._heartbeat_at = now + self._backoff(self._heartbeat_failures)
+            self._heartbeat.failed(now, self._backoff)
 
     # --- the leader's part ----------------------------------------------------
 
