@@ -11,11 +11,16 @@ States::
                          └── coordinator lost ───────┴──── rejoin: rebalance, follow-up ◀─────┘
     any ─close─▶ LEAVING ─▶ CLOSED                any ─fatal error─▶ FATAL
 
+The parts: the states and their legal moves are in
+:mod:`~workgroup.member.transitions` (every change goes through its check),
+heartbeat and session timing in :mod:`~workgroup.member.heartbeat`, the
+generation a request belongs to in :mod:`~workgroup.member.generation`.
+
 Rules:
 
-1. Every request is sent under the member id and generation current at the
-   time; a response whose request is no longer pending, or whose member id /
-   generation differ from the current ones, is stale and ignored.
+1. Every request is sent under the current :class:`Generation` (id and member
+   id); a response whose request is no longer pending, or whose generation is
+   no longer the current one, is stale and ignored.
 2. At most one JoinGroup or SyncGroup is in flight, and at most one Heartbeat.
    Heartbeats are sent only with a valid generation and no JoinGroup/SyncGroup
    in flight (the coordinator holds those, and they keep the session alive),
@@ -32,7 +37,11 @@ Rules:
    other retriable errors → retry after an exponential back-off;
    FENCED_INSTANCE_ID, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT,
    GROUP_MAX_SIZE_REACHED, GROUP_AUTHORIZATION_FAILED (and malformed-request
-   errors) → FATAL with a :class:`~workgroup.member.errors.MemberFatalError`.
+   errors) → FATAL with a :class:`~workgroup.member.errors.MemberFatalError`
+   saying what was expected; the machine logs ``member.fatal`` once.
+   Finding the coordinator: each failed lookup is retried after the back-off
+   (the machine's, the only retry policy); ``connect_timeout_ms`` bounds the
+   search for the first coordinator (then FATAL, CoordinatorUnavailableError).
 4. Session: if no heartbeat sent at time *t* succeeded and ``t + session
    timeout`` passes, the coordinator has evicted this member by now, so its
    resources are reported lost (before anyone else can be handed them).
@@ -43,6 +52,7 @@ Rules:
    rebalance timeout`` as long as it is in flight — unless the process was
    starved since *s* (its answer may then be old, and the member removed
    meanwhile) or the request failed: then the session bound applies alone.
+   (The timing itself: :class:`~workgroup.member.heartbeat.HeartbeatTimer`.)
 5. Eager protocols revoke every owned resource before (re)joining.  Cooperative
    protocols (KIP-429) keep them and report them in their metadata; the leader
    withholds any resource another member still owns, the owner revokes it when
@@ -53,7 +63,12 @@ Rules:
    another version re-encodes with that one and rejoins.
 7. Close: owned resources are revoked (lost, if the generation is no longer
    valid); dynamic members then send LeaveGroup, static members do not (their
-   instance id keeps their place until the session times out).
+   instance id keeps their place until the session times out).  ``fail``: what
+   is owned is lost, dynamic members send LeaveGroup, then FATAL.
+8. Callbacks report a change already made: ``resources`` (never empty) is the
+   change, ``owned`` everything owned afterwards.  ``release`` drops resources
+   without a callback (the application gave them up) and rejoins so that the
+   assignor hands them to another member.
 """
 
 from __future__ import annotations
