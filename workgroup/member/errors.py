@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
 
 
@@ -45,6 +47,10 @@ class MemberClosedError(WorkgroupError):
     """The member was closed."""
 
 
+class IllegalTransitionError(WorkgroupError):
+    """The member's state machine tried a state change its rules forbid (a bug)."""
+
+
 _FATAL_CLASSES: dict[ErrorCode, type[MemberFatalError]] = {
     ErrorCode.FENCED_INSTANCE_ID: FencedInstanceError,
     ErrorCode.INCONSISTENT_GROUP_PROTOCOL: InconsistentProtocolError,
@@ -54,11 +60,6 @@ _FATAL_CLASSES: dict[ErrorCode, type[MemberFatalError]] = {
 }
 
 _FATAL_HINTS: dict[ErrorCode, str] = {
-    ErrorCode.FENCED_INSTANCE_ID: "another process runs with the same instance id",
-    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: (
-        "the group's members share no protocol (type and name) with this member"
-    ),
-    ErrorCode.INVALID_SESSION_TIMEOUT: "the session timeout is outside the coordinator's range",
     ErrorCode.GROUP_MAX_SIZE_REACHED: "the group already has the maximum number of members",
     ErrorCode.GROUP_AUTHORIZATION_FAILED: "this client is not authorized to join the group",
 }
@@ -70,7 +71,33 @@ FATAL_CODES = frozenset(_FATAL_CLASSES) | {
 }
 
 
-def fatal_error(code: ErrorCode, context: str) -> MemberFatalError:
+def fatal_error(
+    code: ErrorCode,
+    context: str,
+    *,
+    session_timeout_ms: int,
+    protocol_type: str,
+    protocol_names: Sequence[str],
+    instance_id: str | None,
+) -> MemberFatalError:
+    """The error for a refusal in :data:`FATAL_CODES`, saying what the coordinator
+    expected of this member (whose settings are passed in)."""
     cls = _FATAL_CLASSES.get(code, MemberFatalError)
-    hint = _FATAL_HINTS.get(code, "the coordinator rejected the request")
+    if code is ErrorCode.INVALID_SESSION_TIMEOUT:
+        hint = (
+            f"this member's session timeout ({session_timeout_ms} ms) is outside the "
+            "coordinator's allowed range (Kafka: group.min.session.timeout.ms, default 6000, "
+            "to group.max.session.timeout.ms, default 1800000; the embedded coordinator: "
+            "--min-session-timeout-ms / --max-session-timeout-ms)"
+        )
+    elif code is ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
+        hint = (
+            f"this member speaks protocol type {protocol_type!r} with protocols "
+            f"{', '.join(repr(n) for n in protocol_names)}; the group's members share none "
+            "of them"
+        )
+    elif code is ErrorCode.FENCED_INSTANCE_ID:
+        hint = f"another process runs with this member's instance id {instance_id!r}"
+    else:
+        hint = _FATAL_HINTS.get(code, "the coordinator rejected the request")
     return cls(code, f"{context}: {code.name} ({int(code)}): {hint}")

@@ -11,11 +11,16 @@ States::
                          └── coordinator lost ───────┴──── rejoin: rebalance, follow-up ◀─────┘
     any ─close─▶ LEAVING ─▶ CLOSED                any ─fatal error─▶ FATAL
 
+The parts: the states and their legal moves are in
+:mod:`~workgroup.member.transitions` (every change goes through its check),
+heartbeat and session timing in :mod:`~workgroup.member.heartbeat`, the
+generation a request belongs to in :mod:`~workgroup.member.generation`.
+
 Rules:
 
-1. Every request is sent under the member id and generation current at the
-   time; a response whose request is no longer pending, or whose member id /
-   generation differ from the current ones, is stale and ignored.
+1. Every request is sent under the current :class:`Generation` (id and member
+   id); a response whose request is no longer pending, or whose generation is
+   no longer the current one, is stale and ignored.
 2. At most one JoinGroup or SyncGroup is in flight, and at most one Heartbeat.
    Heartbeats are sent only with a valid generation and no JoinGroup/SyncGroup
    in flight (the coordinator holds those, and they keep the session alive),
@@ -32,7 +37,11 @@ Rules:
    other retriable errors → retry after an exponential back-off;
    FENCED_INSTANCE_ID, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT,
    GROUP_MAX_SIZE_REACHED, GROUP_AUTHORIZATION_FAILED (and malformed-request
-   errors) → FATAL with a :class:`~workgroup.member.errors.MemberFatalError`.
+   errors) → FATAL with a :class:`~workgroup.member.errors.MemberFatalError`
+   saying what was expected; the machine logs ``member.fatal`` once.
+   Finding the coordinator: each failed lookup is retried after the back-off
+   (the machine's, the only retry policy); ``connect_timeout_ms`` bounds the
+   search for the first coordinator (then FATAL, CoordinatorUnavailableError).
 4. Session: if no heartbeat sent at time *t* succeeded and ``t + session
    timeout`` passes, the coordinator has evicted this member by now, so its
    resources are reported lost (before anyone else can be handed them).
@@ -43,6 +52,7 @@ Rules:
    rebalance timeout`` as long as it is in flight — unless the process was
    starved since *s* (its answer may then be old, and the member removed
    meanwhile) or the request failed: then the session bound applies alone.
+   (The timing itself: :class:`~workgroup.member.heartbeat.HeartbeatTimer`.)
 5. Eager protocols revoke every owned resource before (re)joining.  Cooperative
    protocols (KIP-429) keep them and report them in their metadata; the leader
    withholds any resource another member still owns, the owner revokes it when
@@ -53,12 +63,16 @@ Rules:
    another version re-encodes with that one and rejoins.
 7. Close: owned resources are revoked (lost, if the generation is no longer
    valid); dynamic members then send LeaveGroup, static members do not (their
-   instance id keeps their place until the session times out).
+   instance id keeps their place until the session times out).  ``fail``: what
+   is owned is lost, dynamic members send LeaveGroup, then FATAL.
+8. Callbacks report a change already made: ``resources`` (never empty) is the
+   change, ``owned`` everything owned afterwards.  ``release`` drops resources
+   without a callback (the application gave them up) and rejoins so that the
+   assignor hands them to another member.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -88,10 +102,14 @@ from workgroup.log import get_logger
 from workgroup.member.errors import FATAL_CODES as _FATAL_CODES
 from workgroup.member.errors import (
     AssignorError,
+    CoordinatorUnavailableError,
     InconsistentProtocolError,
     MemberFatalError,
     fatal_error,
 )
+from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
+from workgroup.member.heartbeat import HeartbeatTimer
+from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
@@ -99,34 +117,9 @@ from workgroup.types import Resource, sorted_resources
 
 log = get_logger("workgroup.member")
 
-NO_GENERATION = -1
 #: Time between a request and its response that the coordinator may hold a JoinGroup
 #: beyond the rebalance timeout (Kafka's client adds 5 s too).
 JOIN_TIMEOUT_MARGIN_MS = 5_000
-
-
-class State(enum.Enum):
-    #: Created or not yet started; nothing is owned, nothing is sent.
-    UNJOINED = "unjoined"
-    #: Waiting for the driver to locate the group coordinator (or for the back-off
-    #: before asking again).  A STABLE assignment is kept meanwhile.
-    FINDING_COORDINATOR = "finding_coordinator"
-    #: Preparing or awaiting a JoinGroup: eager protocols first wait for their
-    #: revocation callbacks; retriable errors wait for the back-off.
-    JOINING = "joining"
-    #: The leader's assignor runs (RunAssignor is out); heartbeats keep flowing.
-    ASSIGNING = "assigning"
-    #: SyncGroup in flight; the coordinator answers once the leader has assigned.
-    SYNCING = "syncing"
-    #: Member of the current generation with its assignment; heartbeating.  A
-    #: cooperative follow-up round starts here once revocations are done.
-    STABLE = "stable"
-    #: Closing: revocation callbacks, then LeaveGroup for dynamic members.
-    LEAVING = "leaving"
-    #: Closed; every later event is ignored.
-    CLOSED = "closed"
-    #: A non-retriable error (``MemberMachine.error``); nothing more is sent.
-    FATAL = "fatal"
 
 
 # --- configuration ------------------------------------------------------------
@@ -142,6 +135,10 @@ class MemberConfig:
     heartbeat_interval_ms: int = 3_000
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 1_000
+    #: Give up (FATAL, :class:`CoordinatorUnavailableError`) if no coordinator was
+    #: found this long after ``start``; ``None``: keep looking.  Later outages
+    #: follow the session rules instead.
+    connect_timeout_ms: int | None = None
     #: Kinds of resources this member takes; ``None``: every kind.
     kinds: Iterable[str] | None = None
     rack: str | None = None
@@ -173,6 +170,10 @@ class MemberConfig:
             raise ConfigError("rebalance timeout must be > 0")
         if self.capacity <= 0:
             raise ConfigError("capacity must be > 0")
+        if self.connect_timeout_ms is not None and self.connect_timeout_ms <= 0:
+            raise ConfigError(
+                f"connect timeout must be > 0 or None, got {self.connect_timeout_ms} ms"
+            )
 
     @property
     def protocol_type(self) -> str:
@@ -210,12 +211,15 @@ class InvokeCallback:
     """Run the application's callback; answer with ``callback_done``.
 
     Callbacks must run one after another in the order they are issued.
+    ``resources`` is what changes (never empty); ``owned`` is everything the
+    member owns right after the change.
     """
 
     callback_id: int
     kind: CallbackKind
     resources: tuple[Resource, ...]
     generation: int
+    owned: frozenset[Resource]
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,8 +250,8 @@ Action = FindCoordinator | SendRequest | InvokeCallback | RunAssignor | Failed |
 @dataclass(frozen=True, slots=True)
 class _Pending:
     kind: Literal["join", "sync", "heartbeat", "leave"]
-    member_id: str
-    generation: int
+    #: The generation (and member id) the request was sent under (rule 1).
+    generation: Generation
     sent_at: int
 
 
@@ -269,15 +273,13 @@ class MemberMachine:
 
     def __init__(self, config: MemberConfig, catalog: Catalog | None = None) -> None:
         self.config = config
-        self.state = State.UNJOINED
-        self.member_id = ""
-        self.generation = NO_GENERATION
+        self._state = State.UNJOINED
+        self._generation = NO_GENERATION
         self.leader_id = ""
-        self.protocol: Protocol | None = None
         self.error: WorkgroupError | None = None
         #: Resources this member owns, and the generation they were assigned in.
         self.owned: frozenset[Resource] = frozenset()
-        self.owned_generation = NO_GENERATION
+        self.owned_generation = NO_GENERATION_ID
         self.rebalances = 0
         self._frozen: FrozenCatalog = freeze_catalog(catalog or {})
         self._catalog: dict[str, tuple[str | int, ...]] = self._frozen.keys
@@ -294,26 +296,45 @@ class MemberMachine:
         self._find_at: int | None = None
         self._find_in_flight = False
         self._find_failures = 0
+        #: Before the first coordinator is found: when ``start`` ran, how many
+        #: lookups were asked for, and the last lookup's error.
+        self._started_at: int | None = None
+        self._coordinator_ever_found = False
+        self._find_attempts = 0
+        self._last_find_error: WorkgroupError | None = None
         #: Rejoin wanted (reason), acted on once no callback is running.
         self._rejoin_reason: str | None = None
         self._join_at = 0
         self._join_failures = 0
-        self._heartbeat_at: int | None = None
-        self._heartbeat_failures = 0
-        #: Send time of the newest request that proved the session alive.
-        self._alive_since: int | None = None
+        self._heartbeat = HeartbeatTimer(
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            session_timeout_ms=config.session_timeout_ms,
+            rebalance_timeout_ms=config.rebalance_timeout_ms,
+        )
         self._leader_round: _LeaderRound | None = None
         #: After a rediscovery: return to STABLE (True) or rejoin (False).
         self._resume_stable = False
         self._leave_sent = False
-        #: When the machine expected its next event at the latest (its deadline).
-        self._expected_by: int | None = None
-        #: Answers to requests sent before this time may have waited arbitrarily
-        #: long in a buffer (the process was frozen or starved).
-        self._starved_until = 0
-        self._last_seen = 0
 
     # --- read-only views ----------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def generation(self) -> int:
+        """The current generation's id (``-1``: none)."""
+        return self._generation.generation_id
+
+    @property
+    def member_id(self) -> str:
+        return self._generation.member_id
+
+    @property
+    def protocol(self) -> Protocol | None:
+        """The protocol the coordinator chose for the current generation."""
+        return self._generation.protocol
 
     @property
     def is_leader(self) -> bool:
@@ -339,6 +360,9 @@ class MemberMachine:
             return None
         if self.state is State.FINDING_COORDINATOR and self._find_at is not None:
             candidates.append(self._find_at)
+        connect_deadline = self._connect_deadline()
+        if connect_deadline is not None:
+            candidates.append(connect_deadline)
         if (
             self.state is State.JOINING
             and self._coordinator_known
@@ -346,15 +370,15 @@ class MemberMachine:
             and not any(p.kind in ("join", "sync") for p in self._pending.values())
         ):
             candidates.append(self._join_at)
-        if self._heartbeat_at is not None and self._may_heartbeat():
-            candidates.append(self._heartbeat_at)
+        if self._heartbeat.next_at is not None and self._may_heartbeat():
+            candidates.append(self._heartbeat.next_at)
         session_end = self._session_end()
         if session_end is not None:
             candidates.append(session_end)
         if self._rebalance_in_flight():
             # A watchdog: being woken late tells us the process was frozen or starved,
-            # so a held answer read afterwards may be old (see _proved_alive).
-            candidates.append(self._last_seen + self.config.heartbeat_interval_ms)
+            # so a held answer read afterwards may be old (heartbeat.py, rule 4).
+            candidates.append(self._heartbeat.watchdog_at())
         return min(candidates) if candidates else None
 
     # --- events -------------------------------------------------------------
@@ -362,6 +386,7 @@ class MemberMachine:
     def start(self, now: int) -> list[Action]:
         self._observe(now)
         if self.state is State.UNJOINED:
+            self._started_at = now
             self._resume_stable = False
             self._to_finding(now, immediately=True)
         return self._drain(now)
@@ -372,10 +397,11 @@ class MemberMachine:
             self._find_in_flight = False
             self._find_failures = 0
             self._coordinator_known = True
+            self._coordinator_ever_found = True
             log.debug("member.coordinator_found", group=self.config.group_id)
-            if self._resume_stable and self.generation != NO_GENERATION:
-                self.state = State.STABLE
-                self._heartbeat_at = now
+            if self._resume_stable and self._generation.is_valid:
+                self._enter(State.STABLE)
+                self._heartbeat.due_now(now)
             else:
                 self._to_joining(now, "coordinator found", immediately=True)
         return self._drain(now)
@@ -384,15 +410,18 @@ class MemberMachine:
         self._observe(now)
         if self.state is State.FINDING_COORDINATOR and self._find_in_flight:
             self._find_in_flight = False
+            self._last_find_error = error
             if not error.retriable:
                 self._fail(now, error)
             else:
                 self._find_failures += 1
                 self._find_at = now + self._backoff(self._find_failures)
-                log.info(
+                log.warning(
                     "member.coordinator_unavailable",
-                    error=str(error),
+                    group=self.config.group_id,
+                    attempt=self._find_failures,
                     retry_in_ms=self._find_at - now,
+                    error=str(error),
                 )
         return self._drain(now)
 
@@ -480,6 +509,34 @@ class MemberMachine:
             self._request_rejoin(reason)
         return self._drain(now)
 
+    def release(self, now: int, resources: Iterable[Resource], reason: str) -> list[Action]:
+        """Stop owning ``resources`` without a callback (the application gave them
+        up, e.g. its ``on_assigned`` failed) and rejoin so that the assignor hands
+        them to another member.  Resources this member does not own are ignored."""
+        self._observe(now)
+        released = sorted_resources(self.owned & frozenset(resources))
+        if released:
+            self.owned = self.owned - set(released)
+            if not self.owned:
+                self.owned_generation = NO_GENERATION_ID
+            log.warning(
+                "member.resources_released",
+                group=self.config.group_id,
+                member_id=self.member_id,
+                count=len(released),
+                reason=reason,
+            )
+            self._request_rejoin(f"released {len(released)} resources: {reason}")
+        return self._drain(now)
+
+    def fail(self, now: int, error: WorkgroupError) -> list[Action]:
+        """The application stops the member as failed: what it owns is reported
+        lost, a dynamic member leaves the group, and the member enters FATAL."""
+        self._observe(now)
+        if self.state not in (State.CLOSED, State.FATAL):
+            self._fail(now, error, leave=True)
+        return self._drain(now)
+
     def tick(self, now: int) -> list[Action]:
         self._observe(now)
         return self._drain(now)
@@ -494,11 +551,11 @@ class MemberMachine:
         self._drop_pending(keep_heartbeat=False)
         self._leader_round = None
         if self.owned:
-            if self.generation != NO_GENERATION:
+            if self._generation.is_valid:
                 self._revoke(sorted_resources(self.owned), self.generation)
             else:
                 self._lose("closing without a valid generation")
-        self.state = State.LEAVING
+        self._enter(State.LEAVING)
         if not self._callbacks:
             self._send_leave_or_close(now)
         return self._drain(now)
@@ -508,18 +565,14 @@ class MemberMachine:
     def _observe(self, now: int) -> None:
         """Notice when the machine ran long after its deadline (frozen process,
         starved event loop): answers that arrive now may be arbitrarily old."""
-        if (
-            self._expected_by is not None
-            and now - self._expected_by > self._starvation_threshold_ms
-        ):
-            log.warning("member.starved", late_ms=now - self._expected_by)
-            self._starved_until = now
-        self._last_seen = max(self._last_seen, now)
+        late_ms = self._heartbeat.observe(now)
+        if late_ms is not None:
+            log.warning("member.starved", late_ms=late_ms)
 
     def _drain(self, now: int) -> list[Action]:
         self._progress(now)
         out, self._out = self._out, []
-        self._expected_by = self.next_deadline()
+        self._heartbeat.expect(self.next_deadline())
         return out
 
     def _progress(self, now: int) -> None:
@@ -539,7 +592,7 @@ class MemberMachine:
                 generation=self.generation,
             )
             self._lose("no heartbeat succeeded within the session timeout")
-            self.generation = NO_GENERATION
+            self._generation = self._generation.reset()
             self._coordinator_lost(now, "session timed out")
             return
         if (
@@ -554,20 +607,46 @@ class MemberMachine:
             reason, self._rejoin_reason = self._rejoin_reason, None
             self._to_joining(now, reason, immediately=True)
         if self.state is State.FINDING_COORDINATOR:
+            connect_deadline = self._connect_deadline()
+            if connect_deadline is not None and now >= connect_deadline:
+                self._fail(now, self._connect_timeout_error())
+                return
             if not self._find_in_flight and self._find_at is not None and now >= self._find_at:
                 self._find_in_flight = True
                 self._find_at = None
+                self._find_attempts += 1
                 self._out.append(FindCoordinator())
             return
         if self.state is State.JOINING:
             self._maybe_send_join(now)
-        if self._may_heartbeat() and self._heartbeat_at is not None and now >= self._heartbeat_at:
+        due = self._heartbeat.next_at
+        if self._may_heartbeat() and due is not None and now >= due:
             self._send_heartbeat(now)
+
+    def _connect_deadline(self) -> int | None:
+        """When to give up finding the first coordinator (``connect_timeout_ms``)."""
+        timeout = self.config.connect_timeout_ms
+        if (
+            timeout is None
+            or self._started_at is None
+            or self._coordinator_ever_found
+            or self.state is not State.FINDING_COORDINATOR
+        ):
+            return None
+        return self._started_at + timeout
+
+    def _connect_timeout_error(self) -> CoordinatorUnavailableError:
+        last = str(self._last_find_error) if self._last_find_error else "no lookup finished"
+        attempts = self._find_attempts
+        return CoordinatorUnavailableError(
+            f"no coordinator reached within {self.config.connect_timeout_ms} ms "
+            f"({attempts} attempt{'' if attempts == 1 else 's'}; last: {last})"
+        )
 
     def _may_heartbeat(self) -> bool:
         return (
             self._coordinator_known
-            and self.generation != NO_GENERATION
+            and self._generation.is_valid
             and self.state in (State.JOINING, State.ASSIGNING, State.STABLE)
             and not any(p.kind in ("join", "sync", "heartbeat") for p in self._pending.values())
         )
@@ -575,8 +654,7 @@ class MemberMachine:
     def _session_end(self) -> int | None:
         """When the coordinator may have evicted us, from what we know for sure."""
         if (
-            self._alive_since is None
-            or self.generation == NO_GENERATION
+            not self._generation.is_valid
             or self.state
             not in (
                 State.STABLE,
@@ -589,33 +667,20 @@ class MemberMachine:
             return None
         if self._rebalance_in_flight() and not self.owned:
             return None  # the coordinator holds the request; nothing is at stake
-        end = self._alive_since + self.config.session_timeout_ms
-        held_until = self._held_until(end)
-        return end if held_until is None else max(end, held_until)
-
-    def _held_until(self, session_end: int) -> int | None:
-        """Until when a held JoinGroup/SyncGroup keeps the session alive (rule 4)."""
-        for p in self._pending.values():
-            if (
-                p.kind in ("join", "sync")
-                and p.sent_at >= self._starved_until
-                and p.sent_at + self._starvation_threshold_ms <= session_end
-            ):
-                return p.sent_at + self.config.rebalance_timeout_ms
-        return None
-
-    @property
-    def _starvation_threshold_ms(self) -> int:
-        """How late an event may come before the machine assumes it was starved."""
-        return min(self.config.heartbeat_interval_ms, self.config.session_timeout_ms // 3)
+        held = (p.sent_at for p in self._pending.values() if p.kind in ("join", "sync"))
+        return self._heartbeat.session_end(held)
 
     def _rebalance_in_flight(self) -> bool:
         return any(p.kind in ("join", "sync") for p in self._pending.values())
 
     # --- transitions ----------------------------------------------------------
 
+    def _enter(self, target: State) -> None:
+        """The one place the state changes (checked against the transitions table)."""
+        self._state = check_transition(self._state, target)
+
     def _to_finding(self, now: int, *, immediately: bool) -> None:
-        self.state = State.FINDING_COORDINATOR
+        self._enter(State.FINDING_COORDINATOR)
         self._coordinator_known = False
         if not self._find_in_flight:
             self._find_at = now if immediately else now + self._backoff(self._find_failures + 1)
@@ -636,7 +701,7 @@ class MemberMachine:
             self._rejoin_reason = reason
 
     def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
-        self.state = State.JOINING
+        self._enter(State.JOINING)
         self._leader_round = None
         self._join_at = now if immediately else now + self._backoff(self._join_failures)
         if self.protocol is not None and self.protocol.mode == "eager" and self.owned:
@@ -673,7 +738,7 @@ class MemberMachine:
         meta = MemberMetadata(
             kinds=tuple(sorted(self.config.kinds)) if self.config.kinds is not None else (),
             owned=owned,
-            owned_generation=self.owned_generation if owned else NO_GENERATION,
+            owned_generation=self.owned_generation if owned else NO_GENERATION_ID,
             rack=self.config.rack,
             capacity=self.config.capacity,
             instance_id=self.config.instance_id,
@@ -691,7 +756,7 @@ class MemberMachine:
         timeout_ms: int,
     ) -> None:
         self._next_id += 1
-        self._pending[self._next_id] = _Pending(kind, self.member_id, self.generation, now)
+        self._pending[self._next_id] = _Pending(kind, self._generation, now)
         self._out.append(SendRequest(self._next_id, request, timeout_ms))
 
     def _send_heartbeat(self, now: int) -> None:
@@ -701,7 +766,7 @@ class MemberMachine:
             member_id=self.member_id,
             group_instance_id=self.config.instance_id,
         )
-        self._heartbeat_at = now + self.config.heartbeat_interval_ms
+        self._heartbeat.schedule(now)
         self._send(now, "heartbeat", request, self._short_timeout_ms)
 
     @property
@@ -709,7 +774,7 @@ class MemberMachine:
         return max(self.config.session_timeout_ms, 1_000)
 
     def _send_sync(self, now: int, assignments: tuple[tuple[str, bytes], ...]) -> None:
-        self.state = State.SYNCING
+        self._enter(State.SYNCING)
         protocol = self.protocol
         request = SyncGroup(
             group_id=self.config.group_id,
@@ -737,12 +802,14 @@ class MemberMachine:
     def _finish_close(self) -> None:
         if self.state is not State.CLOSED:
             if self.state is not State.FATAL:
-                self.state = State.CLOSED
+                self._enter(State.CLOSED)
             self._drop_pending(keep_heartbeat=False)
             self._out.append(Closed())
             log.info("member.closed", group=self.config.group_id, member_id=self.member_id)
 
     def _fail(self, now: int, error: WorkgroupError, *, leave: bool = False) -> None:
+        if self.state is State.FATAL:
+            return  # the first error stands (and was logged)
         log.error(
             "member.fatal",
             group=self.config.group_id,
@@ -760,7 +827,7 @@ class MemberMachine:
         self._drop_pending(keep_heartbeat=False)
         self._leader_round = None
         self.error = error
-        self.state = State.FATAL
+        self._enter(State.FATAL)
         if leave_member:
             # Let the rest of the group rebalance now instead of after our session.
             request = LeaveGroup(
@@ -777,14 +844,17 @@ class MemberMachine:
     # --- ownership ----------------------------------------------------------
 
     def _callback(self, kind: CallbackKind, resources: tuple[Resource, ...], gen: int) -> None:
+        """Issue a callback for a change already applied to ``self.owned``."""
+        if not resources:
+            return
         self._next_id += 1
         self._callbacks.add(self._next_id)
-        self._out.append(InvokeCallback(self._next_id, kind, resources, gen))
+        self._out.append(InvokeCallback(self._next_id, kind, resources, gen, self.owned))
 
     def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
         self.owned = self.owned - set(resources)
         if not self.owned:
-            self.owned_generation = NO_GENERATION
+            self.owned_generation = NO_GENERATION_ID
         log.info(
             "member.revoking",
             group=self.config.group_id,
@@ -799,7 +869,7 @@ class MemberMachine:
         lost = sorted_resources(self.owned)
         generation = self.owned_generation
         self.owned = frozenset()
-        self.owned_generation = NO_GENERATION
+        self.owned_generation = NO_GENERATION_ID
         log.warning(
             "member.resources_lost",
             group=self.config.group_id,
@@ -821,36 +891,35 @@ class MemberMachine:
             self._coordinator_lost(now, f"{context}: {code.name}")
             return True
         if code in _FATAL_CODES:
-            self._fail(now, fatal_error(code, context))
+            self._fail(
+                now,
+                fatal_error(
+                    code,
+                    context,
+                    session_timeout_ms=self.config.session_timeout_ms,
+                    protocol_type=self.config.protocol_type,
+                    protocol_names=[p.wire_name for p in self.config.protocols],
+                    instance_id=self.config.instance_id,
+                ),
+            )
             return True
         if code is ErrorCode.UNKNOWN_MEMBER_ID:
             self._lose(f"{context}: UNKNOWN_MEMBER_ID")
-            self.member_id = ""
-            self.generation = NO_GENERATION
-            self._alive_since = None
+            self._generation = NO_GENERATION
+            self._heartbeat.forget_proof()
             self._to_joining(now, f"{context}: unknown member id", immediately=True)
             return True
         if code is ErrorCode.ILLEGAL_GENERATION:
             self._lose(f"{context}: ILLEGAL_GENERATION")
-            self.generation = NO_GENERATION
-            self._alive_since = None
+            self._generation = self._generation.reset()
+            self._heartbeat.forget_proof()
             self._to_joining(now, f"{context}: illegal generation", immediately=True)
             return True
         return False
 
     def _proved_alive(self, now: int, pending: _Pending) -> None:
-        """The coordinator answered: our session was alive when it did.
-
-        A held JoinGroup/SyncGroup keeps the session alive (Kafka restarts the
-        session timer when it answers), so the proof is the answer's time, not the
-        request's; we take ``now`` minus one heartbeat interval as a safe lower
-        bound of when the coordinator answered.
-        """
-        proof = pending.sent_at
-        if pending.kind in ("join", "sync") and pending.sent_at >= self._starved_until:
-            proof = max(proof, now - self.config.heartbeat_interval_ms)
-        if self._alive_since is None or proof > self._alive_since:
-            self._alive_since = proof
+        """The coordinator answered: the session was alive (heartbeat.py, rule 2)."""
+        self._heartbeat.proved_alive(now, pending.sent_at, held=pending.kind in ("join", "sync"))
 
     def _on_join(self, now: int, pending: _Pending, result: JoinGroupResult) -> None:
         if self.state is not State.JOINING:
@@ -860,7 +929,7 @@ class MemberMachine:
             self._join_failures = 0
             self._joined(now, pending, result)
         elif code is ErrorCode.MEMBER_ID_REQUIRED:
-            self.member_id = result.member_id
+            self._generation = self._generation.with_member_id(result.member_id)
             self._to_joining(now, "member id required", immediately=True)
         elif code is ErrorCode.REBALANCE_IN_PROGRESS:
             self._to_joining(now, "rebalance in progress", immediately=True)
@@ -894,13 +963,11 @@ class MemberMachine:
             )
             return
         previous_generation = self.generation
-        self.member_id = result.member_id
-        self.generation = result.generation_id
+        self._generation = Generation(result.generation_id, result.member_id, protocol)
         self.leader_id = result.leader
-        self.protocol = protocol
-        self._alive_since = None
+        self._heartbeat.forget_proof()
         self._proved_alive(now, pending)
-        self._heartbeat_at = now + self.config.heartbeat_interval_ms
+        self._heartbeat.schedule(now)
         self.rebalances += 1
         log.info(
             "member.joined",
@@ -918,11 +985,7 @@ class MemberMachine:
             self._send_sync(now, ())
 
     def _on_sync(self, now: int, pending: _Pending, result: SyncGroupResult) -> None:
-        if (
-            self.state is not State.SYNCING
-            or pending.generation != self.generation
-            or pending.member_id != self.member_id
-        ):
+        if self.state is not State.SYNCING or not self._generation.answers_to(pending.generation):
             return
         code = result.error
         if code is ErrorCode.REBALANCE_IN_PROGRESS:
@@ -974,8 +1037,8 @@ class MemberMachine:
         return protocol.codec.decode_assignment(blob).value
 
     def _apply_assignment(self, now: int, protocol: Protocol, data: AssignmentData) -> None:
-        self.state = State.STABLE
-        self._heartbeat_at = now + self.config.heartbeat_interval_ms
+        self._enter(State.STABLE)
+        self._heartbeat.schedule(now)
         if data.catalog_hash and data.catalog_hash != self._catalog_hash:
             log.warning(
                 "member.catalog_mismatch",
@@ -993,7 +1056,7 @@ class MemberMachine:
         if revoked:
             self._revoke(revoked, self.generation)
         self.owned = assigned
-        self.owned_generation = self.generation if assigned else NO_GENERATION
+        self.owned_generation = self.generation if assigned else NO_GENERATION_ID
         self._callback("on_assigned", added, self.generation)
         log.info(
             "member.assigned",
@@ -1024,11 +1087,11 @@ class MemberMachine:
             self._request_rejoin("the leader asked for another round")
 
     def _on_heartbeat(self, now: int, pending: _Pending, result: HeartbeatResult) -> None:
-        if pending.generation != self.generation or pending.member_id != self.member_id:
+        if not self._generation.answers_to(pending.generation):
             return
         code = result.error
         if code is ErrorCode.NONE:
-            self._heartbeat_failures = 0
+            self._heartbeat.succeeded()
             self._proved_alive(now, pending)
         elif code is ErrorCode.REBALANCE_IN_PROGRESS:
             # The session is alive: the coordinator only wants everyone to rejoin.
@@ -1038,8 +1101,7 @@ class MemberMachine:
         elif self._common_error(now, code, "Heartbeat"):
             return
         else:
-            self._heartbeat_failures += 1
-            self._heartbeat_at = now + self._backoff(self._heartbeat_failures)
+            self._heartbeat.failed(now, self._backoff)
 
     # --- the leader's part ----------------------------------------------------
 
@@ -1101,7 +1163,7 @@ class MemberMachine:
             catalog=dict(self._catalog),
             catalog_hash=self._catalog_hash,
         )
-        self.state = State.ASSIGNING
+        self._enter(State.ASSIGNING)
         data = AssignmentInput(
             resources=dict(self._catalog),
             members=infos,

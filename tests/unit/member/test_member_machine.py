@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 from member_sim import StickyTestAssignor
+from structlog.testing import capture_logs
 
-from workgroup.errors import ConfigError, ErrorCode
+from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
 from workgroup.kafka.messages import (
     Heartbeat,
     HeartbeatResult,
@@ -499,7 +500,11 @@ def test_a_held_sync_keeps_resources_longer_than_the_session() -> None:
         assert not only(m.tick(t), InvokeCallback)
     blob = CODEC.encode_assignment(AssignmentData(assigned=(("shard", 0),), generation=6))
     actions = m.response(sent_at + 26_000, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob))
-    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked", "on_assigned"]
+    # Only revoked: nothing was added, so no on_assigned is issued.
+    revoked = only(actions, InvokeCallback)
+    assert [(c.kind, c.resources, c.owned) for c in revoked] == [
+        ("on_revoked", (("shard", 1),), frozenset({("shard", 0)}))
+    ]
     assert m.owned == {("shard", 0)}
 
 
@@ -639,3 +644,226 @@ def test_leader_passes_resource_racks_and_attributes_to_the_assignor() -> None:
     assert run.input.resources == {"shard": (0, 1)}
     assert run.input.resource_racks == {("shard", 1): frozenset({"eu-1"})}
     assert run.input.resource_attributes == {("shard", 1): {"tier": "hot"}}
+
+
+# --- the API the driver builds on ------------------------------------------------
+
+
+def test_callbacks_carry_the_owned_set_after_the_change() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    sync = sent(
+        m.response(
+            2,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 5, "workgroup", "sticky.v1", "leader-1", "me-1"),
+        )
+    )
+    blob = CODEC.encode_assignment(AssignmentData(assigned=(("shard", 0), ("shard", 1))))
+    actions = m.response(3, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob))
+    [assigned] = only(actions, InvokeCallback)
+    assert assigned.kind == "on_assigned"
+    assert assigned.owned == {("shard", 0), ("shard", 1)}
+    ack_callbacks(m, actions, 3)
+    actions = m.close(4)
+    [revoked] = only(actions, InvokeCallback)
+    assert (revoked.kind, revoked.owned) == ("on_revoked", frozenset())
+
+
+def test_an_empty_assignment_issues_no_callback() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    sync = sent(
+        m.response(
+            2,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 5, "workgroup", "sticky.v1", "leader-1", "me-1"),
+        )
+    )
+    actions = m.response(3, sync.request_id, SyncGroupResult(ErrorCode.NONE, b""))
+    assert m.state is State.STABLE
+    assert only(actions, InvokeCallback) == []
+    assert m.settled
+
+
+@pytest.mark.parametrize("timeout", [0, -5])
+def test_connect_timeout_must_be_positive(timeout: int) -> None:
+    with pytest.raises(ConfigError, match="connect timeout"):
+        make(connect_timeout_ms=timeout)
+
+
+def test_no_coordinator_within_the_connect_timeout_is_fatal() -> None:
+    m = make(connect_timeout_ms=5_000, retry_backoff_ms=100, retry_backoff_max_ms=1_000)
+    actions = m.start(0)
+    attempts = 0
+    t = 0
+    while only(actions, FindCoordinator):
+        attempts += 1
+        actions = m.find_coordinator_failed(t + 10, CoordinatorUnavailableError("refused"))
+        assert actions == []
+        deadline = m.next_deadline()
+        assert deadline is not None
+        assert deadline <= 5_000  # the connect deadline is among the machine's deadlines
+        t = deadline
+        actions = m.tick(t)
+    assert t == 5_000
+    [failed] = only(actions, Failed)
+    assert m.state is State.FATAL
+    assert isinstance(failed.error, CoordinatorUnavailableError)
+    assert str(failed.error) == (
+        f"no coordinator reached within 5000 ms ({attempts} attempts; last: refused)"
+    )
+    assert m.coordinator_found(5_001) == []  # too late: nothing more happens
+    assert m.next_deadline() is None
+
+
+def test_connect_timeout_fires_while_a_lookup_hangs() -> None:
+    m = make(connect_timeout_ms=2_000)
+    assert only(m.start(0), FindCoordinator)
+    assert m.next_deadline() == 2_000
+    [failed] = only(m.tick(2_000), Failed)
+    assert "(1 attempt; last: no lookup finished)" in str(failed.error)
+
+
+def test_connect_timeout_does_not_apply_after_the_first_coordinator() -> None:
+    m = make(connect_timeout_ms=2_000)
+    now = to_stable(m)
+    hb = sent(m.tick(now + 3_000))
+    m.request_failed(now + 3_001, hb.request_id, CoordinatorUnavailableError("disconnected"))
+    assert m.state is State.FINDING_COORDINATOR
+    for t in range(now + 3_002, now + 9_000, 500):
+        for _ in only(m.tick(t), FindCoordinator):
+            m.find_coordinator_failed(t, CoordinatorUnavailableError("down"))
+    assert m.state is State.FINDING_COORDINATOR  # only the session rules apply
+    assert m.error is None
+
+
+def test_each_failed_lookup_is_a_warning() -> None:
+    m = make(retry_backoff_ms=100)
+    m.start(0)
+    with capture_logs() as logs:
+        m.find_coordinator_failed(1, CoordinatorUnavailableError("connection refused"))
+        only(m.tick(101), FindCoordinator)
+        m.find_coordinator_failed(102, CoordinatorUnavailableError("connection refused"))
+    warnings = [e for e in logs if e["event"] == "member.coordinator_unavailable"]
+    assert [(e["log_level"], e["attempt"], e["retry_in_ms"]) for e in warnings] == [
+        ("warning", 1, 100),
+        ("warning", 2, 200),
+    ]
+    assert all(e["group"] == "g" and e["error"] == "connection refused" for e in warnings)
+
+
+def test_fail_reports_resources_lost_and_a_dynamic_member_leaves() -> None:
+    m = make()
+    now = to_stable(m)
+    error = WorkgroupError("the application gave up")
+    actions = m.fail(now + 1, error)
+    assert [(c.kind, c.owned) for c in only(actions, InvokeCallback)] == [("on_lost", frozenset())]
+    leave = sent(actions)
+    assert isinstance(leave.request, LeaveGroup)
+    assert leave.request.members[0].member_id == "me-1"
+    assert only(actions, Failed) == [Failed(error)]
+    assert m.state is State.FATAL
+    assert m.error is error
+    assert m.owned == frozenset()
+    assert m.fail(now + 2, WorkgroupError("again")) == []
+    assert m.error is error
+
+
+def test_fail_of_a_static_member_does_not_leave() -> None:
+    m = make(instance_id="w-1")
+    now = to_stable(m)
+    actions = m.fail(now + 1, WorkgroupError("stop"))
+    assert not only(actions, SendRequest)
+    assert only(actions, Failed)
+
+
+def test_release_gives_resources_back_without_a_callback_and_rejoins() -> None:
+    m = make()
+    now = to_stable(m)
+    actions = m.release(now + 1, [("shard", 1), ("shard", 9)], "on_assigned failed")
+    assert only(actions, InvokeCallback) == []
+    assert m.owned == {("shard", 0)}
+    join = sent(actions)
+    assert isinstance(join.request, JoinGroup)
+    meta = CODEC.decode_metadata(join.request.protocols[0][1]).value
+    assert meta.owned == (("shard", 0),)
+
+
+def test_release_of_resources_not_owned_changes_nothing() -> None:
+    m = make()
+    now = to_stable(m)
+    assert m.release(now + 1, [("shard", 5)], "not mine") == []
+    assert m.settled
+    assert m.owned == {("shard", 0), ("shard", 1)}
+
+
+def test_release_while_a_callback_runs_rejoins_once_it_is_done() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    sync = sent(
+        m.response(
+            2,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 5, "workgroup", "sticky.v1", "leader-1", "me-1"),
+        )
+    )
+    blob = CODEC.encode_assignment(AssignmentData(assigned=(("shard", 0), ("shard", 1))))
+    [assigned] = only(
+        m.response(3, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), InvokeCallback
+    )
+    # on_assigned failed for ("shard", 1): the application gives it back, then finishes.
+    assert m.release(4, [("shard", 1)], "on_assigned failed") == []
+    assert not m.settled
+    join = sent(m.callback_done(5, assigned.callback_id))
+    assert isinstance(join.request, JoinGroup)
+    assert m.owned == {("shard", 0)}
+
+
+def test_the_fatal_error_is_logged_once() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    with capture_logs() as logs:
+        m.response(2, join.request_id, JoinGroupResult(ErrorCode.FENCED_INSTANCE_ID))
+        m.fail(3, WorkgroupError("later"))
+        m.close(4)
+    errors = [e for e in logs if e["log_level"] in ("error", "critical")]
+    assert [e["event"] for e in errors] == ["member.fatal"]
+    assert errors[0]["error_type"] == "FencedInstanceError"
+
+
+def fatal_join(code: ErrorCode, **kwargs: object) -> str:
+    m = make(**kwargs)
+    join = sent(m.start(0) + m.coordinator_found(1))
+    m.response(2, join.request_id, JoinGroupResult(code))
+    assert m.state is State.FATAL
+    return str(m.error)
+
+
+def test_invalid_session_timeout_says_what_the_coordinator_allows() -> None:
+    message = fatal_join(ErrorCode.INVALID_SESSION_TIMEOUT, session_timeout_ms=4_000)
+    assert "4000 ms" in message
+    assert "outside the coordinator's allowed range" in message
+    for setting in (
+        "group.min.session.timeout.ms",
+        "6000",
+        "group.max.session.timeout.ms",
+        "1800000",
+        "--min-session-timeout-ms",
+        "--max-session-timeout-ms",
+    ):
+        assert setting in message
+
+
+def test_inconsistent_protocol_names_this_members_protocols() -> None:
+    second = Protocol("rr", StickyTestAssignor(), rebalance="eager")
+    message = fatal_join(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, protocols=[PROTOCOL, second])
+    assert "protocol type 'workgroup'" in message
+    assert "'sticky.v1', 'rr.v1'" in message
+    assert "share none of them" in message
+
+
+def test_fenced_instance_names_the_instance_id() -> None:
+    message = fatal_join(ErrorCode.FENCED_INSTANCE_ID, instance_id="worker-7")
+    assert "'worker-7'" in message
+    assert "another process runs with" in message
