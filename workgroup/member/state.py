@@ -308,6 +308,8 @@ class MemberMachine:
         #: Send time of the newest request that proved the session alive.
         self._alive_since: int | None = None
         self._leader_round: _LeaderRound | None = None
+        #: The last assignment said the leader withheld resources: a follow-up is due.
+        self._follow_up_pending = False
         #: After a rediscovery: return to STABLE (True) or rejoin (False).
         self._resume_stable = False
         self._leave_sent = False
@@ -326,8 +328,15 @@ class MemberMachine:
 
     @property
     def settled(self) -> bool:
-        """STABLE with no callback running and no rejoin pending."""
-        return self.state is State.STABLE and not self._callbacks and self._rejoin_reason is None
+        """Settled for the group: STABLE with no callback running, no rejoin pending,
+        and no follow-up round due (the leader withheld resources from some member
+        until their owner revokes them: the group's rebalance is not over)."""
+        return (
+            self.state is State.STABLE
+            and not self._callbacks
+            and self._rejoin_reason is None
+            and not self._follow_up_pending
+        )
 
     @property
     def catalog(self) -> Mapping[str, tuple[str | int, ...]]:
@@ -992,6 +1001,7 @@ class MemberMachine:
                 leader_catalog=data.catalog_hash.hex(),
             )
         self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
+        self._follow_up_pending = data.pending
         assigned = frozenset(data.assigned)
         revoked = sorted_resources(self.owned - assigned)
         added = tuple(r for r in data.assigned if r not in self.owned)
@@ -1008,6 +1018,7 @@ class MemberMachine:
             owned=len(assigned),
             added=len(added),
             revoked=len(revoked),
+            follow_up_pending=data.pending,
         )
         used = self._used_versions[protocol.wire_name]
         common = min(max(data.common_version, 1), protocol.codec.latest_version)
