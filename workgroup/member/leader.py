@@ -319,10 +319,14 @@ class Rebalance:
     rounds: tuple[RoundPlan, ...]
     #: The last round withheld nothing (False: :data:`MAX_ROUNDS` were not enough).
     converged: bool
-    #: What the first round's input left out (see :func:`build_input`).
+    #: What the members' metadata had that the catalog does not (see
+    #: :func:`build_input`), owned resources included even under eager protocols.
     ignored: dict[str, Ignored]
-    #: The first round's assignor input.
+    #: The first round's assignor input (eager: without claims).
     input: AssignmentInput
+    #: The group before the rebalance: the input built with every member's claims
+    #: (the same as ``input`` for cooperative protocols).
+    before: AssignmentInput
 
     @property
     def first(self) -> RoundPlan:
@@ -357,6 +361,7 @@ def simulate_rebalance(
     member_ids = [m.member_id for m in members]
     current = dict(metadata)
     owned_before = {mid: sorted_resources(set(meta.owned)) for mid, meta in metadata.items()}
+    before = build_input(members, metadata, catalog)
     if mode == "eager":
         current = {
             mid: replace(meta, owned=(), owned_generation=NO_GENERATION)
@@ -364,12 +369,15 @@ def simulate_rebalance(
         }
     generation = max([meta.owned_generation for meta in metadata.values()] + [0]) + 1
     rounds: list[RoundPlan] = []
-    first: LeaderInput | None = None
+    first: AssignmentInput | None = None
     converged = False
     while len(rounds) < max_rounds:
-        prepared = build_input(members, current, catalog)
+        if mode == "cooperative" and not rounds:
+            prepared = before
+        else:
+            prepared = build_input(members, current, catalog)
         if first is None:
-            first = prepared
+            first = prepared.input
         target = assignor.assign(prepared.input)
         plan = plan_round(member_ids, target, {mid: meta.owned for mid, meta in current.items()})
         if mode == "eager" and not rounds:
@@ -390,7 +398,7 @@ def simulate_rebalance(
         }
         generation += 1
     assert first is not None
-    return Rebalance(tuple(rounds), converged, first.ignored, first.input)
+    return Rebalance(tuple(rounds), converged, before.ignored, first, before.input)
 
 
 __all__ = [
