@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import repeat
 
 from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, MemberInfo
 from workgroup.errors import ProtocolError
@@ -241,13 +242,21 @@ def plan_round(
     unknown = set(target) - set(member_ids)
     if unknown:
         raise AssignorError(f"assignor assigned to unknown members {sorted(unknown)}")
+    # One claimant per resource in ``owner`` (built at C speed); the rare resources
+    # claimed by several members also in ``shared``.
     claimed: dict[str, set[Resource]] = {}
-    claimants: dict[Resource, set[str]] = {}
+    owner: dict[Resource, str] = {}
+    total = 0
     for claimant, resources in claims.items():
-        mine = claimed.setdefault(claimant, set())
-        for resource in resources:
-            mine.add(resource)
-            claimants.setdefault(resource, set()).add(claimant)
+        mine = claimed[claimant] = set(resources)
+        owner.update(zip(mine, repeat(claimant), strict=False))
+        total += len(mine)
+    shared: dict[Resource, set[str]] = {}
+    if total != len(owner):
+        for claimant, mine in claimed.items():
+            for resource in mine:
+                if owner[resource] != claimant:
+                    shared.setdefault(resource, {owner[resource]}).add(claimant)
     target_sets: dict[str, set[Resource]] = {}
 
     def keeps(member_id: str, resource: Resource) -> bool:
@@ -255,24 +264,32 @@ def plan_round(
             target_sets[member_id] = set(target.get(member_id, ()))
         return resource in target_sets[member_id]
 
+    def blocked(member_id: str, resource: Resource) -> bool:
+        claimants = shared.get(resource) or (owner[resource],)
+        return any(c != member_id and not keeps(c, resource) for c in claimants)
+
     out_target: dict[str, tuple[Resource, ...]] = {}
     assigned: dict[str, tuple[Resource, ...]] = {}
     revoked: dict[str, tuple[Resource, ...]] = {}
     withheld: dict[str, tuple[Resource, ...]] = {}
+    claimed_by = owner.get
     for member_id in member_ids:
         wanted = tuple(target.get(member_id, ()))
-        given: list[Resource] = []
-        held: list[Resource] = []
-        for resource in wanted:
-            others = claimants.get(resource)
-            if others and any(c != member_id and not keeps(c, resource) for c in others):
-                held.append(resource)
-            else:
-                given.append(resource)
+        # Candidates: resources someone else claims (first); then the exact rule.
+        held = [
+            r
+            for r in wanted
+            if (claimed_by(r, member_id) != member_id or r in shared) and blocked(member_id, r)
+        ]
+        given = wanted
+        if held:
+            skip = set(held)
+            given = tuple(r for r in wanted if r not in skip)
         out_target[member_id] = wanted
-        assigned[member_id] = tuple(given)
+        assigned[member_id] = given
         withheld[member_id] = tuple(held)
-        revoked[member_id] = sorted_resources(claimed.get(member_id, set()) - set(given))
+        owned = claimed.get(member_id)
+        revoked[member_id] = sorted_resources(owned.difference(given)) if owned else ()
     return RoundPlan(out_target, assigned, revoked, withheld)
 
 
