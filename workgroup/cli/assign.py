@@ -1,7 +1,6 @@
-"""``workgroup assign``: what would an assignor do with this group?
+"""``workgroup assign``: what would the group's leader do with this group?
 
-Reads a JSON description of resources and members (a file, or stdin) and prints
-the assignment with its balance and movement::
+Reads a JSON description of resources and members (a file, or stdin)::
 
     {"resources": {"orders": 6, "users": ["eu", {"key": "us", "racks": ["r1"]}]},
      "members": {"m1": {"kinds": ["orders"], "owned": [["orders", 0]],
@@ -9,92 +8,119 @@ the assignment with its balance and movement::
                         "capacity": 2}}}
 
 A kind maps to a key count ``N`` (keys ``0..N-1``) or to a list of keys; a key
-is a string, an integer or ``{"key": K, "racks": [...]}``.  Every member field
-is optional: ``kinds`` defaults to every kind, ``owned`` to nothing,
-``generation`` to -1, ``capacity`` to 1.
+is a string, an integer or ``{"key": K, "racks": [...], "attributes": {...}}``.
+Every member field is optional: ``kinds`` defaults to every kind (an empty list
+too, as for a live member), ``owned`` to nothing, ``generation`` to -1,
+``capacity`` to 1.
+
+Each member is turned into the metadata a live member would send, encoded and
+decoded with the protocol's codec, and handed to the same functions the live
+leader uses (:mod:`workgroup.member.leader`): the output's ``assignment`` is
+what the leader hands out this round, ``target`` what the group owns once the
+follow-up rounds are done.  Kinds and owned resources the catalog does not have
+are ignored, as the leader ignores them, and listed under ``stats.ignored``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from workgroup.assignors._common import NO_GENERATION
-from workgroup.assignors.base import AssignmentInput, MemberInfo
 from workgroup.assignors.registry import get_assignor
 from workgroup.assignors.stats import assignment_stats
 from workgroup.errors import ConfigError
-from workgroup.types import Key, Resource
+from workgroup.kafka.messages import JoinedMember
+from workgroup.member.leader import read_members, simulate_rebalance
+from workgroup.protocol.catalog import Catalog, CatalogEntry, catalog_hash, freeze_catalog
+from workgroup.protocol.metadata import MemberMetadata
+from workgroup.protocol.protocol import Protocol, RebalanceMode
+from workgroup.types import Key, Resource, sorted_resources
 
 _MEMBER_FIELDS = {"kinds", "owned", "generation", "rack", "instance_id", "capacity", "user_data"}
 
 
-def parse_input(document: Any) -> AssignmentInput:
-    """Validate a decoded JSON document and build the assignor input."""
+@dataclass(frozen=True)
+class Group:
+    """A group described in JSON: the catalog and what each member would send."""
+
+    catalog: Catalog
+    #: ``member id -> metadata`` in the input's order (the JoinGroup order).
+    members: dict[str, MemberMetadata]
+
+
+def parse_input(document: Any) -> Group:
+    """Validate a decoded JSON document and build the catalog and member metadata."""
     if not isinstance(document, dict):
         raise ConfigError("input must be a JSON object with 'resources' and 'members'")
     unknown = set(document) - {"resources", "members"}
     if unknown:
         raise ConfigError(f"unknown top-level fields: {', '.join(sorted(unknown))}")
-    resources, racks = _parse_resources(document.get("resources", {}))
-    members = _parse_members(document.get("members", {}), resources)
-    return AssignmentInput(resources=resources, members=members, resource_racks=racks)
+    catalog = _parse_resources(document.get("resources", {}))
+    members = _parse_members(document.get("members", {}))
+    return Group(catalog, members)
 
 
 def _is_key(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def _parse_resources(
-    raw: Any,
-) -> tuple[dict[str, list[Key] | range], dict[Resource, frozenset[str]]]:
+def _parse_resources(raw: Any) -> dict[str, Sequence[CatalogEntry]]:
     if not isinstance(raw, dict):
         raise ConfigError("'resources' must be an object: {kind: count or [keys]}")
-    resources: dict[str, list[Key] | range] = {}
-    racks: dict[Resource, frozenset[str]] = {}
+    catalog: dict[str, Sequence[CatalogEntry]] = {}
     for kind, spec in raw.items():
         if isinstance(spec, int) and not isinstance(spec, bool):
             if spec < 0:
                 raise ConfigError(f"kind {kind!r}: key count must be >= 0, got {spec}")
-            resources[kind] = range(spec)
+            catalog[kind] = range(spec)
             continue
         if not isinstance(spec, list):
             raise ConfigError(f"kind {kind!r}: expected a key count or a list of keys")
+        entries: list[CatalogEntry] = []
         keys: list[Key] = []
         for item in spec:
+            entry: CatalogEntry
             if isinstance(item, dict):
-                extra = set(item) - {"key", "racks"}
+                extra = set(item) - {"key", "racks", "attributes"}
                 if extra or "key" not in item:
                     raise ConfigError(
-                        f'kind {kind!r}: a key object is {{"key": K, "racks": [...]}}, '
-                        f"got {json.dumps(item)}"
+                        f'kind {kind!r}: a key object is {{"key": K, "racks": [...], '
+                        f'"attributes": {{...}}}}, got {json.dumps(item)}'
                     )
                 key = item["key"]
-                item_racks = item.get("racks", [])
-                if not isinstance(item_racks, list) or not all(
-                    isinstance(r, str) for r in item_racks
-                ):
+                racks = item.get("racks", [])
+                if not isinstance(racks, list) or not all(isinstance(r, str) for r in racks):
                     raise ConfigError(f"kind {kind!r}, key {key!r}: racks must be strings")
+                attributes = item.get("attributes", {})
+                if not isinstance(attributes, dict) or not all(
+                    isinstance(v, str) for v in attributes.values()
+                ):
+                    raise ConfigError(
+                        f"kind {kind!r}, key {key!r}: attributes must be an object of strings"
+                    )
+                entry = {"key": key, "racks": racks, "attributes": attributes}
             else:
-                key, item_racks = item, None
+                key = entry = item
             if not _is_key(key):
                 raise ConfigError(f"kind {kind!r}: keys are strings or integers, got {key!r}")
             keys.append(key)
-            if item_racks is not None:
-                racks[(kind, key)] = frozenset(item_racks)
+            entries.append(entry)
         if len(set(keys)) != len(keys):
             raise ConfigError(f"kind {kind!r}: duplicate keys")
-        resources[kind] = keys
-    return resources, racks
+        catalog[kind] = entries
+    return catalog
 
 
-def _parse_members(raw: Any, resources: dict[str, list[Key] | range]) -> dict[str, MemberInfo]:
+def _parse_members(raw: Any) -> dict[str, MemberMetadata]:
     if not isinstance(raw, dict):
         raise ConfigError("'members' must be an object: {member id: {...}}")
-    members: dict[str, MemberInfo] = {}
+    members: dict[str, MemberMetadata] = {}
     for member_id, spec in raw.items():
         where = f"member {member_id!r}"
         if spec is None:
@@ -104,12 +130,9 @@ def _parse_members(raw: Any, resources: dict[str, list[Key] | range]) -> dict[st
         unknown = set(spec) - _MEMBER_FIELDS
         if unknown:
             raise ConfigError(f"{where}: unknown fields {', '.join(sorted(unknown))}")
-        kinds_raw = spec.get("kinds", list(resources))
-        if not isinstance(kinds_raw, list) or not all(isinstance(k, str) for k in kinds_raw):
+        kinds = spec.get("kinds", [])
+        if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
             raise ConfigError(f"{where}: 'kinds' must be a list of kind names")
-        missing = [k for k in kinds_raw if k not in resources]
-        if missing:
-            raise ConfigError(f"{where}: unknown kinds {', '.join(missing)}")
         owned: list[Resource] = []
         owned_raw = spec.get("owned", [])
         if not isinstance(owned_raw, list):
@@ -122,8 +145,6 @@ def _parse_members(raw: Any, resources: dict[str, list[Key] | range]) -> dict[st
                 or not _is_key(pair[1])
             ):
                 raise ConfigError(f"{where}: owned entries are [kind, key], got {json.dumps(pair)}")
-            if pair[0] not in resources:
-                raise ConfigError(f"{where}: owns a resource of unknown kind {pair[0]!r}")
             owned.append((pair[0], pair[1]))
         generation = spec.get("generation", NO_GENERATION)
         if not isinstance(generation, int) or isinstance(generation, bool):
@@ -133,20 +154,22 @@ def _parse_members(raw: Any, resources: dict[str, list[Key] | range]) -> dict[st
         for name, value in (("rack", rack), ("instance_id", instance_id)):
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"{where}: {name!r} must be a string")
+        if instance_id == "":
+            raise ConfigError(f"{where}: 'instance_id' must not be empty")
         capacity = spec.get("capacity", 1.0)
         if not isinstance(capacity, int | float) or isinstance(capacity, bool) or not capacity > 0:
             raise ConfigError(f"{where}: 'capacity' must be a positive number")
         user_data = spec.get("user_data", "")
         if not isinstance(user_data, str):
             raise ConfigError(f"{where}: 'user_data' must be a string")
-        members[member_id] = MemberInfo(
-            member_id=member_id,
-            kinds=frozenset(kinds_raw),
-            instance_id=instance_id,
-            owned=tuple(owned),
-            generation=generation,
+        # What a live member sends: sorted kinds, owned resources in resource order.
+        members[member_id] = MemberMetadata(
+            kinds=tuple(sorted(set(kinds))),
+            owned=tuple(dict.fromkeys(owned)),
+            owned_generation=generation,
             rack=rack,
             capacity=float(capacity),
+            instance_id=instance_id,
             user_data=user_data.encode(),
         )
     return members
@@ -166,20 +189,75 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     return options
 
 
-def run(assignor_name: str, text: str, options: dict[str, Any]) -> dict[str, Any]:
-    """Parse ``text``, run the assignor and return the printable result."""
+def run(
+    assignor_name: str,
+    text: str,
+    options: dict[str, Any],
+    mode: RebalanceMode | None = None,
+) -> dict[str, Any]:
+    """Parse ``text``, play the rebalance as the leader would and return the
+    printable result (``mode`` overrides the protocol's rebalance mode)."""
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"input is not valid JSON: {exc}") from exc
-    data = parse_input(document)
+    group = parse_input(document)
     assignor = get_assignor(assignor_name, **options)
-    assignment = assignor.assign(data)
-    stats = assignment_stats(data, assignment, exclusive=getattr(assignor, "exclusive", True))
+    protocol = Protocol(name=assignor.name, assignor=assignor, rebalance=mode)
+    frozen = freeze_catalog(group.catalog)
+    digest = catalog_hash(frozen)
+    joined = tuple(
+        JoinedMember(
+            member_id,
+            meta.instance_id,
+            protocol.codec.encode_metadata(_as_sent(meta, digest)),
+        )
+        for member_id, meta in group.members.items()
+    )
+    read = read_members(protocol.codec, joined, digest)
+    if read.unreadable:  # the codec wrote it: only a bug gets here
+        member_id, error = next(iter(read.unreadable.items()))
+        raise ConfigError(f"member {member_id!r}: metadata does not decode: {error}")
+    rebalance = simulate_rebalance(assignor, joined, read.metadata, frozen, protocol.mode)
+    target = {mid: list(rs) for mid, rs in rebalance.target.items()}
+    stats = assignment_stats(
+        rebalance.before, target, exclusive=getattr(assignor, "exclusive", True)
+    )
+    first = rebalance.first
     return {
-        "assignment": {mid: [list(r) for r in rs] for mid, rs in sorted(assignment.items())},
-        "stats": {"assignor": assignor.name, **stats.as_dict()},
+        "assignment": _listing(first.assigned),
+        "revoked": _listing(first.revoked),
+        "target": _listing(rebalance.target),
+        "stats": {
+            "assignor": assignor.name,
+            "mode": protocol.mode,
+            **stats.as_dict(),
+            "withheld": first.withheld_count,
+            "rounds": len(rebalance.rounds),
+            "converged": rebalance.converged,
+            "ignored": {
+                mid: found.as_dict() for mid, found in sorted(rebalance.ignored.items())
+            },
+        },
     }
+
+
+def _as_sent(meta: MemberMetadata, digest: bytes) -> MemberMetadata:
+    """The metadata as a live member sends it: it saw the same catalog."""
+    return MemberMetadata(
+        kinds=meta.kinds,
+        owned=sorted_resources(meta.owned),
+        owned_generation=meta.owned_generation if meta.owned else NO_GENERATION,
+        rack=meta.rack,
+        capacity=meta.capacity,
+        instance_id=meta.instance_id,
+        user_data=meta.user_data,
+        catalog_hash=digest,
+    )
+
+
+def _listing(assignment: Mapping[str, Sequence[Resource]]) -> dict[str, list[list[Key]]]:
+    return {mid: [list(r) for r in rs] for mid, rs in sorted(assignment.items())}
 
 
 @click.command(name="assign")
@@ -193,11 +271,21 @@ def run(assignor_name: str, text: str, options: dict[str, Any]) -> dict[str, Any
     help="JSON file to read; '-' reads stdin.",
 )
 @click.option("--option", "option_pairs", multiple=True, help="Assignor option name=value.")
+@click.option(
+    "--mode",
+    type=click.Choice(["eager", "cooperative"]),
+    default=None,
+    help="Rebalance protocol [default: cooperative if the assignor supports it, else eager].",
+)
 @click.option("--indent", type=int, default=2, show_default=True, help="JSON indentation.")
 def command(
-    assignor_name: str, input_path: str, option_pairs: tuple[str, ...], indent: int
+    assignor_name: str,
+    input_path: str,
+    option_pairs: tuple[str, ...],
+    mode: RebalanceMode | None,
+    indent: int,
 ) -> None:
-    """Show the assignment an assignor makes for a group described in JSON."""
+    """Show what the group's leader hands out for a group described in JSON."""
     if input_path == "-":
         text = sys.stdin.read()
     else:
@@ -206,6 +294,18 @@ def command(
                 text = handle.read()
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read {input_path}: {exc}") from exc
-    result = run(assignor_name, text, parse_options(option_pairs))
+    result = run(assignor_name, text, parse_options(option_pairs), mode)
     json.dump(result, sys.stdout, indent=indent if indent > 0 else None)
     sys.stdout.write("\n")
+    stats = result["stats"]
+    if not stats["converged"]:
+        click.echo(
+            f"warning: the rebalance still withholds resources after {stats['rounds']} rounds",
+            err=True,
+        )
+    if stats["ignored"]:
+        click.echo(
+            f"warning: ignored what the catalog does not have, for members "
+            f"{', '.join(stats['ignored'])} (see stats.ignored)",
+            err=True,
+        )

@@ -77,7 +77,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, MemberInfo
+from workgroup.assignors.base import Assignment, AssignmentInput, Assignor
 from workgroup.errors import (
     ConfigError,
     ErrorCode,
@@ -109,6 +109,13 @@ from workgroup.member.errors import (
 )
 from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
 from workgroup.member.heartbeat import HeartbeatTimer
+from workgroup.member.leader import (
+    MembersRead,
+    build_input,
+    encode_assignments,
+    plan_round,
+    read_members,
+)
 from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
@@ -261,10 +268,8 @@ class _LeaderRound:
     generation: int
     protocol: Protocol
     members: tuple[JoinedMember, ...]
-    metadata: dict[str, MemberMetadata]
-    used_versions: dict[str, int]
-    common_version: int
-    catalog: dict[str, tuple[str | int, ...]]
+    read: MembersRead
+    resources: int
     catalog_hash: bytes
 
 
@@ -312,6 +317,8 @@ class MemberMachine:
             rebalance_timeout_ms=config.rebalance_timeout_ms,
         )
         self._leader_round: _LeaderRound | None = None
+        #: The last assignment said the leader withheld resources: a follow-up is due.
+        self._follow_up_pending = False
         #: After a rediscovery: return to STABLE (True) or rejoin (False).
         self._resume_stable = False
         self._leave_sent = False
@@ -342,8 +349,15 @@ class MemberMachine:
 
     @property
     def settled(self) -> bool:
-        """STABLE with no callback running and no rejoin pending."""
-        return self.state is State.STABLE and not self._callbacks and self._rejoin_reason is None
+        """Settled for the group: STABLE with no callback running, no rejoin pending,
+        and no follow-up round due (the leader withheld resources from some member
+        until their owner revokes them: the group's rebalance is not over)."""
+        return (
+            self.state is State.STABLE
+            and not self._callbacks
+            and self._rejoin_reason is None
+            and not self._follow_up_pending
+        )
 
     @property
     def catalog(self) -> Mapping[str, tuple[str | int, ...]]:
@@ -1050,6 +1064,7 @@ class MemberMachine:
                 leader_catalog=data.catalog_hash.hex(),
             )
         self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
+        self._follow_up_pending = data.pending
         assigned = frozenset(data.assigned)
         revoked = sorted_resources(self.owned - assigned)
         added = tuple(r for r in data.assigned if r not in self.owned)
@@ -1066,6 +1081,7 @@ class MemberMachine:
             owned=len(assigned),
             added=len(added),
             revoked=len(revoked),
+            follow_up_pending=data.pending,
         )
         used = self._used_versions[protocol.wire_name]
         common = min(max(data.common_version, 1), protocol.codec.latest_version)
@@ -1106,50 +1122,31 @@ class MemberMachine:
     # --- the leader's part ----------------------------------------------------
 
     def _start_assignment(self, now: int, protocol: Protocol, result: JoinGroupResult) -> None:
-        metadata: dict[str, MemberMetadata] = {}
-        used_versions: dict[str, int] = {}
-        common = protocol.codec.latest_version
-        for member in result.members:
-            try:
-                decoded = protocol.codec.decode_metadata(member.metadata)
-            except ProtocolError as exc:
-                # The member gets nothing this round; the group keeps working.
-                log.error(
-                    "member.metadata_unreadable",
-                    group=self.config.group_id,
-                    member=member.member_id,
-                    error=str(exc),
-                )
-                continue
-            metadata[member.member_id] = decoded.value
-            used_versions[member.member_id] = decoded.header.used_version
-            common = min(common, decoded.header.latest_supported_version)
-            if decoded.value.catalog_hash and decoded.value.catalog_hash != self._catalog_hash:
-                log.warning(
-                    "member.catalog_mismatch",
-                    group=self.config.group_id,
-                    member=member.member_id,
-                    generation=self.generation,
-                    leader_catalog=self._catalog_hash.hex(),
-                    member_catalog=decoded.value.catalog_hash.hex(),
-                )
-        all_kinds = frozenset(self._catalog)
-        key_sets = {kind: set(keys) for kind, keys in self._catalog.items()}
-        infos: dict[str, MemberInfo] = {}
-        for member in result.members:
-            meta = metadata.get(member.member_id)
-            if meta is None:
-                continue
-            known = tuple(r for r in meta.owned if r[1] in key_sets.get(r[0], ()))
-            infos[member.member_id] = MemberInfo(
-                member_id=member.member_id,
-                kinds=frozenset(meta.kinds) if meta.kinds else all_kinds,
-                instance_id=member.group_instance_id or meta.instance_id,
-                owned=known,
-                generation=meta.owned_generation,
-                rack=meta.rack,
-                capacity=meta.capacity if meta.capacity > 0 else 1.0,
-                user_data=meta.user_data,
+        read = read_members(protocol.codec, result.members, self._catalog_hash)
+        for member_id, error in read.unreadable.items():
+            # The member gets nothing this round; the group keeps working.
+            log.error(
+                "member.metadata_unreadable",
+                group=self.config.group_id,
+                member=member_id,
+                error=error,
+            )
+        for member_id, theirs in read.catalog_mismatches.items():
+            log.warning(
+                "member.catalog_mismatch",
+                group=self.config.group_id,
+                member=member_id,
+                generation=self.generation,
+                leader_catalog=self._catalog_hash.hex(),
+                member_catalog=theirs.hex(),
+            )
+        prepared = build_input(result.members, read.metadata, self._frozen)
+        if prepared.ignored:
+            log.warning(
+                "member.ignored",
+                group=self.config.group_id,
+                generation=self.generation,
+                ignored={mid: found.as_dict() for mid, found in prepared.ignored.items()},
             )
         self._next_id += 1
         self._leader_round = _LeaderRound(
@@ -1157,71 +1154,37 @@ class MemberMachine:
             generation=self.generation,
             protocol=protocol,
             members=result.members,
-            metadata=metadata,
-            used_versions=used_versions,
-            common_version=max(common, 1),
-            catalog=dict(self._catalog),
+            read=read,
+            resources=self._frozen.size,
             catalog_hash=self._catalog_hash,
         )
         self._enter(State.ASSIGNING)
-        data = AssignmentInput(
-            resources=dict(self._catalog),
-            members=infos,
-            resource_racks=dict(self._frozen.racks),
-            resource_attributes={r: dict(a) for r, a in self._frozen.attributes.items()},
+        self._out.append(
+            RunAssignor(self._next_id, protocol.wire_name, protocol.assignor, prepared.input)
         )
-        self._out.append(RunAssignor(self._next_id, protocol.wire_name, protocol.assignor, data))
 
     def _leader_assignments(
         self, round_: _LeaderRound, target: Assignment
     ) -> tuple[tuple[str, bytes], ...]:
-        members = {m.member_id for m in round_.members}
-        unknown = set(target) - members
-        if unknown:
-            raise AssignorError(f"assignor assigned to unknown members {sorted(unknown)}")
-        # Who still owns what: every claim counts, whatever its generation, so that
-        # nothing is handed over before its owner has revoked it.
-        claims: dict[Resource, set[str]] = {}
-        for claimant, claimed in round_.metadata.items():
-            for resource in claimed.owned:
-                claims.setdefault(resource, set()).add(claimant)
-        withheld = 0
-        out: list[tuple[str, bytes]] = []
-        for member in round_.members:
-            member_id = member.member_id
-            meta = round_.metadata.get(member_id)
-            owned = set(meta.owned) if meta else set()
-            wanted = target.get(member_id, [])
-            given = [r for r in wanted if not (claims.get(r, set()) - {member_id})]
-            withheld += len(wanted) - len(given)
-            revoked = sorted_resources(owned - set(given))
-            used = round_.used_versions.get(member_id, round_.common_version)
-            data = AssignmentData(
-                assigned=tuple(given),
-                revoked=revoked,
-                generation=round_.generation,
-                catalog_hash=round_.catalog_hash,
-                common_version=round_.common_version,
-                rejoin=used != round_.common_version,
-            )
-            out.append(
-                (
-                    member_id,
-                    round_.protocol.codec.encode_assignment(
-                        data, min(round_.common_version, round_.protocol.codec.latest_version)
-                    ),
-                )
-            )
+        claims = {mid: meta.owned for mid, meta in round_.read.metadata.items()}
+        plan = plan_round([m.member_id for m in round_.members], target, claims)
+        out = encode_assignments(
+            plan,
+            round_.protocol.codec,
+            round_.read,
+            generation=round_.generation,
+            catalog_hash=round_.catalog_hash,
+        )
         log.info(
             "member.assignment_computed",
             group=self.config.group_id,
             generation=round_.generation,
-            members=len(members),
-            resources=sum(len(v) for v in round_.catalog.values()),
-            withheld=withheld,
-            common_version=round_.common_version,
+            members=len(round_.members),
+            resources=round_.resources,
+            withheld=plan.withheld_count,
+            common_version=round_.read.common_version,
         )
-        return tuple(out)
+        return out
 
     def _backoff(self, failures: int) -> int:
         base = self.config.retry_backoff_ms * (2 ** max(failures - 1, 0))

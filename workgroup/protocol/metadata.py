@@ -22,6 +22,12 @@ Metadata versions:  v1 kinds, owned resources, owned generation, rack, capacity,
 instance id, user data, catalog hash;  v2 adds free-form string tags.
 Assignment versions: v1 assigned, revoked, generation, leader's catalog hash,
 common version (version probing), flags;  v2 adds assignor user data.
+
+The assignment's flags byte (every version has it) carries booleans: bit 0
+*rejoin*, bit 1 *pending* (the leader withheld resources: a follow-up round
+is due).  Readers ignore the bits they do not know, so a new bit needs no new
+version: an older reader decodes a blob with it exactly as one without, and a
+newer reader given an older blob sees the bit clear.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ DEFAULT_MAX_BYTES = 1024 * 1024
 DEFAULT_COMPRESS_ABOVE = 1024
 
 _ASSIGNMENT_REJOIN = 0x01
+_ASSIGNMENT_PENDING = 0x02
 
 T = TypeVar("T")
 
@@ -92,6 +99,10 @@ class AssignmentData:
     #: The leader asks this member to rejoin once it has applied the assignment.
     rejoin: bool = False
     user_data: bytes = b""  # v2
+    #: The leader withheld resources still owned by other members (cooperative
+    #: protocols): the group's rebalance ends only with a follow-up round.  A flag
+    #: bit, so it is readable in every version (see the module docstring).
+    pending: bool = False
 
 
 class BinaryCodec:
@@ -173,7 +184,10 @@ class BinaryCodec:
         w.i32(assignment.generation)
         w.bytes_(assignment.catalog_hash)
         w.i16(assignment.common_version)
-        w.u8(_ASSIGNMENT_REJOIN if assignment.rejoin else 0)
+        w.u8(
+            (_ASSIGNMENT_REJOIN if assignment.rejoin else 0)
+            | (_ASSIGNMENT_PENDING if assignment.pending else 0)
+        )
         if version >= 2:
             w.bytes_(assignment.user_data)
         return self._frame(version, w.getvalue(), "assignment")
@@ -198,6 +212,7 @@ class BinaryCodec:
             common_version=common_version,
             rejoin=bool(flags & _ASSIGNMENT_REJOIN),
             user_data=user_data,
+            pending=bool(flags & _ASSIGNMENT_PENDING),
         )
         return Decoded(header, value)
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
@@ -184,14 +187,17 @@ def test_assign_reads_a_file_and_takes_options(tmp_path: Path) -> None:
         ('{"resources": {"k": [1, 1]}, "members": {}}', "duplicate keys"),
         ('{"resources": {"k": [1.5]}, "members": {}}', "strings or integers"),
         ('{"resources": {"k": [{"racks": ["a"]}]}, "members": {}}', "key object"),
-        ('{"resources": {"k": 1}, "members": {"a": {"kinds": ["x"]}}}', "unknown kinds x"),
         ('{"resources": {"k": 1}, "members": {"a": {"colour": 1}}}', "unknown fields colour"),
         ('{"resources": {"k": 1}, "members": {"a": {"owned": [["k"]]}}}', "owned entries"),
-        ('{"resources": {"k": 1}, "members": {"a": {"owned": [["x", 0]]}}}', "unknown kind 'x'"),
         ('{"resources": {"k": 1}, "members": {"a": {"generation": "1"}}}', "generation"),
         ('{"resources": {"k": 1}, "members": {"a": {"capacity": 0}}}', "capacity"),
         ('{"resources": {"k": 1}, "members": {"a": {"rack": 3}}}', "'rack' must be a string"),
         ('{"resources": {"k": 1}, "members": []}', "'members' must be an object"),
+        ('{"resources": {"k": 1}, "members": {"a": {"kinds": "k"}}}', "'kinds' must be a list"),
+        ('{"resources": {"k": 1}, "members": {"a": {"owned": {}}}}', "'owned' must be a list"),
+        ('{"resources": {"k": 1}, "members": {"a": {"instance_id": ""}}}', "must not be empty"),
+        ('{"resources": {"k": [{"key": 1, "attributes": [1]}]}, "members": {}}', "attributes"),
+        ('{"resources": {"k": 1}, "members": {"a": 3}}', "expected an object"),
     ],
 )
 def test_bad_input_is_a_clear_error_with_exit_code_2(stdin: str, message: str) -> None:
@@ -230,3 +236,150 @@ def test_replicated_stats_count_every_claim() -> None:
     assert ["k", 0] in result["assignment"]["a"]
     assert ["k", 0] in result["assignment"]["b"]
     assert result["stats"]["moves"] == result["stats"]["min_moves"] == 3
+
+
+def run_assign(group: dict[str, Any], *args: str) -> tuple[dict[str, Any], str]:
+    code, out, err = invoke(["--assignor", "cooperative-sticky", *args], json.dumps(group))
+    assert code == 0, err
+    return json.loads(out), err
+
+
+JOINING: dict[str, Any] = {
+    "resources": {"orders": 6},
+    "members": {
+        "a": {"owned": [["orders", 0], ["orders", 1], ["orders", 2]], "generation": 3},
+        "b": {"owned": [["orders", 3], ["orders", 4], ["orders", 5]], "generation": 3},
+        "c": {},
+    },
+}
+
+
+def test_assign_shows_the_round_the_withheld_resources_and_the_target() -> None:
+    result, _ = run_assign(JOINING)
+    assignment, target, stats = result["assignment"], result["target"], result["stats"]
+    # c's share is still owned by a and b: withheld this round, handed out after.
+    assert assignment["c"] == []
+    assert {len(rs) for rs in target.values()} == {2}
+    assert sorted(map(tuple, target["c"])) == sorted(
+        map(tuple, result["revoked"]["a"] + result["revoked"]["b"])
+    )
+    for mid in "ab":
+        assert assignment[mid] == target[mid]
+    assert stats["mode"] == "cooperative"
+    assert stats["withheld"] == 2
+    assert stats["rounds"] == 2
+    assert stats["converged"] is True
+    assert stats["ignored"] == {}
+    # Load and movement describe the target against what members owned before.
+    assert stats["load"] == {"a": 2, "b": 2, "c": 2}
+    assert stats["moves"] == stats["min_moves"] == 2
+
+
+def test_assign_mode_eager_revokes_everything_and_withholds_nothing() -> None:
+    result, _ = run_assign(JOINING, "--mode", "eager")
+    stats = result["stats"]
+    assert stats["mode"] == "eager"
+    assert stats["withheld"] == 0
+    assert stats["rounds"] == 1
+    assert result["assignment"] == result["target"]
+    assert result["revoked"]["a"] == [["orders", i] for i in range(3)]
+    assert result["revoked"]["c"] == []
+    # Eager members claim nothing when they join, so even a sticky assignor starts
+    # afresh: 4 resources change hands where 2 would do.
+    assert (stats["moves"], stats["min_moves"]) == (4, 2)
+
+
+def test_assign_mode_cooperative_needs_a_cooperative_assignor() -> None:
+    code, out, err = invoke(["--assignor", "range", "--mode", "cooperative"], json.dumps(JOINING))
+    assert code == 2
+    assert out == ""
+    assert "not sticky enough for cooperative" in err
+
+
+def test_assign_ignores_and_reports_what_the_catalog_does_not_have() -> None:
+    group = {
+        "resources": {"orders": 2, "users": ["eu"]},
+        "members": {
+            "a": {
+                "kinds": ["orders", "payments"],
+                "owned": [["orders", "1"], ["payments", 0], ["orders", 7], ["orders", 0]],
+                "generation": 2,
+            },
+            "b": {"kinds": ["users"], "owned": [["users", "eu"]], "generation": 2},
+        },
+    }
+    result, err = run_assign(group)
+    assert result["stats"]["ignored"] == {
+        "a": {
+            "unknown_kinds": ["payments"],
+            "unknown_owned": [["orders", 7], ["payments", 0]],
+            "key_type_mismatches": [["orders", "1"]],
+        }
+    }
+    assert "ignored" in err
+    assert "a" in err
+    # The known claim is kept; the others are revoked, as the live leader says.
+    assert ["orders", 0] in result["assignment"]["a"]
+    assert ["orders", "1"] in result["revoked"]["a"]
+    assert result["target"] == {"a": [["orders", 0], ["orders", 1]], "b": [["users", "eu"]]}
+
+
+def test_assign_empty_kinds_means_every_kind_as_for_a_live_member() -> None:
+    group = {"resources": {"k": 2, "l": 2}, "members": {"a": {"kinds": []}}}
+    result, _ = run_assign(group)
+    assert len(result["target"]["a"]) == 4
+
+
+class Rotating:
+    """Moves every owned resource to the next member: never settles."""
+
+    name = "rotating"
+    supports_cooperative = True
+
+    def assign(self, data: AssignmentInput) -> Assignment:
+        ids = sorted(data.members)
+        owner = {r: mid for mid, m in data.members.items() for r in m.owned}
+        out: Assignment = {mid: [] for mid in ids}
+        for kind in sorted(data.resources):
+            for key in data.resources[kind]:
+                current = owner.get((kind, key))
+                chosen = ids[0] if current is None else ids[(ids.index(current) + 1) % len(ids)]
+                out[chosen].append((kind, key))
+        return out
+
+
+def test_assign_reports_a_rebalance_that_does_not_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_entry_points(monkeypatch, rotating=f"{__name__}:Rotating")
+    group = {
+        "resources": {"k": 2},
+        "members": {"a": {"owned": [["k", 0]], "generation": 1}, "b": {}},
+    }
+    code, out, err = invoke(["--assignor", "rotating"], json.dumps(group))
+    assert code == 0, err
+    stats = json.loads(out)["stats"]
+    assert stats["converged"] is False
+    assert stats["rounds"] == 10
+    assert "still withholds resources after 10 rounds" in err
+
+
+@pytest.mark.parametrize(
+    ("stdin", "message"),
+    [
+        ("{not json", "error: input is not valid JSON"),
+        ('{"resources": {"k": 1}, "members": {"a": {"generation": true}}}', "'generation'"),
+    ],
+)
+def test_assign_bad_input_in_a_process_is_one_line_with_status_2(stdin: str, message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "workgroup", "assign", "--assignor", "range"],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert message in done.stderr

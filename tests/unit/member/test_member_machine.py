@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from member_sim import StickyTestAssignor
-from structlog.testing import capture_logs
 
 from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
 from workgroup.kafka.messages import (
@@ -39,6 +38,7 @@ from workgroup.member.state import (
     State,
 )
 from workgroup.protocol import AssignmentData, BinaryCodec, MemberMetadata, Protocol
+from workgroup.testing import capture_logs
 
 PROTOCOL = Protocol("sticky", StickyTestAssignor())
 CODEC = BinaryCodec()

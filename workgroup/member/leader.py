@@ -1,0 +1,433 @@
+"""The group leader's part of a rebalance, without I/O: one implementation for the
+live leader (:class:`~workgroup.member.state.MemberMachine`) and ``workgroup assign``.
+
+A round, as the leader plays it:
+
+1. :func:`read_members` decodes the members' JoinGroup metadata;
+2. :func:`build_input` turns it and the leader's catalog into the assignor's
+   input.  Kinds the catalog does not have and owned resources it does not list
+   are ignored, as Kafka's assignors ignore topics missing from the cluster
+   metadata, and returned in an :class:`Ignored` record so that a typo stays
+   visible;
+3. the assignor computes the *target* assignment;
+4. :func:`plan_round` decides what each member is handed now and what it must
+   revoke: a resource still owned by a member that must give it up is withheld
+   until that member has revoked it (KIP-429, Kafka's
+   ``ConsumerCoordinator#validateCooperativeAssignment``); the owner then
+   rejoins and the follow-up round hands it out;
+5. :func:`encode_assignments` writes each member's SyncGroup assignment.
+
+:func:`simulate_rebalance` plays rounds 2-4 again with the members' follow-up
+joins until nothing is withheld: the what-if that ``workgroup assign`` shows.
+
+Nothing here logs: the functions return what they found and the caller reports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from itertools import repeat
+
+from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, MemberInfo
+from workgroup.errors import ProtocolError
+from workgroup.kafka.messages import JoinedMember
+from workgroup.member.errors import AssignorError
+from workgroup.protocol.catalog import FrozenCatalog
+from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
+from workgroup.protocol.protocol import RebalanceMode
+from workgroup.types import Key, Resource, sorted_resources
+
+#: Owned generation of a member that owns nothing.
+NO_GENERATION = -1
+#: Rounds :func:`simulate_rebalance` plays before it reports non-convergence.
+#: Kafka's cooperative assignors settle in two; more means the assignor keeps
+#: moving resources that are still owned.
+MAX_ROUNDS = 10
+
+
+# --- reading the members ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MembersRead:
+    """The members' decoded metadata and what could not be read."""
+
+    #: ``member id -> metadata``, for every member whose metadata decoded.
+    metadata: dict[str, MemberMetadata]
+    #: ``member id -> metadata version it wrote``.
+    used_versions: dict[str, int]
+    #: Highest version every readable member supports (version probing).
+    common_version: int
+    #: ``member id -> why its metadata is unreadable``: it gets nothing this round.
+    unreadable: dict[str, str]
+    #: ``member id -> catalog hash it saw``, where that differs from the leader's.
+    catalog_mismatches: dict[str, bytes]
+
+
+def read_members(
+    codec: BinaryCodec, members: Sequence[JoinedMember], catalog_hash: bytes
+) -> MembersRead:
+    """Decode every member's metadata; an unreadable one is reported, not raised,
+    so that the rest of the group keeps working."""
+    metadata: dict[str, MemberMetadata] = {}
+    used_versions: dict[str, int] = {}
+    unreadable: dict[str, str] = {}
+    mismatches: dict[str, bytes] = {}
+    common = codec.latest_version
+    for member in members:
+        try:
+            decoded = codec.decode_metadata(member.metadata)
+        except ProtocolError as exc:
+            unreadable[member.member_id] = str(exc)
+            continue
+        metadata[member.member_id] = decoded.value
+        used_versions[member.member_id] = decoded.header.used_version
+        common = min(common, decoded.header.latest_supported_version)
+        theirs = decoded.value.catalog_hash
+        if theirs and theirs != catalog_hash:
+            mismatches[member.member_id] = theirs
+    return MembersRead(metadata, used_versions, max(common, 1), unreadable, mismatches)
+
+
+# --- the assignor's input ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """What :func:`build_input` left out of one member's metadata."""
+
+    #: Subscribed kinds the catalog does not have.
+    kinds: tuple[str, ...] = ()
+    #: Owned resources of a kind the catalog does not have, or a key it does not list.
+    owned: tuple[Resource, ...] = ()
+    #: Owned resources whose key is listed only with another type (``"0"`` for ``0``):
+    #: a separate list because it is almost always a bug in the member.
+    key_type_mismatches: tuple[Resource, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.kinds or self.owned or self.key_type_mismatches)
+
+    def as_dict(self) -> dict[str, list[object]]:
+        return {
+            "unknown_kinds": list(self.kinds),
+            "unknown_owned": [list(r) for r in self.owned],
+            "key_type_mismatches": [list(r) for r in self.key_type_mismatches],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderInput:
+    """The assignor's input, and what was ignored to build it (members with nothing
+    ignored are absent)."""
+
+    input: AssignmentInput
+    ignored: dict[str, Ignored]
+
+
+def build_input(
+    members: Sequence[JoinedMember],
+    metadata: Mapping[str, MemberMetadata],
+    catalog: FrozenCatalog,
+) -> LeaderInput:
+    """The assignor's input for ``members`` (in their JoinGroup order; those
+    without ``metadata`` are left out) against the leader's ``catalog``.
+
+    A member subscribing to no kind (``kinds`` empty) takes every kind; its
+    instance id is the JoinGroup's, else its metadata's; a capacity <= 0 counts
+    as 1.
+    """
+    keys = catalog.keys
+    all_kinds = frozenset(keys)
+    key_sets = {kind: set(kind_keys) for kind, kind_keys in keys.items()}
+    by_text: dict[str, dict[str, Key]] = {}
+    infos: dict[str, MemberInfo] = {}
+    ignored: dict[str, Ignored] = {}
+    for member in members:
+        meta = metadata.get(member.member_id)
+        if meta is None:
+            continue
+        known = tuple(r for r in meta.owned if r[1] in key_sets.get(r[0], ()))
+        unknown_owned: list[Resource] = []
+        mismatched: list[Resource] = []
+        if len(known) != len(meta.owned):
+            for resource in dict.fromkeys(meta.owned):
+                kind, key = resource
+                kind_keys = key_sets.get(kind)
+                if kind_keys is not None and key in kind_keys:
+                    continue
+                if kind_keys is not None:
+                    if kind not in by_text:
+                        by_text[kind] = {str(k): k for k in keys[kind]}
+                    listed = by_text[kind].get(str(key))
+                    if listed is not None and type(listed) is not type(key):
+                        mismatched.append(resource)
+                        continue
+                unknown_owned.append(resource)
+        kinds = all_kinds
+        unknown_kinds: tuple[str, ...] = ()
+        if meta.kinds:
+            kinds = frozenset(k for k in meta.kinds if k in keys)
+            unknown_kinds = tuple(sorted({k for k in meta.kinds if k not in keys}))
+        found = Ignored(unknown_kinds, tuple(unknown_owned), tuple(mismatched))
+        if found:
+            ignored[member.member_id] = found
+        infos[member.member_id] = MemberInfo(
+            member_id=member.member_id,
+            kinds=kinds,
+            instance_id=member.group_instance_id or meta.instance_id,
+            owned=known,
+            generation=meta.owned_generation,
+            rack=meta.rack,
+            capacity=meta.capacity if meta.capacity > 0 else 1.0,
+            user_data=meta.user_data,
+        )
+    data = AssignmentInput(
+        resources=dict(keys),
+        members=infos,
+        resource_racks=dict(catalog.racks),
+        resource_attributes={r: dict(a) for r, a in catalog.attributes.items()},
+    )
+    return LeaderInput(data, ignored)
+
+
+# --- the round -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RoundPlan:
+    """One round, per member (every member of the group has an entry)."""
+
+    #: What the assignor wants each member to own.
+    target: dict[str, tuple[Resource, ...]]
+    #: What each member is handed now: its target minus what is withheld.
+    assigned: dict[str, tuple[Resource, ...]]
+    #: What each member owned and must give up.
+    revoked: dict[str, tuple[Resource, ...]]
+    #: Resources of each member's target withheld until their owner has revoked them.
+    withheld: dict[str, tuple[Resource, ...]]
+
+    @property
+    def withheld_count(self) -> int:
+        return sum(len(rs) for rs in self.withheld.values())
+
+    @property
+    def pending(self) -> bool:
+        """A follow-up round is due (something was withheld)."""
+        return any(self.withheld.values())
+
+
+def plan_round(
+    member_ids: Sequence[str],
+    target: Assignment,
+    claims: Mapping[str, Iterable[Resource]],
+) -> RoundPlan:
+    """What each of ``member_ids`` is handed this round, given the assignor's
+    ``target`` and every member's ``claims`` (what it reported owning).
+
+    A resource is withheld from a member while another member claims it and is
+    not to keep it: that member must revoke it first.  Every claim counts,
+    whatever its generation, so that nothing is handed over before its owner
+    has let go.  A claim by a member that keeps the resource too (assignors
+    that give a resource several owners) withholds nothing.
+
+    Eager members revoke everything before they join and claim nothing, so
+    under an eager protocol nothing is withheld; a claim that does arrive (a
+    member configured cooperatively for the same protocol) is honoured anyway,
+    because its owner still holds the resource.
+
+    Raises :class:`~workgroup.member.errors.AssignorError` when ``target``
+    names a member that is not in the group.
+    """
+    unknown = set(target) - set(member_ids)
+    if unknown:
+        raise AssignorError(f"assignor assigned to unknown members {sorted(unknown)}")
+    # One claimant per resource in ``owner`` (built at C speed); the rare resources
+    # claimed by several members also in ``shared``.
+    claimed: dict[str, set[Resource]] = {}
+    owner: dict[Resource, str] = {}
+    total = 0
+    for claimant, resources in claims.items():
+        mine = claimed[claimant] = set(resources)
+        owner.update(zip(mine, repeat(claimant), strict=False))
+        total += len(mine)
+    shared: dict[Resource, set[str]] = {}
+    if total != len(owner):
+        for claimant, mine in claimed.items():
+            for resource in mine:
+                if owner[resource] != claimant:
+                    shared.setdefault(resource, {owner[resource]}).add(claimant)
+    target_sets: dict[str, set[Resource]] = {}
+
+    def keeps(member_id: str, resource: Resource) -> bool:
+        if member_id not in target_sets:
+            target_sets[member_id] = set(target.get(member_id, ()))
+        return resource in target_sets[member_id]
+
+    def blocked(member_id: str, resource: Resource) -> bool:
+        claimants = shared.get(resource) or (owner[resource],)
+        return any(c != member_id and not keeps(c, resource) for c in claimants)
+
+    out_target: dict[str, tuple[Resource, ...]] = {}
+    assigned: dict[str, tuple[Resource, ...]] = {}
+    revoked: dict[str, tuple[Resource, ...]] = {}
+    withheld: dict[str, tuple[Resource, ...]] = {}
+    claimed_by = owner.get
+    for member_id in member_ids:
+        wanted = tuple(target.get(member_id, ()))
+        # Candidates: resources someone else claims (first); then the exact rule.
+        held = [
+            r
+            for r in wanted
+            if (claimed_by(r, member_id) != member_id or r in shared) and blocked(member_id, r)
+        ]
+        given = wanted
+        if held:
+            skip = set(held)
+            given = tuple(r for r in wanted if r not in skip)
+        out_target[member_id] = wanted
+        assigned[member_id] = given
+        withheld[member_id] = tuple(held)
+        owned = claimed.get(member_id)
+        revoked[member_id] = sorted_resources(owned.difference(given)) if owned else ()
+    return RoundPlan(out_target, assigned, revoked, withheld)
+
+
+def encode_assignments(
+    plan: RoundPlan,
+    codec: BinaryCodec,
+    read: MembersRead,
+    *,
+    generation: int,
+    catalog_hash: bytes,
+) -> tuple[tuple[str, bytes], ...]:
+    """Each member's SyncGroup assignment for ``plan``, in the plan's member order.
+
+    Blobs use the highest version every member reads; a member whose metadata
+    used another version is asked to rejoin with it.  Every member learns
+    whether a follow-up round is pending, so that none calls the group settled
+    while resources are withheld.
+    """
+    common = read.common_version
+    version = min(common, codec.latest_version)
+    out: list[tuple[str, bytes]] = []
+    for member_id, given in plan.assigned.items():
+        data = AssignmentData(
+            assigned=given,
+            revoked=plan.revoked[member_id],
+            generation=generation,
+            catalog_hash=catalog_hash,
+            common_version=common,
+            rejoin=read.used_versions.get(member_id, common) != common,
+            pending=plan.pending,
+        )
+        out.append((member_id, codec.encode_assignment(data, version)))
+    return tuple(out)
+
+
+# --- the what-if ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rebalance:
+    """A rebalance played to its end by :func:`simulate_rebalance`."""
+
+    #: Every round played; the first is what the leader hands out now.
+    rounds: tuple[RoundPlan, ...]
+    #: The last round withheld nothing (False: :data:`MAX_ROUNDS` were not enough).
+    converged: bool
+    #: What the members' metadata had that the catalog does not (see
+    #: :func:`build_input`), owned resources included even under eager protocols.
+    ignored: dict[str, Ignored]
+    #: The first round's assignor input (eager: without claims).
+    input: AssignmentInput
+    #: The group before the rebalance: the input built with every member's claims
+    #: (the same as ``input`` for cooperative protocols).
+    before: AssignmentInput
+
+    @property
+    def first(self) -> RoundPlan:
+        return self.rounds[0]
+
+    @property
+    def target(self) -> dict[str, tuple[Resource, ...]]:
+        """The assignment once the follow-up rounds are done (the last round's target)."""
+        return self.rounds[-1].target
+
+
+def simulate_rebalance(
+    assignor: Assignor,
+    members: Sequence[JoinedMember],
+    metadata: Mapping[str, MemberMetadata],
+    catalog: FrozenCatalog,
+    mode: RebalanceMode,
+    *,
+    max_rounds: int = MAX_ROUNDS,
+) -> Rebalance:
+    """Play a rebalance of ``members`` until nothing is withheld.
+
+    ``metadata`` is what each member would send if it joined holding what it
+    owns now.  Under ``"eager"`` members revoke everything before joining: they
+    claim nothing, and the first round's ``revoked`` lists everything they
+    owned.  Each follow-up round, members have given up what they revoked and
+    rejoin owning what they were handed (in the previous round's generation);
+    the assignor runs again.  At most ``max_rounds`` rounds are played.
+    """
+    if max_rounds < 1:
+        raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
+    member_ids = [m.member_id for m in members]
+    current = dict(metadata)
+    owned_before = {mid: sorted_resources(set(meta.owned)) for mid, meta in metadata.items()}
+    before = build_input(members, metadata, catalog)
+    if mode == "eager":
+        current = {
+            mid: replace(meta, owned=(), owned_generation=NO_GENERATION)
+            for mid, meta in current.items()
+        }
+    generation = max([meta.owned_generation for meta in metadata.values()] + [0]) + 1
+    rounds: list[RoundPlan] = []
+    first: AssignmentInput | None = None
+    converged = False
+    while len(rounds) < max_rounds:
+        if mode == "cooperative" and not rounds:
+            prepared = before
+        else:
+            prepared = build_input(members, current, catalog)
+        if first is None:
+            first = prepared.input
+        target = assignor.assign(prepared.input)
+        plan = plan_round(member_ids, target, {mid: meta.owned for mid, meta in current.items()})
+        if mode == "eager" and not rounds:
+            plan = replace(
+                plan, revoked={mid: owned_before.get(mid, ()) for mid in plan.assigned}
+            )
+        rounds.append(plan)
+        if not plan.pending:
+            converged = True
+            break
+        current = {
+            mid: replace(
+                meta,
+                owned=plan.assigned[mid],
+                owned_generation=generation if plan.assigned[mid] else NO_GENERATION,
+            )
+            for mid, meta in current.items()
+        }
+        generation += 1
+    assert first is not None
+    return Rebalance(tuple(rounds), converged, before.ignored, first, before.input)
+
+
+__all__ = [
+    "MAX_ROUNDS",
+    "Ignored",
+    "LeaderInput",
+    "MembersRead",
+    "Rebalance",
+    "RoundPlan",
+    "build_input",
+    "encode_assignments",
+    "plan_round",
+    "read_members",
+    "simulate_rebalance",
+]
