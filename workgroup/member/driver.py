@@ -814,7 +814,7 @@ class GroupMember:
     ) -> None:
         """Carry out ``on_callback_error`` for a callback that raised ``exc``."""
         what = f"{action.kind} failed in generation {action.generation}"
-        if self._on_callback_error == "fail":
+        if self._on_callback_error == "fail" and machine.state not in (State.FATAL, State.CLOSED):
             error = CallbackError(f"{what}: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
             self._feed(machine.fail(monotonic_ms(), error))  # logged as member.fatal
