@@ -52,6 +52,10 @@ class MemberClosedError(WorkgroupError):
     """The member was closed."""
 
 
+class IllegalTransitionError(WorkgroupError):
+    """The member's state machine tried a state change its rules forbid (a bug)."""
+
+
 _FATAL_CLASSES: dict[ErrorCode, type[MemberFatalError]] = {
     ErrorCode.FENCED_INSTANCE_ID: FencedInstanceError,
     ErrorCode.INCONSISTENT_GROUP_PROTOCOL: InconsistentProtocolError,

@@ -58,7 +58,6 @@ Rules:
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -93,6 +92,9 @@ from workgroup.member.errors import (
     MemberFatalError,
     fatal_error,
 )
+from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
+from workgroup.member.heartbeat import HeartbeatTimer
+from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
@@ -100,34 +102,9 @@ from workgroup.types import Resource, sorted_resources
 
 log = get_logger("workgroup.member")
 
-NO_GENERATION = -1
 #: Time between a request and its response that the coordinator may hold a JoinGroup
 #: beyond the rebalance timeout (Kafka's client adds 5 s too).
 JOIN_TIMEOUT_MARGIN_MS = 5_000
-
-
-class State(enum.Enum):
-    #: Created or not yet started; nothing is owned, nothing is sent.
-    UNJOINED = "unjoined"
-    #: Waiting for the driver to locate the group coordinator (or for the back-off
-    #: before asking again).  A STABLE assignment is kept meanwhile.
-    FINDING_COORDINATOR = "finding_coordinator"
-    #: Preparing or awaiting a JoinGroup: eager protocols first wait for their
-    #: revocation callbacks; retriable errors wait for the back-off.
-    JOINING = "joining"
-    #: The leader's assignor runs (RunAssignor is out); heartbeats keep flowing.
-    ASSIGNING = "assigning"
-    #: SyncGroup in flight; the coordinator answers once the leader has assigned.
-    SYNCING = "syncing"
-    #: Member of the current generation with its assignment; heartbeating.  A
-    #: cooperative follow-up round starts here once revocations are done.
-    STABLE = "stable"
-    #: Closing: revocation callbacks, then LeaveGroup for dynamic members.
-    LEAVING = "leaving"
-    #: Closed; every later event is ignored.
-    CLOSED = "closed"
-    #: A non-retriable error (``MemberMachine.error``); nothing more is sent.
-    FATAL = "fatal"
 
 
 # --- configuration ------------------------------------------------------------
@@ -258,8 +235,8 @@ Action = FindCoordinator | SendRequest | InvokeCallback | RunAssignor | Failed |
 @dataclass(frozen=True, slots=True)
 class _Pending:
     kind: Literal["join", "sync", "heartbeat", "leave"]
-    member_id: str
-    generation: int
+    #: The generation (and member id) the request was sent under (rule 1).
+    generation: Generation
     sent_at: int
 
 
@@ -281,15 +258,13 @@ class MemberMachine:
 
     def __init__(self, config: MemberConfig, catalog: Catalog | None = None) -> None:
         self.config = config
-        self.state = State.UNJOINED
-        self.member_id = ""
-        self.generation = NO_GENERATION
+        self._state = State.UNJOINED
+        self._generation = NO_GENERATION
         self.leader_id = ""
-        self.protocol: Protocol | None = None
         self.error: WorkgroupError | None = None
         #: Resources this member owns, and the generation they were assigned in.
         self.owned: frozenset[Resource] = frozenset()
-        self.owned_generation = NO_GENERATION
+        self.owned_generation = NO_GENERATION_ID
         self.rebalances = 0
         self._frozen: FrozenCatalog = freeze_catalog(catalog or {})
         self._catalog: dict[str, tuple[str | int, ...]] = self._frozen.keys
@@ -316,22 +291,35 @@ class MemberMachine:
         self._rejoin_reason: str | None = None
         self._join_at = 0
         self._join_failures = 0
-        self._heartbeat_at: int | None = None
-        self._heartbeat_failures = 0
-        #: Send time of the newest request that proved the session alive.
-        self._alive_since: int | None = None
+        self._heartbeat = HeartbeatTimer(
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            session_timeout_ms=config.session_timeout_ms,
+            rebalance_timeout_ms=config.rebalance_timeout_ms,
+        )
         self._leader_round: _LeaderRound | None = None
         #: After a rediscovery: return to STABLE (True) or rejoin (False).
         self._resume_stable = False
         self._leave_sent = False
-        #: When the machine expected its next event at the latest (its deadline).
-        self._expected_by: int | None = None
-        #: Answers to requests sent before this time may have waited arbitrarily
-        #: long in a buffer (the process was frozen or starved).
-        self._starved_until = 0
-        self._last_seen = 0
 
     # --- read-only views ----------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def generation(self) -> int:
+        """The current generation's id (``-1``: none)."""
+        return self._generation.generation_id
+
+    @property
+    def member_id(self) -> str:
+        return self._generation.member_id
+
+    @property
+    def protocol(self) -> Protocol | None:
+        """The protocol the coordinator chose for the current generation."""
+        return self._generation.protocol
 
     @property
     def is_leader(self) -> bool:
@@ -367,15 +355,15 @@ class MemberMachine:
             and not any(p.kind in ("join", "sync") for p in self._pending.values())
         ):
             candidates.append(self._join_at)
-        if self._heartbeat_at is not None and self._may_heartbeat():
-            candidates.append(self._heartbeat_at)
+        if self._heartbeat.next_at is not None and self._may_heartbeat():
+            candidates.append(self._heartbeat.next_at)
         session_end = self._session_end()
         if session_end is not None:
             candidates.append(session_end)
         if self._rebalance_in_flight():
             # A watchdog: being woken late tells us the process was frozen or starved,
-            # so a held answer read afterwards may be old (see _proved_alive).
-            candidates.append(self._last_seen + self.config.heartbeat_interval_ms)
+            # so a held answer read afterwards may be old (heartbeat.py, rule 4).
+            candidates.append(self._heartbeat.watchdog_at())
         return min(candidates) if candidates else None
 
     # --- events -------------------------------------------------------------
@@ -396,9 +384,9 @@ class MemberMachine:
             self._coordinator_known = True
             self._coordinator_ever_found = True
             log.debug("member.coordinator_found", group=self.config.group_id)
-            if self._resume_stable and self.generation != NO_GENERATION:
-                self.state = State.STABLE
-                self._heartbeat_at = now
+            if self._resume_stable and self._generation.is_valid:
+                self._enter(State.STABLE)
+                self._heartbeat.due_now(now)
             else:
                 self._to_joining(now, "coordinator found", immediately=True)
         return self._drain(now)
@@ -515,7 +503,7 @@ class MemberMachine:
         if released:
             self.owned = self.owned - set(released)
             if not self.owned:
-                self.owned_generation = NO_GENERATION
+                self.owned_generation = NO_GENERATION_ID
             log.warning(
                 "member.resources_released",
                 group=self.config.group_id,
@@ -548,11 +536,11 @@ class MemberMachine:
         self._drop_pending(keep_heartbeat=False)
         self._leader_round = None
         if self.owned:
-            if self.generation != NO_GENERATION:
+            if self._generation.is_valid:
                 self._revoke(sorted_resources(self.owned), self.generation)
             else:
                 self._lose("closing without a valid generation")
-        self.state = State.LEAVING
+        self._enter(State.LEAVING)
         if not self._callbacks:
             self._send_leave_or_close(now)
         return self._drain(now)
@@ -562,18 +550,14 @@ class MemberMachine:
     def _observe(self, now: int) -> None:
         """Notice when the machine ran long after its deadline (frozen process,
         starved event loop): answers that arrive now may be arbitrarily old."""
-        if (
-            self._expected_by is not None
-            and now - self._expected_by > self._starvation_threshold_ms
-        ):
-            log.warning("member.starved", late_ms=now - self._expected_by)
-            self._starved_until = now
-        self._last_seen = max(self._last_seen, now)
+        late_ms = self._heartbeat.observe(now)
+        if late_ms is not None:
+            log.warning("member.starved", late_ms=late_ms)
 
     def _drain(self, now: int) -> list[Action]:
         self._progress(now)
         out, self._out = self._out, []
-        self._expected_by = self.next_deadline()
+        self._heartbeat.expect(self.next_deadline())
         return out
 
     def _progress(self, now: int) -> None:
@@ -593,7 +577,7 @@ class MemberMachine:
                 generation=self.generation,
             )
             self._lose("no heartbeat succeeded within the session timeout")
-            self.generation = NO_GENERATION
+            self._generation = self._generation.reset()
             self._coordinator_lost(now, "session timed out")
             return
         if (
@@ -620,7 +604,8 @@ class MemberMachine:
             return
         if self.state is State.JOINING:
             self._maybe_send_join(now)
-        if self._may_heartbeat() and self._heartbeat_at is not None and now >= self._heartbeat_at:
+        due = self._heartbeat.next_at
+        if self._may_heartbeat() and due is not None and now >= due:
             self._send_heartbeat(now)
 
     def _connect_deadline(self) -> int | None:
@@ -646,7 +631,7 @@ class MemberMachine:
     def _may_heartbeat(self) -> bool:
         return (
             self._coordinator_known
-            and self.generation != NO_GENERATION
+            and self._generation.is_valid
             and self.state in (State.JOINING, State.ASSIGNING, State.STABLE)
             and not any(p.kind in ("join", "sync", "heartbeat") for p in self._pending.values())
         )
@@ -654,8 +639,7 @@ class MemberMachine:
     def _session_end(self) -> int | None:
         """When the coordinator may have evicted us, from what we know for sure."""
         if (
-            self._alive_since is None
-            or self.generation == NO_GENERATION
+            not self._generation.is_valid
             or self.state
             not in (
                 State.STABLE,
@@ -668,33 +652,20 @@ class MemberMachine:
             return None
         if self._rebalance_in_flight() and not self.owned:
             return None  # the coordinator holds the request; nothing is at stake
-        end = self._alive_since + self.config.session_timeout_ms
-        held_until = self._held_until(end)
-        return end if held_until is None else max(end, held_until)
-
-    def _held_until(self, session_end: int) -> int | None:
-        """Until when a held JoinGroup/SyncGroup keeps the session alive (rule 4)."""
-        for p in self._pending.values():
-            if (
-                p.kind in ("join", "sync")
-                and p.sent_at >= self._starved_until
-                and p.sent_at + self._starvation_threshold_ms <= session_end
-            ):
-                return p.sent_at + self.config.rebalance_timeout_ms
-        return None
-
-    @property
-    def _starvation_threshold_ms(self) -> int:
-        """How late an event may come before the machine assumes it was starved."""
-        return min(self.config.heartbeat_interval_ms, self.config.session_timeout_ms // 3)
+        held = (p.sent_at for p in self._pending.values() if p.kind in ("join", "sync"))
+        return self._heartbeat.session_end(held)
 
     def _rebalance_in_flight(self) -> bool:
         return any(p.kind in ("join", "sync") for p in self._pending.values())
 
     # --- transitions ----------------------------------------------------------
 
+    def _enter(self, target: State) -> None:
+        """The one place the state changes (checked against the transitions table)."""
+        self._state = check_transition(self._state, target)
+
     def _to_finding(self, now: int, *, immediately: bool) -> None:
-        self.state = State.FINDING_COORDINATOR
+        self._enter(State.FINDING_COORDINATOR)
         self._coordinator_known = False
         if not self._find_in_flight:
             self._find_at = now if immediately else now + self._backoff(self._find_failures + 1)
@@ -715,7 +686,7 @@ class MemberMachine:
             self._rejoin_reason = reason
 
     def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
-        self.state = State.JOINING
+        self._enter(State.JOINING)
         self._leader_round = None
         self._join_at = now if immediately else now + self._backoff(self._join_failures)
         if self.protocol is not None and self.protocol.mode == "eager" and self.owned:
@@ -752,7 +723,7 @@ class MemberMachine:
         meta = MemberMetadata(
             kinds=tuple(sorted(self.config.kinds)) if self.config.kinds is not None else (),
             owned=owned,
-            owned_generation=self.owned_generation if owned else NO_GENERATION,
+            owned_generation=self.owned_generation if owned else NO_GENERATION_ID,
             rack=self.config.rack,
             capacity=self.config.capacity,
             instance_id=self.config.instance_id,
@@ -770,7 +741,7 @@ class MemberMachine:
         timeout_ms: int,
     ) -> None:
         self._next_id += 1
-        self._pending[self._next_id] = _Pending(kind, self.member_id, self.generation, now)
+        self._pending[self._next_id] = _Pending(kind, self._generation, now)
         self._out.append(SendRequest(self._next_id, request, timeout_ms))
 
     def _send_heartbeat(self, now: int) -> None:
@@ -780,7 +751,7 @@ class MemberMachine:
             member_id=self.member_id,
             group_instance_id=self.config.instance_id,
         )
-        self._heartbeat_at = now + self.config.heartbeat_interval_ms
+        self._heartbeat.schedule(now)
         self._send(now, "heartbeat", request, self._short_timeout_ms)
 
     @property
@@ -788,7 +759,7 @@ class MemberMachine:
         return max(self.config.session_timeout_ms, 1_000)
 
     def _send_sync(self, now: int, assignments: tuple[tuple[str, bytes], ...]) -> None:
-        self.state = State.SYNCING
+        self._enter(State.SYNCING)
         protocol = self.protocol
         request = SyncGroup(
             group_id=self.config.group_id,
@@ -816,7 +787,7 @@ class MemberMachine:
     def _finish_close(self) -> None:
         if self.state is not State.CLOSED:
             if self.state is not State.FATAL:
-                self.state = State.CLOSED
+                self._enter(State.CLOSED)
             self._drop_pending(keep_heartbeat=False)
             self._out.append(Closed())
             log.info("member.closed", group=self.config.group_id, member_id=self.member_id)
@@ -841,7 +812,7 @@ class MemberMachine:
         self._drop_pending(keep_heartbeat=False)
         self._leader_round = None
         self.error = error
-        self.state = State.FATAL
+        self._enter(State.FATAL)
         if leave_member:
             # Let the rest of the group rebalance now instead of after our session.
             request = LeaveGroup(
@@ -868,7 +839,7 @@ class MemberMachine:
     def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
         self.owned = self.owned - set(resources)
         if not self.owned:
-            self.owned_generation = NO_GENERATION
+            self.owned_generation = NO_GENERATION_ID
         log.info(
             "member.revoking",
             group=self.config.group_id,
@@ -883,7 +854,7 @@ class MemberMachine:
         lost = sorted_resources(self.owned)
         generation = self.owned_generation
         self.owned = frozenset()
-        self.owned_generation = NO_GENERATION
+        self.owned_generation = NO_GENERATION_ID
         log.warning(
             "member.resources_lost",
             group=self.config.group_id,
@@ -919,32 +890,21 @@ class MemberMachine:
             return True
         if code is ErrorCode.UNKNOWN_MEMBER_ID:
             self._lose(f"{context}: UNKNOWN_MEMBER_ID")
-            self.member_id = ""
-            self.generation = NO_GENERATION
-            self._alive_since = None
+            self._generation = NO_GENERATION
+            self._heartbeat.forget_proof()
             self._to_joining(now, f"{context}: unknown member id", immediately=True)
             return True
         if code is ErrorCode.ILLEGAL_GENERATION:
             self._lose(f"{context}: ILLEGAL_GENERATION")
-            self.generation = NO_GENERATION
-            self._alive_since = None
+            self._generation = self._generation.reset()
+            self._heartbeat.forget_proof()
             self._to_joining(now, f"{context}: illegal generation", immediately=True)
             return True
         return False
 
     def _proved_alive(self, now: int, pending: _Pending) -> None:
-        """The coordinator answered: our session was alive when it did.
-
-        A held JoinGroup/SyncGroup keeps the session alive (Kafka restarts the
-        session timer when it answers), so the proof is the answer's time, not the
-        request's; we take ``now`` minus one heartbeat interval as a safe lower
-        bound of when the coordinator answered.
-        """
-        proof = pending.sent_at
-        if pending.kind in ("join", "sync") and pending.sent_at >= self._starved_until:
-            proof = max(proof, now - self.config.heartbeat_interval_ms)
-        if self._alive_since is None or proof > self._alive_since:
-            self._alive_since = proof
+        """The coordinator answered: the session was alive (heartbeat.py, rule 2)."""
+        self._heartbeat.proved_alive(now, pending.sent_at, held=pending.kind in ("join", "sync"))
 
     def _on_join(self, now: int, pending: _Pending, result: JoinGroupResult) -> None:
         if self.state is not State.JOINING:
@@ -954,7 +914,7 @@ class MemberMachine:
             self._join_failures = 0
             self._joined(now, pending, result)
         elif code is ErrorCode.MEMBER_ID_REQUIRED:
-            self.member_id = result.member_id
+            self._generation = self._generation.with_member_id(result.member_id)
             self._to_joining(now, "member id required", immediately=True)
         elif code is ErrorCode.REBALANCE_IN_PROGRESS:
             self._to_joining(now, "rebalance in progress", immediately=True)
@@ -988,13 +948,11 @@ class MemberMachine:
             )
             return
         previous_generation = self.generation
-        self.member_id = result.member_id
-        self.generation = result.generation_id
+        self._generation = Generation(result.generation_id, result.member_id, protocol)
         self.leader_id = result.leader
-        self.protocol = protocol
-        self._alive_since = None
+        self._heartbeat.forget_proof()
         self._proved_alive(now, pending)
-        self._heartbeat_at = now + self.config.heartbeat_interval_ms
+        self._heartbeat.schedule(now)
         self.rebalances += 1
         log.info(
             "member.joined",
@@ -1012,11 +970,7 @@ class MemberMachine:
             self._send_sync(now, ())
 
     def _on_sync(self, now: int, pending: _Pending, result: SyncGroupResult) -> None:
-        if (
-            self.state is not State.SYNCING
-            or pending.generation != self.generation
-            or pending.member_id != self.member_id
-        ):
+        if self.state is not State.SYNCING or not self._generation.answers_to(pending.generation):
             return
         code = result.error
         if code is ErrorCode.REBALANCE_IN_PROGRESS:
@@ -1068,8 +1022,8 @@ class MemberMachine:
         return protocol.codec.decode_assignment(blob).value
 
     def _apply_assignment(self, now: int, protocol: Protocol, data: AssignmentData) -> None:
-        self.state = State.STABLE
-        self._heartbeat_at = now + self.config.heartbeat_interval_ms
+        self._enter(State.STABLE)
+        self._heartbeat.schedule(now)
         if data.catalog_hash and data.catalog_hash != self._catalog_hash:
             log.warning(
                 "member.catalog_mismatch",
@@ -1087,7 +1041,7 @@ class MemberMachine:
         if revoked:
             self._revoke(revoked, self.generation)
         self.owned = assigned
-        self.owned_generation = self.generation if assigned else NO_GENERATION
+        self.owned_generation = self.generation if assigned else NO_GENERATION_ID
         self._callback("on_assigned", added, self.generation)
         log.info(
             "member.assigned",
@@ -1118,11 +1072,11 @@ class MemberMachine:
             self._request_rejoin("the leader asked for another round")
 
     def _on_heartbeat(self, now: int, pending: _Pending, result: HeartbeatResult) -> None:
-        if pending.generation != self.generation or pending.member_id != self.member_id:
+        if not self._generation.answers_to(pending.generation):
             return
         code = result.error
         if code is ErrorCode.NONE:
-            self._heartbeat_failures = 0
+            self._heartbeat.succeeded()
             self._proved_alive(now, pending)
         elif code is ErrorCode.REBALANCE_IN_PROGRESS:
             # The session is alive: the coordinator only wants everyone to rejoin.
@@ -1132,8 +1086,7 @@ class MemberMachine:
         elif self._common_error(now, code, "Heartbeat"):
             return
         else:
-            self._heartbeat_failures += 1
-            self._heartbeat_at = now + self._backoff(self._heartbeat_failures)
+            self._heartbeat.failed(now, self._backoff)
 
     # --- the leader's part ----------------------------------------------------
 
@@ -1195,7 +1148,7 @@ class MemberMachine:
             catalog=dict(self._catalog),
             catalog_hash=self._catalog_hash,
         )
-        self.state = State.ASSIGNING
+        self._enter(State.ASSIGNING)
         data = AssignmentInput(
             resources=dict(self._catalog),
             members=infos,

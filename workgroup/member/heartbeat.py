@@ -1,0 +1,127 @@
+"""Heartbeat and session timing of one member (after Kafka's client ``Heartbeat``).
+
+Pure: every method takes ``now`` (ms of a monotonic clock) or nothing; the
+member machine decides *whether* heartbeats may be sent, this class says *when*.
+
+Rules:
+
+1. Heartbeats are due every ``heartbeat_interval_ms`` after the last one was
+   sent (or the member joined / got its assignment); a failed one is retried
+   after the back-off; after a rediscovery the next one is due at once.
+2. Proof of life: an answer from the coordinator proves the session was alive
+   when the request was sent.  A JoinGroup/SyncGroup the coordinator held
+   proves more: Kafka restarts the session timer when it answers, so its proof
+   is the answer's time, taken as ``now`` minus one heartbeat interval — unless
+   the process was starved since the request was sent (the answer may be old).
+3. The session ends ``session_timeout_ms`` after the newest proof.  A
+   JoinGroup/SyncGroup sent at *s* while the session was alive (*s* plus the
+   starvation threshold before the session's end), and not sent before the
+   last starvation, keeps it alive until ``s + rebalance_timeout_ms``: a
+   coordinator never evicts a member whose JoinGroup/SyncGroup it holds.
+4. Starvation: an event later than the machine's own deadline by more than
+   ``min(heartbeat interval, session timeout / 3)`` means the process was
+   frozen or its event loop starved; answers read from then on may be
+   arbitrarily old, so requests sent before then prove nothing beyond rule 2's
+   send time.  While a JoinGroup/SyncGroup is held, a watchdog deadline one
+   heartbeat interval after the last event makes such a gap visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class HeartbeatTimer:
+    heartbeat_interval_ms: int
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    #: When the next heartbeat is due (``None``: none planned).
+    next_at: int | None = None
+    #: Heartbeats failed in a row with a retriable error.
+    failures: int = 0
+    #: Send time of the newest request that proved the session alive (rule 2).
+    alive_since: int | None = None
+    #: When the machine expected its next event at the latest (its deadline).
+    expected_by: int | None = None
+    #: Answers to requests sent before this time may be arbitrarily old (rule 4).
+    starved_until: int = 0
+    last_seen: int = 0
+
+    # --- rule 1: when to heartbeat --------------------------------------------
+
+    def schedule(self, now: int) -> None:
+        """A heartbeat was sent, or the member joined or got its assignment."""
+        self.next_at = now + self.heartbeat_interval_ms
+
+    def due_now(self, now: int) -> None:
+        self.next_at = now
+
+    def succeeded(self) -> None:
+        self.failures = 0
+
+    def failed(self, now: int, backoff_ms: Callable[[int], int]) -> None:
+        """Retry after ``backoff_ms(failures in a row)``."""
+        self.failures += 1
+        self.next_at = now + backoff_ms(self.failures)
+
+    # --- rules 2 and 3: proof of life and the session's end ------------------------
+
+    def proved_alive(self, now: int, sent_at: int, *, held: bool) -> None:
+        """The coordinator answered a request sent at ``sent_at``; ``held``: a
+        JoinGroup or SyncGroup, which the coordinator may have held."""
+        proof = sent_at
+        if held and sent_at >= self.starved_until:
+            proof = max(proof, now - self.heartbeat_interval_ms)
+        if self.alive_since is None or proof > self.alive_since:
+            self.alive_since = proof
+
+    def forget_proof(self) -> None:
+        """A new generation or membership: older proofs say nothing about it."""
+        self.alive_since = None
+
+    def session_end(self, held_sent_at: Iterable[int]) -> int | None:
+        """When the coordinator may have evicted the member, from what is known for
+        sure; ``held_sent_at``: send times of the JoinGroup/SyncGroup in flight."""
+        if self.alive_since is None:
+            return None
+        end = self.alive_since + self.session_timeout_ms
+        held_until = self._held_until(end, held_sent_at)
+        return end if held_until is None else max(end, held_until)
+
+    def _held_until(self, session_end: int, held_sent_at: Iterable[int]) -> int | None:
+        for sent_at in held_sent_at:
+            if (
+                sent_at >= self.starved_until
+                and sent_at + self.starvation_threshold_ms <= session_end
+            ):
+                return sent_at + self.rebalance_timeout_ms
+        return None
+
+    # --- rule 4: starvation ---------------------------------------------------------
+
+    @property
+    def starvation_threshold_ms(self) -> int:
+        """How late an event may come before the machine assumes it was starved."""
+        return min(self.heartbeat_interval_ms, self.session_timeout_ms // 3)
+
+    def observe(self, now: int) -> int | None:
+        """An event at ``now``; returns how late it was if the machine was starved."""
+        late: int | None = None
+        if self.expected_by is not None and now - self.expected_by > self.starvation_threshold_ms:
+            late = now - self.expected_by
+            self.starved_until = now
+        self.last_seen = max(self.last_seen, now)
+        return late
+
+    def expect(self, deadline: int | None) -> None:
+        """The machine asked to be woken at ``deadline`` at the latest."""
+        self.expected_by = deadline
+
+    def watchdog_at(self) -> int:
+        """Wake-up while a JoinGroup/SyncGroup is held, so that a gap shows (rule 4)."""
+        return self.last_seen + self.heartbeat_interval_ms
+
+
+__all__ = ["HeartbeatTimer"]
