@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -266,3 +267,68 @@ def test_sigint_closes_cleanly_too(members: Members) -> None:
     a.terminate()
     assert [e["event"] for e in a.snapshot()[-2:]] == ["revoked", "closed"]
     assert "Traceback" not in a.stderr_tail(200)
+
+
+# --- addresses, the connect deadline, fatal errors after stable -----------------------
+
+
+def run_member(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "workgroup", "member", "--group", "g", *args],
+        capture_output=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "address", ["", ":9092", "host:1:2", "127.0.0.1:99999", "127.0.0.1:abc", "[::1]9092"]
+)
+def test_malformed_bootstrap_exits_2_with_one_line(address: str) -> None:
+    result = run_member("--bootstrap", address)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == b""
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: ")
+    assert "bootstrap" in lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-such-host.invalid:9092"])
+def test_connect_timeout_exits_1(address: str) -> None:
+    started = time.monotonic()
+    result = run_member("--bootstrap", address, "--connect-timeout-ms", "1000")
+    assert time.monotonic() - started < 15
+    assert result.returncode == 1, result.stderr
+    stderr = result.stderr.decode()
+    assert "Traceback" not in stderr
+    assert "member.coordinator_unavailable" in stderr  # each failed attempt: a warning
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, stderr
+    assert "no coordinator reached within 1000 ms" in errors[0]
+    assert stderr.count("member.fatal") == 1
+    events = [json.loads(line) for line in result.stdout.decode().splitlines()]
+    assert [e["event"] for e in events] == ["fatal", "closed"]
+    assert events[0]["error_type"] == "CoordinatorUnavailableError"
+
+
+@pytest.mark.slow
+def test_fenced_after_stable_exits_1_and_says_so_once(members: Members) -> None:
+    a = members.start("a", instance_id="same")
+    wait_converged([a], shards(12), 20)
+    b = members.start("b", instance_id="same")
+    assert a.process.wait(20) == 1
+    wait_converged([b], shards(12), 20)
+    b.terminate()
+    events = a.snapshot()
+    assert [e["event"] for e in events[-2:]] == ["fatal", "closed"]
+    assert "lost" in [e["event"] for e in events]  # on_lost ran before the member closed
+    assert events[-2]["error_type"] == "FencedInstanceError"
+    stderr = a.stderr_tail(200)
+    assert "Traceback" not in stderr
+    assert stderr.count("member.fatal") == 1
+    assert "member.failed" not in stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, stderr
+    assert "FENCED_INSTANCE_ID" in errors[0]

@@ -17,9 +17,13 @@ Unix time at which the event happened in the member, ``metadata_version`` the
 metadata format the member now speaks in the chosen protocol (lowered by
 version probing when an older member leads the group).
 
-SIGTERM or SIGINT closes the member cleanly: it revokes what it owns and, if
-dynamic, leaves the group (a static member keeps its place for the session
-timeout).  A fatal error exits with the error's exit code.
+SIGTERM or SIGINT closes the member cleanly (exit status 0): it revokes what it
+owns and, if dynamic, leaves the group (a static member keeps its place for the
+session timeout).  A fatal error (after the ``fatal`` event, one ``error: ...``
+line on stderr) exits with the error's exit code, 1; bad options, a malformed
+``--bootstrap`` address included, exit with 2 before anything is printed on
+stdout.  Without ``--connect-timeout-ms`` the member looks for its coordinator
+until stopped, logging a warning per failed attempt.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -143,14 +147,15 @@ class EventWriter:
 
     def callback(
         self, event: Literal["assigned", "revoked", "lost"]
-    ) -> Callable[[tuple[Resource, ...], int], None]:
-        """A member callback that reports ``event``."""
+    ) -> Callable[[tuple[Resource, ...], int], Awaitable[None]]:
+        """A member callback that reports ``event``.
 
-        def record(resources: tuple[Resource, ...], generation: int) -> None:
-            # The member calls back after every assignment; an empty change is
-            # not an event (``stable`` marks each completed rebalance).
-            if resources:
-                self.emit(event, resources, generation=generation)
+        A coroutine function, so that it runs in the event loop: ``emit`` is not
+        meant to run in two threads at once.
+        """
+
+        async def record(resources: tuple[Resource, ...], generation: int) -> None:
+            self.emit(event, resources, generation=generation)
 
         return record
 
@@ -245,6 +250,13 @@ def _text(record: dict[str, Any]) -> str:
 @click.option("--rebalance-timeout-ms", type=int, default=60_000, show_default=True)
 @click.option("--heartbeat-interval-ms", type=int, default=3_000, show_default=True)
 @click.option(
+    "--connect-timeout-ms",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Fail (exit 1) if no coordinator was reached this long after start "
+    "[default: keep trying].",
+)
+@click.option(
     "--metadata-version",
     type=click.IntRange(MIN_VERSION, LATEST_VERSION),
     default=LATEST_VERSION,
@@ -278,6 +290,7 @@ def command(
     session_timeout_ms: int,
     rebalance_timeout_ms: int,
     heartbeat_interval_ms: int,
+    connect_timeout_ms: int | None,
     metadata_version: int,
     events_style: Literal["json", "text"],
     log_level: str,
@@ -302,6 +315,7 @@ def command(
         session_timeout_ms=session_timeout_ms,
         rebalance_timeout_ms=rebalance_timeout_ms,
         heartbeat_interval_ms=heartbeat_interval_ms,
+        connect_timeout_ms=connect_timeout_ms,
         resources=catalog,
         on_assigned=writer.callback("assigned"),
         on_revoked=writer.callback("revoked"),

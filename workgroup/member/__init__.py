@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from workgroup.member.errors import (
     AssignorError,
+    CallbackError,
     CoordinatorUnavailableError,
     FencedInstanceError,
     GroupAuthorizationError,
@@ -36,6 +37,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AssignorError",
+    "CallbackError",
     "CoordinatorUnavailableError",
     "FencedInstanceError",
     "GroupAuthorizationError",

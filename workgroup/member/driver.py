@@ -3,10 +3,11 @@
 All decisions are the state machine's (``state.py``); this module only carries
 out its actions: it finds the coordinator and sends requests over one aiokafka
 connection (:class:`CoordinatorConnection`; ApiVersions negotiation), runs
-callbacks one at a time in their own task (so heartbeats keep flowing while a
-long revocation runs), runs the leader's assignor in a worker thread, polls the
-resource source and wakes the machine at its deadlines.  aiokafka's exceptions
-are mapped to :class:`~workgroup.errors.WorkgroupError` here.
+callbacks one at a time (coroutine functions in the event loop, plain functions
+in a worker thread, so heartbeats keep flowing while a long revocation runs),
+runs the leader's assignor in a worker thread, polls the resource source and
+wakes the machine at its deadlines.  aiokafka's exceptions are mapped to
+:class:`~workgroup.errors.WorkgroupError` here.
 
 Example::
 
@@ -14,6 +15,7 @@ Example::
                            resources={"shard": range(12)}, on_assigned=start) as member:
         async with asyncio.timeout(30):
             await member.wait_stable()
+        await member.wait_closed()  # raises the member's fatal error, if it fails
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import ipaddress
 import itertools
+import re
+import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 from aiokafka.client import CoordinationType
-from aiokafka.conn import AIOKafkaConnection, CloseReason, collect_hosts, create_conn
+from aiokafka.conn import AIOKafkaConnection, CloseReason, create_conn
 from aiokafka.errors import (
     CoordinatorNotAvailableError,
     IncompatibleBrokerVersion,
@@ -37,18 +42,17 @@ from aiokafka.errors import (
     for_code,
 )
 from aiokafka.protocol.coordination import FindCoordinatorRequest
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
 
 from workgroup.assignors.base import Assignment
 from workgroup.clock import monotonic_ms
 from workgroup.errors import ConfigError, ProtocolError, UnsupportedVersionError, WorkgroupError
 from workgroup.log import get_logger
-from workgroup.member.errors import CoordinatorUnavailableError, MemberClosedError
+from workgroup.member.errors import (
+    CallbackError,
+    CoordinatorUnavailableError,
+    InconsistentProtocolError,
+    MemberClosedError,
+)
 from workgroup.member.state import (
     Action,
     Closed,
@@ -61,25 +65,77 @@ from workgroup.member.state import (
     SendRequest,
     State,
 )
-from workgroup.member.wire import KioRequest, to_result
+from workgroup.member.wire import (
+    DescribeGroupRequest,
+    KioRequest,
+    describe_group_summary,
+    to_result,
+)
 from workgroup.protocol.catalog import Catalog
 from workgroup.protocol.protocol import Protocol
 from workgroup.types import Resource
 
 log = get_logger("workgroup.member")
 
-#: ``callback(resources, generation)``; may be a coroutine function.
+#: ``callback(resources, generation)``: a coroutine function (run in the event
+#: loop) or a plain function (run in a worker thread).
 Callback = Callable[[tuple[Resource, ...], int], Awaitable[None] | None]
+#: What a callback that raises does to the member (see :class:`GroupMember`).
+CallbackErrorPolicy = Literal["log", "release", "fail"]
 #: A fixed catalog, or a (possibly async) function returning the current one.
 ResourceSource = Catalog | Callable[[], Catalog | Awaitable[Catalog]]
 
 _ids = itertools.count(1)
 #: How long closing a connection waits for its socket to close.
 CLOSE_SOCKET_TIMEOUT_S = 1.0
+#: How long the DescribeGroups that explains an INCONSISTENT_GROUP_PROTOCOL may take.
+DESCRIBE_TIMEOUT_S = 5.0
+
+_PORT = re.compile(r"[0-9]{1,5}")
+_HOST_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 
 
-def _retriable(exc: BaseException) -> bool:
-    return isinstance(exc, WorkgroupError) and exc.retriable
+def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
+    """``HOST:PORT[,HOST:PORT...]`` (or a sequence of them) as ``(host, port)`` pairs.
+
+    An IPv6 address goes in brackets (``[::1]:9092``).  Anything else — an empty
+    list or entry, a missing host or port, a port outside 1..65535, a host that
+    cannot be a host name — is a :class:`ConfigError`: such an address can never
+    work, unlike a host that does not resolve (yet) or refuses connections.
+    """
+    text = bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap)
+    if not text.strip():
+        raise ConfigError("no bootstrap servers given (expected HOST:PORT[,HOST:PORT...])")
+    return [_parse_address(entry.strip(), text) for entry in text.split(",")]
+
+
+def _parse_address(entry: str, text: str) -> tuple[str, int]:
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"bad bootstrap address {entry!r} in {text!r}: {why}")
+
+    if not entry:
+        raise bad("empty entry (expected HOST:PORT)")
+    if entry.startswith("["):
+        address, sep, port_text = entry[1:].partition("]:")
+        if not sep:
+            raise bad("expected [IPV6]:PORT")
+        try:
+            host = str(ipaddress.IPv6Address(address))
+        except ValueError as exc:
+            raise bad(f"not an IPv6 address: {exc}") from None
+    else:
+        host, sep, port_text = entry.rpartition(":")
+        if not sep:
+            raise bad("no port (expected HOST:PORT)")
+        if not host:
+            raise bad("no host (expected HOST:PORT)")
+        if ":" in host:
+            raise bad("too many ':' (an IPv6 address goes in brackets: [::1]:9092)")
+        if len(host) > 253 or not all(_HOST_LABEL.fullmatch(p) for p in host.split(".")):
+            raise bad(f"{host!r} is not a host name or IPv4 address")
+    if not _PORT.fullmatch(port_text) or not 1 <= int(port_text) <= 65535:
+        raise bad(f"port {port_text!r} is not a number in 1..65535")
+    return host, int(port_text)
 
 
 def map_kafka_error(exc: BaseException, what: str) -> WorkgroupError:
@@ -110,14 +166,10 @@ class CoordinatorConnection:
     requests.  Otherwise it is replaced by a connection to the coordinator.
     """
 
-    def __init__(self, bootstrap: str, *, client_id: str, request_timeout_ms: int) -> None:
-        try:
-            hosts = collect_hosts(bootstrap, randomize=False)
-        except Exception as exc:
-            raise ConfigError(f"bad bootstrap servers {bootstrap!r}: {exc}") from exc
-        if not hosts:
-            raise ConfigError("no bootstrap servers")
-        self._hosts: list[tuple[str, int]] = [(host, int(port)) for host, port, _afi in hosts]
+    def __init__(
+        self, bootstrap: str | Sequence[str], *, client_id: str, request_timeout_ms: int
+    ) -> None:
+        self._hosts = parse_bootstrap(bootstrap)
         self._next_host = 0
         self._client_id = client_id
         self._request_timeout_ms = request_timeout_ms
@@ -191,8 +243,84 @@ class CoordinatorConnection:
         return conn
 
 
+
 class GroupMember:
-    """A member of a workgroup group (see the module docstring)."""
+    """A member of a workgroup group: joins, owns what the group assigns it, and
+    tells the application through its callbacks.
+
+    Use it as ``async with GroupMember(...) as member:`` (or call :meth:`start`
+    and :meth:`close`).  Inside the ``async with`` block, a fatal error of the
+    member (say FENCED_INSTANCE_ID: another process started with the same
+    instance id) interrupts the block: the task that entered it is cancelled and
+    the block ends with the member's fatal error instead of the cancellation (a
+    :meth:`wait_stable`, :meth:`wait_for` or :meth:`wait_closed` under way in
+    that task raises the error itself instead).
+
+    Callbacks are called as ``callback(resources, generation)`` with what
+    *changes*: ``on_assigned`` gets the resources added, ``on_revoked`` those
+    taken away in a rebalance (another member gets them once the callback has
+    returned), ``on_lost`` those lost without a revocation (session expired,
+    fatal error: someone else may own them already, stop at once).  A change
+    with no resources is not reported.  While a callback runs, :attr:`assignment`
+    is the full set owned right after its change.  Callbacks run one at a time in
+    the order of the changes; a coroutine function runs in the event loop, a
+    plain function in a worker thread (``asyncio.to_thread``), so blocking work
+    in it does not hold up heartbeats.
+
+    Args:
+        bootstrap: ``HOST:PORT[,HOST:PORT...]`` or a sequence of them (IPv6 as
+            ``[ADDR]:PORT``): the embedded coordinator or any Kafka brokers.  A
+            malformed address is a :class:`~workgroup.errors.ConfigError` here; a
+            host that does not resolve or refuses connections is retried.
+        group_id: The group to join.
+        protocols: The protocols this member speaks, most preferred first (all
+            of one protocol type); the coordinator picks one every member speaks.
+        instance_id: Static membership (KIP-345): a stable id per process.  A
+            static member sends no LeaveGroup when it closes, so a restart within
+            the session timeout gets its resources back and moves nothing else.
+            ``None``: dynamic membership.
+        session_timeout_ms: How long the coordinator keeps the member without a
+            heartbeat; the member reports its resources lost once it can no
+            longer prove its session.
+        rebalance_timeout_ms: How long a rebalance may wait for this member to
+            rejoin (its revocations included).
+        heartbeat_interval_ms: Time between heartbeats (below the session timeout).
+        resources: The catalog ``{kind: [keys]}``, or a (sync or async) callable
+            returning it, polled every ``resource_poll_interval_ms``.
+        on_assigned: ``callback(resources, generation)`` for resources added.
+        on_revoked: ``callback(resources, generation)`` for resources revoked.
+        on_lost: ``callback(resources, generation)`` for resources lost.
+        on_callback_error: What a callback that raises does: ``"log"`` (the
+            default) logs one ``member.callback_failed`` line and keeps the
+            change; ``"release"`` also gives back the resources whose
+            ``on_assigned`` failed (the member rejoins and the group hands them
+            to another member); ``"fail"`` fails the member with a
+            :class:`~workgroup.member.errors.CallbackError` whose ``__cause__`` is
+            the callback's exception.
+        log_tracebacks: Add the callback's traceback (without local variables)
+            to ``member.callback_failed``.
+        kinds: The kinds of resources this member takes (``None``: every kind).
+        rack: This member's rack, for rack-aware assignors.
+        capacity: This member's relative capacity (> 0), for weighted assignors.
+        user_data: Opaque bytes the leader's assignor receives with the member.
+        tags: Free-form labels sent in the member's metadata.
+        client_id: The Kafka client id (default ``workgroup-<instance id or N>``).
+        retry_backoff_ms: First back-off after a failed lookup or request; it
+            doubles per failure up to one second.
+        connect_timeout_ms: Fail (a
+            :class:`~workgroup.member.errors.CoordinatorUnavailableError` from
+            :meth:`wait_stable`) if no coordinator was found this long after
+            :meth:`start`; every failed attempt before is logged as a warning.
+            ``None`` (the default): keep trying.
+        resource_poll_interval_ms: How often a callable ``resources`` is read.
+        request_timeout_ms: Time limit of the coordinator lookup and of each
+            request (JoinGroup and SyncGroup get the rebalance timeout).
+        close_timeout_ms: How long :meth:`close` waits for revocations and the
+            LeaveGroup.
+
+    Raises:
+        ConfigError: A setting that cannot work.
+    """
 
     def __init__(
         self,
@@ -208,6 +336,8 @@ class GroupMember:
         on_assigned: Callback | None = None,
         on_revoked: Callback | None = None,
         on_lost: Callback | None = None,
+        on_callback_error: CallbackErrorPolicy = "log",
+        log_tracebacks: bool = False,
         kinds: Iterable[str] | None = None,
         rack: str | None = None,
         capacity: float = 1.0,
@@ -215,6 +345,7 @@ class GroupMember:
         tags: Mapping[str, str] | None = None,
         client_id: str | None = None,
         retry_backoff_ms: int = 100,
+        connect_timeout_ms: int | None = None,
         resource_poll_interval_ms: int = 5_000,
         request_timeout_ms: int = 30_000,
         close_timeout_ms: int = 30_000,
@@ -227,6 +358,7 @@ class GroupMember:
             rebalance_timeout_ms=rebalance_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
             retry_backoff_ms=retry_backoff_ms,
+            connect_timeout_ms=connect_timeout_ms,
             kinds=tuple(kinds) if kinds is not None else None,
             rack=rack,
             capacity=capacity,
@@ -235,20 +367,28 @@ class GroupMember:
         )
         if resource_poll_interval_ms <= 0 or close_timeout_ms <= 0 or request_timeout_ms <= 0:
             raise ConfigError("poll interval, request and close timeouts must be > 0")
+        if on_callback_error not in get_args(CallbackErrorPolicy):
+            raise ConfigError(
+                f"on_callback_error must be one of {', '.join(get_args(CallbackErrorPolicy))}, "
+                f"got {on_callback_error!r}"
+            )
         self._client_id = client_id or f"workgroup-{instance_id or next(_ids)}"
         self._connection = CoordinatorConnection(
-            bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap),
+            bootstrap,
             client_id=self._client_id,
             # aiokafka applies one timeout to every request of a connection; the
             # JoinGroup may be held for the whole rebalance timeout.
             request_timeout_ms=max(self.config.join_timeout_ms, request_timeout_ms),
         )
+        self._lookup_timeout_s = request_timeout_ms / 1000
         self._source = resources
         self._callbacks: dict[str, Callback | None] = {
             "on_assigned": on_assigned,
             "on_revoked": on_revoked,
             "on_lost": on_lost,
         }
+        self._on_callback_error = on_callback_error
+        self._log_tracebacks = log_tracebacks
         self._poll_s = resource_poll_interval_ms / 1000
         self._close_timeout_s = close_timeout_ms / 1000
         self._machine: MemberMachine | None = None
@@ -259,10 +399,21 @@ class GroupMember:
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
         self._callback_queue: asyncio.Queue[InvokeCallback] = asyncio.Queue()
+        #: The callback running now (its ``owned`` is :attr:`assignment` meanwhile).
+        self._running_callback: InvokeCallback | None = None
         #: Cleared while a closing static member takes its connection down: its
         #: revocation waits for that (see close()).
         self._callbacks_open = asyncio.Event()
         self._callbacks_open.set()
+        #: The fatal error, once the application may see it (after the describe
+        #: that completes an InconsistentProtocolError).
+        self._fatal: WorkgroupError | None = None
+        #: The task inside ``async with`` (interrupted by a fatal error).
+        self._owner: asyncio.Task[Any] | None = None
+        self._in_context = False
+        self._interrupted = False
+        #: How many of the owner's waits (wait_for, wait_closed) are under way.
+        self._owner_waits = 0
         self._main: asyncio.Task[None] | None = None
         self._started = False
 
@@ -270,11 +421,19 @@ class GroupMember:
 
     @property
     def assignment(self) -> frozenset[Resource]:
-        """Resources this member owns now."""
+        """Resources this member owns.
+
+        While a callback runs: everything owned right after the change that the
+        callback reports (callbacks for later changes may be queued behind it).
+        """
+        running = self._running_callback
+        if running is not None:
+            return running.owned
         return self._machine.owned if self._machine else frozenset()
 
     @property
     def generation(self) -> int:
+        """The group generation this member is in (-1: none)."""
         return self._machine.generation if self._machine else -1
 
     @property
@@ -285,10 +444,12 @@ class GroupMember:
 
     @property
     def member_id(self) -> str:
+        """The member id the coordinator gave this member ("" before joining)."""
         return self._machine.member_id if self._machine else ""
 
     @property
     def is_leader(self) -> bool:
+        """Whether this member leads the group (runs the assignor)."""
         return bool(self._machine and self._machine.is_leader)
 
     @property
@@ -302,22 +463,45 @@ class GroupMember:
 
     @property
     def error(self) -> WorkgroupError | None:
-        return self._machine.error if self._machine else None
+        """The fatal error that stopped the member, if any."""
+        return self._fatal
 
     @property
     def stable(self) -> bool:
-        """In the group with its assignment, no callback or rejoin pending."""
-        m = self._machine
-        return bool(m and m.state is State.STABLE and not m._callbacks and m._rejoin_reason is None)
+        """Settled: STABLE with no callback running and no rejoin pending."""
+        return bool(self._machine and self._machine.settled)
 
     async def __aenter__(self) -> GroupMember:
+        self._owner = asyncio.current_task()
         await self.start()
+        self._in_context = True
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        self._in_context = False
+        owner, interrupted = self._owner, self._interrupted
+        if interrupted and owner is not None:
+            if not isinstance(exc, asyncio.CancelledError):
+                # The block ended before our cancellation reached it: take it now.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(0)
+            owner.uncancel()
         await self.close()
+        error = self._fatal
+        if (
+            interrupted
+            and error is not None
+            and owner is not None
+            and owner.cancelling() == 0  # nobody else cancelled the task
+            and (exc is None or isinstance(exc, asyncio.CancelledError))
+        ):
+            error.__suppress_context__ = True  # the cancellation was only the messenger
+            raise error
 
     async def start(self) -> None:
+        """Start joining the group (returns at once; see :meth:`wait_stable`)."""
         if self._started:
             raise WorkgroupError("the member was already started")
         self._started = True
@@ -330,21 +514,62 @@ class GroupMember:
         self._main = asyncio.create_task(self._run(), name=f"workgroup-member-{self._client_id}")
 
     async def wait_stable(self) -> None:
-        """Wait until the member is STABLE (raises the member's fatal error).
+        """Wait until the member is settled: STABLE in the current generation with
+        its assignment, no callback running or queued, no rejoin pending (a
+        cooperative follow-up round, version probing, :meth:`request_rejoin`).
 
-        Bound the wait with ``asyncio.timeout``.
+        Raises the member's fatal error (e.g. a
+        :class:`~workgroup.member.errors.CoordinatorUnavailableError` once
+        ``connect_timeout_ms`` passed), or :class:`MemberClosedError` if it was
+        closed.  Bound the wait with ``asyncio.timeout``.
         """
         await self.wait_for(lambda member: member.stable)
 
     async def wait_for(self, predicate: Callable[[GroupMember], bool]) -> None:
-        """Wait until ``predicate(member)`` holds (checked after every change)."""
+        """Wait until ``predicate(member)`` holds (checked after every change).
+
+        Raises like :meth:`wait_stable`.
+        """
+        self._require_started()
         while not predicate(self):
-            if self.error is not None:
-                raise self.error
+            if self._fatal is not None:
+                raise self._fatal
             if self._closed.is_set():
                 raise MemberClosedError("the member is closed")
-            self._changed.clear()
+            await self._next_change()
+
+    async def wait_closed(self) -> None:
+        """Wait until the member stops: return when it was closed, raise its fatal
+        error when it failed.
+
+        ``await member.wait_closed()`` is how a program that has nothing else to
+        do keeps its member running, and hears when it fails.
+        """
+        self._require_started()
+        while self._fatal is None:
+            if self._closed.is_set():
+                return
+            await self._next_change()
+        raise self._fatal
+
+    async def _next_change(self) -> None:
+        self._changed.clear()
+        # The task inside ``async with`` waiting here hears of a fatal error from
+        # the wait itself: it needs no interruption.
+        owner_waits = asyncio.current_task() is self._owner
+        self._owner_waits += owner_waits
+        try:
             await self._changed.wait()
+        finally:
+            self._owner_waits -= owner_waits
+
+    def request_rejoin(self, reason: str = "requested by the application") -> None:
+        """Ask for a rebalance (a new generation), e.g. after this member's
+        situation changed.  Acted on once the member is STABLE with no callback
+        running; ignored while a rebalance is under way anyway."""
+        self._require_started()
+        assert self._machine is not None
+        self._feed(self._machine.request_rejoin(monotonic_ms(), reason))
 
     async def refresh_resources(self) -> None:
         """Read the resource source now (the leader rebalances if it changed)."""
@@ -354,7 +579,11 @@ class GroupMember:
         self._feed(self._machine.resources_changed(monotonic_ms(), catalog))
 
     async def close(self) -> None:
-        """Revoke, leave (dynamic members) and release every connection."""
+        """Revoke, leave (dynamic members) and release every connection.
+
+        Callbacks already due (a revocation, the loss after a fatal error) run
+        first, for up to ``close_timeout_ms``.
+        """
         if not self._started:
             return
         machine = self._machine
@@ -383,7 +612,10 @@ class GroupMember:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._close_timeout_s):
                     await self._closed.wait()
+                    # A FATAL member closes at once; its on_lost may still be queued.
+                    await self._callback_queue.join()
         self._closed.set()
+        self._changed.set()
         self._wake.set()
         if self._main is not None:
             with contextlib.suppress(asyncio.CancelledError):
@@ -397,6 +629,10 @@ class GroupMember:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._connection.close()
+
+    def _require_started(self) -> None:
+        if not self._started:
+            raise WorkgroupError("the member is not started (use async with, or start())")
 
     async def _stop_requests(self) -> None:
         """Cancel the lookups, requests and assignor runs in flight."""
@@ -431,11 +667,30 @@ class GroupMember:
             elif isinstance(action, RunAssignor):
                 self._spawn(self._assign(action), f"assignor-{action.run_id}")
             elif isinstance(action, Failed):
-                log.error("member.failed", error=str(action.error))
+                # The machine has logged it (member.fatal).
+                if isinstance(action.error, InconsistentProtocolError):
+                    self._spawn(self._explain_and_report(action.error), "describe-group")
+                else:
+                    self._report_failure(action.error)
             elif isinstance(action, Closed):
                 self._closed.set()
         self._wake.set()
         self._changed.set()
+
+    def _report_failure(self, error: WorkgroupError) -> None:
+        """Let the application see the fatal error; interrupt its ``async with``."""
+        self._fatal = error
+        self._changed.set()
+        owner = self._owner
+        if (
+            self._in_context
+            and owner is not None
+            and not owner.done()
+            and not self._owner_waits
+            and not self._interrupted
+        ):
+            self._interrupted = True
+            owner.cancel(msg=f"the group member failed: {error}")
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=f"workgroup-{name}")
@@ -446,17 +701,11 @@ class GroupMember:
     # --- actions ------------------------------------------------------------
 
     async def _find_coordinator(self) -> None:
+        """One lookup per FindCoordinator: the machine's back-off is the retry policy."""
         machine = self._machine
         assert machine is not None
         try:
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception(_retriable),
-                stop=stop_after_attempt(3),
-                wait=wait_exponential(multiplier=self.config.retry_backoff_ms / 1000, max=1.0),
-                reraise=True,
-            ):
-                with attempt:
-                    await self._lookup()
+            await self._lookup()
         except WorkgroupError as exc:
             self._feed(machine.find_coordinator_failed(monotonic_ms(), exc))
             return
@@ -465,8 +714,13 @@ class GroupMember:
     async def _lookup(self) -> int:
         what = f"finding the coordinator of group {self.config.group_id!r}"
         try:
-            node_id = await self._connection.find(self.config.group_id)
-        except (KafkaError, OSError, TimeoutError) as exc:
+            async with asyncio.timeout(self._lookup_timeout_s):
+                node_id = await self._connection.find(self.config.group_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Anything unexpected (not a network error) is fatal rather than a
+            # lookup that never answers.
             raise map_kafka_error(exc, what) from exc
         log.debug("member.coordinator", node=node_id, group=self.config.group_id)
         return node_id
@@ -492,6 +746,19 @@ class GroupMember:
             return
         self._feed(machine.response(monotonic_ms(), action.request_id, result))
 
+    async def _explain_and_report(self, error: InconsistentProtocolError) -> None:
+        """Add what the group speaks to the error (one DescribeGroups), then report it."""
+        try:
+            async with asyncio.timeout(DESCRIBE_TIMEOUT_S):
+                response = await self._connection.send(DescribeGroupRequest(self.config.group_id))
+            summary = describe_group_summary(response, self.config.group_id)
+            if summary:
+                error.args = (f"{error}; {summary}",)
+        except Exception as exc:  # the error stands as it is
+            log.debug("member.describe_failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._report_failure(error)
+
     async def _assign(self, action: RunAssignor) -> None:
         machine = self._machine
         assert machine is not None
@@ -511,22 +778,63 @@ class GroupMember:
         assert machine is not None
         while True:
             action = await self._callback_queue.get()
-            await self._callbacks_open.wait()
-            callback = self._callbacks.get(action.kind)
-            if callback is not None:
-                try:
-                    outcome = callback(action.resources, action.generation)
-                    if inspect.isawaitable(outcome):
-                        await outcome
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    # Kafka's clients log callback failures and carry on; the
-                    # ownership change has happened either way.
-                    log.exception(
-                        "member.callback_failed", callback=action.kind, generation=action.generation
-                    )
-            self._feed(machine.callback_done(monotonic_ms(), action.callback_id))
+            try:
+                await self._callbacks_open.wait()
+                failure = await self._invoke(action)
+                if failure is not None:
+                    self._callback_failed(machine, action, failure)
+                self._feed(machine.callback_done(monotonic_ms(), action.callback_id))
+            finally:
+                self._callback_queue.task_done()
+
+    async def _invoke(self, action: InvokeCallback) -> Exception | None:
+        """Run the application's callback for ``action``; what it raised, if anything."""
+        callback = self._callbacks.get(action.kind)
+        if callback is None:
+            return None
+        self._running_callback = action
+        try:
+            if inspect.iscoroutinefunction(callback):
+                await callback(action.resources, action.generation)
+            else:
+                # A thread: a plain callback that blocks must not stop heartbeats.
+                outcome = await asyncio.to_thread(callback, action.resources, action.generation)
+                if inspect.isawaitable(outcome):
+                    await outcome
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return exc
+        finally:
+            self._running_callback = None
+        return None
+
+    def _callback_failed(
+        self, machine: MemberMachine, action: InvokeCallback, exc: Exception
+    ) -> None:
+        """Carry out ``on_callback_error`` for a callback that raised ``exc``."""
+        what = f"{action.kind} failed in generation {action.generation}"
+        if self._on_callback_error == "fail" and machine.state not in (State.FATAL, State.CLOSED):
+            error = CallbackError(f"{what}: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            self._feed(machine.fail(monotonic_ms(), error))  # logged as member.fatal
+            return
+        details: dict[str, Any] = {}
+        if self._log_tracebacks:
+            details["traceback"] = "".join(traceback.format_exception(exc)).rstrip()
+        # Kafka's clients log callback failures and carry on; the ownership
+        # change has happened either way.
+        log.error(
+            "member.callback_failed",
+            callback=action.kind,
+            generation=action.generation,
+            error_type=type(exc).__name__,
+            error=str(exc),
+            policy=self._on_callback_error,
+            **details,
+        )
+        if self._on_callback_error == "release" and action.kind == "on_assigned":
+            self._feed(machine.release(monotonic_ms(), action.resources, what))
 
     async def _read_source(self) -> Catalog:
         source = self._source

@@ -37,6 +37,11 @@ class AssignorError(WorkgroupError):
     """The leader's assignor raised or returned something unusable."""
 
 
+class CallbackError(WorkgroupError):
+    """An ownership callback raised (with ``on_callback_error="fail"``); the
+    callback's exception is the ``__cause__``."""
+
+
 class CoordinatorUnavailableError(WorkgroupError):
     """The coordinator cannot be reached right now (disconnect, timeout, no broker)."""
 

@@ -12,6 +12,10 @@ struct with ``build_request_header``, ``encode``, ``parse_response_header`` and
 
 Requests and results are the version-independent records of
 ``workgroup.kafka.messages``; :func:`to_result` converts kio's responses.
+
+One request is not the group protocol's: :class:`DescribeGroupRequest`, sent
+once when the coordinator refuses the member's protocols, to say in the error
+which protocols the group speaks (:func:`describe_group_summary`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import importlib
 import io
 from typing import Any, ClassVar
 
+from aiokafka.protocol.admin import DescribeGroupsRequest_v0, DescribeGroupsRequest_v1
+from aiokafka.protocol.api import Request
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i32Timedelta
 
@@ -306,3 +312,36 @@ def to_result(request: MemberRequest, response: Any) -> GroupResult:
             for m in getattr(response, "members", ())
         ),
     )
+
+
+class DescribeGroupRequest(Request[DescribeGroupsRequest_v0 | DescribeGroupsRequest_v1]):  # type: ignore[misc]
+    """DescribeGroups for one group, v0 or v1 (aiokafka's structs).
+
+    aiokafka decodes v3 answers about several groups wrongly; v0/v1 carry all
+    that :func:`describe_group_summary` needs and every broker speaks them.
+    """
+
+    API_KEY = 15
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+
+    def build(
+        self, request_struct_class: type[DescribeGroupsRequest_v0 | DescribeGroupsRequest_v1]
+    ) -> DescribeGroupsRequest_v0 | DescribeGroupsRequest_v1:
+        return request_struct_class([self.group_id])
+
+
+def describe_group_summary(response: Any, group_id: str) -> str | None:
+    """What a DescribeGroups v0/v1 answer says about the group's protocol, as a
+    clause for an error message; ``None`` if it says nothing useful (an error, an
+    empty group, or no protocol name, as Tansu answers)."""
+    for error, group, _state, protocol_type, protocol, members in response.groups:
+        if group != group_id or error != ErrorCode.NONE or not protocol_type or not protocol:
+            continue
+        count = len(members)
+        return (
+            f"the group uses protocol type {protocol_type!r} with protocol {protocol!r} "
+            f"and has {count} member{'' if count == 1 else 's'}"
+        )
+    return None
