@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from workgroup.member.driver import GroupMember
     from workgroup.member.errors import (
         AssignorError,
+        CallbackError,
         CoordinatorUnavailableError,
         FencedInstanceError,
         GroupAuthorizationError,
@@ -73,6 +74,7 @@ _LAZY: dict[str, str] = {
     "CoordinatorConfig": "workgroup.coordinator.config",
     "CoordinatorServer": "workgroup.coordinator.server",
     "AssignorError": "workgroup.member.errors",
+    "CallbackError": "workgroup.member.errors",
     "CoordinatorUnavailableError": "workgroup.member.errors",
     "FencedInstanceError": "workgroup.member.errors",
     "GroupAuthorizationError": "workgroup.member.errors",
@@ -98,6 +100,7 @@ __all__ = [
     "AssignmentInput",
     "Assignor",
     "AssignorError",
+    "CallbackError",
     "ConfigError",
     "CoordinatorConfig",
     "CoordinatorError",

@@ -200,7 +200,8 @@ def test_eager_to_cooperative_migration(members: Members) -> None:
 TANSU_MIXED_JOIN = (
     "Tansu wedges the group when a member advertising a protocol list that differs "
     "from the group's joins while the group rebalances: every JoinGroup answer names "
-    "a leader that is none of the joining members, so no SyncGroup ever completes"
+    "a leader that is none of the joining members, so no SyncGroup ever completes "
+    "(a race: when Tansu ends the rebalance before the upgraded member joins, it passes)"
 )
 
 
@@ -210,7 +211,7 @@ TANSU_MIXED_JOIN = (
         "embedded",
         pytest.param(
             "tansu",
-            marks=[pytest.mark.tansu, pytest.mark.xfail(strict=True, reason=TANSU_MIXED_JOIN)],
+            marks=[pytest.mark.tansu, pytest.mark.xfail(strict=False, reason=TANSU_MIXED_JOIN)],
         ),
     ],
     indirect=True,

@@ -78,3 +78,18 @@ def test_coordinator_errors_say_whether_they_are_retriable() -> None:
     assert CoordinatorError(ErrorCode.REBALANCE_IN_PROGRESS).retriable
     assert not CoordinatorError(ErrorCode.FENCED_INSTANCE_ID).retriable
     assert isinstance(CoordinatorError(ErrorCode.NONE), WorkgroupError)
+
+
+def test_every_error_an_application_can_meet_is_public() -> None:
+    """Every WorkgroupError the member raises to applications imports from workgroup
+    (IllegalTransitionError is a bug in workgroup, not something to handle)."""
+    import workgroup.member as member
+
+    raised = {
+        name
+        for name in member.__all__
+        if isinstance(getattr(member, name), type)
+        and issubclass(getattr(member, name), WorkgroupError)
+        and name != "IllegalTransitionError"
+    }
+    assert raised <= set(workgroup.__all__), raised - set(workgroup.__all__)
