@@ -18,9 +18,8 @@ import os
 import signal
 import sys
 
-from workgroup import GroupMember, Protocol, WorkgroupError
+from workgroup import GroupMember, Protocol, Resource, WorkgroupError
 from workgroup.log import configure
-from workgroup.types import Resource
 
 
 async def start(resources: tuple[Resource, ...], generation: int) -> None:

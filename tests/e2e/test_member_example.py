@@ -92,3 +92,12 @@ def test_three_copies_share_the_shards_and_stop_on_ctrl_c() -> None:
                 for pipe in (copy.process.stdout, copy.process.stderr):
                     if pipe is not None:
                         pipe.close()
+
+
+def test_the_readme_shows_the_example_as_it_is() -> None:
+    """The README's "A member in Python" is the program this file runs."""
+    readme = (EXAMPLE.parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## A member in Python", 1)[1]
+    shown = section.split("```python\n", 1)[1].split("```", 1)[0]
+    source = EXAMPLE.read_text(encoding="utf-8")
+    assert shown == source[source.index("import asyncio") :]

@@ -35,6 +35,7 @@ SANS_IO = (
     "workgroup.protocol",
     "workgroup.assignors",
     "workgroup.member.state",
+    "workgroup.member.errors",
     "workgroup.member.heartbeat",
     "workgroup.member.generation",
     "workgroup.member.leader",
@@ -99,3 +100,8 @@ def test_the_walk_sees_the_package() -> None:
     assert "workgroup.member.state" in MODULES
     assert "workgroup.coordinator.coordinator" in MODULES
     assert "workgroup.coordinator.actions" in _imports(MODULES["workgroup.coordinator.coordinator"])
+
+
+@pytest.mark.parametrize("prefix", SANS_IO)
+def test_every_sans_io_entry_names_a_module_or_package(prefix: str) -> None:
+    assert any(_within(m, prefix) for m in MODULES), f"{prefix} is not in the package"

@@ -16,12 +16,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 
 from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
-from workgroup.kafka.java import java_hashmap_order as java_hashmap_order
 from workgroup.types import Key, Resource
-
-# ``java_hashmap_order`` is re-exported for the sticky assignors, which visit members
-# in Kafka's HashMap order of their ids; they pass the ids sorted, so members sharing
-# a bucket come in id order (in Kafka: arrival order) whatever the dictionary order.
 
 #: Generation of a claim whose generation is unknown (Kafka's ``DEFAULT_GENERATION``).
 NO_GENERATION = -1

@@ -70,12 +70,12 @@ from workgroup.assignors._common import (
     RackInfo,
     all_resources,
     collector_paused,
-    java_hashmap_order,
     settle_claims,
     sorted_kinds,
     subscribers_by_kind,
 )
 from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
+from workgroup.kafka.java import java_hashmap_order
 from workgroup.types import Resource
 
 

@@ -235,9 +235,7 @@ def run(
             "withheld": first.withheld_count,
             "rounds": len(rebalance.rounds),
             "converged": rebalance.converged,
-            "ignored": {
-                mid: found.as_dict() for mid, found in sorted(rebalance.ignored.items())
-            },
+            "ignored": {mid: found.as_dict() for mid, found in sorted(rebalance.ignored.items())},
         },
     }
 
@@ -260,6 +258,28 @@ def _listing(assignment: Mapping[str, Sequence[Resource]]) -> dict[str, list[lis
     return {mid: [list(r) for r in rs] for mid, rs in sorted(assignment.items())}
 
 
+def format_json(value: Any, indent: int, depth: int = 0) -> str:
+    """``value`` as indented JSON, with lists of plain values (a resource's
+    ``[kind, key]``) kept on one line so an assignment reads one resource per line."""
+    if indent <= 0:
+        return json.dumps(value)
+    if isinstance(value, list) and all(not isinstance(v, (list, dict)) for v in value):
+        return json.dumps(value)
+    if not value or not isinstance(value, (list, dict)):
+        return json.dumps(value)
+    inner = " " * (indent * (depth + 1))
+    if isinstance(value, dict):
+        items = [
+            f"{json.dumps(str(k))}: {format_json(v, indent, depth + 1)}" for k, v in value.items()
+        ]
+        opening, closing = "{", "}"
+    else:
+        items = [format_json(v, indent, depth + 1) for v in value]
+        opening, closing = "[", "]"
+    body = (",\n" + inner).join(items)
+    return f"{opening}\n{inner}{body}\n{' ' * (indent * depth)}{closing}"
+
+
 @click.command(name="assign")
 @click.option("--assignor", "assignor_name", required=True, help="Assignor name, e.g. range.")
 @click.option(
@@ -277,7 +297,13 @@ def _listing(assignment: Mapping[str, Sequence[Resource]]) -> dict[str, list[lis
     default=None,
     help="Rebalance protocol [default: cooperative if the assignor supports it, else eager].",
 )
-@click.option("--indent", type=int, default=2, show_default=True, help="JSON indentation.")
+@click.option(
+    "--indent",
+    type=int,
+    default=2,
+    show_default=True,
+    help="JSON indentation; 0 prints one line. Lists of plain values stay on one line.",
+)
 def command(
     assignor_name: str,
     input_path: str,
@@ -295,8 +321,8 @@ def command(
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read {input_path}: {exc}") from exc
     result = run(assignor_name, text, parse_options(option_pairs), mode)
-    json.dump(result, sys.stdout, indent=indent if indent > 0 else None)
-    sys.stdout.write("\n")
+    sys.stdout.write(format_json(result, indent) + "\n")
+    sys.stdout.flush()  # before the warnings on stderr
     stats = result["stats"]
     if not stats["converged"]:
         click.echo(

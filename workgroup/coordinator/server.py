@@ -61,7 +61,7 @@ from workgroup.errors import ErrorCode, ProtocolError, StoreError, UnsupportedVe
 from workgroup.kafka.messages import GroupRequest
 from workgroup.log import get_logger
 
-log = get_logger("workgroup.coordinator.server")
+log = get_logger(__name__)
 
 #: Unanswered requests one connection may have before it is no longer read.
 MAX_IN_FLIGHT_PER_CONNECTION = 256

@@ -75,7 +75,7 @@ from workgroup.protocol.catalog import Catalog
 from workgroup.protocol.protocol import Protocol
 from workgroup.types import Resource
 
-log = get_logger("workgroup.member")
+log = get_logger(__name__)
 
 #: ``callback(resources, generation)``: a coroutine function (run in the event
 #: loop) or a plain function (run in a worker thread).

@@ -14,7 +14,8 @@ States::
 The parts: the states and their legal moves are in
 :mod:`~workgroup.member.transitions` (every change goes through its check),
 heartbeat and session timing in :mod:`~workgroup.member.heartbeat`, the
-generation a request belongs to in :mod:`~workgroup.member.generation`.
+generation a request belongs to in :mod:`~workgroup.member.generation`, the
+leader's assignment round in :mod:`~workgroup.member.leader`.
 
 Rules:
 
@@ -57,7 +58,10 @@ Rules:
    protocols (KIP-429) keep them and report them in their metadata; the leader
    withholds any resource another member still owns, the owner revokes it when
    it sees its new assignment and then rejoins (the follow-up round), and the
-   resource is handed out in that round.
+   resource is handed out in that round.  The leader's round is computed by
+   :mod:`~workgroup.member.leader` (shared with ``workgroup assign``); every
+   assignment of a round that withheld something carries the ``pending`` flag,
+   and a member is *settled* only once it holds an assignment without it.
 6. Version probing: the leader encodes assignments with the highest metadata
    version every member supports and says so; a member whose metadata used
    another version re-encodes with that one and rejoins.
@@ -122,7 +126,7 @@ from workgroup.protocol.metadata import AssignmentData, MemberMetadata
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
 from workgroup.types import Resource, sorted_resources
 
-log = get_logger("workgroup.member")
+log = get_logger(__name__)
 
 #: Time between a request and its response that the coordinator may hold a JoinGroup
 #: beyond the rebalance timeout (Kafka's client adds 5 s too).

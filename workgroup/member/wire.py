@@ -47,7 +47,7 @@ from workgroup.kafka.messages import (
 )
 from workgroup.log import get_logger
 
-log = get_logger("workgroup.member.wire")
+log = get_logger(__name__)
 
 MemberRequest = JoinGroup | SyncGroup | Heartbeat | LeaveGroup
 

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from assignor_inputs import member
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from workgroup.assignors import registry
 from workgroup.assignors.base import Assignment, AssignmentInput, Assignor
@@ -20,6 +22,7 @@ from workgroup.assignors.registry import FunctionAssignor, available, get_assign
 from workgroup.assignors.replicated import ReplicatedAssignor
 from workgroup.assignors.sticky import CooperativeStickyAssignor
 from workgroup.cli import main
+from workgroup.cli.assign import format_json
 from workgroup.errors import ConfigError
 
 
@@ -383,3 +386,33 @@ def test_assign_bad_input_in_a_process_is_one_line_with_status_2(stdin: str, mes
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1
     assert message in done.stderr
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(value=json_values, indent=st.integers(0, 4))
+def test_format_json_reads_back_as_the_same_value(value: object, indent: int) -> None:
+    text = format_json(value, indent)
+    assert json.loads(text) == value
+    if indent == 0:
+        assert "\n" not in text
+
+
+def test_format_json_keeps_a_resource_on_one_line() -> None:
+    text = format_json({"a": [["shard", 1], ["shard", 2]], "b": []}, 2)
+    assert text.splitlines() == [
+        "{",
+        '  "a": [',
+        '    ["shard", 1],',
+        '    ["shard", 2]',
+        "  ],",
+        '  "b": []',
+        "}",
+    ]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
+from workgroup.assignors.base import Assignment, AssignmentInput
 from workgroup.coordinator.actions import Reply
 from workgroup.errors import WorkgroupError
 from workgroup.kafka.messages import GroupRequest, GroupResult
@@ -405,10 +405,6 @@ class Simulation:
             member.deferred.append(lambda: self._response(member, request_id, result))
             return
         self._apply(member, member.machine.response(self.now, request_id, result))
-
-
-def member_info(member_id: str, **kwargs: Any) -> MemberInfo:
-    return MemberInfo(member_id=member_id, kinds=frozenset(), **kwargs)
 
 
 class EmbeddedCoordinator:
