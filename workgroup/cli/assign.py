@@ -221,7 +221,7 @@ def run(
     rebalance = simulate_rebalance(assignor, joined, read.metadata, frozen, protocol.mode)
     target = {mid: list(rs) for mid, rs in rebalance.target.items()}
     stats = assignment_stats(
-        rebalance.before, target, exclusive=getattr(assignor, "exclusive", True)
+        rebalance.input, target, exclusive=getattr(assignor, "exclusive", True)
     )
     first = rebalance.first
     return {

@@ -217,6 +217,21 @@ class RoundPlan:
         return any(self.withheld.values())
 
 
+def withholding_claims(
+    mode: RebalanceMode, metadata: Mapping[str, MemberMetadata]
+) -> dict[str, tuple[Resource, ...]]:
+    """The claims that withhold resources in a round: what members still own.
+
+    Cooperative members report what they own.  Eager members report what the
+    rebalance made them revoke (so that sticky assignors can keep it in place);
+    they own nothing while the group rebalances, so their reports withhold
+    nothing.
+    """
+    if mode == "eager":
+        return {}
+    return {mid: meta.owned for mid, meta in metadata.items()}
+
+
 def plan_round(
     member_ids: Sequence[str],
     target: Assignment,
@@ -231,10 +246,9 @@ def plan_round(
     has let go.  A claim by a member that keeps the resource too (assignors
     that give a resource several owners) withholds nothing.
 
-    Eager members revoke everything before they join and claim nothing, so
-    under an eager protocol nothing is withheld; a claim that does arrive (a
-    member configured cooperatively for the same protocol) is honoured anyway,
-    because its owner still holds the resource.
+    Under an eager protocol members revoke everything before they join, so
+    the caller passes no claims (:func:`withholding_claims`) and nothing is
+    withheld.
 
     Raises :class:`~workgroup.member.errors.AssignorError` when ``target``
     names a member that is not in the group.
@@ -339,11 +353,9 @@ class Rebalance:
     #: What the members' metadata had that the catalog does not (see
     #: :func:`build_input`), owned resources included even under eager protocols.
     ignored: dict[str, Ignored]
-    #: The first round's assignor input (eager: without claims).
+    #: The first round's assignor input: the group before the rebalance, with
+    #: what every member reported owning.
     input: AssignmentInput
-    #: The group before the rebalance: the input built with every member's claims
-    #: (the same as ``input`` for cooperative protocols).
-    before: AssignmentInput
 
     @property
     def first(self) -> RoundPlan:
@@ -367,11 +379,13 @@ def simulate_rebalance(
     """Play a rebalance of ``members`` until nothing is withheld.
 
     ``metadata`` is what each member would send if it joined holding what it
-    owns now.  Under ``"eager"`` members revoke everything before joining: they
-    claim nothing, and the first round's ``revoked`` lists everything they
-    owned.  Each follow-up round, members have given up what they revoked and
-    rejoin owning what they were handed (in the previous round's generation);
-    the assignor runs again.  At most ``max_rounds`` rounds are played.
+    owns now.  Under ``"eager"`` members revoke everything before joining (the
+    first round's ``revoked`` lists it all) and report it as their previous
+    assignment, which sticky assignors keep in place; nothing is withheld, so
+    one round settles.  Under ``"cooperative"``, each follow-up round, members
+    have given up what they revoked and rejoin owning what they were handed (in
+    the previous round's generation); the assignor runs again.  At most
+    ``max_rounds`` rounds are played.
     """
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
@@ -379,24 +393,16 @@ def simulate_rebalance(
     current = dict(metadata)
     owned_before = {mid: sorted_resources(set(meta.owned)) for mid, meta in metadata.items()}
     before = build_input(members, metadata, catalog)
-    if mode == "eager":
-        current = {
-            mid: replace(meta, owned=(), owned_generation=NO_GENERATION)
-            for mid, meta in current.items()
-        }
     generation = max([meta.owned_generation for meta in metadata.values()] + [0]) + 1
     rounds: list[RoundPlan] = []
     first: AssignmentInput | None = None
     converged = False
     while len(rounds) < max_rounds:
-        if mode == "cooperative" and not rounds:
-            prepared = before
-        else:
-            prepared = build_input(members, current, catalog)
+        prepared = before if not rounds else build_input(members, current, catalog)
         if first is None:
             first = prepared.input
         target = assignor.assign(prepared.input)
-        plan = plan_round(member_ids, target, {mid: meta.owned for mid, meta in current.items()})
+        plan = plan_round(member_ids, target, withholding_claims(mode, current))
         if mode == "eager" and not rounds:
             plan = replace(
                 plan, revoked={mid: owned_before.get(mid, ()) for mid in plan.assigned}
@@ -415,7 +421,7 @@ def simulate_rebalance(
         }
         generation += 1
     assert first is not None
-    return Rebalance(tuple(rounds), converged, before.ignored, first, before.input)
+    return Rebalance(tuple(rounds), converged, before.ignored, first)
 
 
 __all__ = [
@@ -430,4 +436,5 @@ __all__ = [
     "plan_round",
     "read_members",
     "simulate_rebalance",
+    "withholding_claims",
 ]

@@ -54,14 +54,16 @@ Rules:
    starved since *s* (its answer may then be old, and the member removed
    meanwhile) or the request failed: then the session bound applies alone.
    (The timing itself: :class:`~workgroup.member.heartbeat.HeartbeatTimer`.)
-5. Eager protocols revoke every owned resource before (re)joining.  Cooperative
-   protocols (KIP-429) keep them and report them in their metadata; the leader
-   withholds any resource another member still owns, the owner revokes it when
-   it sees its new assignment and then rejoins (the follow-up round), and the
-   resource is handed out in that round.  The leader's round is computed by
-   :mod:`~workgroup.member.leader` (shared with ``workgroup assign``); every
-   assignment of a round that withheld something carries the ``pending`` flag,
-   and a member is *settled* only once it holds an assignment without it.
+5. Eager protocols revoke every owned resource before (re)joining, and report
+   what they revoked in their metadata (sticky assignors keep it in place; it
+   withholds nothing).  Cooperative protocols (KIP-429) keep them and report
+   them in their metadata; the leader withholds any resource another member
+   still owns, the owner revokes it when it sees its new assignment and then
+   rejoins (the follow-up round), and the resource is handed out in that round.
+   The leader's round is computed by :mod:`~workgroup.member.leader` (shared
+   with ``workgroup assign``); every assignment of a round that withheld
+   something carries the ``pending`` flag, and a member is *settled* only once
+   it holds an assignment without it.
 6. Version probing: the leader encodes assignments with the highest metadata
    version every member supports and says so; a member whose metadata used
    another version re-encodes with that one and rejoins.
@@ -119,6 +121,7 @@ from workgroup.member.leader import (
     encode_assignments,
     plan_round,
     read_members,
+    withholding_claims,
 )
 from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
@@ -289,6 +292,10 @@ class MemberMachine:
         #: Resources this member owns, and the generation they were assigned in.
         self.owned: frozenset[Resource] = frozenset()
         self.owned_generation = NO_GENERATION_ID
+        #: What an eager rebalance revoked, and its generation: eager metadata
+        #: reports it so that sticky assignors keep it where it was (as Kafka's
+        #: StickyAssignor does through its user data).
+        self._eager_previous: tuple[tuple[Resource, ...], int] = ((), NO_GENERATION_ID)
         self.rebalances = 0
         self._frozen: FrozenCatalog = freeze_catalog(catalog or {})
         self._catalog: dict[str, tuple[str | int, ...]] = self._frozen.keys
@@ -724,6 +731,7 @@ class MemberMachine:
         self._join_at = now if immediately else now + self._backoff(self._join_failures)
         if self.protocol is not None and self.protocol.mode == "eager" and self.owned:
             # Eager: nothing may be owned by anyone while the group rebalances.
+            self._eager_previous = (sorted_resources(self.owned), self.owned_generation)
             self._revoke(sorted_resources(self.owned), self.owned_generation)
         log.debug("member.joining", group=self.config.group_id, reason=reason)
 
@@ -752,11 +760,15 @@ class MemberMachine:
         self._send(now, "join", request, self.config.join_timeout_ms)
 
     def _metadata_for(self, protocol: Protocol) -> bytes:
-        owned = sorted_resources(self.owned) if protocol.mode == "cooperative" else ()
+        if protocol.mode == "cooperative":
+            owned, generation = sorted_resources(self.owned), self.owned_generation
+        else:
+            # Eager: nothing is owned while joining; report what was revoked.
+            owned, generation = self._eager_previous
         meta = MemberMetadata(
             kinds=tuple(sorted(self.config.kinds)) if self.config.kinds is not None else (),
             owned=owned,
-            owned_generation=self.owned_generation if owned else NO_GENERATION_ID,
+            owned_generation=generation if owned else NO_GENERATION_ID,
             rack=self.config.rack,
             capacity=self.config.capacity,
             instance_id=self.config.instance_id,
@@ -886,6 +898,7 @@ class MemberMachine:
             return
         lost = sorted_resources(self.owned)
         generation = self.owned_generation
+        self._eager_previous = ((), NO_GENERATION_ID)
         self.owned = frozenset()
         self.owned_generation = NO_GENERATION_ID
         log.warning(
@@ -1076,6 +1089,7 @@ class MemberMachine:
             self._revoke(revoked, self.generation)
         self.owned = assigned
         self.owned_generation = self.generation if assigned else NO_GENERATION_ID
+        self._eager_previous = ((), NO_GENERATION_ID)
         self._callback("on_assigned", added, self.generation)
         log.info(
             "member.assigned",
@@ -1170,8 +1184,11 @@ class MemberMachine:
     def _leader_assignments(
         self, round_: _LeaderRound, target: Assignment
     ) -> tuple[tuple[str, bytes], ...]:
-        claims = {mid: meta.owned for mid, meta in round_.read.metadata.items()}
-        plan = plan_round([m.member_id for m in round_.members], target, claims)
+        plan = plan_round(
+            [m.member_id for m in round_.members],
+            target,
+            withholding_claims(round_.protocol.mode, round_.read.metadata),
+        )
         out = encode_assignments(
             plan,
             round_.protocol.codec,

@@ -20,6 +20,7 @@ from workgroup.member.leader import (
     plan_round,
     read_members,
     simulate_rebalance,
+    withholding_claims,
 )
 from workgroup.protocol import BinaryCodec, MemberMetadata
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
@@ -234,9 +235,17 @@ def test_eager_hands_everything_out_at_once_and_revokes_everything_first() -> No
     assert result.first.withheld_count == 0
     assert result.first.assigned == result.target
     assert result.first.revoked == {"a": shards(0, 1, 2), "b": shards(3, 4, 5), "c": ()}
-    # Eager members join owning nothing: the assignor saw no claims.
-    assert all(not m.owned for m in result.input.members.values())
-    assert result.before.members["a"].owned == shards(0, 1, 2)
+    # Eager members report what they revoked: sticky keeps most of it in place.
+    assert result.input.members["a"].owned == shards(0, 1, 2)
+    assert sorted(len(r) for r in result.target.values()) == [2, 2, 2]
+    assert set(result.target["a"]) < set(shards(0, 1, 2))
+    assert set(result.target["b"]) < set(shards(3, 4, 5))
+
+
+def test_eager_reports_withhold_nothing() -> None:
+    metadata = metadata_of({"a": shards(0, 1, 2), "b": ()})
+    assert withholding_claims("eager", metadata) == {}
+    assert withholding_claims("cooperative", metadata) == {"a": shards(0, 1, 2), "b": ()}
 
 
 def test_ignored_inputs_are_those_of_the_first_round() -> None:

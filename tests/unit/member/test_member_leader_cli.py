@@ -36,11 +36,10 @@ OTHERS: dict[str, dict[str, Any]] = {
 }
 
 
-def metadata_of(spec: dict[str, Any], mode: str) -> MemberMetadata:
-    """What a live member described by ``spec`` sends (eager members own nothing)."""
+def metadata_of(spec: dict[str, Any]) -> MemberMetadata:
+    """What a live member described by ``spec`` sends: cooperative members what
+    they own, eager members what the rebalance made them revoke (the same)."""
     owned = tuple((kind, key) for kind, key in spec.get("owned", []))
-    if mode == "eager":
-        owned = ()
     return MemberMetadata(
         kinds=tuple(sorted(spec.get("kinds", []))),
         owned=owned,
@@ -93,7 +92,7 @@ def as_lists(resources: tuple[Resource, ...]) -> list[list[object]]:
 def test_the_cli_shows_what_the_live_leader_hands_out(mode: str) -> None:
     protocol = Protocol.of("cooperative-sticky", rebalance=mode)  # type: ignore[arg-type]
     with capture_logs() as logs:
-        live = live_round(protocol, {mid: metadata_of(spec, mode) for mid, spec in OTHERS.items()})
+        live = live_round(protocol, {mid: metadata_of(spec) for mid, spec in OTHERS.items()})
     document = {"resources": CATALOG, "members": {"me": {}, **OTHERS}}
     shown = run("cooperative-sticky", json.dumps(document), {}, mode)  # type: ignore[arg-type]
 
@@ -113,21 +112,13 @@ def test_the_cli_shows_what_the_live_leader_hands_out(mode: str) -> None:
     ignored = [e for e in logs if e["event"] == "member.ignored"]
     assert len(ignored) == 1
     assert ignored[0]["log_level"] == "warning"
-    expected = shown["stats"]["ignored"]
-    if mode == "eager":
-        # Eager members send no owned resources, so the leader sees only the kinds.
-        expected = {
-            mid: {**found, "unknown_owned": [], "key_type_mismatches": []}
-            for mid, found in expected.items()
-            if found["unknown_kinds"]
-        }
-    assert ignored[0]["ignored"] == expected
+    assert ignored[0]["ignored"] == shown["stats"]["ignored"]
     assert "payments" in json.dumps(shown["stats"]["ignored"])
 
 
 def test_the_cli_target_is_what_the_live_follow_up_round_hands_out() -> None:
     protocol = Protocol.of("cooperative-sticky")
-    members = {mid: metadata_of(spec, "cooperative") for mid, spec in OTHERS.items()}
+    members = {mid: metadata_of(spec) for mid, spec in OTHERS.items()}
     first = live_round(protocol, members)
     assert any(data.pending for data in first.values())
     # The members revoke, then rejoin owning what they were handed in generation 5.

@@ -178,8 +178,12 @@ def test_eager_rejoin_revokes_everything_before_joining() -> None:
     assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
     assert not only(actions, SendRequest)
     join = sent(ack_callbacks(m, actions, 3_005))
+    # It owns nothing now and reports what it revoked, so that a sticky
+    # assignor can keep it in place (Kafka's StickyAssignor user data).
+    assert m.owned == frozenset()
     meta = CODEC.decode_metadata(join.request.protocols[0][1]).value
-    assert meta.owned == ()
+    assert meta.owned == (("shard", 3),)
+    assert meta.owned_generation == 5
 
 
 @pytest.mark.parametrize(

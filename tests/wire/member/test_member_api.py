@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
 from workgroup.errors import ConfigError
 from workgroup.member.driver import GroupMember, parse_bootstrap
@@ -23,7 +22,7 @@ from workgroup.member.errors import (
     InconsistentProtocolError,
 )
 from workgroup.protocol import Protocol
-from workgroup.testing import run_coordinator
+from workgroup.testing import capture_logs, run_coordinator
 from workgroup.types import Resource
 
 SHARDS = {"shard": list(range(6))}
@@ -71,6 +70,28 @@ async def test_request_rejoin_produces_a_new_generation(bootstrap: str) -> None:
             assert not a.stable  # a rejoin is pending: not settled any more
             await a.wait_for(lambda m: m.stable and m.generation > generation)
         assert a.assignment == ALL
+
+
+async def test_eager_sticky_keeps_resources_in_place_across_a_rebalance(bootstrap: str) -> None:
+    """Eager members revoke everything before rejoining but report what they had,
+    so ``sticky`` keeps it where it was, as Kafka's eager StickyAssignor does."""
+    group = new_group()
+    eager = [Protocol.of("sticky")]
+    async with (
+        member(bootstrap, group, protocols=eager) as a,
+        member(bootstrap, group, protocols=eager) as b,
+        asyncio.timeout(TIMEOUT_S),
+    ):
+        await a.wait_for(lambda m: m.stable and len(m.assignment) == 3)
+        await b.wait_for(lambda m: m.stable and len(m.assignment) == 3)
+        before = {"a": a.assignment, "b": b.assignment}
+        async with member(bootstrap, group, protocols=eager) as c:
+            await c.wait_for(lambda m: m.stable and len(m.assignment) == 2)
+            await a.wait_for(lambda m: m.stable and m.generation == c.generation)
+            await b.wait_for(lambda m: m.stable and m.generation == c.generation)
+            assert a.assignment < before["a"]
+            assert b.assignment < before["b"]
+            assert a.assignment | b.assignment | c.assignment == ALL
 
 
 async def test_request_rejoin_needs_a_started_member(bootstrap: str) -> None:
