@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from workgroup.member.config import MemberConfig
 from workgroup.member.errors import (
     AssignorError,
     CallbackError,
@@ -21,7 +22,8 @@ from workgroup.member.errors import (
     MemberClosedError,
     MemberFatalError,
 )
-from workgroup.member.state import MemberConfig, MemberMachine, State
+from workgroup.member.state import MemberMachine
+from workgroup.member.transitions import State
 
 if TYPE_CHECKING:
     from workgroup.member.driver import GroupMember

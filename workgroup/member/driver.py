@@ -47,24 +47,24 @@ from workgroup.assignors.base import Assignment
 from workgroup.clock import monotonic_ms
 from workgroup.errors import ConfigError, ProtocolError, UnsupportedVersionError, WorkgroupError
 from workgroup.log import get_logger
+from workgroup.member.actions import (
+    Action,
+    Closed,
+    Failed,
+    FindCoordinator,
+    InvokeCallback,
+    RunAssignor,
+    SendRequest,
+)
+from workgroup.member.config import MemberConfig
 from workgroup.member.errors import (
     CallbackError,
     CoordinatorUnavailableError,
     InconsistentProtocolError,
     MemberClosedError,
 )
-from workgroup.member.state import (
-    Action,
-    Closed,
-    Failed,
-    FindCoordinator,
-    InvokeCallback,
-    MemberConfig,
-    MemberMachine,
-    RunAssignor,
-    SendRequest,
-    State,
-)
+from workgroup.member.state import MemberMachine
+from workgroup.member.transitions import State
 from workgroup.member.wire import (
     DescribeGroupRequest,
     KioRequest,
@@ -241,7 +241,6 @@ class CoordinatorConnection:
             request_timeout_ms=self._request_timeout_ms,
         )
         return conn
-
 
 
 class GroupMember:

@@ -11,11 +11,16 @@ States::
                          └── coordinator lost ───────┴──── rejoin: rebalance, follow-up ◀─────┘
     any ─close─▶ LEAVING ─▶ CLOSED                any ─fatal error─▶ FATAL
 
-The parts: the states and their legal moves are in
-:mod:`~workgroup.member.transitions` (every change goes through its check),
-heartbeat and session timing in :mod:`~workgroup.member.heartbeat`, the
-generation a request belongs to in :mod:`~workgroup.member.generation`, the
-leader's assignment round in :mod:`~workgroup.member.leader`.
+The machine ties its parts together, each a module of its own: the states and
+their legal moves (:mod:`~workgroup.member.transitions`; every change goes
+through its check), finding the coordinator (:mod:`~workgroup.member.lookup`),
+the requests in flight (:mod:`~workgroup.member.requests`), the generation a
+request belongs to (:mod:`~workgroup.member.generation`), heartbeat and session
+timing (:mod:`~workgroup.member.heartbeat`), what the member owns
+(:mod:`~workgroup.member.ownership`) and the leader's round
+(:mod:`~workgroup.member.leader`).  Its settings are a
+:class:`~workgroup.member.config.MemberConfig`, its outputs the
+:mod:`~workgroup.member.actions`.
 
 Rules:
 
@@ -79,13 +84,11 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from workgroup.assignors.base import Assignment, AssignmentInput, Assignor
+from workgroup.assignors.base import Assignment
 from workgroup.errors import (
-    ConfigError,
     ErrorCode,
     ProtocolError,
     UnsupportedVersionError,
@@ -105,12 +108,21 @@ from workgroup.kafka.messages import (
     SyncGroupResult,
 )
 from workgroup.log import get_logger
+from workgroup.member.actions import (
+    Action,
+    CallbackKind,
+    Closed,
+    Failed,
+    FindCoordinator,
+    InvokeCallback,
+    RunAssignor,
+    SendRequest,
+)
+from workgroup.member.config import MemberConfig
 from workgroup.member.errors import FATAL_CODES as _FATAL_CODES
 from workgroup.member.errors import (
     AssignorError,
-    CoordinatorUnavailableError,
     InconsistentProtocolError,
-    MemberFatalError,
     fatal_error,
 )
 from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
@@ -123,150 +135,16 @@ from workgroup.member.leader import (
     read_members,
     withholding_claims,
 )
+from workgroup.member.lookup import CoordinatorLookup
+from workgroup.member.ownership import Ownership
+from workgroup.member.requests import InFlight, Pending, RequestKind
 from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
-from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
+from workgroup.protocol.protocol import Protocol
 from workgroup.types import Resource, sorted_resources
 
 log = get_logger(__name__)
-
-#: Time between a request and its response that the coordinator may hold a JoinGroup
-#: beyond the rebalance timeout (Kafka's client adds 5 s too).
-JOIN_TIMEOUT_MARGIN_MS = 5_000
-
-
-# --- configuration ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MemberConfig:
-    group_id: str
-    protocols: Sequence[Protocol]
-    instance_id: str | None = None
-    session_timeout_ms: int = 10_000
-    rebalance_timeout_ms: int = 60_000
-    heartbeat_interval_ms: int = 3_000
-    retry_backoff_ms: int = 100
-    retry_backoff_max_ms: int = 1_000
-    #: Give up (FATAL, :class:`CoordinatorUnavailableError`) if no coordinator was
-    #: found this long after ``start``; ``None``: keep looking.  Later outages
-    #: follow the session rules instead.
-    connect_timeout_ms: int | None = None
-    #: Kinds of resources this member takes; ``None``: every kind.
-    kinds: Iterable[str] | None = None
-    rack: str | None = None
-    capacity: float = 1.0
-    user_data: bytes = b""
-    tags: Mapping[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not self.group_id:
-            raise ConfigError("group_id must not be empty")
-        if not self.protocols:
-            raise ConfigError("a member needs at least one protocol")
-        names = [p.wire_name for p in self.protocols]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"protocol names must be unique, got {names}")
-        types = {p.type for p in self.protocols}
-        if len(types) != 1:
-            raise ConfigError(f"all protocols must share one protocol type, got {sorted(types)}")
-        if self.instance_id == "":
-            raise ConfigError("instance_id must be None or a non-empty string")
-        if self.heartbeat_interval_ms <= 0 or self.session_timeout_ms <= 0:
-            raise ConfigError("session timeout and heartbeat interval must be > 0")
-        if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ConfigError(
-                f"heartbeat interval ({self.heartbeat_interval_ms} ms) must be lower than the "
-                f"session timeout ({self.session_timeout_ms} ms)"
-            )
-        if self.rebalance_timeout_ms <= 0:
-            raise ConfigError("rebalance timeout must be > 0")
-        if self.capacity <= 0:
-            raise ConfigError("capacity must be > 0")
-        if self.connect_timeout_ms is not None and self.connect_timeout_ms <= 0:
-            raise ConfigError(
-                f"connect timeout must be > 0 or None, got {self.connect_timeout_ms} ms"
-            )
-
-    @property
-    def protocol_type(self) -> str:
-        return self.protocols[0].type if self.protocols else DEFAULT_PROTOCOL_TYPE
-
-    @property
-    def join_timeout_ms(self) -> int:
-        """A JoinGroup may be held for the whole rebalance timeout."""
-        return self.rebalance_timeout_ms + JOIN_TIMEOUT_MARGIN_MS
-
-
-# --- actions ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class FindCoordinator:
-    """Locate the group coordinator; answer with ``coordinator_found`` or
-    ``find_coordinator_failed``."""
-
-
-@dataclass(frozen=True, slots=True)
-class SendRequest:
-    """Send ``request`` to the coordinator; answer with ``response`` or ``request_failed``."""
-
-    request_id: int
-    request: JoinGroup | SyncGroup | Heartbeat | LeaveGroup
-    timeout_ms: int
-
-
-CallbackKind = Literal["on_assigned", "on_revoked", "on_lost"]
-
-
-@dataclass(frozen=True, slots=True)
-class InvokeCallback:
-    """Run the application's callback; answer with ``callback_done``.
-
-    Callbacks must run one after another in the order they are issued.
-    ``resources`` is what changes (never empty); ``owned`` is everything the
-    member owns right after the change.
-    """
-
-    callback_id: int
-    kind: CallbackKind
-    resources: tuple[Resource, ...]
-    generation: int
-    owned: frozenset[Resource]
-
-
-@dataclass(frozen=True, slots=True)
-class RunAssignor:
-    """Run ``assignor.assign(input)`` (the leader); answer with ``assignment_done``."""
-
-    run_id: int
-    protocol: str
-    assignor: Assignor
-    input: AssignmentInput
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    """The member entered FATAL; ``error`` says why."""
-
-    error: WorkgroupError
-
-
-@dataclass(frozen=True, slots=True)
-class Closed:
-    """The member finished closing."""
-
-
-Action = FindCoordinator | SendRequest | InvokeCallback | RunAssignor | Failed | Closed
-
-
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    kind: Literal["join", "sync", "heartbeat", "leave"]
-    #: The generation (and member id) the request was sent under (rule 1).
-    generation: Generation
-    sent_at: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,13 +167,7 @@ class MemberMachine:
         self._generation = NO_GENERATION
         self.leader_id = ""
         self.error: WorkgroupError | None = None
-        #: Resources this member owns, and the generation they were assigned in.
-        self.owned: frozenset[Resource] = frozenset()
-        self.owned_generation = NO_GENERATION_ID
-        #: What an eager rebalance revoked, and its generation: eager metadata
-        #: reports it so that sticky assignors keep it where it was (as Kafka's
-        #: StickyAssignor does through its user data).
-        self._eager_previous: tuple[tuple[Resource, ...], int] = ((), NO_GENERATION_ID)
+        self._owned = Ownership()
         self.rebalances = 0
         self._frozen: FrozenCatalog = freeze_catalog(catalog or {})
         self._catalog: dict[str, tuple[str | int, ...]] = self._frozen.keys
@@ -306,18 +178,9 @@ class MemberMachine:
         self._protocols = {p.wire_name: p for p in config.protocols}
         self._out: list[Action] = []
         self._next_id = 0
-        self._pending: dict[int, _Pending] = {}
+        self._pending = InFlight()
         self._callbacks: set[int] = set()
-        self._coordinator_known = False
-        self._find_at: int | None = None
-        self._find_in_flight = False
-        self._find_failures = 0
-        #: Before the first coordinator is found: when ``start`` ran, how many
-        #: lookups were asked for, and the last lookup's error.
-        self._started_at: int | None = None
-        self._coordinator_ever_found = False
-        self._find_attempts = 0
-        self._last_find_error: WorkgroupError | None = None
+        self._lookup = CoordinatorLookup(config.connect_timeout_ms, self._backoff)
         #: Rejoin wanted (reason), acted on once no callback is running.
         self._rejoin_reason: str | None = None
         self._join_at = 0
@@ -355,6 +218,16 @@ class MemberMachine:
         return self._generation.protocol
 
     @property
+    def owned(self) -> frozenset[Resource]:
+        """The resources this member owns."""
+        return self._owned.resources
+
+    @property
+    def owned_generation(self) -> int:
+        """The generation :attr:`owned` was assigned in (``-1``: nothing owned)."""
+        return self._owned.generation
+
+    @property
     def is_leader(self) -> bool:
         return bool(self.member_id) and self.member_id == self.leader_id
 
@@ -383,16 +256,16 @@ class MemberMachine:
         candidates: list[int] = []
         if self.state in (State.CLOSED, State.FATAL, State.UNJOINED):
             return None
-        if self.state is State.FINDING_COORDINATOR and self._find_at is not None:
-            candidates.append(self._find_at)
+        if self.state is State.FINDING_COORDINATOR and self._lookup.next_at is not None:
+            candidates.append(self._lookup.next_at)
         connect_deadline = self._connect_deadline()
         if connect_deadline is not None:
             candidates.append(connect_deadline)
         if (
             self.state is State.JOINING
-            and self._coordinator_known
+            and self._lookup.known
             and not self._callbacks
-            and not any(p.kind in ("join", "sync") for p in self._pending.values())
+            and not self._pending.rebalancing
         ):
             candidates.append(self._join_at)
         if self._heartbeat.next_at is not None and self._may_heartbeat():
@@ -400,7 +273,7 @@ class MemberMachine:
         session_end = self._session_end()
         if session_end is not None:
             candidates.append(session_end)
-        if self._rebalance_in_flight():
+        if self._pending.rebalancing:
             # A watchdog: being woken late tells us the process was frozen or starved,
             # so a held answer read afterwards may be old (heartbeat.py, rule 4).
             candidates.append(self._heartbeat.watchdog_at())
@@ -411,18 +284,15 @@ class MemberMachine:
     def start(self, now: int) -> list[Action]:
         self._observe(now)
         if self.state is State.UNJOINED:
-            self._started_at = now
+            self._lookup.start(now)
             self._resume_stable = False
             self._to_finding(now, immediately=True)
         return self._drain(now)
 
     def coordinator_found(self, now: int) -> list[Action]:
         self._observe(now)
-        if self.state is State.FINDING_COORDINATOR and self._find_in_flight:
-            self._find_in_flight = False
-            self._find_failures = 0
-            self._coordinator_known = True
-            self._coordinator_ever_found = True
+        if self.state is State.FINDING_COORDINATOR and self._lookup.in_flight:
+            self._lookup.found()
             log.debug("member.coordinator_found", group=self.config.group_id)
             if self._resume_stable and self._generation.is_valid:
                 self._enter(State.STABLE)
@@ -433,26 +303,23 @@ class MemberMachine:
 
     def find_coordinator_failed(self, now: int, error: WorkgroupError) -> list[Action]:
         self._observe(now)
-        if self.state is State.FINDING_COORDINATOR and self._find_in_flight:
-            self._find_in_flight = False
-            self._last_find_error = error
-            if not error.retriable:
+        if self.state is State.FINDING_COORDINATOR and self._lookup.in_flight:
+            retry_in_ms = self._lookup.failed(now, error)
+            if retry_in_ms is None:
                 self._fail(now, error)
             else:
-                self._find_failures += 1
-                self._find_at = now + self._backoff(self._find_failures)
                 log.warning(
                     "member.coordinator_unavailable",
                     group=self.config.group_id,
-                    attempt=self._find_failures,
-                    retry_in_ms=self._find_at - now,
+                    attempt=self._lookup.failures,
+                    retry_in_ms=retry_in_ms,
                     error=str(error),
                 )
         return self._drain(now)
 
     def response(self, now: int, request_id: int, result: GroupResult) -> list[Action]:
         self._observe(now)
-        pending = self._pending.pop(request_id, None)
+        pending = self._pending.pop(request_id)
         if pending is None or self.state in (State.CLOSED, State.FATAL):
             log.debug("member.stale_response", request_id=request_id)
             return self._drain(now)
@@ -470,7 +337,7 @@ class MemberMachine:
 
     def request_failed(self, now: int, request_id: int, error: WorkgroupError) -> list[Action]:
         self._observe(now)
-        pending = self._pending.pop(request_id, None)
+        pending = self._pending.pop(request_id)
         if pending is None or self.state in (State.CLOSED, State.FATAL):
             return self._drain(now)
         if pending.kind == "leave":
@@ -539,11 +406,8 @@ class MemberMachine:
         up, e.g. its ``on_assigned`` failed) and rejoin so that the assignor hands
         them to another member.  Resources this member does not own are ignored."""
         self._observe(now)
-        released = sorted_resources(self.owned & frozenset(resources))
+        released = self._owned.give_up(resources)
         if released:
-            self.owned = self.owned - set(released)
-            if not self.owned:
-                self.owned_generation = NO_GENERATION_ID
             log.warning(
                 "member.resources_released",
                 group=self.config.group_id,
@@ -573,7 +437,7 @@ class MemberMachine:
         if self.state in (State.UNJOINED, State.FATAL):
             self._finish_close()
             return self._drain(now)
-        self._drop_pending(keep_heartbeat=False)
+        self._pending.clear()
         self._leader_round = None
         if self.owned:
             if self._generation.is_valid:
@@ -604,7 +468,7 @@ class MemberMachine:
         if self.state in (State.CLOSED, State.FATAL, State.UNJOINED, State.LEAVING):
             return
         session_end = self._session_end()
-        if session_end is not None and now >= session_end and self._rebalance_in_flight():
+        if session_end is not None and now >= session_end and self._pending.rebalancing:
             # Held past the rebalance timeout, or starved meanwhile: the answer may
             # be lost or old, so what we own is no longer safe.  The request goes on;
             # the new assignment hands resources out again.
@@ -634,12 +498,9 @@ class MemberMachine:
         if self.state is State.FINDING_COORDINATOR:
             connect_deadline = self._connect_deadline()
             if connect_deadline is not None and now >= connect_deadline:
-                self._fail(now, self._connect_timeout_error())
+                self._fail(now, self._lookup.timeout_error())
                 return
-            if not self._find_in_flight and self._find_at is not None and now >= self._find_at:
-                self._find_in_flight = True
-                self._find_at = None
-                self._find_attempts += 1
+            if self._lookup.take_due(now):
                 self._out.append(FindCoordinator())
             return
         if self.state is State.JOINING:
@@ -650,53 +511,31 @@ class MemberMachine:
 
     def _connect_deadline(self) -> int | None:
         """When to give up finding the first coordinator (``connect_timeout_ms``)."""
-        timeout = self.config.connect_timeout_ms
-        if (
-            timeout is None
-            or self._started_at is None
-            or self._coordinator_ever_found
-            or self.state is not State.FINDING_COORDINATOR
-        ):
+        if self.state is not State.FINDING_COORDINATOR:
             return None
-        return self._started_at + timeout
-
-    def _connect_timeout_error(self) -> CoordinatorUnavailableError:
-        last = str(self._last_find_error) if self._last_find_error else "no lookup finished"
-        attempts = self._find_attempts
-        return CoordinatorUnavailableError(
-            f"no coordinator reached within {self.config.connect_timeout_ms} ms "
-            f"({attempts} attempt{'' if attempts == 1 else 's'}; last: {last})"
-        )
+        return self._lookup.connect_deadline()
 
     def _may_heartbeat(self) -> bool:
         return (
-            self._coordinator_known
+            self._lookup.known
             and self._generation.is_valid
             and self.state in (State.JOINING, State.ASSIGNING, State.STABLE)
-            and not any(p.kind in ("join", "sync", "heartbeat") for p in self._pending.values())
+            and not self._pending.has("join", "sync", "heartbeat")
         )
 
     def _session_end(self) -> int | None:
         """When the coordinator may have evicted us, from what we know for sure."""
-        if (
-            not self._generation.is_valid
-            or self.state
-            not in (
-                State.STABLE,
-                State.ASSIGNING,
-                State.JOINING,
-                State.SYNCING,
-                State.FINDING_COORDINATOR,
-            )
+        if not self._generation.is_valid or self.state not in (
+            State.STABLE,
+            State.ASSIGNING,
+            State.JOINING,
+            State.SYNCING,
+            State.FINDING_COORDINATOR,
         ):
             return None
-        if self._rebalance_in_flight() and not self.owned:
+        if self._pending.rebalancing and not self.owned:
             return None  # the coordinator holds the request; nothing is at stake
-        held = (p.sent_at for p in self._pending.values() if p.kind in ("join", "sync"))
-        return self._heartbeat.session_end(held)
-
-    def _rebalance_in_flight(self) -> bool:
-        return any(p.kind in ("join", "sync") for p in self._pending.values())
+        return self._heartbeat.session_end(self._pending.held_since())
 
     # --- transitions ----------------------------------------------------------
 
@@ -706,9 +545,7 @@ class MemberMachine:
 
     def _to_finding(self, now: int, *, immediately: bool) -> None:
         self._enter(State.FINDING_COORDINATOR)
-        self._coordinator_known = False
-        if not self._find_in_flight:
-            self._find_at = now if immediately else now + self._backoff(self._find_failures + 1)
+        self._lookup.lost(now, immediately=immediately)
 
     def _coordinator_lost(self, now: int, reason: str) -> None:
         log.info("member.coordinator_lost", group=self.config.group_id, reason=reason)
@@ -716,7 +553,7 @@ class MemberMachine:
         # progress is started again.
         if self.state is not State.FINDING_COORDINATOR:
             self._resume_stable = self.state is State.STABLE and self._rejoin_reason is None
-        self._drop_pending(keep_heartbeat=False)
+        self._pending.clear()
         self._leader_round = None
         self._to_finding(now, immediately=True)
 
@@ -731,16 +568,15 @@ class MemberMachine:
         self._join_at = now if immediately else now + self._backoff(self._join_failures)
         if self.protocol is not None and self.protocol.mode == "eager" and self.owned:
             # Eager: nothing may be owned by anyone while the group rebalances.
-            self._eager_previous = (sorted_resources(self.owned), self.owned_generation)
-            self._revoke(sorted_resources(self.owned), self.owned_generation)
+            self._report_revoked(*self._owned.give_up_before_eager_join())
         log.debug("member.joining", group=self.config.group_id, reason=reason)
 
     def _maybe_send_join(self, now: int) -> None:
         if (
-            not self._coordinator_known
+            not self._lookup.known
             or self._callbacks
             or now < self._join_at
-            or any(p.kind in ("join", "sync") for p in self._pending.values())
+            or self._pending.rebalancing
         ):
             return
         try:
@@ -760,11 +596,7 @@ class MemberMachine:
         self._send(now, "join", request, self.config.join_timeout_ms)
 
     def _metadata_for(self, protocol: Protocol) -> bytes:
-        if protocol.mode == "cooperative":
-            owned, generation = sorted_resources(self.owned), self.owned_generation
-        else:
-            # Eager: nothing is owned while joining; report what was revoked.
-            owned, generation = self._eager_previous
+        owned, generation = self._owned.report(protocol.mode)
         meta = MemberMetadata(
             kinds=tuple(sorted(self.config.kinds)) if self.config.kinds is not None else (),
             owned=owned,
@@ -781,12 +613,12 @@ class MemberMachine:
     def _send(
         self,
         now: int,
-        kind: Literal["join", "sync", "heartbeat", "leave"],
+        kind: RequestKind,
         request: JoinGroup | SyncGroup | Heartbeat | LeaveGroup,
         timeout_ms: int,
     ) -> None:
         self._next_id += 1
-        self._pending[self._next_id] = _Pending(kind, self._generation, now)
+        self._pending.add(self._next_id, Pending(kind, self._generation, now))
         self._out.append(SendRequest(self._next_id, request, timeout_ms))
 
     def _send_heartbeat(self, now: int) -> None:
@@ -819,7 +651,7 @@ class MemberMachine:
 
     def _send_leave_or_close(self, now: int) -> None:
         dynamic = self.config.instance_id is None
-        if dynamic and self.member_id and self._coordinator_known and not self._leave_sent:
+        if dynamic and self.member_id and self._lookup.known and not self._leave_sent:
             self._leave_sent = True
             request = LeaveGroup(
                 group_id=self.config.group_id,
@@ -833,7 +665,7 @@ class MemberMachine:
         if self.state is not State.CLOSED:
             if self.state is not State.FATAL:
                 self._enter(State.CLOSED)
-            self._drop_pending(keep_heartbeat=False)
+            self._pending.clear()
             self._out.append(Closed())
             log.info("member.closed", group=self.config.group_id, member_id=self.member_id)
 
@@ -851,10 +683,10 @@ class MemberMachine:
             self._lose(f"fatal error: {error}")
         leave_member = (
             self.member_id
-            if (leave and self.config.instance_id is None and self._coordinator_known)
+            if (leave and self.config.instance_id is None and self._lookup.known)
             else ""
         )
-        self._drop_pending(keep_heartbeat=False)
+        self._pending.clear()
         self._leader_round = None
         self.error = error
         self._enter(State.FATAL)
@@ -865,11 +697,6 @@ class MemberMachine:
             )
             self._send(now, "leave", request, self._short_timeout_ms)
         self._out.append(Failed(error))
-
-    def _drop_pending(self, *, keep_heartbeat: bool) -> None:
-        self._pending = {
-            rid: p for rid, p in self._pending.items() if keep_heartbeat and p.kind == "heartbeat"
-        }
 
     # --- ownership ----------------------------------------------------------
 
@@ -882,9 +709,9 @@ class MemberMachine:
         self._out.append(InvokeCallback(self._next_id, kind, resources, gen, self.owned))
 
     def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
-        self.owned = self.owned - set(resources)
-        if not self.owned:
-            self.owned_generation = NO_GENERATION_ID
+        self._report_revoked(self._owned.give_up(resources), generation)
+
+    def _report_revoked(self, resources: tuple[Resource, ...], generation: int) -> None:
         log.info(
             "member.revoking",
             group=self.config.group_id,
@@ -894,13 +721,9 @@ class MemberMachine:
         self._callback("on_revoked", resources, generation)
 
     def _lose(self, reason: str) -> None:
-        if not self.owned:
+        if not self._owned:
             return
-        lost = sorted_resources(self.owned)
-        generation = self.owned_generation
-        self._eager_previous = ((), NO_GENERATION_ID)
-        self.owned = frozenset()
-        self.owned_generation = NO_GENERATION_ID
+        lost, generation = self._owned.lose()
         log.warning(
             "member.resources_lost",
             group=self.config.group_id,
@@ -948,11 +771,11 @@ class MemberMachine:
             return True
         return False
 
-    def _proved_alive(self, now: int, pending: _Pending) -> None:
+    def _proved_alive(self, now: int, pending: Pending) -> None:
         """The coordinator answered: the session was alive (heartbeat.py, rule 2)."""
-        self._heartbeat.proved_alive(now, pending.sent_at, held=pending.kind in ("join", "sync"))
+        self._heartbeat.proved_alive(now, pending.sent_at, held=pending.held)
 
-    def _on_join(self, now: int, pending: _Pending, result: JoinGroupResult) -> None:
+    def _on_join(self, now: int, pending: Pending, result: JoinGroupResult) -> None:
         if self.state is not State.JOINING:
             return
         code = result.error
@@ -971,7 +794,7 @@ class MemberMachine:
             log.info("member.join_retry", error=code.name, attempt=self._join_failures)
             self._to_joining(now, f"JoinGroup: {code.name}", immediately=False)
 
-    def _joined(self, now: int, pending: _Pending, result: JoinGroupResult) -> None:
+    def _joined(self, now: int, pending: Pending, result: JoinGroupResult) -> None:
         if result.protocol_type is not None and result.protocol_type != self.config.protocol_type:
             self._fail(
                 now,
@@ -1015,7 +838,7 @@ class MemberMachine:
         else:
             self._send_sync(now, ())
 
-    def _on_sync(self, now: int, pending: _Pending, result: SyncGroupResult) -> None:
+    def _on_sync(self, now: int, pending: Pending, result: SyncGroupResult) -> None:
         if self.state is not State.SYNCING or not self._generation.answers_to(pending.generation):
             return
         code = result.error
@@ -1083,13 +906,11 @@ class MemberMachine:
         self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
         self._follow_up_pending = data.pending
         assigned = frozenset(data.assigned)
-        revoked = sorted_resources(self.owned - assigned)
-        added = tuple(r for r in data.assigned if r not in self.owned)
+        # Two changes, each reported with what is owned right after it.
+        revoked = self._owned.give_up(self.owned - assigned)
         if revoked:
-            self._revoke(revoked, self.generation)
-        self.owned = assigned
-        self.owned_generation = self.generation if assigned else NO_GENERATION_ID
-        self._eager_previous = ((), NO_GENERATION_ID)
+            self._report_revoked(revoked, self.generation)
+        added = self._owned.assign(data.assigned, self.generation)
         self._callback("on_assigned", added, self.generation)
         log.info(
             "member.assigned",
@@ -1120,7 +941,7 @@ class MemberMachine:
         if data.rejoin:
             self._request_rejoin("the leader asked for another round")
 
-    def _on_heartbeat(self, now: int, pending: _Pending, result: HeartbeatResult) -> None:
+    def _on_heartbeat(self, now: int, pending: Pending, result: HeartbeatResult) -> None:
         if not self._generation.answers_to(pending.generation):
             return
         code = result.error
@@ -1212,18 +1033,4 @@ class MemberMachine:
         return int(min(base, self.config.retry_backoff_max_ms))
 
 
-__all__ = [
-    "NO_GENERATION",
-    "Action",
-    "CallbackKind",
-    "Closed",
-    "Failed",
-    "FindCoordinator",
-    "InvokeCallback",
-    "MemberConfig",
-    "MemberFatalError",
-    "MemberMachine",
-    "RunAssignor",
-    "SendRequest",
-    "State",
-]
+__all__ = ["MemberMachine"]

@@ -17,19 +17,19 @@ from workgroup.assignors.base import Assignment, AssignmentInput
 from workgroup.coordinator.actions import Reply
 from workgroup.errors import WorkgroupError
 from workgroup.kafka.messages import GroupRequest, GroupResult
-from workgroup.member.errors import CoordinatorUnavailableError
-from workgroup.member.state import (
+from workgroup.member.actions import (
     Action,
     Closed,
     Failed,
     FindCoordinator,
     InvokeCallback,
-    MemberConfig,
-    MemberMachine,
     RunAssignor,
     SendRequest,
-    State,
 )
+from workgroup.member.config import MemberConfig
+from workgroup.member.errors import CoordinatorUnavailableError
+from workgroup.member.state import MemberMachine
+from workgroup.member.transitions import State
 from workgroup.types import Resource
 
 

@@ -9,7 +9,7 @@ import pytest
 from member_coordinator_double import CoordinatorDouble
 from member_sim import EmbeddedCoordinator, Simulation, StickyTestAssignor
 
-from workgroup.member.state import MemberConfig
+from workgroup.member.config import MemberConfig
 from workgroup.protocol import Protocol
 
 CATALOG = {"shard": list(range(12))}

@@ -12,7 +12,8 @@ from member_sim import (
 )
 
 from workgroup.kafka.messages import Heartbeat, JoinGroup, LeaveGroup
-from workgroup.member.state import MemberConfig, State
+from workgroup.member.config import MemberConfig
+from workgroup.member.transitions import State
 from workgroup.protocol import BinaryCodec, Protocol
 from workgroup.testing import capture_logs
 

@@ -10,7 +10,9 @@ import pytest
 from workgroup.cli.assign import run
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import JoinedMember, JoinGroup, JoinGroupResult, SyncGroup
-from workgroup.member.state import MemberConfig, MemberMachine, RunAssignor, SendRequest
+from workgroup.member.actions import RunAssignor, SendRequest
+from workgroup.member.config import MemberConfig
+from workgroup.member.state import MemberMachine
 from workgroup.protocol import AssignmentData, BinaryCodec, MemberMetadata, Protocol
 from workgroup.protocol.catalog import catalog_hash
 from workgroup.testing import capture_logs

@@ -17,6 +17,16 @@ from workgroup.kafka.messages import (
     SyncGroup,
     SyncGroupResult,
 )
+from workgroup.member.actions import (
+    Action,
+    Closed,
+    Failed,
+    FindCoordinator,
+    InvokeCallback,
+    RunAssignor,
+    SendRequest,
+)
+from workgroup.member.config import MemberConfig
 from workgroup.member.errors import (
     CoordinatorUnavailableError,
     FencedInstanceError,
@@ -25,18 +35,8 @@ from workgroup.member.errors import (
     InconsistentProtocolError,
     InvalidSessionTimeoutError,
 )
-from workgroup.member.state import (
-    Action,
-    Closed,
-    Failed,
-    FindCoordinator,
-    InvokeCallback,
-    MemberConfig,
-    MemberMachine,
-    RunAssignor,
-    SendRequest,
-    State,
-)
+from workgroup.member.state import MemberMachine
+from workgroup.member.transitions import State
 from workgroup.protocol import AssignmentData, BinaryCodec, MemberMetadata, Protocol
 from workgroup.testing import capture_logs
 

@@ -25,17 +25,17 @@ from workgroup.kafka.messages import (
     SyncGroup,
     SyncGroupResult,
 )
-from workgroup.member.errors import CoordinatorUnavailableError
-from workgroup.member.state import (
+from workgroup.member.actions import (
     Action,
     FindCoordinator,
     InvokeCallback,
-    MemberConfig,
-    MemberMachine,
     RunAssignor,
     SendRequest,
-    State,
 )
+from workgroup.member.config import MemberConfig
+from workgroup.member.errors import CoordinatorUnavailableError
+from workgroup.member.state import MemberMachine
+from workgroup.member.transitions import State
 from workgroup.protocol import AssignmentData, BinaryCodec, Protocol
 from workgroup.types import Resource
 

@@ -13,7 +13,10 @@ from member_sim import (
 
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import JoinGroup, JoinGroupResult, SyncGroup, SyncGroupResult
-from workgroup.member.state import InvokeCallback, MemberConfig, MemberMachine, SendRequest, State
+from workgroup.member.actions import InvokeCallback, SendRequest
+from workgroup.member.config import MemberConfig
+from workgroup.member.state import MemberMachine
+from workgroup.member.transitions import State
 from workgroup.protocol import AssignmentData, BinaryCodec, Protocol
 
 CATALOG = {"shard": list(range(12))}

@@ -14,7 +14,7 @@ from tests.unit.member.member_sim import RoundRobinTestAssignor, StickyTestAssig
 from workgroup.errors import ConfigError
 from workgroup.member.driver import GroupMember
 from workgroup.member.errors import InconsistentProtocolError, InvalidSessionTimeoutError
-from workgroup.member.state import State
+from workgroup.member.transitions import State
 from workgroup.protocol import BinaryCodec, Protocol
 from workgroup.types import Resource
 
