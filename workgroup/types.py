@@ -14,6 +14,9 @@ from collections.abc import Iterable
 Key = str | int
 #: ``(kind, key)``.
 Resource = tuple[str, Key]
+#: The generation id of a member that has none, and the generation reported for
+#: owning nothing (Kafka's ``NO_GENERATION``).
+NO_GENERATION_ID = -1
 
 
 def resource_sort_key(resource: Resource) -> tuple[str, bool, str | int]:
@@ -31,4 +34,4 @@ def sorted_resources(resources: Iterable[Resource]) -> tuple[Resource, ...]:
     return tuple(sorted(resources, key=resource_sort_key))
 
 
-__all__ = ["Key", "Resource", "resource_sort_key", "sorted_resources"]
+__all__ = ["NO_GENERATION_ID", "Key", "Resource", "resource_sort_key", "sorted_resources"]

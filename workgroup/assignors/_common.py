@@ -18,9 +18,6 @@ from itertools import repeat
 from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
 from workgroup.types import Key, Resource
 
-#: Generation of a claim whose generation is unknown (Kafka's ``DEFAULT_GENERATION``).
-NO_GENERATION = -1
-
 
 def static_first_key(member: MemberInfo) -> tuple[int, str, str]:
     """Kafka's member order (KIP-345): static members first, by instance id; then

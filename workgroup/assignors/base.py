@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from workgroup.types import Key, Resource
+from workgroup.types import NO_GENERATION_ID, Key, Resource
 
 #: ``member id -> resources assigned to it``, in assignment order.
 Assignment = dict[str, list[Resource]]
@@ -34,7 +34,7 @@ class MemberInfo:
     #: Resources the member owned when it joined (cooperative and sticky assignors).
     owned: tuple[Resource, ...] = ()
     #: Generation in which ``owned`` was assigned; -1 when unknown.
-    generation: int = -1
+    generation: int = NO_GENERATION_ID
     rack: str | None = None
     #: Relative capacity for weighted assignors (> 0).
     capacity: float = 1.0

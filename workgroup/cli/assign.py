@@ -31,7 +31,6 @@ from typing import Any
 
 import click
 
-from workgroup.assignors._common import NO_GENERATION
 from workgroup.assignors.registry import get_assignor
 from workgroup.assignors.stats import assignment_stats
 from workgroup.errors import ConfigError
@@ -40,7 +39,7 @@ from workgroup.member.leader import read_members, simulate_rebalance
 from workgroup.protocol.catalog import Catalog, CatalogEntry, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import MemberMetadata
 from workgroup.protocol.protocol import Protocol, RebalanceMode
-from workgroup.types import Key, Resource, sorted_resources
+from workgroup.types import NO_GENERATION_ID, Key, Resource, sorted_resources
 
 _MEMBER_FIELDS = {"kinds", "owned", "generation", "rack", "instance_id", "capacity", "user_data"}
 
@@ -146,7 +145,7 @@ def _parse_members(raw: Any) -> dict[str, MemberMetadata]:
             ):
                 raise ConfigError(f"{where}: owned entries are [kind, key], got {json.dumps(pair)}")
             owned.append((pair[0], pair[1]))
-        generation = spec.get("generation", NO_GENERATION)
+        generation = spec.get("generation", NO_GENERATION_ID)
         if not isinstance(generation, int) or isinstance(generation, bool):
             raise ConfigError(f"{where}: 'generation' must be an integer")
         rack = spec.get("rack")
@@ -245,7 +244,7 @@ def _as_sent(meta: MemberMetadata, digest: bytes) -> MemberMetadata:
     return MemberMetadata(
         kinds=meta.kinds,
         owned=sorted_resources(meta.owned),
-        owned_generation=meta.owned_generation if meta.owned else NO_GENERATION,
+        owned_generation=meta.owned_generation if meta.owned else NO_GENERATION_ID,
         rack=meta.rack,
         capacity=meta.capacity,
         instance_id=meta.instance_id,

@@ -20,9 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from workgroup.protocol.protocol import Protocol
-
-#: The generation id of a member that has none (Kafka's ``NO_GENERATION``).
-NO_GENERATION_ID = -1
+from workgroup.types import NO_GENERATION_ID
 
 
 @dataclass(frozen=True, slots=True)

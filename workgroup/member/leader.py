@@ -36,10 +36,8 @@ from workgroup.member.errors import AssignorError
 from workgroup.protocol.catalog import FrozenCatalog
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
 from workgroup.protocol.protocol import RebalanceMode
-from workgroup.types import Key, Resource, sorted_resources
+from workgroup.types import NO_GENERATION_ID, Key, Resource, sorted_resources
 
-#: Owned generation of a member that owns nothing.
-NO_GENERATION = -1
 #: Rounds :func:`simulate_rebalance` plays before it reports non-convergence.
 #: Kafka's cooperative assignors settle in two; more means the assignor keeps
 #: moving resources that are still owned.
@@ -415,7 +413,7 @@ def simulate_rebalance(
             mid: replace(
                 meta,
                 owned=plan.assigned[mid],
-                owned_generation=generation if plan.assigned[mid] else NO_GENERATION,
+                owned_generation=generation if plan.assigned[mid] else NO_GENERATION_ID,
             )
             for mid, meta in current.items()
         }

@@ -38,7 +38,7 @@ from typing import Generic, TypeVar
 
 from workgroup.errors import MessageTooLargeError, ProtocolError, UnsupportedVersionError
 from workgroup.protocol.binary import Reader, Writer
-from workgroup.types import Resource
+from workgroup.types import NO_GENERATION_ID, Resource
 
 MAGIC = b"wg"
 HEADER_SIZE = 7
@@ -75,7 +75,7 @@ class MemberMetadata:
     kinds: tuple[str, ...] = ()
     owned: tuple[Resource, ...] = ()
     #: Generation in which ``owned`` was assigned; -1 when nothing is owned.
-    owned_generation: int = -1
+    owned_generation: int = NO_GENERATION_ID
     rack: str | None = None
     capacity: float = 1.0
     instance_id: str | None = None
@@ -92,7 +92,7 @@ class AssignmentData:
     assigned: tuple[Resource, ...] = ()
     #: Resources the member owned and must give up (cooperative protocols).
     revoked: tuple[Resource, ...] = ()
-    generation: int = -1
+    generation: int = NO_GENERATION_ID
     catalog_hash: bytes = b""
     #: Highest version every member supports: members re-encode with it and rejoin.
     common_version: int = LATEST_VERSION
