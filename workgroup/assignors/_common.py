@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import itemgetter
 
 from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
 from workgroup.types import Key, Resource
@@ -135,7 +136,7 @@ def settle_claims(
         if not all_valid:
             assert is_valid is not None
             mine = [r for r in mine if r in is_valid]
-        if subscribed_only and any(kind not in member.kinds for kind in {r[0] for r in mine}):
+        if subscribed_only and not member.kinds.issuperset(map(itemgetter(0), mine)):
             kinds = member.kinds
             mine = [r for r in mine if r[0] in kinds]
         owned[member.member_id] = mine
