@@ -1,5 +1,6 @@
 """Tools for testing applications built on workgroup."""
 
+from workgroup.testing.assignors import RotatingAssignor
 from workgroup.testing.logs import capture_logs
 from workgroup.testing.ownership import (
     MemberLog,
@@ -22,6 +23,7 @@ __all__ = [
     "MemberLog",
     "OwnershipReport",
     "OwnershipViolation",
+    "RotatingAssignor",
     "ServerExited",
     "ServerProcess",
     "ServerStartError",

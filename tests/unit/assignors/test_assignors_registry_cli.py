@@ -333,26 +333,8 @@ def test_assign_empty_kinds_means_every_kind_as_for_a_live_member() -> None:
     assert len(result["target"]["a"]) == 4
 
 
-class Rotating:
-    """Moves every owned resource to the next member: never settles."""
-
-    name = "rotating"
-    supports_cooperative = True
-
-    def assign(self, data: AssignmentInput) -> Assignment:
-        ids = sorted(data.members)
-        owner = {r: mid for mid, m in data.members.items() for r in m.owned}
-        out: Assignment = {mid: [] for mid in ids}
-        for kind in sorted(data.resources):
-            for key in data.resources[kind]:
-                current = owner.get((kind, key))
-                chosen = ids[0] if current is None else ids[(ids.index(current) + 1) % len(ids)]
-                out[chosen].append((kind, key))
-        return out
-
-
 def test_assign_reports_a_rebalance_that_does_not_settle(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_entry_points(monkeypatch, rotating=f"{__name__}:Rotating")
+    _fake_entry_points(monkeypatch, rotating="workgroup.testing.assignors:RotatingAssignor")
     group = {
         "resources": {"k": 2},
         "members": {"a": {"owned": [["k", 0]], "generation": 1}, "b": {}},

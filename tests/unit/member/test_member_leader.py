@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workgroup.assignors.base import Assignment, AssignmentInput
+from workgroup.assignors.base import Assignment
 from workgroup.assignors.registry import get_assignor
 from workgroup.kafka.messages import JoinedMember
 from workgroup.member.errors import AssignorError
@@ -24,6 +24,7 @@ from workgroup.member.leader import (
 )
 from workgroup.protocol import BinaryCodec, MemberMetadata
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
+from workgroup.testing.assignors import RotatingAssignor
 from workgroup.types import Key, Resource
 
 CATALOG = freeze_catalog({"orders": range(4), "users": ["eu", "us"]})
@@ -104,9 +105,7 @@ def test_integer_key_for_a_string_key_is_a_type_mismatch() -> None:
 
 
 def test_input_carries_instance_ids_racks_and_attributes() -> None:
-    catalog = freeze_catalog(
-        {"k": [0, {"key": 1, "racks": ["r1"], "attributes": {"tier": "hot"}}]}
-    )
+    catalog = freeze_catalog({"k": [0, {"key": 1, "racks": ["r1"], "attributes": {"tier": "hot"}}]})
     metadata = {
         "a": MemberMetadata(instance_id="from-metadata", rack="r1", user_data=b"u"),
         "b": MemberMetadata(instance_id="from-metadata"),
@@ -255,44 +254,27 @@ def test_ignored_inputs_are_those_of_the_first_round() -> None:
     result = simulate_rebalance(
         get_assignor("round-robin"), joined("a"), metadata, CATALOG, "eager"
     )
-    assert result.ignored == {
-        "a": Ignored(kinds=("typo",), key_type_mismatches=(("orders", "1"),))
-    }
+    assert result.ignored == {"a": Ignored(kinds=("typo",), key_type_mismatches=(("orders", "1"),))}
     assert result.target == {"a": shards(0, 1, 2, 3)}
-
-
-class Rotating:
-    """Moves every owned resource to the next member; unowned ones go to the first.
-    It never settles: each round withholds what the previous one handed out."""
-
-    name = "rotating"
-    supports_cooperative = True
-
-    def assign(self, data: AssignmentInput) -> Assignment:
-        ids = sorted(data.members)
-        owner = {r: mid for mid, m in data.members.items() for r in m.owned}
-        out: Assignment = {mid: [] for mid in ids}
-        for kind in sorted(data.resources):
-            for key in data.resources[kind]:
-                current = owner.get((kind, key))
-                chosen = ids[0] if current is None else ids[(ids.index(current) + 1) % len(ids)]
-                out[chosen].append((kind, key))
-        return out
 
 
 def test_a_rebalance_that_never_settles_is_reported_after_the_bound() -> None:
     catalog = freeze_catalog({"k": range(2)})
     metadata = metadata_of({"a": (("k", 0),), "b": ()})
-    result = simulate_rebalance(Rotating(), joined("a", "b"), metadata, catalog, "cooperative")
+    result = simulate_rebalance(
+        RotatingAssignor(), joined("a", "b"), metadata, catalog, "cooperative"
+    )
     assert not result.converged
     assert len(result.rounds) == MAX_ROUNDS
     assert all(plan.pending for plan in result.rounds)
     short = simulate_rebalance(
-        Rotating(), joined("a", "b"), metadata, catalog, "cooperative", max_rounds=3
+        RotatingAssignor(), joined("a", "b"), metadata, catalog, "cooperative", max_rounds=3
     )
     assert len(short.rounds) == 3
     with pytest.raises(ValueError, match="max_rounds"):
-        simulate_rebalance(Rotating(), joined("a"), {}, catalog, "cooperative", max_rounds=0)
+        simulate_rebalance(
+            RotatingAssignor(), joined("a"), {}, catalog, "cooperative", max_rounds=0
+        )
 
 
 # --- property: cooperative-sticky on random small groups ------------------------------------
