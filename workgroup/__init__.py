@@ -61,6 +61,10 @@ __version__ = "0.1.0.dev0"
 
 #: Public name -> the module that defines it, imported on first access.
 _LAZY: dict[str, str] = {
+    "App": "workgroup.runtime.app",
+    "Lease": "workgroup.runtime.lease",
+    "LeaseLostError": "workgroup.runtime.errors",
+    "CheckpointError": "workgroup.runtime.errors",
     "GroupMember": "workgroup.member.driver",
     "Protocol": "workgroup.protocol.protocol",
     "ResourceSpec": "workgroup.protocol.catalog",
@@ -96,11 +100,13 @@ _EAGER = (
 )
 
 __all__ = [
+    "App",
     "Assignment",
     "AssignmentInput",
     "Assignor",
     "AssignorError",
     "CallbackError",
+    "CheckpointError",
     "ConfigError",
     "CoordinatorConfig",
     "CoordinatorError",
@@ -114,6 +120,8 @@ __all__ = [
     "InconsistentProtocolError",
     "InvalidSessionTimeoutError",
     "Key",
+    "Lease",
+    "LeaseLostError",
     "MemberClosedError",
     "MemberFatalError",
     "MemberInfo",

@@ -10,7 +10,7 @@ import click
 from workgroup.errors import WorkgroupError
 
 #: Subcommand modules; each defines a click command named ``command``.
-_SUBCOMMANDS = ("coordinator", "assign", "member")
+_SUBCOMMANDS = ("coordinator", "assign", "member", "run")
 
 
 class _Group(click.Group):

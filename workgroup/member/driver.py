@@ -46,6 +46,17 @@ from aiokafka.protocol.coordination import FindCoordinatorRequest
 from workgroup.assignors.base import Assignment
 from workgroup.clock import monotonic_ms
 from workgroup.errors import ConfigError, ProtocolError, UnsupportedVersionError, WorkgroupError
+from workgroup.kafka.messages import (
+    CommitTopic,
+    FetchedGroup,
+    FetchTopic,
+    GroupResult,
+    OffsetCommit,
+    OffsetCommitResult,
+    OffsetFetch,
+    OffsetFetchGroup,
+    OffsetFetchResult,
+)
 from workgroup.log import get_logger
 from workgroup.member.actions import (
     Action,
@@ -576,6 +587,52 @@ class GroupMember:
             return
         catalog = await self._read_source()
         self._feed(self._machine.resources_changed(monotonic_ms(), catalog))
+
+    async def commit_offsets(self, topics: Sequence[CommitTopic]) -> OffsetCommitResult:
+        """OffsetCommit under this member's generation, member id and instance id.
+
+        The coordinator accepts it only from a current member of the current
+        generation: the fence against a member that missed a rebalance (a paused
+        process, a replaced static member).  Per-partition errors are in the
+        result; a lost connection is a
+        :class:`~workgroup.member.errors.CoordinatorUnavailableError`.
+        """
+        self._require_started()
+        machine = self._machine
+        assert machine is not None
+        request = OffsetCommit(
+            group_id=self.config.group_id,
+            generation_id=machine.generation,
+            member_id=machine.member_id,
+            topics=tuple(topics),
+            group_instance_id=self.config.instance_id,
+        )
+        result = await self._request(request)
+        assert isinstance(result, OffsetCommitResult)
+        return result
+
+    async def fetch_offsets(self, topics: Sequence[FetchTopic]) -> FetchedGroup:
+        """OffsetFetch of this group's committed offsets for ``topics``."""
+        self._require_started()
+        request = OffsetFetch(groups=(OffsetFetchGroup(self.config.group_id, tuple(topics)),))
+        result = await self._request(request)
+        assert isinstance(result, OffsetFetchResult)
+        if len(result.groups) != 1:
+            raise ProtocolError(f"OffsetFetch answered {len(result.groups)} groups, asked for 1")
+        return result.groups[0]
+
+    async def _request(self, request: OffsetCommit | OffsetFetch) -> GroupResult:
+        what = type(request).__name__
+        try:
+            async with asyncio.timeout(self._lookup_timeout_s):
+                response = await self._connection.send(KioRequest(request))
+            return to_result(request, response)
+        except asyncio.CancelledError:
+            raise
+        except (KafkaError, OSError, TimeoutError, WorkgroupError) as exc:
+            raise map_kafka_error(exc, what) from exc
+        except Exception as exc:  # malformed response from kio
+            raise ProtocolError(f"{what}: {exc}") from exc
 
     async def close(self) -> None:
         """Revoke, leave (dynamic members) and release every connection.

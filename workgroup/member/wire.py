@@ -29,10 +29,15 @@ from typing import Any, ClassVar
 from aiokafka.protocol.admin import DescribeGroupsRequest_v0, DescribeGroupsRequest_v1
 from aiokafka.protocol.api import Request
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32, i32Timedelta
+from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from workgroup.errors import ErrorCode, ProtocolError, UnsupportedVersionError
 from workgroup.kafka.messages import (
+    CommitPartitionResult,
+    CommitTopicResult,
+    FetchedGroup,
+    FetchedPartition,
+    FetchedTopic,
     GroupResult,
     Heartbeat,
     HeartbeatResult,
@@ -42,6 +47,10 @@ from workgroup.kafka.messages import (
     LeaveGroup,
     LeaveGroupResult,
     LeftMember,
+    OffsetCommit,
+    OffsetCommitResult,
+    OffsetFetch,
+    OffsetFetchResult,
     SyncGroup,
     SyncGroupResult,
 )
@@ -49,7 +58,7 @@ from workgroup.log import get_logger
 
 log = get_logger(__name__)
 
-MemberRequest = JoinGroup | SyncGroup | Heartbeat | LeaveGroup
+MemberRequest = JoinGroup | SyncGroup | Heartbeat | LeaveGroup | OffsetCommit | OffsetFetch
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -67,6 +76,10 @@ _APIS: dict[type, _Api] = {
     SyncGroup: _Api(14, "sync_group", "SyncGroupResponse", range(0, 6), 3),
     Heartbeat: _Api(12, "heartbeat", "HeartbeatResponse", range(0, 5), 3),
     LeaveGroup: _Api(13, "leave_group", "LeaveGroupResponse", range(0, 6), 3),
+    # Leases commit and read checkpoints: OffsetCommit v7-8 (with the instance
+    # id; v9 is KIP-848's) and OffsetFetch v8 (several groups, Kafka 3.0+).
+    OffsetCommit: _Api(8, "offset_commit", "OffsetCommitResponse", range(7, 9), 7),
+    OffsetFetch: _Api(9, "offset_fetch", "OffsetFetchResponse", range(8, 9), 0),
 }
 
 
@@ -149,6 +162,48 @@ def build_entity(request: MemberRequest, version: int) -> Any:
             "generation_id": i32(request.generation_id),
             "member_id": request.member_id,
             "group_instance_id": request.group_instance_id,
+        }
+    elif isinstance(request, OffsetCommit):
+        cls = mod.OffsetCommitRequest
+        values = {
+            "group_id": request.group_id,
+            "generation_id_or_member_epoch": i32(request.generation_id),
+            "member_id": request.member_id,
+            "group_instance_id": request.group_instance_id,
+            "topics": tuple(
+                mod.OffsetCommitRequestTopic(
+                    name=topic.name,
+                    partitions=tuple(
+                        mod.OffsetCommitRequestPartition(
+                            partition_index=i32(p.partition),
+                            committed_offset=i64(p.offset),
+                            committed_leader_epoch=i32(p.leader_epoch),
+                            committed_metadata=p.metadata,
+                        )
+                        for p in topic.partitions
+                    ),
+                )
+                for topic in request.topics
+            ),
+        }
+    elif isinstance(request, OffsetFetch):
+        cls = mod.OffsetFetchRequest
+        values = {
+            "groups": tuple(
+                mod.OffsetFetchRequestGroup(
+                    group_id=group.group_id,
+                    topics=None
+                    if group.topics is None
+                    else tuple(
+                        mod.OffsetFetchRequestTopics(
+                            name=t.name, partition_indexes=tuple(i32(p) for p in t.partitions)
+                        )
+                        for t in group.topics
+                    ),
+                )
+                for group in request.groups
+            ),
+            "require_stable": request.require_stable,
         }
     else:
         cls = mod.LeaveGroupRequest
@@ -305,6 +360,45 @@ def to_result(request: MemberRequest, response: Any) -> GroupResult:
         )
     if isinstance(request, Heartbeat):
         return HeartbeatResult(error=error_code(response.error_code))
+    if isinstance(request, OffsetCommit):
+        return OffsetCommitResult(
+            topics=tuple(
+                CommitTopicResult(
+                    t.name,
+                    tuple(
+                        CommitPartitionResult(int(p.partition_index), error_code(p.error_code))
+                        for p in t.partitions
+                    ),
+                )
+                for t in response.topics
+            )
+        )
+    if isinstance(request, OffsetFetch):
+        return OffsetFetchResult(
+            groups=tuple(
+                FetchedGroup(
+                    g.group_id,
+                    tuple(
+                        FetchedTopic(
+                            t.name,
+                            tuple(
+                                FetchedPartition(
+                                    partition=int(p.partition_index),
+                                    offset=int(p.committed_offset),
+                                    metadata=p.metadata,
+                                    leader_epoch=int(p.committed_leader_epoch),
+                                    error=error_code(p.error_code),
+                                )
+                                for p in t.partitions
+                            ),
+                        )
+                        for t in g.topics
+                    ),
+                    error_code(g.error_code),
+                )
+                for g in response.groups
+            )
+        )
     return LeaveGroupResult(
         error=error_code(response.error_code),
         members=tuple(

@@ -1,0 +1,93 @@
+"""``workgroup run MODULE:APP``: the worker daemon.
+
+Imports the app (the current directory is on ``sys.path``), resolves its
+settings (flags, then ``WORKGROUP_*`` variables, then ``--config`` /
+``WORKGROUP_CONFIG`` TOML, then the app's own) and runs it until SIGTERM or
+SIGINT: the first stops taking work, revokes everything within the grace
+period, leaves the group (a static member keeps its place until its session
+expires) and exits 0; a second exits at once with status 130.  Bad settings exit
+2 before anything runs; a fatal member error exits 1.
+
+Logs go to stderr: readable lines on a terminal, JSON lines otherwise
+(``--log-format``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from workgroup import log as wlog
+from workgroup.member.driver import parse_bootstrap
+from workgroup.runtime.config import resolve
+from workgroup.runtime.daemon import load_app, run_app
+
+
+@click.command("run")
+@click.argument("target", metavar="MODULE:APP")
+@click.option("--bootstrap", default=None, help="Coordinator or Kafka bootstrap, HOST:PORT[,...].")
+@click.option("--instance-id", default=None, help="Static membership: a stable id per process.")
+@click.option(
+    "--config",
+    "config_file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="TOML file with settings (see the README).",
+)
+@click.option(
+    "--event-log",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Append ownership events (JSON lines) to this file.",
+)
+@click.option("--grace-ms", type=int, default=None, help="Grace period of revoked handlers.")
+@click.option("--session-timeout-ms", type=int, default=None)
+@click.option("--heartbeat-interval-ms", type=int, default=None)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "console", "json"]),
+    default="auto",
+    show_default=True,
+    help="auto: console on a terminal, JSON lines otherwise.",
+)
+def command(
+    target: str,
+    bootstrap: str | None,
+    instance_id: str | None,
+    config_file: str | None,
+    event_log: str | None,
+    grace_ms: int | None,
+    session_timeout_ms: int | None,
+    heartbeat_interval_ms: int | None,
+    log_level: str,
+    log_format: str,
+) -> None:
+    """Run the workers and leaders of MODULE:APP until SIGTERM/SIGINT."""
+    json_logs = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
+    wlog.configure(log_level, json=json_logs)
+    app = load_app(target)
+    settings = resolve(
+        app.settings,
+        flags={
+            "bootstrap": bootstrap,
+            "instance_id": instance_id,
+            "event_log": event_log,
+            "grace_ms": grace_ms,
+            "session_timeout_ms": session_timeout_ms,
+            "heartbeat_interval_ms": heartbeat_interval_ms,
+        },
+        environ=os.environ,
+        config_file=config_file,
+    )
+    if settings.bootstrap is not None:
+        parse_bootstrap(settings.bootstrap)
+    app.check()
+    run_app(app, settings)

@@ -1,0 +1,235 @@
+"""``workgroup.App``: resources, workers and leaders declared with decorators.
+
+An app is a name and its declarations; :mod:`workgroup.runtime.runner` runs
+them.  Each worker kind and each leader is a group of its own, so that each can
+use its own assignor: ``<app>.<kind>`` for workers, ``<app>.<name>`` for
+leaders (a leader is a group with one resource).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from workgroup.assignors.registry import get_assignor
+from workgroup.errors import ConfigError
+from workgroup.protocol.catalog import CatalogEntry
+from workgroup.runtime.handlers import Handler, RestartPolicy
+
+#: A resource function: the keys of one kind, plain or async.
+ResourceFunction = Callable[[], Sequence[CatalogEntry] | Awaitable[Sequence[CatalogEntry]]]
+F = TypeVar("F", bound=Callable[..., Any])
+
+_NAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+#: The resource kind of a leader's group (its one key is the leader's name).
+LEADER_KIND = "leader"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How the app's members run; the daemon overrides them from flags, environment
+    and configuration file."""
+
+    bootstrap: str | None = None
+    instance_id: str | None = None
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int | None = None
+    rebalance_timeout_ms: int = 60_000
+    grace_ms: int = 10_000
+    resource_poll_interval_ms: int = 5_000
+    event_log: str | None = None
+
+    def heartbeat_ms(self) -> int:
+        """The heartbeat interval: given, or a third of the session (Kafka's ratio)."""
+        return self.heartbeat_interval_ms or max(self.session_timeout_ms // 3, 1)
+
+    def validated(self) -> Settings:
+        if self.session_timeout_ms <= 0:
+            raise ConfigError(f"session_timeout_ms must be > 0, got {self.session_timeout_ms}")
+        if self.heartbeat_ms() >= self.session_timeout_ms:
+            raise ConfigError(
+                f"heartbeat_interval_ms ({self.heartbeat_ms()}) must be below "
+                f"session_timeout_ms ({self.session_timeout_ms})"
+            )
+        if self.rebalance_timeout_ms <= 0 or self.resource_poll_interval_ms <= 0:
+            raise ConfigError("rebalance_timeout_ms and resource_poll_interval_ms must be > 0")
+        if self.grace_ms < 0:
+            raise ConfigError(f"grace_ms must be >= 0, got {self.grace_ms}")
+        return self
+
+    def with_overrides(self, **values: Any) -> Settings:
+        unknown = set(values) - set(self.__dataclass_fields__)
+        if unknown:
+            raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        return replace(self, **{k: v for k, v in values.items() if v is not None}).validated()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    kind: str
+    handler: Handler
+    assignor: str
+    grace_ms: int | None
+    restart: RestartPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderSpec:
+    name: str
+    handler: Handler
+    grace_ms: int
+
+
+class App:
+    """A workgroup application: ``app = workgroup.App("billing")``, then decorate.
+
+    Args:
+        name: The app's name; its groups are ``<name>.<kind>`` and ``<name>.<leader>``.
+        bootstrap: ``HOST:PORT[,...]`` of the embedded coordinator or Kafka brokers
+            (``None``: the local default, ``127.0.0.1:9092``).
+        session_timeout_ms, heartbeat_interval_ms, rebalance_timeout_ms: The
+            members' timing (heartbeat default: a third of the session).
+        grace_ms: Default time a revoked handler gets to finish its step.
+        instance_id: Static membership: a stable id per process (the daemon's
+            ``--instance-id``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        bootstrap: str | None = None,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int | None = None,
+        rebalance_timeout_ms: int = 60_000,
+        grace_ms: int = 10_000,
+        instance_id: str | None = None,
+        resource_poll_interval_ms: int = 5_000,
+        event_log: str | None = None,
+    ) -> None:
+        _check_name(name, "app name")
+        self.name = name
+        self.settings = Settings(
+            bootstrap=bootstrap,
+            instance_id=instance_id,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            grace_ms=grace_ms,
+            resource_poll_interval_ms=resource_poll_interval_ms,
+            event_log=event_log,
+        ).validated()
+        self.workers: dict[str, WorkerSpec] = {}
+        self.leaders: dict[str, LeaderSpec] = {}
+        self.sources: dict[str, ResourceFunction] = {}
+
+    # --- decorators ---------------------------------------------------------------
+
+    def resources(self, kind: str) -> Callable[[F], F]:
+        """Declare the function that lists the keys of ``kind`` (re-read periodically).
+
+        Keys keep their positions: a key's checkpoint slot is its index in the
+        list, so add new keys at the end (as Kafka adds partitions).
+        """
+        _check_name(kind, "kind")
+
+        def register(function: F) -> F:
+            if kind in self.sources:
+                raise ConfigError(f"resources of kind {kind!r} are declared twice")
+            self.sources[kind] = function
+            return function
+
+        return register
+
+    def worker(
+        self,
+        kind: str,
+        *,
+        assignor: str = "cooperative-sticky",
+        grace_ms: int | None = None,
+        restart_backoff_ms: int = 100,
+        max_restart_backoff_ms: int = 30_000,
+    ) -> Callable[[F], F]:
+        """Run the decorated function once per owned resource of ``kind``, with its
+        :class:`~workgroup.Lease`; see :mod:`workgroup.runtime.handlers` for
+        revocation, restarts and threads."""
+        _check_name(kind, "kind")
+        try:
+            get_assignor(assignor)
+        except Exception as exc:
+            raise ConfigError(f"worker {kind!r}: {exc}") from exc
+        if grace_ms is not None and grace_ms < 0:
+            raise ConfigError(f"grace_ms must be >= 0, got {grace_ms}")
+        if restart_backoff_ms <= 0 or max_restart_backoff_ms < restart_backoff_ms:
+            raise ConfigError("restart back-off must be > 0 and max >= initial")
+
+        def register(function: F) -> F:
+            self._check_free(kind)
+            self.workers[kind] = WorkerSpec(
+                kind,
+                function,
+                assignor,
+                grace_ms,
+                RestartPolicy(restart_backoff_ms / 1000, max_restart_backoff_ms / 1000),
+            )
+            return function
+
+        return register
+
+    def leader(self, name: str, *, grace_ms: int = 0) -> Callable[[F], F]:
+        """Run the decorated function in one process of the group at a time."""
+        _check_name(name, "leader name")
+        if grace_ms < 0:
+            raise ConfigError(f"grace_ms must be >= 0, got {grace_ms}")
+
+        def register(function: F) -> F:
+            self._check_free(name)
+            self.leaders[name] = LeaderSpec(name, function, grace_ms)
+            return function
+
+        return register
+
+    # --- running --------------------------------------------------------------------
+
+    def group_id(self, name: str) -> str:
+        return f"{self.name}.{name}"
+
+    def check(self) -> None:
+        """Raise :class:`ConfigError` if the app cannot run as declared."""
+        if not self.workers and not self.leaders:
+            raise ConfigError(f"app {self.name!r} declares no @app.worker and no @app.leader")
+        missing = sorted(set(self.workers) - set(self.sources))
+        if missing:
+            raise ConfigError(
+                f"no @app.resources for worker kind(s) {', '.join(map(repr, missing))}"
+            )
+
+    async def serve(self, stop: asyncio.Event | None = None, **overrides: Any) -> None:
+        """Run until ``stop`` is set (or the task is cancelled); then revoke and leave."""
+        from workgroup.runtime.runner import AppRunner
+
+        runner = AppRunner(self, self.settings.with_overrides(**overrides))
+        await runner.run(stop or asyncio.Event())
+
+    def run(self, **overrides: Any) -> None:
+        """Run in this process until SIGINT or SIGTERM (what ``workgroup run`` does)."""
+        from workgroup.runtime.daemon import run_app
+
+        run_app(self, self.settings.with_overrides(**overrides))
+
+    def _check_free(self, name: str) -> None:
+        if name in self.workers or name in self.leaders:
+            raise ConfigError(f"{name!r} is declared twice (worker kinds and leaders share names)")
+
+
+def _check_name(name: str, what: str) -> None:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name) > 100:
+        raise ConfigError(
+            f"{what} {name!r}: use letters, digits, '_', '-' and '.' (at most 100 characters)"
+        )
+
+
+__all__ = ["LEADER_KIND", "App", "LeaderSpec", "ResourceFunction", "Settings", "WorkerSpec"]

@@ -1,0 +1,71 @@
+"""Running an app as a process: signals, exit codes, importing ``module:app``."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+from workgroup.errors import ConfigError
+from workgroup.log import get_logger
+from workgroup.runtime.app import App, Settings
+from workgroup.runtime.runner import AppRunner
+
+log = get_logger(__name__)
+
+#: Exit status after a second signal (stop at once, nothing revoked).
+FORCED_EXIT = 130
+
+
+def load_app(target: str) -> App:
+    """Import ``module:attribute`` with the current directory on ``sys.path``."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"expected MODULE:APP (e.g. billing:app), got {target!r}")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise ConfigError(f"cannot import module {module_name!r}: {exc}") from exc
+        raise
+    app = getattr(module, attribute, None)
+    if app is None:
+        raise ConfigError(f"module {module_name!r} has no attribute {attribute!r}")
+    if not isinstance(app, App):
+        raise ConfigError(f"{target} is a {type(app).__name__}, not a workgroup.App")
+    return app
+
+
+async def serve_until_signalled(app: App, settings: Settings) -> None:
+    """Run ``app``; the first SIGINT/SIGTERM stops it gracefully, a second at once."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            log.warning("app.forced_exit", signal=signal.Signals(signum).name)
+            os._exit(FORCED_EXIT)
+        log.info("app.signal", signal=signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        await AppRunner(app, settings).run(stop)
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+def run_app(app: App, settings: Settings) -> None:
+    """Run ``app`` in this process until a signal (blocking)."""
+    asyncio.run(serve_until_signalled(app, settings))
+
+
+__all__ = ["FORCED_EXIT", "load_app", "run_app", "serve_until_signalled"]

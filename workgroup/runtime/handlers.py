@@ -1,0 +1,177 @@
+"""Running one lease's handler: start, restart with back-off, stop within a grace period.
+
+Rules:
+
+1. The handler starts once the lease has its token (see :meth:`Lease.acquire`).
+   A coroutine function runs as a task in the event loop; a plain function in a
+   worker thread, so blocking work does not hold up heartbeats.
+2. A handler that returns is done: the resource stays owned, nothing runs on it
+   until it moves.  A handler that raises is logged in one line
+   (``worker.failed``) and started again after an exponential back-off, while
+   the lease is held.  :class:`LeaseLostError` ends it without a restart.
+3. Stopping (revocation, loss, shutdown) ends the lease first, so the handler
+   sees ``lease.revoked``; it may finish its step within ``grace_s``, then its
+   task is cancelled.  A thread cannot be killed: a plain function that
+   outlives the grace period is reported (``worker.outlived_grace``), and its
+   lease refuses every commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
+
+from workgroup.errors import WorkgroupError
+from workgroup.log import get_logger
+from workgroup.runtime.errors import LeaseLostError
+from workgroup.runtime.lease import Lease
+
+log = get_logger(__name__)
+
+Handler = Callable[[Lease], Awaitable[Any] | Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    """Back-off between restarts of a failing handler."""
+
+    initial_s: float = 0.1
+    max_s: float = 30.0
+
+
+@dataclass(slots=True)
+class HandlerStats:
+    """Counters for metrics and tests."""
+
+    restarts: int = 0
+    failures: int = 0
+
+
+class HandlerRun:
+    """One lease and the handler working on it."""
+
+    def __init__(
+        self,
+        lease: Lease,
+        handler: Handler,
+        *,
+        name: str,
+        restart: RestartPolicy,
+        stats: HandlerStats,
+        on_acquired: Callable[[Lease], None] | None = None,
+    ) -> None:
+        self.lease = lease
+        self._handler = handler
+        self._name = name
+        self._restart = restart
+        self._stats = stats
+        self._on_acquired = on_acquired
+        self._task: asyncio.Task[None] | None = None
+        self._thread_running = False
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(
+            self._main(), name=f"workgroup-handler-{self.lease.kind}/{self.lease.key}"
+        )
+
+    async def stop(self, why: str, grace_s: float) -> None:
+        """End the lease, give the handler ``grace_s`` to return, then cancel it."""
+        self.lease.end(why)
+        task = self._task
+        if task is None or task.done():
+            return
+        done, _ = await asyncio.wait({task}, timeout=max(grace_s, 0.0))
+        if not done:
+            task.cancel()
+            # A task gets a moment to unwind; a thread cannot be interrupted.
+            await asyncio.wait({task}, timeout=1.0)
+            if self._thread_running:
+                log.warning(
+                    "worker.outlived_grace",
+                    handler=self._name,
+                    kind=self.lease.kind,
+                    key=self.lease.key,
+                    grace_s=grace_s,
+                )
+
+    async def _main(self) -> None:
+        lease = self.lease
+        try:
+            await lease.acquire()
+        except LeaseLostError:
+            return
+        except WorkgroupError as exc:
+            # The lease could not be taken: leave it; the resource stays idle
+            # here until it moves (logged, so that it is seen).
+            log.error(
+                "worker.acquire_failed",
+                handler=self._name,
+                kind=lease.kind,
+                key=lease.key,
+                error=str(exc),
+            )
+            lease.end(f"could not take the token: {exc}")
+            return
+        if self._on_acquired is not None:
+            self._on_acquired(lease)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(self._restartable),
+            wait=wait_exponential(multiplier=self._restart.initial_s, max=self._restart.max_s),
+            sleep=self._sleep_unless_revoked,
+            before_sleep=self._log_failure,
+            reraise=True,
+        )
+        with contextlib.suppress(LeaseLostError):
+            async for attempt in retrying:
+                with attempt:
+                    if lease.revoked:
+                        return
+                    if attempt.retry_state.attempt_number > 1:
+                        self._stats.restarts += 1
+                    await self._call()
+        log.debug("worker.returned", handler=self._name, kind=lease.kind, key=lease.key)
+
+    async def _call(self) -> None:
+        if inspect.iscoroutinefunction(self._handler):
+            await self._handler(self.lease)
+            return
+        self._thread_running = True
+        try:
+            result = await asyncio.to_thread(self._handler, self.lease)
+        finally:
+            self._thread_running = False
+        if inspect.isawaitable(result):
+            await result
+
+    def _restartable(self, exc: BaseException) -> bool:
+        if not isinstance(exc, Exception) or isinstance(exc, LeaseLostError):
+            return False
+        return not self.lease.revoked
+
+    def _log_failure(self, state: RetryCallState) -> None:
+        self._stats.failures += 1
+        outcome = state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        log.error(
+            "worker.failed",
+            handler=self._name,
+            kind=self.lease.kind,
+            key=self.lease.key,
+            error=f"{type(exc).__name__}: {exc}",
+            attempt=state.attempt_number,
+            restart_in_s=round(wait, 3),
+        )
+
+    async def _sleep_unless_revoked(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.lease.wait_revoked(), seconds)
+
+
+__all__ = ["Handler", "HandlerRun", "HandlerStats", "RestartPolicy"]

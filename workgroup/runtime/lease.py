@@ -1,0 +1,235 @@
+"""A lease: this process's hold on one resource, with a fencing token and checkpoints.
+
+Rules:
+
+1. A lease is *held* from the moment its token was committed until it is
+   revoked (a rebalance moves the resource), lost (the session expired, the
+   member failed) or fenced (the coordinator refused a commit because the
+   member or its generation is no longer current).  It never becomes held again:
+   a resource that comes back gets a new lease with a new token.
+2. The token is the lease slot's committed offset plus one (see
+   :mod:`workgroup.runtime.slots`), committed under the member's generation and
+   member id before the handler starts: every change of hands increases it.
+3. ``commit`` checks the lease locally first (a revoked lease never sends), then
+   lets the coordinator check the member: UNKNOWN_MEMBER_ID and
+   FENCED_INSTANCE_ID fence the lease for good; ILLEGAL_GENERATION and
+   REBALANCE_IN_PROGRESS mean a rebalance is under way, and the commit is tried
+   again (with back-off) while the lease is held, up to ``commit_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol, TypeVar
+
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
+
+from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
+from workgroup.log import get_logger
+from workgroup.runtime.errors import LeaseLostError
+from workgroup.runtime.slots import check_value, read_value
+from workgroup.types import Key
+
+log = get_logger(__name__)
+
+Role = Literal["active", "standby"]
+T = TypeVar("T")
+
+#: Answers that mean the member itself is gone: the lease can never be used again.
+FENCING_ERRORS = frozenset(
+    {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID, ErrorCode.GROUP_ID_NOT_FOUND}
+)
+#: Answers during a rebalance: the lease may still be held once it completes.
+REBALANCING_ERRORS = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS})
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Where a lease's token and checkpoint are committed."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """A slot's committed offset (-1: never) and metadata."""
+
+    offset: int
+    metadata: str | None
+
+
+class SlotStore(Protocol):
+    """Commits and reads lease slots through the group's coordinator."""
+
+    async def commit(self, slot: Slot, offset: int, metadata: str | None) -> ErrorCode: ...
+
+    async def fetch(self, slot: Slot) -> Committed: ...
+
+
+class Lease:
+    """This process's hold on one resource (see the module's rules).
+
+    Attributes:
+        kind, key: The resource.
+        attributes: The resource's attributes from the catalog.
+        role: ``"active"`` (the holder that works) or ``"standby"``.
+        token: Fencing token: strictly increases every time the resource
+            changes hands.  Pass it to downstream systems that can reject stale
+            writers.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        kind: str,
+        key: Key,
+        *,
+        slot: Slot,
+        store: SlotStore,
+        attributes: Mapping[str, str] | None = None,
+        role: Role = "active",
+        commit_timeout_s: float = 30.0,
+    ) -> None:
+        self.group_id = group_id
+        self.kind = kind
+        self.key = key
+        self.attributes: Mapping[str, str] = dict(attributes or {})
+        self.role: Role = role
+        self.token = 0
+        self.slot = slot
+        self._store = store
+        self._commit_timeout_s = commit_timeout_s
+        self._ended = asyncio.Event()
+        self._why_ended: str | None = None
+        self._loop = asyncio.get_running_loop()
+
+    def __repr__(self) -> str:
+        state = "held" if self.held else f"ended ({self._why_ended})"
+        return f"<Lease {self.kind}/{self.key} token={self.token} {self.role} {state}>"
+
+    # --- state ----------------------------------------------------------------
+
+    @property
+    def held(self) -> bool:
+        return self.token > 0 and not self._ended.is_set()
+
+    @property
+    def revoked(self) -> bool:
+        """True once the lease ended (revoked, lost or fenced): finish the step, return."""
+        return self._ended.is_set()
+
+    async def wait_revoked(self) -> None:
+        """Return once the lease ended."""
+        await self._ended.wait()
+
+    def assert_held(self) -> None:
+        """Raise :class:`LeaseLostError` if the lease ended."""
+        if not self.held:
+            raise LeaseLostError(
+                f"lease {self.kind}/{self.key} (token {self.token}) is no longer held: "
+                f"{self._why_ended or 'not acquired yet'}"
+            )
+
+    def end(self, why: str) -> None:
+        """Mark the lease ended (the runtime calls this; handlers read it)."""
+        if not self._ended.is_set():
+            self._why_ended = why
+            self._ended.set()
+
+    # --- token ----------------------------------------------------------------
+
+    async def acquire(self) -> int:
+        """Take the next token (committed offset + 1) under the member's generation."""
+        async for attempt in self._retrying():
+            with attempt:
+                if self._ended.is_set():
+                    self.assert_held()
+                committed = await self._store.fetch(self.slot)
+                token = max(committed.offset, 0) + 1
+                await self._commit_checked(token, committed.metadata)
+                self.token = token
+        log.info(
+            "lease.acquired", group=self.group_id, kind=self.kind, key=self.key, token=self.token
+        )
+        return self.token
+
+    # --- checkpoints ------------------------------------------------------------
+
+    async def commit(self, value: str) -> None:
+        """Store ``value`` as the resource's checkpoint, fenced by this lease.
+
+        Raises :class:`LeaseLostError` if the lease ended or the coordinator
+        fenced it, :class:`~workgroup.runtime.errors.CheckpointError` for a value
+        that cannot be stored (nothing sent).
+        """
+        check_value(value)
+        self.assert_held()
+        async for attempt in self._retrying():
+            with attempt:
+                self.assert_held()
+                await self._commit_checked(self.token, value)
+
+    async def checkpoint(self) -> str | None:
+        """The last committed checkpoint of the resource, whoever committed it."""
+        committed = await self._store.fetch(self.slot)
+        return read_value(committed.metadata)
+
+    def commit_sync(self, value: str, timeout_s: float | None = None) -> None:
+        """:meth:`commit` from a worker thread (a plain-function handler)."""
+        self._call_from_thread(lambda: self.commit(value), timeout_s)
+
+    def checkpoint_sync(self, timeout_s: float | None = None) -> str | None:
+        """:meth:`checkpoint` from a worker thread (a plain-function handler)."""
+        return self._call_from_thread(self.checkpoint, timeout_s)
+
+    # --- internals ----------------------------------------------------------------
+
+    def _call_from_thread(self, make: Callable[[], Awaitable[T]], timeout_s: float | None) -> T:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            # Waiting here for the loop would block the loop itself.
+            raise RuntimeError("in the event loop, await lease.commit() / lease.checkpoint()")
+
+        async def call() -> T:
+            return await make()
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout_s)
+
+    async def _commit_checked(self, offset: int, metadata: str | None) -> None:
+        error = await self._store.commit(self.slot, offset, metadata)
+        if error is ErrorCode.NONE:
+            return
+        if error in FENCING_ERRORS:
+            self.end(f"fenced by the coordinator ({error.name})")
+            log.warning(
+                "lease.fenced", group=self.group_id, kind=self.kind, key=self.key, error=error.name
+            )
+            raise LeaseLostError(
+                f"lease {self.kind}/{self.key} was fenced by the coordinator: {error.name} "
+                "(this member is no longer in the group)"
+            )
+        raise CoordinatorError(error, f"committing lease {self.kind}/{self.key}: {error.name}")
+
+    def _retrying(self) -> AsyncRetrying:
+        def retriable(exc: BaseException) -> bool:
+            if isinstance(exc, LeaseLostError) or self._ended.is_set():
+                return False
+            if isinstance(exc, CoordinatorError) and exc.code in REBALANCING_ERRORS:
+                return True
+            return isinstance(exc, WorkgroupError) and exc.retriable
+
+        return AsyncRetrying(
+            retry=retry_if_exception(retriable),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            stop=stop_after_delay(self._commit_timeout_s),
+            reraise=True,
+        )
+
+
+__all__ = ["Committed", "Lease", "Role", "Slot", "SlotStore"]

@@ -1,0 +1,241 @@
+"""Running an :class:`~workgroup.runtime.app.App`: one group member per worker kind
+and per leader, a lease and a handler per owned resource."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import socket
+from collections.abc import Sequence
+
+from workgroup.log import get_logger
+from workgroup.member.driver import GroupMember
+from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
+from workgroup.protocol.protocol import Protocol
+from workgroup.runtime.app import LEADER_KIND, App, ResourceFunction, Settings
+from workgroup.runtime.events import OwnershipLog
+from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
+from workgroup.runtime.lease import Lease, Slot
+from workgroup.runtime.slots import lease_topic
+from workgroup.runtime.store import MemberSlotStore
+from workgroup.types import Resource
+
+log = get_logger(__name__)
+
+#: The embedded coordinator's default address (``workgroup coordinator``).
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+class GroupRunner:
+    """One group of the app: its member, and a handler per owned resource."""
+
+    def __init__(
+        self,
+        *,
+        group_id: str,
+        kind: str,
+        handler: Handler,
+        assignor: str,
+        grace_s: float,
+        restart: RestartPolicy,
+        settings: Settings,
+        source: ResourceFunction,
+        events: OwnershipLog | None,
+        stats: HandlerStats,
+    ) -> None:
+        self.group_id = group_id
+        self.kind = kind
+        self._handler = handler
+        self._grace_s = grace_s
+        self._restart = restart
+        self._source = source
+        self._events = events
+        self._stats = stats
+        self._topic = lease_topic(group_id)
+        self._catalog = FrozenCatalog()
+        self.runs: dict[Resource, HandlerRun] = {}
+        self.member = GroupMember(
+            settings.bootstrap or DEFAULT_BOOTSTRAP,
+            group_id,
+            [Protocol.of(assignor)],
+            instance_id=settings.instance_id,
+            session_timeout_ms=settings.session_timeout_ms,
+            heartbeat_interval_ms=settings.heartbeat_ms(),
+            rebalance_timeout_ms=settings.rebalance_timeout_ms,
+            resources=self._read_catalog,
+            resource_poll_interval_ms=settings.resource_poll_interval_ms,
+            kinds=[kind],
+            on_assigned=self._assigned,
+            on_revoked=self._revoked,
+            on_lost=self._lost,
+            on_callback_error="fail",
+            close_timeout_ms=max(int(grace_s * 1000) + 5_000, 10_000),
+        )
+        self._store = MemberSlotStore(self.member)
+
+    async def _read_catalog(self) -> Catalog:
+        result = self._source()
+        if inspect.isawaitable(result):
+            result = await result
+        catalog: Catalog = {self.kind: list(result)}
+        self._catalog = freeze_catalog(catalog)
+        return catalog
+
+    def _slot(self, resource: Resource) -> Slot | None:
+        kind, key = resource
+        keys = self._catalog.keys.get(kind, ())
+        try:
+            return Slot(self._topic, keys.index(key))
+        except ValueError:
+            return None
+
+    async def _assigned(self, resources: tuple[Resource, ...], generation: int) -> None:
+        for resource in resources:
+            slot = self._slot(resource)
+            if slot is None:  # the leader's catalog is newer than ours
+                await self._read_catalog()
+                slot = self._slot(resource)
+            if slot is None:
+                log.error(
+                    "worker.unknown_resource",
+                    group=self.group_id,
+                    kind=resource[0],
+                    key=resource[1],
+                    why="not in this process's catalog: no checkpoint slot, not started",
+                )
+                continue
+            kind, key = resource
+            lease = Lease(
+                self.group_id,
+                kind,
+                key,
+                slot=slot,
+                store=self._store,
+                attributes=self._catalog.attributes.get(resource),
+            )
+            run = HandlerRun(
+                lease,
+                self._handler,
+                name=self.group_id,
+                restart=self._restart,
+                stats=self._stats,
+                on_acquired=self._record_acquired,
+            )
+            self.runs[resource] = run
+            run.start()
+
+    def _record_acquired(self, lease: Lease) -> None:
+        if self._events is not None:
+            self._events.record("acquired", self.group_id, lease.kind, lease.key, lease.token)
+
+    async def _revoked(self, resources: tuple[Resource, ...], generation: int) -> None:
+        await self._stop(resources, "revoked", self._grace_s)
+
+    async def _lost(self, resources: tuple[Resource, ...], generation: int) -> None:
+        await self._stop(resources, "lost", 0.0)
+
+    async def _stop(self, resources: tuple[Resource, ...], event: str, grace_s: float) -> None:
+        runs = [(r, self.runs.pop(r)) for r in resources if r in self.runs]
+        await asyncio.gather(*(run.stop(event, grace_s) for _, run in runs))
+        for (kind, key), run in runs:
+            if self._events is not None and run.lease.token:
+                self._events.record(
+                    "revoked" if event == "revoked" else "lost",
+                    self.group_id,
+                    kind,
+                    key,
+                    run.lease.token,
+                )
+
+    async def stop_all(self, why: str) -> None:
+        await self._stop(tuple(self.runs), "lost" if why == "lost" else "revoked", self._grace_s)
+
+
+class AppRunner:
+    """Runs every group of an app until asked to stop."""
+
+    def __init__(self, app: App, settings: Settings) -> None:
+        app.check()
+        self.app = app
+        self.settings = settings
+        self.stats = HandlerStats()
+        member_name = settings.instance_id or f"{socket.gethostname()}-{id(self):x}"
+        self.events = (
+            OwnershipLog(settings.event_log, member_name) if settings.event_log else None
+        )
+        grace_s = settings.grace_ms / 1000
+        self.groups = [
+            GroupRunner(
+                group_id=app.group_id(spec.kind),
+                kind=spec.kind,
+                handler=spec.handler,
+                assignor=spec.assignor,
+                grace_s=(spec.grace_ms if spec.grace_ms is not None else settings.grace_ms) / 1000,
+                restart=spec.restart,
+                settings=settings,
+                source=app.sources[spec.kind],
+                events=self.events,
+                stats=self.stats,
+            )
+            for spec in app.workers.values()
+        ] + [
+            GroupRunner(
+                group_id=app.group_id(spec.name),
+                kind=LEADER_KIND,
+                handler=spec.handler,
+                assignor="cooperative-sticky",
+                grace_s=spec.grace_ms / 1000 if spec.grace_ms is not None else grace_s,
+                restart=RestartPolicy(),
+                settings=settings,
+                source=_one(spec.name),
+                events=self.events,
+                stats=self.stats,
+            )
+            for spec in app.leaders.values()
+        ]
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set; raise the first member's fatal error."""
+        log.info(
+            "app.starting",
+            app=self.app.name,
+            groups=[g.group_id for g in self.groups],
+            bootstrap=self.settings.bootstrap or DEFAULT_BOOTSTRAP,
+            instance_id=self.settings.instance_id,
+        )
+        started: list[GroupRunner] = []
+        try:
+            for group in self.groups:
+                await group.member.start()
+                started.append(group)
+            stopping = asyncio.create_task(stop.wait())
+            failures = [asyncio.create_task(g.member.wait_closed()) for g in started]
+            try:
+                await asyncio.wait([stopping, *failures], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (stopping, *failures):
+                    task.cancel()
+                await asyncio.gather(stopping, *failures, return_exceptions=True)
+            failed = next((g.member.error for g in started if g.member.error), None)
+            if failed is not None:
+                raise failed
+        finally:
+            log.info("app.stopping", app=self.app.name)
+            await asyncio.gather(*(g.member.close() for g in started), return_exceptions=True)
+            # A member that failed never revoked: stop what still runs.
+            await asyncio.gather(*(g.stop_all("lost") for g in started))
+            if self.events is not None:
+                self.events.close()
+            log.info("app.stopped", app=self.app.name)
+
+
+def _one(name: str) -> ResourceFunction:
+    """A leader's resources: its one key."""
+
+    def source() -> Sequence[CatalogEntry]:
+        return [name]
+
+    return source
+
+
+__all__ = ["DEFAULT_BOOTSTRAP", "AppRunner", "GroupRunner"]
