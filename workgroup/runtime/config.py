@@ -80,8 +80,7 @@ def _typed(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     unknown = sorted(set(table) - set(SETTING_TYPES) - {"workgroup"})
     if unknown:
         raise ConfigError(
-            f"{where}: unknown setting(s) {', '.join(unknown)}; "
-            f"known: {', '.join(SETTING_TYPES)}"
+            f"{where}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(SETTING_TYPES)}"
         )
     values = {}
     for name, value in table.items():

@@ -160,9 +160,7 @@ class AppRunner:
         self.settings = settings
         self.stats = HandlerStats()
         member_name = settings.instance_id or f"{socket.gethostname()}-{id(self):x}"
-        self.events = (
-            OwnershipLog(settings.event_log, member_name) if settings.event_log else None
-        )
+        self.events = OwnershipLog(settings.event_log, member_name) if settings.event_log else None
         grace_s = settings.grace_ms / 1000
         self.groups = [
             GroupRunner(
