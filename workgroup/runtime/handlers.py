@@ -141,13 +141,17 @@ class HandlerRun:
         if inspect.iscoroutinefunction(self._handler):
             await self._handler(self.lease)
             return
-        self._thread_running = True
-        try:
-            result = await asyncio.to_thread(self._handler, self.lease)
-        finally:
-            self._thread_running = False
+        result = await asyncio.to_thread(self._in_thread)
         if inspect.isawaitable(result):
             await result
+
+    def _in_thread(self) -> Any:
+        # Cleared by the thread itself: cancelling the awaiting task does not stop it.
+        self._thread_running = True
+        try:
+            return self._handler(self.lease)
+        finally:
+            self._thread_running = False
 
     def _restartable(self, exc: BaseException) -> bool:
         if not isinstance(exc, Exception) or isinstance(exc, LeaseLostError):

@@ -1,0 +1,203 @@
+"""``workgroup run`` daemons as real processes on the embedded coordinator: failover
+after SIGTERM and SIGKILL, and fencing of a paused leader (dynamic, and replaced
+by a static member with the same instance id)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workgroup.runtime.events import read_events
+from workgroup.testing import run_coordinator
+
+ROOT = Path(__file__).resolve().parents[2]
+SESSION_MS = 3_000
+TIMEOUT_S = 20.0
+
+pytestmark = pytest.mark.slow
+
+
+class Daemons:
+    """``workgroup run tests.e2e.apps.fenced_writer:app`` processes of one test."""
+
+    def __init__(self, bootstrap: str, out: Path, events: Path) -> None:
+        self.bootstrap = bootstrap
+        self.out = out
+        self.events = events
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self, instance_id: str | None = None) -> subprocess.Popen[bytes]:
+        argv = [
+            sys.executable, "-m", "workgroup", "run", "tests.e2e.apps.fenced_writer:app",
+            "--bootstrap", self.bootstrap, "--event-log", str(self.events), "--log-format", "json",
+        ]  # fmt: skip
+        if instance_id:
+            argv += ["--instance-id", instance_id]
+        with (self.out.parent / f"daemon-{len(self.processes)}.log").open("wb") as log:
+            process = subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env={**os.environ, "RUNTIME_APP_OUT": str(self.out), "PYTHONUNBUFFERED": "1"},
+            )
+        self.processes.append(process)
+        return process
+
+    def records(self) -> list[dict[str, Any]]:
+        return read_events(self.out) if self.out.exists() else []
+
+    def wait_for(self, what: str, condition: Callable[[list[dict[str, Any]]], Any]) -> Any:
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            found = condition(self.records())
+            if found:
+                return found
+            time.sleep(0.02)
+        logs = "\n".join(
+            p.read_text()[-2000:] for p in sorted(self.out.parent.glob("daemon-*.log"))
+        )
+        raise AssertionError(
+            f"timed out waiting for {what}; last records: {self.records()[-10:]}\n{logs}"
+        )
+
+    def active(self, pid: int | None = None, *, after: float = 0.0) -> dict[str, Any] | None:
+        return next(
+            (
+                r
+                for r in self.records()
+                if r["event"] == "active"
+                and r["time"] >= after
+                and (pid is None or r["pid"] == pid)
+            ),
+            None,
+        )
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                with_signal(process, signal.SIGCONT)
+                process.kill()
+            process.wait(10)
+
+
+def with_signal(process: subprocess.Popen[bytes], signum: int) -> None:
+    if process.poll() is None:
+        os.kill(process.pid, signum)
+
+
+@pytest.fixture(scope="module")
+def bootstrap() -> Iterator[str]:
+    with run_coordinator(
+        "--min-session-timeout-ms", "500", "--initial-rebalance-delay-ms", "0"
+    ) as server:
+        yield server.bootstrap
+
+
+@pytest.fixture
+def daemons(bootstrap: str, tmp_path: Path) -> Iterator[Daemons]:
+    group = Daemons(bootstrap, tmp_path / "records.jsonl", tmp_path / "events.jsonl")
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+def first_active(daemons: Daemons) -> dict[str, Any]:
+    found: dict[str, Any] = daemons.wait_for("a leader", lambda _: daemons.active())
+    return found
+
+
+def committed(records: list[dict[str, Any]], pid: int) -> list[dict[str, Any]]:
+    return [r for r in records if r["event"] == "committed" and r["pid"] == pid]
+
+
+def test_sigterm_hands_the_leader_over_with_its_checkpoint(daemons: Daemons) -> None:
+    a = daemons.start()
+    leader = first_active(daemons)
+    assert leader["pid"] == a.pid
+    assert leader["token"] == 1
+    b = daemons.start()
+    daemons.wait_for("commits", lambda records: len(committed(records, a.pid)) >= 3)
+    time.sleep(1.0)  # b is in the group
+    stopped_at = time.time()
+    with_signal(a, signal.SIGTERM)
+    assert a.wait(10) == 0
+    successor = daemons.wait_for("the successor", lambda _: daemons.active(b.pid))
+    failover_s = successor["time"] - stopped_at
+    assert successor["token"] == 2
+    # Nothing committed is lost: the successor starts from the last accepted value.
+    assert successor["checkpoint"] == committed(daemons.records(), a.pid)[-1]["value"]
+    assert failover_s < SESSION_MS / 1000, f"graceful handover took {failover_s:.2f} s"
+    events = read_events(daemons.events)
+    assert [(e["event"], e["token"]) for e in events if e["pid"] == a.pid] == [
+        ("acquired", 1),
+        ("revoked", 1),
+    ]
+
+
+def test_sigkill_moves_the_leader_within_the_session_timeout(daemons: Daemons) -> None:
+    a = daemons.start()
+    first_active(daemons)
+    b = daemons.start()
+    time.sleep(1.0)
+    killed_at = time.time()
+    a.kill()
+    successor = daemons.wait_for("the successor", lambda _: daemons.active(b.pid))
+    assert successor["time"] - killed_at <= SESSION_MS / 1000 + 2.0
+    assert successor["checkpoint"] == committed(daemons.records(), a.pid)[-1]["value"]
+
+
+@pytest.mark.parametrize("replacement", ["dynamic", "static"])
+def test_a_paused_leader_never_commits_after_its_successor(
+    daemons: Daemons, replacement: str
+) -> None:
+    """SIGSTOP past the session (dynamic), or a new process with the same instance
+    id (static); then SIGCONT: no commit of the old leader is accepted after that."""
+    instance = "writer-1" if replacement == "static" else None
+    a = daemons.start(instance)
+    first_active(daemons)
+    daemons.wait_for("commits", lambda records: len(committed(records, a.pid)) >= 3)
+    if replacement == "dynamic":
+        b = daemons.start()
+        time.sleep(1.0)
+        with_signal(a, signal.SIGSTOP)
+    else:
+        with_signal(a, signal.SIGSTOP)
+        b = daemons.start(instance)
+    successor = daemons.wait_for("the successor", lambda _: daemons.active(b.pid))
+    daemons.wait_for("its commits", lambda records: committed(records, b.pid))
+    with_signal(a, signal.SIGCONT)
+    # Resumed, the old leader either notices first that its session is over (its
+    # lease is lost and its handler cancelled before it sends anything) or has a
+    # commit refused by the coordinator.
+    daemons.wait_for(
+        "the old leader to stop",
+        lambda records: (
+            [r for r in records if r["event"] == "refused" and r["pid"] == a.pid]
+            or [
+                e
+                for e in read_events(daemons.events)
+                if e["pid"] == a.pid and e["event"] in ("lost", "revoked")
+            ]
+        ),
+    )
+    records = daemons.records()
+    successor_first = committed(records, b.pid)[0]
+    zombie = committed(records, a.pid)
+    assert successor["token"] > zombie[-1]["token"]
+    assert all(r["sent"] < successor_first["time"] for r in zombie), (
+        "a commit of the paused leader was accepted after its successor's first commit"
+    )
+    assert successor["checkpoint"] == zombie[-1]["value"]
+    time.sleep(0.5)
+    assert committed(daemons.records(), a.pid) == zombie
