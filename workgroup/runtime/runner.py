@@ -8,6 +8,7 @@ import inspect
 import socket
 from collections.abc import Sequence
 
+from workgroup.errors import WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.driver import GroupMember
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
@@ -18,6 +19,7 @@ from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, Restar
 from workgroup.runtime.lease import Lease, Slot
 from workgroup.runtime.slots import lease_topic
 from workgroup.runtime.store import MemberSlotStore
+from workgroup.runtime.topics import LeaseTopics
 from workgroup.types import Resource
 
 log = get_logger(__name__)
@@ -42,6 +44,7 @@ class GroupRunner:
         source: ResourceFunction,
         events: OwnershipLog | None,
         stats: HandlerStats,
+        topics: LeaseTopics,
     ) -> None:
         self.group_id = group_id
         self.kind = kind
@@ -51,6 +54,7 @@ class GroupRunner:
         self._source = source
         self._events = events
         self._stats = stats
+        self._topics = topics
         self._topic = lease_topic(group_id)
         self._catalog = FrozenCatalog()
         self.runs: dict[Resource, HandlerRun] = {}
@@ -79,6 +83,13 @@ class GroupRunner:
             result = await result
         catalog: Catalog = {self.kind: list(result)}
         self._catalog = freeze_catalog(catalog)
+        try:
+            await self._topics.ensure(self._topic, len(self._catalog.keys[self.kind]))
+        except WorkgroupError as exc:
+            # Commits to a missing partition are retried; say why they fail.
+            log.warning(
+                "lease.topic_failed", group=self.group_id, topic=self._topic, error=str(exc)
+            )
         return catalog
 
     def _slot(self, resource: Resource) -> Slot | None:
@@ -162,6 +173,9 @@ class AppRunner:
         member_name = settings.instance_id or f"{socket.gethostname()}-{id(self):x}"
         self.events = OwnershipLog(settings.event_log, member_name) if settings.event_log else None
         grace_s = settings.grace_ms / 1000
+        self.topics = LeaseTopics(
+            settings.bootstrap or DEFAULT_BOOTSTRAP, client_id=f"workgroup-{app.name}-admin"
+        )
         self.groups = [
             GroupRunner(
                 group_id=app.group_id(spec.kind),
@@ -174,6 +188,7 @@ class AppRunner:
                 source=app.sources[spec.kind],
                 events=self.events,
                 stats=self.stats,
+                topics=self.topics,
             )
             for spec in app.workers.values()
         ] + [
@@ -188,6 +203,7 @@ class AppRunner:
                 source=_one(spec.name),
                 events=self.events,
                 stats=self.stats,
+                topics=self.topics,
             )
             for spec in app.leaders.values()
         ]

@@ -1,0 +1,138 @@
+"""Apps run in-process against both back-ends: lease topics, tokens and checkpoints
+through the same code path (the embedded coordinator and Tansu)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+import workgroup
+from tests.wire.member.backends import Backend, run_backend
+from workgroup.runtime.app import Settings
+from workgroup.runtime.runner import AppRunner
+from workgroup.testing import capture_logs
+
+SHARDS = [f"shard-{i}" for i in range(4)]
+TIMEOUT_S = 30
+
+
+@pytest.fixture(scope="module", params=["embedded", pytest.param("tansu", marks=pytest.mark.tansu)])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    with run_backend(request.param) as running:
+        yield running
+
+
+class Recorder:
+    """A shard app whose handlers record their tokens and commit their position."""
+
+    def __init__(self, name: str) -> None:
+        self.app = workgroup.App(name, grace_ms=200)
+        self.tokens: dict[str, list[int]] = {}
+        self.started_from: dict[str, list[str | None]] = {}
+        self.positions: dict[str, int] = {}
+
+        @self.app.resources("shard")
+        def shards() -> list[str]:
+            return SHARDS
+
+        @self.app.worker("shard")
+        async def work(lease: workgroup.Lease) -> None:
+            key = str(lease.key)
+            self.tokens.setdefault(key, []).append(lease.token)
+            checkpoint = await lease.checkpoint()
+            self.started_from.setdefault(key, []).append(checkpoint)
+            position = int(checkpoint.split(":")[1]) if checkpoint else 0
+            while not lease.revoked:
+                position += 1
+                await lease.commit(f"{lease.token}:{position}")
+                self.positions[key] = position
+                await asyncio.sleep(0.05)
+
+    @asynccontextmanager
+    async def running(self, backend: Backend) -> AsyncIterator[AppRunner]:
+        # Dynamic members: a stopped one leaves at once (a static one would keep
+        # its place for the session timeout, which Tansu checks lazily).
+        settings = Settings(
+            bootstrap=backend.bootstrap,
+            session_timeout_ms=backend.session_timeout_ms,
+            heartbeat_interval_ms=300,
+            grace_ms=200,
+        )
+        runner = AppRunner(self.app, settings)
+        stop = asyncio.Event()
+        task = asyncio.create_task(runner.run(stop))
+        try:
+            yield runner
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, TIMEOUT_S)
+
+
+async def wait_until(condition: object, what: str) -> None:
+    async with asyncio.timeout(TIMEOUT_S):
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.05)
+
+
+def app_name() -> str:
+    return f"rt-{uuid.uuid4().hex[:8]}"
+
+
+async def test_tokens_increase_when_shards_change_hands(backend: Backend) -> None:
+    recorder = Recorder(app_name())
+    async with recorder.running(backend):
+        await wait_until(lambda: len(recorder.tokens) == len(SHARDS), "every shard started")
+    async with recorder.running(backend):
+        await wait_until(
+            lambda: all(len(t) == 2 for t in recorder.tokens.values()), "every shard again"
+        )
+    assert all(tokens == [1, 2] for tokens in recorder.tokens.values()), recorder.tokens
+
+
+async def test_the_next_owner_starts_from_the_last_checkpoint(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    if backend.name == "tansu":
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="Tansu: OffsetFetch returns null metadata (the committed metadata is "
+                "not kept), so checkpoints read back as None",
+            )
+        )
+    recorder = Recorder(app_name())
+    async with recorder.running(backend):
+        await wait_until(lambda: len(recorder.positions) == len(SHARDS), "every shard committed")
+    last = dict(recorder.positions)
+    async with recorder.running(backend):
+        await wait_until(
+            lambda: all(len(s) == 2 for s in recorder.started_from.values()), "restarted"
+        )
+    for key in SHARDS:
+        assert recorder.started_from[key] == [None, f"1:{last[key]}"]
+
+
+async def test_the_lease_topic_exists_where_the_broker_needs_it(backend: Backend) -> None:
+    recorder = Recorder(app_name())
+    with capture_logs() as logs:
+        async with recorder.running(backend):
+            await wait_until(lambda: len(recorder.tokens) == len(SHARDS), "every shard started")
+    topic = f"workgroup-leases.{recorder.app.name}.shard"
+    if backend.name == "embedded":
+        # It hosts no topics and accepts commits for any: nothing to create.
+        assert any(e["event"] == "lease.topics_not_needed" for e in logs)
+        return
+    created = [e for e in logs if e["event"] == "lease.topic_created"]
+    assert [(e["topic"], e["partitions"]) for e in created] == [(topic, len(SHARDS))]
+    admin = AIOKafkaAdminClient(bootstrap_servers=backend.bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    assert len(described[0]["partitions"]) == len(SHARDS)
