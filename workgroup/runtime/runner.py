@@ -17,6 +17,7 @@ from workgroup.runtime.app import LEADER_KIND, App, ResourceFunction, Settings
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.lease import Lease, Slot
+from workgroup.runtime.local import LOCAL_HOST, LOCAL_PORT, ensure_local_coordinator
 from workgroup.runtime.slots import lease_topic
 from workgroup.runtime.store import MemberSlotStore
 from workgroup.runtime.topics import LeaseTopics
@@ -25,7 +26,7 @@ from workgroup.types import Resource
 log = get_logger(__name__)
 
 #: The embedded coordinator's default address (``workgroup coordinator``).
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_BOOTSTRAP = f"{LOCAL_HOST}:{LOCAL_PORT}"
 
 
 class GroupRunner:
@@ -217,6 +218,8 @@ class AppRunner:
             bootstrap=self.settings.bootstrap or DEFAULT_BOOTSTRAP,
             instance_id=self.settings.instance_id,
         )
+        if self.settings.bootstrap is None:
+            await asyncio.to_thread(ensure_local_coordinator)
         started: list[GroupRunner] = []
         try:
             for group in self.groups:

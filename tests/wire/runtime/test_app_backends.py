@@ -75,7 +75,7 @@ class Recorder:
 
 async def wait_until(condition: object, what: str) -> None:
     async with asyncio.timeout(TIMEOUT_S):
-        while not condition():  # type: ignore[operator]
+        while not condition():  # type: ignore[operator]  # noqa: ASYNC110 (polls test state)
             await asyncio.sleep(0.05)
 
 
