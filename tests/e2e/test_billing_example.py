@@ -26,8 +26,19 @@ class Daemon:
     def __init__(self, bootstrap: str, instance: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WORKGROUP_")}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "workgroup", "run", "examples.billing:app"]
-            + ["--bootstrap", bootstrap, "--instance-id", instance, "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "workgroup",
+                "run",
+                "examples.billing:app",
+                "--bootstrap",
+                bootstrap,
+                "--instance-id",
+                instance,
+                "--log-level",
+                "warning",
+            ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
