@@ -74,6 +74,7 @@ class WorkerSpec:
     assignor: str
     grace_ms: int | None
     restart: RestartPolicy
+    standbys: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +153,17 @@ class App:
         grace_ms: int | None = None,
         restart_backoff_ms: int = 100,
         max_restart_backoff_ms: int = 30_000,
+        standbys: int = 0,
     ) -> Callable[[F], F]:
         """Run the decorated function once per owned resource of ``kind``, with its
         :class:`~workgroup.Lease`; see :mod:`workgroup.runtime.handlers` for
-        revocation, restarts and threads."""
+        revocation, restarts and threads.
+
+        ``standbys=N`` also gives each resource N standby holders on other members
+        (``lease.role == "standby"``: warm up, read checkpoints, commit nothing);
+        when the active holder goes, a standby holder is preferred as the next
+        one (:mod:`workgroup.assignors.standby`).
+        """
         _check_name(kind, "kind")
         try:
             get_assignor(assignor)
@@ -165,6 +173,8 @@ class App:
             raise ConfigError(f"grace_ms must be >= 0, got {grace_ms}")
         if restart_backoff_ms <= 0 or max_restart_backoff_ms < restart_backoff_ms:
             raise ConfigError("restart back-off must be > 0 and max >= initial")
+        if isinstance(standbys, bool) or not isinstance(standbys, int) or standbys < 0:
+            raise ConfigError(f"standbys must be an integer >= 0, got {standbys!r}")
 
         def register(function: F) -> F:
             self._check_free(kind)
@@ -174,6 +184,7 @@ class App:
                 assignor,
                 grace_ms,
                 RestartPolicy(restart_backoff_ms / 1000, max_restart_backoff_ms / 1000),
+                standbys,
             )
             return function
 

@@ -103,7 +103,8 @@ class HandlerRun:
     async def _main(self) -> None:
         lease = self.lease
         try:
-            await lease.acquire()
+            if lease.role == "active":  # a standby takes no token
+                await lease.acquire()
         except LeaseLostError:
             return
         except WorkgroupError as exc:

@@ -114,7 +114,9 @@ class Lease:
 
     @property
     def held(self) -> bool:
-        return self.token > 0 and not self._ended.is_set()
+        """Taken and not ended (a standby lease is held from its start, tokenless)."""
+        taken = self.token > 0 or self.role == "standby"
+        return taken and not self._ended.is_set()
 
     @property
     def revoked(self) -> bool:
@@ -166,6 +168,10 @@ class Lease:
         that cannot be stored (nothing sent).
         """
         check_value(value)
+        if self.role == "standby":
+            raise WorkgroupError(
+                f"lease {self.kind}/{self.key} is a standby: only the active holder commits"
+            )
         self.assert_held()
         async for attempt in self._retrying():
             with attempt:

@@ -8,6 +8,12 @@ import inspect
 import socket
 from collections.abc import Sequence
 
+from workgroup.assignors.standby import (
+    StandbyAssignor,
+    active_kind,
+    is_standby_kind,
+    standby_kind,
+)
 from workgroup.errors import WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.driver import GroupMember
@@ -46,6 +52,7 @@ class GroupRunner:
         events: OwnershipLog | None,
         stats: HandlerStats,
         topics: LeaseTopics,
+        standbys: int = 0,
     ) -> None:
         self.group_id = group_id
         self.kind = kind
@@ -59,17 +66,26 @@ class GroupRunner:
         self._topic = lease_topic(group_id)
         self._catalog = FrozenCatalog()
         self.runs: dict[Resource, HandlerRun] = {}
+        self._standbys = standbys
+        protocol = Protocol.of(assignor)
+        kinds = [kind]
+        if standbys:
+            protocol = Protocol(
+                name=f"{assignor}-standby{standbys}",
+                assignor=StandbyAssignor(protocol.assignor, standbys),
+            )
+            kinds.append(standby_kind(kind))
         self.member = GroupMember(
             settings.bootstrap or DEFAULT_BOOTSTRAP,
             group_id,
-            [Protocol.of(assignor)],
+            [protocol],
             instance_id=settings.instance_id,
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=settings.heartbeat_ms(),
             rebalance_timeout_ms=settings.rebalance_timeout_ms,
             resources=self._read_catalog,
             resource_poll_interval_ms=settings.resource_poll_interval_ms,
-            kinds=[kind],
+            kinds=kinds,
             on_assigned=self._assigned,
             on_revoked=self._revoked,
             on_lost=self._lost,
@@ -82,7 +98,10 @@ class GroupRunner:
         result = self._source()
         if inspect.isawaitable(result):
             result = await result
-        catalog: Catalog = {self.kind: list(result)}
+        entries = list(result)
+        catalog: dict[str, Sequence[CatalogEntry]] = {self.kind: entries}
+        if self._standbys:
+            catalog[standby_kind(self.kind)] = entries
         self._catalog = freeze_catalog(catalog)
         try:
             await self._topics.ensure(self._topic, len(self._catalog.keys[self.kind]))
@@ -94,8 +113,9 @@ class GroupRunner:
         return catalog
 
     def _slot(self, resource: Resource) -> Slot | None:
+        """The slot of ``resource`` (a standby twin shares its resource's slot)."""
         kind, key = resource
-        keys = self._catalog.keys.get(kind, ())
+        keys = self._catalog.keys.get(active_kind(kind), ())
         try:
             return Slot(self._topic, keys.index(key))
         except ValueError:
@@ -117,13 +137,15 @@ class GroupRunner:
                 )
                 continue
             kind, key = resource
+            standby = is_standby_kind(kind)
             lease = Lease(
                 self.group_id,
-                kind,
+                active_kind(kind),
                 key,
                 slot=slot,
                 store=self._store,
-                attributes=self._catalog.attributes.get(resource),
+                attributes=self._catalog.attributes.get((active_kind(kind), key)),
+                role="standby" if standby else "active",
             )
             run = HandlerRun(
                 lease,
@@ -137,7 +159,8 @@ class GroupRunner:
             run.start()
 
     def _record_acquired(self, lease: Lease) -> None:
-        if self._events is not None:
+        # The log records exclusive ownership: standby holders are not in it.
+        if self._events is not None and lease.role == "active":
             self._events.record("acquired", self.group_id, lease.kind, lease.key, lease.token)
 
     async def _revoked(self, resources: tuple[Resource, ...], generation: int) -> None:
@@ -149,13 +172,13 @@ class GroupRunner:
     async def _stop(self, resources: tuple[Resource, ...], event: str, grace_s: float) -> None:
         runs = [(r, self.runs.pop(r)) for r in resources if r in self.runs]
         await asyncio.gather(*(run.stop(event, grace_s) for _, run in runs))
-        for (kind, key), run in runs:
-            if self._events is not None and run.lease.token:
+        for _, run in runs:
+            if self._events is not None and run.lease.token and run.lease.role == "active":
                 self._events.record(
                     "revoked" if event == "revoked" else "lost",
                     self.group_id,
-                    kind,
-                    key,
+                    run.lease.kind,
+                    run.lease.key,
                     run.lease.token,
                 )
 
@@ -190,6 +213,7 @@ class AppRunner:
                 events=self.events,
                 stats=self.stats,
                 topics=self.topics,
+                standbys=spec.standbys,
             )
             for spec in app.workers.values()
         ] + [
