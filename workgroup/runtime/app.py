@@ -12,7 +12,7 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from workgroup.assignors.registry import get_assignor
 from workgroup.errors import ConfigError
@@ -24,6 +24,9 @@ ResourceFunction = Callable[[], Sequence[CatalogEntry] | Awaitable[Sequence[Cata
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+#: Where handlers run: ``None`` (coroutine functions as tasks, plain functions in
+#: threads) or ``"process"`` (a child process each, killed after the grace period).
+Isolation = Literal["process"] | None
 #: The resource kind of a leader's group (its one key is the leader's name).
 LEADER_KIND = "leader"
 
@@ -154,6 +157,7 @@ class App:
         restart_backoff_ms: int = 100,
         max_restart_backoff_ms: int = 30_000,
         standbys: int = 0,
+        isolation: Isolation = None,
     ) -> Callable[[F], F]:
         """Run the decorated function once per owned resource of ``kind``, with its
         :class:`~workgroup.Lease`; see :mod:`workgroup.runtime.handlers` for
@@ -163,6 +167,10 @@ class App:
         (``lease.role == "standby"``: warm up, read checkpoints, commit nothing);
         when the active holder goes, a standby holder is preferred as the next
         one (:mod:`workgroup.assignors.standby`).
+
+        ``isolation="process"`` runs each handler in a child process (shipped with
+        cloudpickle) that is killed when its grace period is over
+        (:mod:`workgroup.runtime.isolation`).
         """
         _check_name(kind, "kind")
         try:
@@ -176,11 +184,13 @@ class App:
         if isinstance(standbys, bool) or not isinstance(standbys, int) or standbys < 0:
             raise ConfigError(f"standbys must be an integer >= 0, got {standbys!r}")
 
+        _check_isolation(isolation)
+
         def register(function: F) -> F:
             self._check_free(kind)
             self.workers[kind] = WorkerSpec(
                 kind,
-                function,
+                _isolated(function, isolation),
                 assignor,
                 grace_ms,
                 RestartPolicy(restart_backoff_ms / 1000, max_restart_backoff_ms / 1000),
@@ -190,15 +200,19 @@ class App:
 
         return register
 
-    def leader(self, name: str, *, grace_ms: int = 0) -> Callable[[F], F]:
-        """Run the decorated function in one process of the group at a time."""
+    def leader(
+        self, name: str, *, grace_ms: int = 0, isolation: Isolation = None
+    ) -> Callable[[F], F]:
+        """Run the decorated function in one process of the group at a time
+        (``isolation`` as for :meth:`worker`)."""
         _check_name(name, "leader name")
         if grace_ms < 0:
             raise ConfigError(f"grace_ms must be >= 0, got {grace_ms}")
+        _check_isolation(isolation)
 
         def register(function: F) -> F:
             self._check_free(name)
-            self.leaders[name] = LeaderSpec(name, function, grace_ms)
+            self.leaders[name] = LeaderSpec(name, _isolated(function, isolation), grace_ms)
             return function
 
         return register
@@ -234,6 +248,19 @@ class App:
     def _check_free(self, name: str) -> None:
         if name in self.workers or name in self.leaders:
             raise ConfigError(f"{name!r} is declared twice (worker kinds and leaders share names)")
+
+
+def _check_isolation(isolation: object) -> None:
+    if isolation not in (None, "process"):
+        raise ConfigError(f"isolation must be None or 'process', got {isolation!r}")
+
+
+def _isolated(function: Handler, isolation: Isolation) -> Handler:
+    if isolation == "process":
+        from workgroup.runtime.isolation import ProcessHandler
+
+        return ProcessHandler(function)
+    return function
 
 
 def _check_name(name: str, what: str) -> None:

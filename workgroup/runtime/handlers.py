@@ -139,7 +139,8 @@ class HandlerRun:
         log.debug("worker.returned", handler=self._name, kind=lease.kind, key=lease.key)
 
     async def _call(self) -> None:
-        if inspect.iscoroutinefunction(self._handler):
+        call = getattr(self._handler, "__call__", None)  # noqa: B004 (async __call__)
+        if inspect.iscoroutinefunction(self._handler) or inspect.iscoroutinefunction(call):
             await self._handler(self.lease)
             return
         result = await asyncio.to_thread(self._in_thread)

@@ -1,0 +1,270 @@
+"""``isolation="process"``: a handler in a child process that can be killed.
+
+A thread cannot be stopped: a blocking or runaway plain-function handler would
+outlive its grace period.  With process isolation the handler (shipped with
+cloudpickle, so closures and lambdas work) runs in a fresh ``spawn`` child
+process with a :class:`ProcessLease`: the lease's fields, ``revoked`` and
+``wait_revoked``, and ``commit`` / ``checkpoint`` forwarded to the parent, whose
+lease does the fenced work.  On revocation the child is told, gets the grace
+period, then SIGTERM, then SIGKILL one second later.
+
+Messages on the pipe (pickled tuples): child to parent ``("call", id, method,
+argument)``, ``("done",)``, ``("failed", text)``; parent to child ``("reply", id,
+value, error)`` and ``("revoked",)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import itertools
+import multiprocessing
+import threading
+from collections.abc import Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+
+from workgroup.errors import WorkgroupError
+from workgroup.log import get_logger
+from workgroup.runtime.errors import LeaseLostError
+from workgroup.runtime.lease import Lease, Role
+from workgroup.types import Key
+
+log = get_logger(__name__)
+
+KILL_AFTER_TERM_S = 1.0
+
+
+class HandlerFailed(WorkgroupError):
+    """The handler raised in its child process (the message is the child's error)."""
+
+
+class ProcessLease:
+    """The lease as a handler in a child process sees it."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        group_id: str,
+        kind: str,
+        key: Key,
+        attributes: Mapping[str, str],
+        role: Role,
+        token: int,
+    ) -> None:
+        self.group_id = group_id
+        self.kind = kind
+        self.key = key
+        self.attributes = dict(attributes)
+        self.role: Role = role
+        self.token = token
+        self._conn = conn
+        self._send_lock = threading.Lock()
+        self._revoked = threading.Event()
+        self._ids = itertools.count(1)
+        self._replies: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    @property
+    def revoked(self) -> bool:
+        return self._revoked.is_set()
+
+    async def wait_revoked(self) -> None:
+        await asyncio.to_thread(self._revoked.wait)
+
+    def wait_revoked_sync(self, timeout_s: float | None = None) -> bool:
+        return self._revoked.wait(timeout_s)
+
+    def assert_held(self) -> None:
+        if self._revoked.is_set():
+            raise LeaseLostError(f"lease {self.kind}/{self.key} (token {self.token}) was revoked")
+
+    async def commit(self, value: str) -> None:
+        await asyncio.to_thread(self.commit_sync, value)
+
+    async def checkpoint(self) -> str | None:
+        return await asyncio.to_thread(self.checkpoint_sync)
+
+    def commit_sync(self, value: str, timeout_s: float | None = None) -> None:
+        self._call("commit", value, timeout_s)
+
+    def checkpoint_sync(self, timeout_s: float | None = None) -> str | None:
+        result = self._call("checkpoint", None, timeout_s)
+        return None if result is None else str(result)
+
+    def _call(self, method: str, argument: Any, timeout_s: float | None) -> Any:
+        call_id = next(self._ids)
+        done = threading.Event()
+        slot: list[Any] = []
+        self._replies[call_id] = (done, slot)
+        with self._send_lock:
+            self._conn.send(("call", call_id, method, argument))
+        if not done.wait(timeout_s):
+            raise WorkgroupError(f"lease.{method} got no answer in {timeout_s} s", retriable=True)
+        value, error = slot
+        if error is not None:
+            kind, message = error
+            raise (LeaseLostError if kind == "lost" else WorkgroupError)(message)
+        return value
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                self._revoked.set()
+                return
+            if message[0] == "revoked":
+                self._revoked.set()
+            elif message[0] == "reply":
+                _, call_id, value, error = message
+                done, slot = self._replies.pop(call_id)
+                slot.extend((value, error))
+                done.set()
+
+
+def _child_main(conn: Connection, payload: bytes, fields: dict[str, Any]) -> None:
+    """The child process: run the handler with a :class:`ProcessLease`."""
+    handler = cloudpickle.loads(payload)
+    lease = ProcessLease(conn, **fields)
+    try:
+        if inspect.iscoroutinefunction(handler):
+            asyncio.run(handler(lease))
+        else:
+            result = handler(lease)
+            if inspect.isawaitable(result):
+                asyncio.run(_await(result))
+    except LeaseLostError:
+        pass
+    except BaseException as exc:  # reported to the parent, which restarts it
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("done",))
+
+
+async def _await(awaitable: Any) -> None:
+    await awaitable
+
+
+class ProcessHandler:
+    """A handler that runs in a child process (see the module docstring).
+
+    Called with the parent's :class:`Lease` like any handler; returns when the
+    child returns, raises :class:`HandlerFailed` when it fails, and kills it when
+    cancelled (the grace period is over).
+    """
+
+    def __init__(self, handler: Any) -> None:
+        self._payload = cloudpickle.dumps(handler)
+        self.__name__ = getattr(handler, "__name__", "handler")
+
+    async def __call__(self, lease: Lease) -> None:
+        context = multiprocessing.get_context("spawn")
+        parent_conn, child_conn = context.Pipe()
+        fields = {
+            "group_id": lease.group_id,
+            "kind": lease.kind,
+            "key": lease.key,
+            "attributes": dict(lease.attributes),
+            "role": lease.role,
+            "token": lease.token,
+        }
+        process = context.Process(
+            target=_child_main,
+            args=(child_conn, self._payload, fields),
+            name=f"workgroup-{lease.kind}-{lease.key}",
+            daemon=True,
+        )
+        process.start()
+        child_conn.close()
+        loop = asyncio.get_running_loop()
+        messages: asyncio.Queue[Any] = asyncio.Queue()
+
+        def readable() -> None:
+            try:
+                messages.put_nowait(parent_conn.recv())
+            except (EOFError, OSError):
+                loop.remove_reader(parent_conn.fileno())
+                messages.put_nowait(("exited",))
+
+        loop.add_reader(parent_conn.fileno(), readable)
+        watcher = asyncio.create_task(self._forward_revocation(lease, parent_conn))
+        answers: set[asyncio.Task[None]] = set()
+        finished = False
+        try:
+            while True:
+                message = await messages.get()
+                if message[0] == "call":
+                    _, call_id, method, argument = message
+                    answer = asyncio.create_task(
+                        self._answer(lease, parent_conn, call_id, method, argument)
+                    )
+                    answers.add(answer)
+                    answer.add_done_callback(answers.discard)
+                    continue
+                finished = True
+                if message[0] == "done":
+                    return
+                if message[0] == "failed":
+                    raise HandlerFailed(message[1])
+                raise HandlerFailed(f"the handler's process exited ({process.exitcode})")
+        finally:
+            watcher.cancel()
+            for answer in answers:
+                answer.cancel()
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_reader(parent_conn.fileno())
+            # Cancelled: the grace period is over, so no waiting before SIGTERM.
+            await self._end(process, wait_first=finished)
+            parent_conn.close()
+
+    async def _forward_revocation(self, lease: Lease, conn: Connection) -> None:
+        await lease.wait_revoked()
+        with contextlib.suppress(OSError):
+            conn.send(("revoked",))
+
+    async def _answer(
+        self, lease: Lease, conn: Connection, call_id: int, method: str, argument: Any
+    ) -> None:
+        value: Any = None
+        error: tuple[str, str] | None = None
+        try:
+            if method == "commit":
+                await lease.commit(argument)
+            elif method == "checkpoint":
+                value = await lease.checkpoint()
+            else:
+                error = ("error", f"unknown lease method {method!r}")
+        except LeaseLostError as exc:
+            error = ("lost", str(exc))
+        except WorkgroupError as exc:
+            error = ("error", str(exc))
+        with contextlib.suppress(OSError):
+            conn.send(("reply", call_id, value, error))
+
+    async def _end(self, process: Any, *, wait_first: bool) -> None:
+        """Reap the child; SIGTERM, then SIGKILL, one that lingers."""
+        actions = (
+            [None, process.terminate, process.kill]
+            if wait_first
+            else [
+                process.terminate,
+                process.kill,
+            ]
+        )
+        for action in actions:
+            if action is not None:
+                action()
+            await asyncio.to_thread(process.join, KILL_AFTER_TERM_S)
+            if process.exitcode is not None:
+                if action is not None:
+                    log.warning("worker.process_killed", pid=process.pid, exitcode=process.exitcode)
+                return
+
+
+__all__ = ["HandlerFailed", "ProcessHandler", "ProcessLease"]
