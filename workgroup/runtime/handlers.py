@@ -83,6 +83,12 @@ class HandlerRun:
     async def stop(self, why: str, grace_s: float) -> None:
         """End the lease, give the handler ``grace_s`` to return, then cancel it."""
         self.lease.end(why)
+        try:
+            await self._stop_task(grace_s)
+        finally:
+            await self.lease.close()
+
+    async def _stop_task(self, grace_s: float) -> None:
         task = self._task
         if task is None or task.done():
             return

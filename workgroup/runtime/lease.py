@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
@@ -61,6 +61,10 @@ class Committed:
     metadata: str | None
 
 
+#: Makes a started transactional producer for a transactional id.
+ProducerFactory = Callable[[str], Awaitable[Any]]
+
+
 class SlotStore(Protocol):
     """Commits and reads lease slots through the group's coordinator."""
 
@@ -92,6 +96,7 @@ class Lease:
         attributes: Mapping[str, str] | None = None,
         role: Role = "active",
         commit_timeout_s: float = 30.0,
+        producers: ProducerFactory | None = None,
     ) -> None:
         self.group_id = group_id
         self.kind = kind
@@ -105,6 +110,8 @@ class Lease:
         self._ended = asyncio.Event()
         self._why_ended: str | None = None
         self._loop = asyncio.get_running_loop()
+        self._producers = producers
+        self._producer: Any = None
 
     def __repr__(self) -> str:
         state = "held" if self.held else f"ended ({self._why_ended})"
@@ -190,6 +197,40 @@ class Lease:
     def checkpoint_sync(self, timeout_s: float | None = None) -> str | None:
         """:meth:`checkpoint` from a worker thread (a plain-function handler)."""
         return self._call_from_thread(self.checkpoint, timeout_s)
+
+    # --- transactional producer --------------------------------------------------
+
+    @property
+    def transactional_id(self) -> str:
+        """The transactional id of :meth:`producer`: one per group, kind and key."""
+        return f"workgroup.{self.group_id}.{self.kind}.{self.key}"
+
+    async def producer(self) -> Any:
+        """An aiokafka transactional producer for this resource, started.
+
+        Its transactional id derives from group, kind and key, so the next owner's
+        producer fences this one at the broker (InitProducerId bumps the epoch):
+        a zombie's transaction fails with ``ProducerFenced``.  One per lease,
+        closed when the lease ends.  Needs a Kafka cluster (the embedded
+        coordinator has no transactions: :class:`WorkgroupError`).
+        """
+        self.assert_held()
+        if self.role == "standby":
+            raise WorkgroupError("a standby lease has no producer: only the active holder writes")
+        if self._producer is None:
+            if self._producers is None:
+                raise WorkgroupError("this lease was made without a producer factory")
+            self._producer = await self._producers(self.transactional_id)
+        return self._producer
+
+    async def close(self) -> None:
+        """Release what the lease opened (its producer); called once it ended."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                await producer.stop()
+            except Exception as exc:  # a fenced producer may fail to stop cleanly
+                log.debug("lease.producer_stop_failed", error=f"{type(exc).__name__}: {exc}")
 
     # --- internals ----------------------------------------------------------------
 

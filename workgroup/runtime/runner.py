@@ -24,6 +24,7 @@ from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.lease import Lease, Slot
 from workgroup.runtime.local import LOCAL_HOST, LOCAL_PORT, ensure_local_coordinator
+from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.slots import lease_topic
 from workgroup.runtime.store import MemberSlotStore
 from workgroup.runtime.topics import LeaseTopics
@@ -52,6 +53,7 @@ class GroupRunner:
         events: OwnershipLog | None,
         stats: HandlerStats,
         topics: LeaseTopics,
+        producers: ProducerFactory,
         standbys: int = 0,
     ) -> None:
         self.group_id = group_id
@@ -63,6 +65,7 @@ class GroupRunner:
         self._events = events
         self._stats = stats
         self._topics = topics
+        self._producers = producers
         self._topic = lease_topic(group_id)
         self._catalog = FrozenCatalog()
         self.runs: dict[Resource, HandlerRun] = {}
@@ -146,6 +149,7 @@ class GroupRunner:
                 store=self._store,
                 attributes=self._catalog.attributes.get((active_kind(kind), key)),
                 role="standby" if standby else "active",
+                producers=self._producers,
             )
             run = HandlerRun(
                 lease,
@@ -197,6 +201,7 @@ class AppRunner:
         member_name = settings.instance_id or f"{socket.gethostname()}-{id(self):x}"
         self.events = OwnershipLog(settings.event_log, member_name) if settings.event_log else None
         grace_s = settings.grace_ms / 1000
+        self.producers = ProducerFactory(settings.bootstrap or DEFAULT_BOOTSTRAP)
         self.topics = LeaseTopics(
             settings.bootstrap or DEFAULT_BOOTSTRAP, client_id=f"workgroup-{app.name}-admin"
         )
@@ -213,6 +218,7 @@ class AppRunner:
                 events=self.events,
                 stats=self.stats,
                 topics=self.topics,
+                producers=self.producers,
                 standbys=spec.standbys,
             )
             for spec in app.workers.values()
@@ -229,6 +235,7 @@ class AppRunner:
                 events=self.events,
                 stats=self.stats,
                 topics=self.topics,
+                producers=self.producers,
             )
             for spec in app.leaders.values()
         ]

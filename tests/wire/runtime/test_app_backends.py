@@ -4,16 +4,19 @@ through the same code path (the embedded coordinator and Tansu)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import ProducerFenced
 
 import workgroup
 from tests.wire.member.backends import Backend, run_backend
 from workgroup.runtime.app import Settings
+from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.runner import AppRunner
 from workgroup.testing import capture_logs
 
@@ -136,3 +139,48 @@ async def test_the_lease_topic_exists_where_the_broker_needs_it(backend: Backend
     finally:
         await admin.close()
     assert len(described[0]["partitions"]) == len(SHARDS)
+
+
+async def test_the_next_owners_producer_fences_the_previous_one(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    """lease.producer(): one transactional id per resource, so the next owner's
+    producer fences a zombie's at the broker."""
+    if backend.name == "tansu":
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="Tansu: InitProducerId with a transactional id fails "
+                "(UNKNOWN_SERVER_ERROR): no transactions",
+            )
+        )
+    factory = ProducerFactory(backend.bootstrap)
+    transactional_id = f"workgroup.{app_name()}.shard.shard-0"
+    if backend.name == "embedded":
+        with pytest.raises(workgroup.WorkgroupError, match="needs transactions"):
+            await factory(transactional_id)
+        return
+    old = await factory(transactional_id)
+    new = await factory(transactional_id)
+    try:
+        with pytest.raises(ProducerFenced):
+            async with old.transaction():
+                await old.send_and_wait("workgroup-fencing-test", b"zombie")
+    finally:
+        await new.stop()
+        with contextlib.suppress(Exception):
+            await old.stop()
+
+
+async def test_a_lease_names_its_producer_after_its_resource(backend: Backend) -> None:
+    recorder = Recorder(app_name())
+    ids: list[str] = []
+
+    @recorder.app.leader("publisher")
+    async def publish(lease: workgroup.Lease) -> None:
+        ids.append(lease.transactional_id)
+        await lease.wait_revoked()
+
+    async with recorder.running(backend):
+        await wait_until(lambda: ids, "the leader to start")
+    assert ids == [f"workgroup.{recorder.app.name}.publisher.leader.publisher"]
