@@ -84,6 +84,7 @@ from workgroup.member.wire import (
 )
 from workgroup.protocol.catalog import Catalog
 from workgroup.protocol.protocol import Protocol
+from workgroup.security import PLAINTEXT, Security
 from workgroup.types import Resource
 
 log = get_logger(__name__)
@@ -178,9 +179,15 @@ class CoordinatorConnection:
     """
 
     def __init__(
-        self, bootstrap: str | Sequence[str], *, client_id: str, request_timeout_ms: int
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        client_id: str,
+        request_timeout_ms: int,
+        security: Security = PLAINTEXT,
     ) -> None:
         self._hosts = parse_bootstrap(bootstrap)
+        self._options = security.client_options()
         self._next_host = 0
         self._client_id = client_id
         self._request_timeout_ms = request_timeout_ms
@@ -250,6 +257,7 @@ class CoordinatorConnection:
             port,
             client_id=self._client_id,
             request_timeout_ms=self._request_timeout_ms,
+            **self._options,
         )
         return conn
 
@@ -327,6 +335,8 @@ class GroupMember:
             request (JoinGroup and SyncGroup get the rebalance timeout).
         close_timeout_ms: How long :meth:`close` waits for revocations and the
             LeaveGroup.
+        security: TLS and SASL settings for a cluster that requires them
+            (:class:`~workgroup.security.Security`; default plain TCP).
 
     Raises:
         ConfigError: A setting that cannot work.
@@ -359,6 +369,7 @@ class GroupMember:
         resource_poll_interval_ms: int = 5_000,
         request_timeout_ms: int = 30_000,
         close_timeout_ms: int = 30_000,
+        security: Security = PLAINTEXT,
     ) -> None:
         self.config = MemberConfig(
             group_id=group_id,
@@ -389,6 +400,7 @@ class GroupMember:
             # aiokafka applies one timeout to every request of a connection; the
             # JoinGroup may be held for the whole rebalance timeout.
             request_timeout_ms=max(self.config.join_timeout_ms, request_timeout_ms),
+            security=security,
         )
         self._lookup_timeout_s = request_timeout_ms / 1000
         self._source = resources

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from workgroup.assignors.registry import get_assignor
 from workgroup.errors import ConfigError
 from workgroup.protocol.catalog import CatalogEntry
 from workgroup.runtime.handlers import Handler, RestartPolicy
+from workgroup.security import Security
 
 #: A resource function: the keys of one kind, plain or async.
 ResourceFunction = Callable[[], Sequence[CatalogEntry] | Awaitable[Sequence[CatalogEntry]]]
@@ -44,6 +45,25 @@ class Settings:
     grace_ms: int = 10_000
     resource_poll_interval_ms: int = 5_000
     event_log: str | None = None
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    def security(self) -> Security:
+        """TLS and SASL for the cluster (validated: :class:`ConfigError`)."""
+        return Security(
+            protocol=self.security_protocol,
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_username=self.sasl_username,
+            sasl_password=self.sasl_password,
+            ssl_cafile=self.ssl_cafile,
+            ssl_certfile=self.ssl_certfile,
+            ssl_keyfile=self.ssl_keyfile,
+        )
 
     def heartbeat_ms(self) -> int:
         """The heartbeat interval: given, or a third of the session (Kafka's ratio)."""
@@ -61,6 +81,7 @@ class Settings:
             raise ConfigError("rebalance_timeout_ms and resource_poll_interval_ms must be > 0")
         if self.grace_ms < 0:
             raise ConfigError(f"grace_ms must be >= 0, got {self.grace_ms}")
+        self.security()
         return self
 
     def with_overrides(self, **values: Any) -> Settings:

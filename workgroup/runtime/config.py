@@ -22,6 +22,13 @@ SETTING_TYPES: dict[str, type] = {
     "grace_ms": int,
     "resource_poll_interval_ms": int,
     "event_log": str,
+    "security_protocol": str,
+    "sasl_mechanism": str,
+    "sasl_username": str,
+    "sasl_password": str,
+    "ssl_cafile": str,
+    "ssl_certfile": str,
+    "ssl_keyfile": str,
 }
 ENV_PREFIX = "WORKGROUP_"
 

@@ -11,6 +11,7 @@ from aiokafka.errors import IncompatibleBrokerVersion, KafkaError, UnsupportedVe
 
 from workgroup.errors import WorkgroupError
 from workgroup.member.driver import map_kafka_error, parse_bootstrap
+from workgroup.security import PLAINTEXT, Security
 
 #: Kafka's InitProducerId API key.
 INIT_PRODUCER_ID = 22
@@ -19,9 +20,12 @@ INIT_PRODUCER_ID = 22
 class ProducerFactory:
     """Starts aiokafka transactional producers against one cluster."""
 
-    def __init__(self, bootstrap: str | Sequence[str], **options: Any) -> None:
+    def __init__(
+        self, bootstrap: str | Sequence[str], *, security: Security = PLAINTEXT, **options: Any
+    ) -> None:
         self._bootstrap = bootstrap
-        self._options = options
+        self._security = security
+        self._options = {**security.client_options(), **options}
         self._checked = False
 
     async def __call__(self, transactional_id: str) -> AIOKafkaProducer:
@@ -51,7 +55,12 @@ class ProducerFactory:
             return
         host, port = parse_bootstrap(self._bootstrap)[0]
         try:
-            conn = await create_conn(host, port, client_id="workgroup-producer-check")
+            conn = await create_conn(
+                host,
+                port,
+                client_id="workgroup-producer-check",
+                **self._security.client_options(),
+            )
         except (KafkaError, OSError) as exc:
             raise map_kafka_error(exc, "checking the broker for transactions") from exc
         try:

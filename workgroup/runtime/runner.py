@@ -94,6 +94,7 @@ class GroupRunner:
             on_lost=self._lost,
             on_callback_error="fail",
             close_timeout_ms=max(int(grace_s * 1000) + 5_000, 10_000),
+            security=settings.security(),
         )
         self._store = MemberSlotStore(self.member)
 
@@ -201,9 +202,12 @@ class AppRunner:
         member_name = settings.instance_id or f"{socket.gethostname()}-{id(self):x}"
         self.events = OwnershipLog(settings.event_log, member_name) if settings.event_log else None
         grace_s = settings.grace_ms / 1000
-        self.producers = ProducerFactory(settings.bootstrap or DEFAULT_BOOTSTRAP)
+        security = settings.security()
+        self.producers = ProducerFactory(settings.bootstrap or DEFAULT_BOOTSTRAP, security=security)
         self.topics = LeaseTopics(
-            settings.bootstrap or DEFAULT_BOOTSTRAP, client_id=f"workgroup-{app.name}-admin"
+            settings.bootstrap or DEFAULT_BOOTSTRAP,
+            client_id=f"workgroup-{app.name}-admin",
+            security=security,
         )
         self.groups = [
             GroupRunner(

@@ -21,6 +21,7 @@ from aiokafka.errors import IncompatibleBrokerVersion, KafkaError, TopicAlreadyE
 
 from workgroup.log import get_logger
 from workgroup.member.driver import map_kafka_error
+from workgroup.security import PLAINTEXT, Security
 
 log = get_logger(__name__)
 
@@ -31,8 +32,11 @@ MAX_REPLICATION = 3
 class LeaseTopics:
     """Makes sure lease topics exist with enough partitions (one admin client)."""
 
-    def __init__(self, bootstrap: str | Sequence[str], *, client_id: str) -> None:
+    def __init__(
+        self, bootstrap: str | Sequence[str], *, client_id: str, security: Security = PLAINTEXT
+    ) -> None:
         self._bootstrap = bootstrap
+        self._security = security
         self._client_id = client_id
         #: Partitions known to exist per topic.
         self._partitions: dict[str, int] = {}
