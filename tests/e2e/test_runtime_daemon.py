@@ -34,13 +34,14 @@ class Daemons:
         self.events = events
         self.processes: list[subprocess.Popen[bytes]] = []
 
-    def start(self, instance_id: str | None = None) -> subprocess.Popen[bytes]:
+    def start(self, instance_id: str | None = None, *extra: str) -> subprocess.Popen[bytes]:
         argv = [
             sys.executable, "-m", "workgroup", "run", "tests.e2e.apps.fenced_writer:app",
             "--bootstrap", self.bootstrap, "--event-log", str(self.events), "--log-format", "json",
         ]  # fmt: skip
         if instance_id:
             argv += ["--instance-id", instance_id]
+        argv += extra
         with (self.out.parent / f"daemon-{len(self.processes)}.log").open("wb") as log:
             process = subprocess.Popen(
                 argv,
@@ -201,3 +202,22 @@ def test_a_paused_leader_never_commits_after_its_successor(
     assert successor["checkpoint"] == zombie[-1]["value"]
     time.sleep(0.5)
     assert committed(daemons.records(), a.pid) == zombie
+
+
+@pytest.mark.parametrize("leave", [False, True], ids=["keeps-its-place", "leave-on-stop"])
+def test_a_stopped_static_leader_keeps_its_place_unless_told_to_leave(
+    daemons: Daemons, leave: bool
+) -> None:
+    a = daemons.start("writer-a", "--leave-on-stop") if leave else daemons.start("writer-a")
+    first_active(daemons)
+    b = daemons.start("writer-b")
+    time.sleep(1.0)
+    stopped_at = time.time()
+    with_signal(a, signal.SIGTERM)
+    assert a.wait(10) == 0
+    successor = daemons.wait_for("the successor", lambda _: daemons.active(b.pid))
+    handover_s = successor["time"] - stopped_at
+    if leave:
+        assert handover_s < SESSION_MS / 1000, f"took {handover_s:.2f} s"
+    else:  # its instance id holds the place until its session expires
+        assert handover_s >= SESSION_MS / 1000 - 0.5, f"took {handover_s:.2f} s"

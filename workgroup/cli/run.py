@@ -5,8 +5,9 @@ settings (flags, then ``WORKGROUP_*`` variables, then ``--config`` /
 ``WORKGROUP_CONFIG`` TOML, then the app's own) and runs it until SIGTERM or
 SIGINT: the first stops taking work, revokes everything within the grace
 period, leaves the group (a static member keeps its place until its session
-expires) and exits 0; a second exits at once with status 130.  Bad settings exit
-2 before anything runs; a fatal member error exits 1.
+expires, unless ``--leave-on-stop``) and exits 0; a second exits at once with
+status 130.  Bad settings exit 2 before anything runs; a fatal member error
+exits 1.
 
 Logs go to stderr: readable lines on a terminal, JSON lines otherwise
 (``--log-format``).
@@ -43,6 +44,13 @@ from workgroup.runtime.daemon import load_app, run_app
     help="Append ownership events (JSON lines) to this file.",
 )
 @click.option("--grace-ms", type=int, default=None, help="Grace period of revoked handlers.")
+@click.option(
+    "--leave-on-stop",
+    is_flag=True,
+    default=None,
+    help="A static member leaves the group when stopped (scale-down): its resources "
+    "move at once instead of waiting for its session to expire.",
+)
 @click.option("--session-timeout-ms", type=int, default=None)
 @click.option("--heartbeat-interval-ms", type=int, default=None)
 @click.option(
@@ -65,6 +73,7 @@ def command(
     config_file: str | None,
     event_log: str | None,
     grace_ms: int | None,
+    leave_on_stop: bool | None,
     session_timeout_ms: int | None,
     heartbeat_interval_ms: int | None,
     log_level: str,
@@ -81,6 +90,7 @@ def command(
             "instance_id": instance_id,
             "event_log": event_log,
             "grace_ms": grace_ms,
+            "leave_on_stop": leave_on_stop,
             "session_timeout_ms": session_timeout_ms,
             "heartbeat_interval_ms": heartbeat_interval_ms,
         },

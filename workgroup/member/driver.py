@@ -646,11 +646,13 @@ class GroupMember:
         except Exception as exc:  # malformed response from kio
             raise ProtocolError(f"{what}: {exc}") from exc
 
-    async def close(self) -> None:
+    async def close(self, *, leave: bool | None = None) -> None:
         """Revoke, leave (dynamic members) and release every connection.
 
         Callbacks already due (a revocation, the loss after a fatal error) run
-        first, for up to ``close_timeout_ms``.
+        first, for up to ``close_timeout_ms``.  ``leave=True`` makes a static
+        member leave the group too (scale-down: its resources move at once
+        instead of waiting for its session to expire).
         """
         if not self._started:
             return
@@ -661,7 +663,9 @@ class GroupMember:
             # (after this returns): it keeps them, and its work running, until its
             # requests and connection are down, so a restart leaves them unowned as
             # briefly as possible.  A dynamic member must revoke before it leaves.
-            revoke_last = self.config.instance_id is not None and machine.state in (
+            revoke_last = (
+                self.config.instance_id is not None and not leave
+            ) and machine.state in (
                 State.FINDING_COORDINATOR,
                 State.JOINING,
                 State.ASSIGNING,
@@ -670,7 +674,7 @@ class GroupMember:
             )
             if revoke_last:
                 self._callbacks_open.clear()
-            self._feed(machine.close(monotonic_ms()))
+            self._feed(machine.close(monotonic_ms(), leave=leave))
             if revoke_last:
                 try:
                     await self._stop_requests()

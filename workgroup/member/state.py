@@ -74,7 +74,8 @@ Rules:
    another version re-encodes with that one and rejoins.
 7. Close: owned resources are revoked (lost, if the generation is no longer
    valid); dynamic members then send LeaveGroup, static members do not (their
-   instance id keeps their place until the session times out).  ``fail``: what
+   instance id keeps their place until the session times out) unless closed
+   with ``leave=True`` (scale-down: LeaveGroup with the instance id).  ``fail``: what
    is owned is lost, dynamic members send LeaveGroup, then FATAL.
 8. Callbacks report a change already made: ``resources`` (never empty) is the
    change, ``owned`` everything owned afterwards.  ``release`` drops resources
@@ -196,6 +197,9 @@ class MemberMachine:
         #: After a rediscovery: return to STABLE (True) or rejoin (False).
         self._resume_stable = False
         self._leave_sent = False
+        #: Whether closing sends LeaveGroup: dynamic members always; static ones
+        #: only when told (scale-down, KIP-812), else they keep their place.
+        self._leave_on_close = config.instance_id is None
 
     # --- read-only views ----------------------------------------------------
 
@@ -430,8 +434,12 @@ class MemberMachine:
         self._observe(now)
         return self._drain(now)
 
-    def close(self, now: int) -> list[Action]:
+    def close(self, now: int, *, leave: bool | None = None) -> list[Action]:
+        """Revoke, leave and close.  ``leave``: send LeaveGroup even as a static
+        member (it then gives up its place at once); ``None``: only if dynamic."""
         self._observe(now)
+        if leave is not None:
+            self._leave_on_close = leave or self.config.instance_id is None
         if self.state in (State.CLOSED, State.LEAVING):
             return self._drain(now)
         if self.state in (State.UNJOINED, State.FATAL):
@@ -650,12 +658,14 @@ class MemberMachine:
         self._send(now, "sync", request, self.config.join_timeout_ms)
 
     def _send_leave_or_close(self, now: int) -> None:
-        dynamic = self.config.instance_id is None
-        if dynamic and self.member_id and self._lookup.known and not self._leave_sent:
+        leave = self._leave_on_close
+        if leave and self.member_id and self._lookup.known and not self._leave_sent:
             self._leave_sent = True
             request = LeaveGroup(
                 group_id=self.config.group_id,
-                members=(LeavingMember(self.member_id, None, "the member is closing"),),
+                members=(
+                    LeavingMember(self.member_id, self.config.instance_id, "the member is closing"),
+                ),
             )
             self._send(now, "leave", request, self._short_timeout_ms)
         else:

@@ -45,6 +45,8 @@ class Settings:
     grace_ms: int = 10_000
     resource_poll_interval_ms: int = 5_000
     event_log: str | None = None
+    #: A static member leaves the group on a stop too (scale-down, KIP-812).
+    leave_on_stop: bool = False
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None

@@ -22,6 +22,7 @@ SETTING_TYPES: dict[str, type] = {
     "grace_ms": int,
     "resource_poll_interval_ms": int,
     "event_log": str,
+    "leave_on_stop": bool,
     "security_protocol": str,
     "sasl_mechanism": str,
     "sasl_username": str,
@@ -31,6 +32,8 @@ SETTING_TYPES: dict[str, type] = {
     "ssl_keyfile": str,
 }
 ENV_PREFIX = "WORKGROUP_"
+_BOOLEANS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+_TYPE_NAMES = {int: "an integer", str: "a string", bool: "true or false"}
 
 
 def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -54,7 +57,15 @@ def read_environment(environ: Mapping[str, str]) -> dict[str, Any]:
         raw = environ.get(ENV_PREFIX + name.upper())
         if raw is None or raw == "":
             continue
-        if kind is int:
+        if kind is bool:
+            flag = raw.strip().lower()
+            if flag not in _BOOLEANS:
+                raise ConfigError(
+                    f"{ENV_PREFIX}{name.upper()} must be true or false (or 1/0, yes/no), "
+                    f"got {raw!r}"
+                )
+            values[name] = _BOOLEANS[flag]
+        elif kind is int:
             try:
                 values[name] = int(raw)
             except ValueError:
@@ -92,11 +103,8 @@ def _typed(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     values = {}
     for name, value in table.items():
         kind = SETTING_TYPES[name]
-        if isinstance(value, bool) or not isinstance(value, kind):
-            raise ConfigError(
-                f"{where}: {name} must be {'an integer' if kind is int else 'a string'}, "
-                f"got {value!r}"
-            )
+        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+            raise ConfigError(f"{where}: {name} must be {_TYPE_NAMES[kind]}, got {value!r}")
         values[name] = value
     return values
 

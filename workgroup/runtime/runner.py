@@ -273,7 +273,10 @@ class AppRunner:
                 raise failed
         finally:
             log.info("app.stopping", app=self.app.name)
-            await asyncio.gather(*(g.member.close() for g in started), return_exceptions=True)
+            leave = True if self.settings.leave_on_stop else None
+            await asyncio.gather(
+                *(g.member.close(leave=leave) for g in started), return_exceptions=True
+            )
             # A member that failed never revoked: stop what still runs.
             await asyncio.gather(*(g.stop_all("lost") for g in started))
             if self.events is not None:

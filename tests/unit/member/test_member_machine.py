@@ -414,6 +414,18 @@ def test_static_close_does_not_leave() -> None:
     assert not only(done, SendRequest)
 
 
+def test_static_close_with_leave_revokes_then_leaves_with_its_instance_id() -> None:
+    m = make(instance_id="w-1")
+    now = to_stable(m)
+    actions = m.close(now + 1, leave=True)
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
+    leave = sent(ack_callbacks(m, actions, now + 2))
+    assert isinstance(leave.request, LeaveGroup)
+    assert leave.request.members[0].member_id == "me-1"
+    assert leave.request.members[0].group_instance_id == "w-1"
+    assert only(m.response(now + 3, leave.request_id, LeaveGroupResult(ErrorCode.NONE)), Closed)
+
+
 def test_session_expiry_reports_resources_lost() -> None:
     m = make()
     now = to_stable(m)
