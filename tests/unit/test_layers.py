@@ -38,6 +38,7 @@ SANS_IO = (
     "workgroup.member.errors",
     "workgroup.member.actions",
     "workgroup.member.config",
+    "workgroup.member.delay",
     "workgroup.member.lookup",
     "workgroup.member.ownership",
     "workgroup.member.requests",

@@ -37,6 +37,9 @@ class MemberConfig:
     capacity: float = 1.0
     user_data: bytes = b""
     tags: Mapping[str, str] = field(default_factory=dict)
+    #: As leader, how long a departed member's resources wait before they are
+    #: handed to others (:mod:`workgroup.member.delay`); 0: at once.
+    reassign_delay_ms: int = 0
 
     def __post_init__(self) -> None:
         if not self.group_id:
@@ -62,6 +65,8 @@ class MemberConfig:
             raise ConfigError("rebalance timeout must be > 0")
         if self.capacity <= 0:
             raise ConfigError("capacity must be > 0")
+        if self.reassign_delay_ms < 0:
+            raise ConfigError(f"reassign delay must be >= 0, got {self.reassign_delay_ms} ms")
         if self.connect_timeout_ms is not None and self.connect_timeout_ms <= 0:
             raise ConfigError(
                 f"connect timeout must be > 0 or None, got {self.connect_timeout_ms} ms"

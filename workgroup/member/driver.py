@@ -337,6 +337,10 @@ class GroupMember:
             LeaveGroup.
         security: TLS and SASL settings for a cluster that requires them
             (:class:`~workgroup.security.Security`; default plain TCP).
+        reassign_delay_ms: As the leader, how long the resources of a member
+            that left wait before they go to others, so that a restarted process
+            (a new member) gets them back without moving anything else (Kafka
+            Connect's scheduled rebalance delay; :mod:`workgroup.member.delay`).
 
     Raises:
         ConfigError: A setting that cannot work.
@@ -370,6 +374,7 @@ class GroupMember:
         request_timeout_ms: int = 30_000,
         close_timeout_ms: int = 30_000,
         security: Security = PLAINTEXT,
+        reassign_delay_ms: int = 0,
     ) -> None:
         self.config = MemberConfig(
             group_id=group_id,
@@ -385,6 +390,7 @@ class GroupMember:
             capacity=capacity,
             user_data=user_data,
             tags=dict(tags or {}),
+            reassign_delay_ms=reassign_delay_ms,
         )
         if resource_poll_interval_ms <= 0 or close_timeout_ms <= 0 or request_timeout_ms <= 0:
             raise ConfigError("poll interval, request and close timeouts must be > 0")

@@ -120,6 +120,7 @@ from workgroup.member.actions import (
     SendRequest,
 )
 from workgroup.member.config import MemberConfig
+from workgroup.member.delay import ReassignDelay
 from workgroup.member.errors import FATAL_CODES as _FATAL_CODES
 from workgroup.member.errors import (
     AssignorError,
@@ -200,6 +201,7 @@ class MemberMachine:
         #: Whether closing sends LeaveGroup: dynamic members always; static ones
         #: only when told (scale-down, KIP-812), else they keep their place.
         self._leave_on_close = config.instance_id is None
+        self._delay = ReassignDelay(config.reassign_delay_ms)
 
     # --- read-only views ----------------------------------------------------
 
@@ -277,6 +279,8 @@ class MemberMachine:
         session_end = self._session_end()
         if session_end is not None:
             candidates.append(session_end)
+        if self.state is State.STABLE and self.is_leader and self._delay.next_at is not None:
+            candidates.append(self._delay.next_at)
         if self._pending.rebalancing:
             # A watchdog: being woken late tells us the process was frozen or starved,
             # so a held answer read afterwards may be old (heartbeat.py, rule 4).
@@ -376,7 +380,7 @@ class MemberMachine:
             )
             return self._drain(now)
         try:
-            assignments = self._leader_assignments(round_, result)
+            assignments = self._leader_assignments(now, round_, result)
         except WorkgroupError as exc:
             self._fail(now, exc, leave=True)
             return self._drain(now)
@@ -500,6 +504,15 @@ class MemberMachine:
             and self._rejoin_reason is None
         ):
             self._request_rejoin("resources changed")
+        delay_over = self._delay.next_at
+        if (
+            self.state is State.STABLE
+            and self.is_leader
+            and delay_over is not None
+            and now >= delay_over
+            and self._rejoin_reason is None
+        ):
+            self._request_rejoin("reassignment delay over")
         if self.state is State.STABLE and self._rejoin_reason is not None and not self._callbacks:
             reason, self._rejoin_reason = self._rejoin_reason, None
             self._to_joining(now, reason, immediately=True)
@@ -846,6 +859,8 @@ class MemberMachine:
         if self.is_leader and not result.skip_assignment:
             self._start_assignment(now, protocol, result)
         else:
+            if not self.is_leader:
+                self._delay.forget()
             self._send_sync(now, ())
 
     def _on_sync(self, now: int, pending: Pending, result: SyncGroupResult) -> None:
@@ -1013,13 +1028,17 @@ class MemberMachine:
         )
 
     def _leader_assignments(
-        self, round_: _LeaderRound, target: Assignment
+        self, now: int, round_: _LeaderRound, target: Assignment
     ) -> tuple[tuple[str, bytes], ...]:
-        plan = plan_round(
-            [m.member_id for m in round_.members],
+        member_ids = [m.member_id for m in round_.members]
+        claims = withholding_claims(round_.protocol.mode, round_.read.metadata)
+        target = self._delay.apply(
+            now,
+            member_ids,
             target,
-            withholding_claims(round_.protocol.mode, round_.read.metadata),
+            (r for meta in round_.read.metadata.values() for r in meta.owned),
         )
+        plan = plan_round(member_ids, target, claims)
         out = encode_assignments(
             plan,
             round_.protocol.codec,
@@ -1034,6 +1053,7 @@ class MemberMachine:
             members=len(round_.members),
             resources=round_.resources,
             withheld=plan.withheld_count,
+            delayed=len(self._delay.delayed),
             common_version=round_.read.common_version,
         )
         return out

@@ -101,6 +101,7 @@ class WorkerSpec:
     grace_ms: int | None
     restart: RestartPolicy
     standbys: int = 0
+    reassign_delay_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +182,7 @@ class App:
         max_restart_backoff_ms: int = 30_000,
         standbys: int = 0,
         isolation: Isolation = None,
+        reassign_delay_ms: int = 0,
     ) -> Callable[[F], F]:
         """Run the decorated function once per owned resource of ``kind``, with its
         :class:`~workgroup.Lease`; see :mod:`workgroup.runtime.handlers` for
@@ -194,6 +196,10 @@ class App:
         ``isolation="process"`` runs each handler in a child process (shipped with
         cloudpickle) that is killed when its grace period is over
         (:mod:`workgroup.runtime.isolation`).
+
+        ``reassign_delay_ms``: the resources of a process that left wait that
+        long before they move, so that a restarted process gets them back
+        without churn (:mod:`workgroup.member.delay`).
         """
         _check_name(kind, "kind")
         try:
@@ -206,6 +212,8 @@ class App:
             raise ConfigError("restart back-off must be > 0 and max >= initial")
         if isinstance(standbys, bool) or not isinstance(standbys, int) or standbys < 0:
             raise ConfigError(f"standbys must be an integer >= 0, got {standbys!r}")
+        if reassign_delay_ms < 0:
+            raise ConfigError(f"reassign_delay_ms must be >= 0, got {reassign_delay_ms}")
 
         _check_isolation(isolation)
 
@@ -218,6 +226,7 @@ class App:
                 grace_ms,
                 RestartPolicy(restart_backoff_ms / 1000, max_restart_backoff_ms / 1000),
                 standbys,
+                reassign_delay_ms,
             )
             return function
 

@@ -55,6 +55,7 @@ class GroupRunner:
         topics: LeaseTopics,
         producers: ProducerFactory,
         standbys: int = 0,
+        reassign_delay_ms: int = 0,
     ) -> None:
         self.group_id = group_id
         self.kind = kind
@@ -95,6 +96,7 @@ class GroupRunner:
             on_callback_error="fail",
             close_timeout_ms=max(int(grace_s * 1000) + 5_000, 10_000),
             security=settings.security(),
+            reassign_delay_ms=reassign_delay_ms,
         )
         self._store = MemberSlotStore(self.member)
 
@@ -224,6 +226,7 @@ class AppRunner:
                 topics=self.topics,
                 producers=self.producers,
                 standbys=spec.standbys,
+                reassign_delay_ms=spec.reassign_delay_ms,
             )
             for spec in app.workers.values()
         ] + [

@@ -426,3 +426,49 @@ async def test_callback_error_fail_fails_the_member(bootstrap: str) -> None:
 def test_unknown_callback_error_policy_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="on_callback_error"):
         GroupMember("127.0.0.1:9092", "g", [Protocol.of("range")], on_callback_error="retry")  # type: ignore[arg-type]
+
+
+async def test_a_departed_members_resources_wait_for_the_reassignment_delay(
+    bootstrap: str,
+) -> None:
+    group = new_group()
+    delay_ms = 1_500
+    members = [member(bootstrap, group, reassign_delay_ms=delay_ms) for _ in range(3)]
+    for m in members:
+        await m.start()
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            await members[0].wait_for(lambda _: all(len(m.assignment) == 2 for m in members))
+        # The leader remembers the assignment: one of the others leaves.
+        leaving = next(m for m in members if not m.is_leader)
+        staying = [m for m in members if m is not leaving]
+        left = leaving.assignment
+        await leaving.close()
+        closed = time.monotonic()
+        async with asyncio.timeout(TIMEOUT_S):
+            await staying[0].wait_for(
+                lambda _: (staying[0].assignment | staying[1].assignment) >= left
+            )
+        waited = time.monotonic() - closed
+        assert waited >= delay_ms / 1000 - 0.2, f"reassigned after {waited:.2f} s"
+        assert staying[0].assignment | staying[1].assignment == ALL
+    finally:
+        for m in members:
+            await m.close()
+
+
+async def test_a_newcomer_gets_delayed_resources_at_once(bootstrap: str) -> None:
+    group = new_group()
+    delay_ms = 20_000
+    a = member(bootstrap, group, reassign_delay_ms=delay_ms)
+    b = member(bootstrap, group, reassign_delay_ms=delay_ms)
+    async with a, b:
+        async with asyncio.timeout(TIMEOUT_S):
+            await a.wait_for(lambda _: len(a.assignment) == 3 and len(b.assignment) == 3)
+        await b.close()
+        await asyncio.sleep(1.0)
+        assert len(a.assignment) == 3  # b's resources wait
+        async with member(bootstrap, group, reassign_delay_ms=delay_ms) as c:
+            async with asyncio.timeout(TIMEOUT_S):
+                await c.wait_for(lambda _: a.assignment | c.assignment == ALL)
+            assert len(c.assignment) == 3
