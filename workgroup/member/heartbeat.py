@@ -7,7 +7,10 @@ Rules:
 
 1. Heartbeats are due every ``heartbeat_interval_ms`` after the last one was
    sent (or the member joined / got its assignment); a failed one is retried
-   after the back-off; after a rediscovery the next one is due at once.
+   after the back-off; after a rediscovery the next one is due at once.  While
+   *expedited* (the member knows a follow-up round is due: the rest of the group
+   must notice the rebalance its revoking members start), every
+   ``min(heartbeat_interval_ms, EXPEDITED_INTERVAL_MS)``.
 2. Proof of life: an answer from the coordinator proves the session was alive
    when the request was sent.  A JoinGroup/SyncGroup the coordinator held
    proves more: Kafka restarts the session timer when it answers, so its proof
@@ -32,6 +35,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 
+#: Heartbeat interval while a follow-up round is due: the revoking members start
+#: it at once, the others notice it at their next heartbeat (rule 1).
+EXPEDITED_INTERVAL_MS = 100
+
+
 @dataclass(slots=True)
 class HeartbeatTimer:
     heartbeat_interval_ms: int
@@ -48,12 +56,20 @@ class HeartbeatTimer:
     #: Answers to requests sent before this time may be arbitrarily old (rule 4).
     starved_until: int = 0
     last_seen: int = 0
+    #: Heartbeat at the short interval (rule 1).
+    expedited: bool = False
 
     # --- rule 1: when to heartbeat --------------------------------------------
 
+    @property
+    def interval_ms(self) -> int:
+        if self.expedited:
+            return min(self.heartbeat_interval_ms, EXPEDITED_INTERVAL_MS)
+        return self.heartbeat_interval_ms
+
     def schedule(self, now: int) -> None:
         """A heartbeat was sent, or the member joined or got its assignment."""
-        self.next_at = now + self.heartbeat_interval_ms
+        self.next_at = now + self.interval_ms
 
     def due_now(self, now: int) -> None:
         self.next_at = now

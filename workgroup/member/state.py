@@ -31,7 +31,9 @@ Rules:
    Heartbeats are sent only with a valid generation and no JoinGroup/SyncGroup
    in flight (the coordinator holds those, and they keep the session alive),
    every ``heartbeat_interval_ms`` — also while callbacks run: the machine never
-   waits for a callback except before it sends a JoinGroup or LeaveGroup.
+   waits for a callback except before it sends a JoinGroup or LeaveGroup.  While
+   the last assignment says a follow-up round is due, every 100 ms: the
+   revoking members start it, the others must notice it to join it.
 3. Errors, as Kafka's clients handle them:
    UNKNOWN_MEMBER_ID → resources lost, member id and generation reset, rejoin now;
    ILLEGAL_GENERATION → resources lost, generation reset (member id kept), rejoin now;
@@ -917,6 +919,8 @@ class MemberMachine:
 
     def _apply_assignment(self, now: int, protocol: Protocol, data: AssignmentData) -> None:
         self._enter(State.STABLE)
+        # A follow-up round is due: notice it (the revoking members start it) fast.
+        self._heartbeat.expedited = data.pending
         self._heartbeat.schedule(now)
         if data.catalog_hash and data.catalog_hash != self._catalog_hash:
             log.warning(

@@ -28,6 +28,8 @@ _NAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 #: Where handlers run: ``None`` (coroutine functions as tasks, plain functions in
 #: threads) or ``"process"`` (a child process each, killed after the grace period).
 Isolation = Literal["process"] | None
+#: Longest default heartbeat interval of an app's members.
+DEFAULT_MAX_HEARTBEAT_MS = 500
 #: The resource kind of a leader's group (its one key is the leader's name).
 LEADER_KIND = "leader"
 
@@ -68,8 +70,15 @@ class Settings:
         )
 
     def heartbeat_ms(self) -> int:
-        """The heartbeat interval: given, or a third of the session (Kafka's ratio)."""
-        return self.heartbeat_interval_ms or max(self.session_timeout_ms // 3, 1)
+        """The heartbeat interval: given, or a third of the session up to 500 ms.
+
+        Members notice a rebalance at their next heartbeat (the classic protocol
+        cannot push), so the interval bounds how long a handover waits; two
+        heartbeats a second per member are nothing for a coordinator.
+        """
+        return self.heartbeat_interval_ms or max(
+            min(self.session_timeout_ms // 3, DEFAULT_MAX_HEARTBEAT_MS), 1
+        )
 
     def validated(self) -> Settings:
         if self.session_timeout_ms <= 0:

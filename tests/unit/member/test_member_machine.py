@@ -37,6 +37,7 @@ from workgroup.member.errors import (
 )
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
+from workgroup.member.heartbeat import EXPEDITED_INTERVAL_MS
 from workgroup.protocol import AssignmentData, BinaryCodec, MemberMetadata, Protocol
 from workgroup.testing import capture_logs
 
@@ -119,6 +120,37 @@ def test_follower_reaches_stable_and_heartbeats() -> None:
     hb = sent(m.tick(now + 3_000))
     assert isinstance(hb.request, Heartbeat)
     assert hb.request.generation_id == 5
+
+
+def test_a_pending_follow_up_round_expedites_heartbeats_until_it_is_done() -> None:
+    m = make()
+    join = sent(m.start(0) + m.coordinator_found(1))
+    actions = m.response(
+        2,
+        join.request_id,
+        JoinGroupResult(ErrorCode.NONE, 5, "workgroup", "sticky.v1", "leader-1", "me-1"),
+    )
+    sync = sent(actions)
+    blob = CODEC.encode_assignment(
+        AssignmentData(assigned=(("shard", 0),), generation=5, pending=True)
+    )
+    ack_callbacks(m, m.response(3, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), 3)
+    assert not m.settled
+    # The others' revocations start the follow-up: notice it within 100 ms.
+    assert m.next_deadline() == 3 + EXPEDITED_INTERVAL_MS
+    hb = sent(m.tick(3 + EXPEDITED_INTERVAL_MS))
+    rejoin = sent(m.response(150, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS)))
+    assert isinstance(rejoin.request, JoinGroup)
+    actions = m.response(
+        160,
+        rejoin.request_id,
+        JoinGroupResult(ErrorCode.NONE, 6, "workgroup", "sticky.v1", "leader-1", "me-1"),
+    )
+    sync = sent(actions)
+    blob = CODEC.encode_assignment(AssignmentData(assigned=(("shard", 0),), generation=6))
+    ack_callbacks(m, m.response(170, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), 170)
+    assert m.settled
+    assert m.next_deadline() == 170 + 3_000  # settled: back to the configured interval
 
 
 def test_unknown_member_id_loses_resources_and_resets_member_id() -> None:

@@ -34,7 +34,7 @@ def test_an_app_names_its_groups_after_kinds_and_leaders() -> None:
     assert sorted(app.workers) == ["shard"]
     assert sorted(app.leaders) == ["publisher"]
     assert app.group_id("shard") == "billing.shard"
-    assert app.settings.heartbeat_ms() == 2_000
+    assert app.settings.heartbeat_ms() == 500  # a third of the session, at most 500 ms
 
 
 @pytest.mark.parametrize(
