@@ -34,7 +34,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-
 #: Heartbeat interval while a follow-up round is due: the revoking members start
 #: it at once, the others notice it at their next heartbeat (rule 1).
 EXPEDITED_INTERVAL_MS = 100

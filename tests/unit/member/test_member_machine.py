@@ -35,9 +35,9 @@ from workgroup.member.errors import (
     InconsistentProtocolError,
     InvalidSessionTimeoutError,
 )
+from workgroup.member.heartbeat import EXPEDITED_INTERVAL_MS
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
-from workgroup.member.heartbeat import EXPEDITED_INTERVAL_MS
 from workgroup.protocol import AssignmentData, BinaryCodec, MemberMetadata, Protocol
 from workgroup.testing import capture_logs
 
