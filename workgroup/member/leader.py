@@ -43,6 +43,10 @@ from workgroup.types import NO_GENERATION_ID, Key, Resource, sorted_resources
 #: moving resources that are still owned.
 MAX_ROUNDS = 10
 
+#: Metadata tag of a member that is closing: it takes nothing this round, so its
+#: resources go to the others while it still works on them (see state.py).
+LEAVING_TAG = "workgroup.leaving"
+
 
 # --- reading the members ---------------------------------------------------------
 
@@ -164,7 +168,9 @@ def build_input(
                 unknown_owned.append(resource)
         kinds = all_kinds
         unknown_kinds: tuple[str, ...] = ()
-        if meta.kinds:
+        if LEAVING_TAG in dict(meta.tags):
+            kinds = frozenset()  # hands its resources over before it leaves
+        elif meta.kinds:
             kinds = frozenset(k for k in meta.kinds if k in keys)
             unknown_kinds = tuple(sorted({k for k in meta.kinds if k not in keys}))
         found = Ignored(unknown_kinds, tuple(unknown_owned), tuple(mismatched))

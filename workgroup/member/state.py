@@ -74,11 +74,18 @@ Rules:
 6. Version probing: the leader encodes assignments with the highest metadata
    version every member supports and says so; a member whose metadata used
    another version re-encodes with that one and rejoins.
-7. Close: owned resources are revoked (lost, if the generation is no longer
-   valid); dynamic members then send LeaveGroup, static members do not (their
-   instance id keeps their place until the session times out) unless closed
-   with ``leave=True`` (scale-down: LeaveGroup with the instance id).  ``fail``: what
-   is owned is lost, dynamic members send LeaveGroup, then FATAL.
+7. Close: a member that will leave, stable under a cooperative protocol,
+   owning something, not alone in the group and without a reassignment delay
+   (which keeps its resources for a restart instead), first hands over: it
+   rejoins tagged as leaving, takes nothing, keeps working until the round
+   revokes its resources, then leaves (the others, expecting the follow-up
+   round, notice it within 100 ms); if that takes longer than three heartbeat
+   intervals plus a second, it just leaves.  Otherwise owned resources are
+   revoked (lost, if the generation is no longer valid); dynamic members then
+   send LeaveGroup, static members do not (their instance id keeps their place
+   until the session times out) unless closed with ``leave=True`` (scale-down:
+   LeaveGroup with the instance id).  ``fail``: what is owned is lost, dynamic
+   members send LeaveGroup, then FATAL.
 8. Callbacks report a change already made: ``resources`` (never empty) is the
    change, ``owned`` everything owned afterwards.  ``release`` drops resources
    without a callback (the application gave them up) and rejoins so that the
@@ -132,6 +139,7 @@ from workgroup.member.errors import (
 from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
 from workgroup.member.heartbeat import HeartbeatTimer
 from workgroup.member.leader import (
+    LEAVING_TAG,
     MembersRead,
     build_input,
     encode_assignments,
@@ -204,6 +212,9 @@ class MemberMachine:
         #: only when told (scale-down, KIP-812), else they keep their place.
         self._leave_on_close = config.instance_id is None
         self._delay = ReassignDelay(config.reassign_delay_ms)
+        #: Closing by handing over first (rule 7): give up by this time at the latest.
+        self._departing_until: int | None = None
+        self._group_size: int | None = None
 
     # --- read-only views ----------------------------------------------------
 
@@ -234,6 +245,10 @@ class MemberMachine:
     def owned_generation(self) -> int:
         """The generation :attr:`owned` was assigned in (``-1``: nothing owned)."""
         return self._owned.generation
+
+    @property
+    def _departing_tag(self) -> dict[str, str]:
+        return {LEAVING_TAG: "1"} if self._departing_until is not None else {}
 
     @property
     def is_leader(self) -> bool:
@@ -281,6 +296,8 @@ class MemberMachine:
         session_end = self._session_end()
         if session_end is not None:
             candidates.append(session_end)
+        if self._departing_until is not None:
+            candidates.append(self._departing_until)
         if self.state is State.STABLE and self.is_leader and self._delay.next_at is not None:
             candidates.append(self._delay.next_at)
         if self._pending.rebalancing:
@@ -451,6 +468,45 @@ class MemberMachine:
         if self.state in (State.UNJOINED, State.FATAL):
             self._finish_close()
             return self._drain(now)
+        if self._departing_until is not None:
+            return self._drain(now)  # already handing over
+        if self._may_hand_over():
+            # Rule 7: a rebalance in which this member takes nothing, so that the
+            # others get its resources (cooperatively) while it still works on them.
+            self._departing_until = now + self._hand_over_ms()
+            log.info(
+                "member.handing_over",
+                group=self.config.group_id,
+                member_id=self.member_id,
+                count=len(self.owned),
+            )
+            self._request_rejoin("closing: handing resources over first")
+            return self._drain(now)
+        self._leave_now(now)
+        return self._drain(now)
+
+    def _may_hand_over(self) -> bool:
+        protocol = self._generation.protocol
+        alone = self.is_leader and self._group_size == 1
+        return (
+            self._leave_on_close
+            and not alone  # nobody to hand over to (a follower is never alone)
+            and self.config.reassign_delay_ms == 0  # the leader holds them back instead
+            and self.state is State.STABLE
+            and bool(self.owned)
+            and self._generation.is_valid
+            and self._lookup.known
+            and protocol is not None
+            and protocol.mode == "cooperative"
+        )
+
+    def _hand_over_ms(self) -> int:
+        """How long a hand-over may take before the member just leaves: enough for
+        the others to notice the rebalance at a heartbeat, and the two rounds."""
+        return min(self.config.session_timeout_ms, 3 * self.config.heartbeat_interval_ms + 1_000)
+
+    def _leave_now(self, now: int) -> None:
+        self._departing_until = None
         self._pending.clear()
         self._leader_round = None
         if self.owned:
@@ -461,7 +517,6 @@ class MemberMachine:
         self._enter(State.LEAVING)
         if not self._callbacks:
             self._send_leave_or_close(now)
-        return self._drain(now)
 
     # --- progress -----------------------------------------------------------
 
@@ -506,6 +561,13 @@ class MemberMachine:
             and self._rejoin_reason is None
         ):
             self._request_rejoin("resources changed")
+        if self._departing_until is not None and (
+            now >= self._departing_until
+            or (self.state is State.STABLE and not self.owned and not self._callbacks)
+        ):
+            # Handed over (or out of time: revoke what is left): leave.
+            self._leave_now(now)
+            return
         delay_over = self._delay.next_at
         if (
             self.state is State.STABLE
@@ -629,7 +691,7 @@ class MemberMachine:
             instance_id=self.config.instance_id,
             user_data=self.config.user_data,
             catalog_hash=self._catalog_hash,
-            tags=tuple(sorted(self.config.tags.items())),
+            tags=tuple(sorted({**self.config.tags, **self._departing_tag}.items())),
         )
         return protocol.codec.encode_metadata(meta, self._used_versions[protocol.wire_name])
 
@@ -844,6 +906,8 @@ class MemberMachine:
         previous_generation = self.generation
         self._generation = Generation(result.generation_id, result.member_id, protocol)
         self.leader_id = result.leader
+        #: Members of this generation (only the leader is told).
+        self._group_size = len(result.members) if result.leader == result.member_id else None
         self._heartbeat.forget_proof()
         self._proved_alive(now, pending)
         self._heartbeat.schedule(now)

@@ -36,6 +36,7 @@ from workgroup.member.errors import (
     InvalidSessionTimeoutError,
 )
 from workgroup.member.heartbeat import EXPEDITED_INTERVAL_MS
+from workgroup.member.leader import LEAVING_TAG
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
 from workgroup.protocol import AssignmentData, BinaryCodec, MemberMetadata, Protocol
@@ -424,8 +425,51 @@ def test_assignor_failure_is_fatal_and_a_dynamic_leader_leaves() -> None:
     assert isinstance(sent(actions).request, LeaveGroup)
 
 
-def test_dynamic_close_revokes_then_leaves() -> None:
+def test_dynamic_close_hands_over_first_then_leaves() -> None:
     m = make()
+    now = to_stable(m)
+    # Cooperative: rejoin tagged as leaving, keep working until the round revokes.
+    join = sent(m.close(now + 1))
+    assert isinstance(join.request, JoinGroup)
+    meta = CODEC.decode_metadata(join.request.protocols[0][1]).value
+    assert dict(meta.tags) == {LEAVING_TAG: "1"}
+    assert m.owned == {("shard", 0), ("shard", 1)}
+    sync = sent(
+        m.response(
+            now + 2,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 6, "workgroup", "sticky.v1", "leader-1", "me-1"),
+        )
+    )
+    blob = CODEC.encode_assignment(AssignmentData(assigned=(), generation=6, pending=True))
+    actions = m.response(now + 3, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob))
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
+    # Revoked: leave at once (no follow-up round of its own).
+    leave = sent(ack_callbacks(m, actions, now + 4))
+    assert isinstance(leave.request, LeaveGroup)
+    assert only(m.response(now + 5, leave.request_id, LeaveGroupResult(ErrorCode.NONE)), Closed)
+
+
+def test_a_hand_over_that_takes_too_long_just_leaves() -> None:
+    m = make()
+    now = to_stable(m)
+    join = sent(m.close(now + 1))
+    give_up_at = now + 1 + 3 * 3_000 + 1_000  # three heartbeats and a second
+    t, actions = now + 1, []
+    while not only(actions, InvokeCallback):  # the JoinGroup is never answered
+        next_at = m.next_deadline()
+        assert next_at is not None
+        t = next_at
+        actions = m.tick(t)
+    assert t == give_up_at
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
+    leave = sent(ack_callbacks(m, actions, t + 1))
+    assert isinstance(leave.request, LeaveGroup)
+    assert join.request_id != leave.request_id
+
+
+def test_eager_close_revokes_then_leaves() -> None:
+    m = make(protocols=[Protocol("sticky", StickyTestAssignor(), rebalance="eager")])
     now = to_stable(m)
     actions = m.close(now + 1)
     assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
@@ -447,7 +491,10 @@ def test_static_close_does_not_leave() -> None:
 
 
 def test_static_close_with_leave_revokes_then_leaves_with_its_instance_id() -> None:
-    m = make(instance_id="w-1")
+    m = make(
+        instance_id="w-1",
+        protocols=[Protocol("sticky", StickyTestAssignor(), rebalance="eager")],
+    )
     now = to_stable(m)
     actions = m.close(now + 1, leave=True)
     assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
@@ -713,9 +760,9 @@ def test_callbacks_carry_the_owned_set_after_the_change() -> None:
     assert assigned.kind == "on_assigned"
     assert assigned.owned == {("shard", 0), ("shard", 1)}
     ack_callbacks(m, actions, 3)
-    actions = m.close(4)
-    [revoked] = only(actions, InvokeCallback)
-    assert (revoked.kind, revoked.owned) == ("on_revoked", frozenset())
+    actions = m.fail(4, WorkgroupError("the application gave up"))
+    [lost] = only(actions, InvokeCallback)
+    assert (lost.kind, lost.owned) == ("on_lost", frozenset())
 
 
 def test_an_empty_assignment_issues_no_callback() -> None:

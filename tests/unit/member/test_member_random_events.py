@@ -209,15 +209,25 @@ def test_random_events_keep_the_machine_within_its_rules(
     for _ in range(data.draw(st.integers(20, 120))):
         step(run, data)
     if run.machine.state not in (State.CLOSED, State.FATAL):
-        # Closing always completes once callbacks finish and the LeaveGroup is answered.
+        # Closing always completes once callbacks finish and the LeaveGroup is
+        # answered, the hand-over's deadline included (nothing else is answered).
         run.apply(run.machine.close(run.now))
-        for callback_id in sorted(run.callbacks):
-            run.apply(run.machine.callback_done(run.now, callback_id))
-        for request_id, request in sorted(run.requests.items()):
-            if isinstance(request.request, LeaveGroup):
-                run.apply(
-                    run.machine.response(run.now, request_id, LeaveGroupResult(ErrorCode.NONE))
-                )
+        for _ in range(20):
+            if run.machine.state is State.CLOSED:
+                break
+            for callback_id in sorted(run.callbacks):
+                del run.callbacks[callback_id]
+                run.apply(run.machine.callback_done(run.now, callback_id))
+            for request_id, request in sorted(run.requests.items()):
+                if isinstance(request.request, LeaveGroup):
+                    del run.requests[request_id]
+                    run.apply(
+                        run.machine.response(run.now, request_id, LeaveGroupResult(ErrorCode.NONE))
+                    )
+            deadline = run.machine.next_deadline()
+            if deadline is not None and run.machine.state is not State.CLOSED:
+                run.now = max(run.now, deadline)
+                run.apply(run.machine.tick(run.now))
         assert run.machine.state is State.CLOSED
     assert not run.machine.owned
     event(f"states: {len(run.states)}")

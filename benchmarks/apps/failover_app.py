@@ -1,0 +1,36 @@
+"""The app benchmarks/failover.py runs under ``workgroup run``.
+
+``FAILOVER_OUT``: a file where the leader appends ``{"pid", "time", "token"}``
+when it becomes active (its first action).  ``FAILOVER_ITEMS``: how many idle
+``item`` resources the app also owns (0: none).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import workgroup
+
+app = workgroup.App("failover", session_timeout_ms=6_000, grace_ms=0)
+ITEMS = int(os.environ.get("FAILOVER_ITEMS", "0"))
+
+
+@app.leader("active")
+async def active(lease: workgroup.Lease) -> None:
+    with open(os.environ["FAILOVER_OUT"], "a", encoding="utf-8") as out:
+        out.write(json.dumps({"pid": os.getpid(), "time": time.time(), "token": lease.token}))
+        out.write("\n")
+    await lease.wait_revoked()
+
+
+if ITEMS:
+
+    @app.resources("item")
+    def items() -> list[int]:
+        return list(range(ITEMS))
+
+    @app.worker("item")
+    async def idle(lease: workgroup.Lease) -> None:
+        await lease.wait_revoked()
