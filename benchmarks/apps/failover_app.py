@@ -17,11 +17,15 @@ app = workgroup.App("failover", session_timeout_ms=6_000, grace_ms=0)
 ITEMS = int(os.environ.get("FAILOVER_ITEMS", "0"))
 
 
+def record(line: str) -> None:
+    with open(os.environ["FAILOVER_OUT"], "a", encoding="utf-8") as out:
+        out.write(line + "\n")
+
+
 @app.leader("active")
 async def active(lease: workgroup.Lease) -> None:
-    with open(os.environ["FAILOVER_OUT"], "a", encoding="utf-8") as out:
-        out.write(json.dumps({"pid": os.getpid(), "time": time.time(), "token": lease.token}))
-        out.write("\n")
+    # The time is taken first: the handler's first action.
+    record(json.dumps({"pid": os.getpid(), "time": time.time(), "token": lease.token}))
     await lease.wait_revoked()
 
 

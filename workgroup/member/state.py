@@ -714,6 +714,7 @@ class MemberMachine:
             group_instance_id=self.config.instance_id,
         )
         self._heartbeat.schedule(now)
+        log.debug("member.heartbeat", group=self.config.group_id, generation=self.generation)
         self._send(now, "heartbeat", request, self._short_timeout_ms)
 
     @property
