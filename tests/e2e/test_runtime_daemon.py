@@ -4,11 +4,13 @@ by a static member with the same instance id)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -221,3 +223,27 @@ def test_a_stopped_static_leader_keeps_its_place_unless_told_to_leave(
         assert handover_s < SESSION_MS / 1000, f"took {handover_s:.2f} s"
     else:  # its instance id holds the place until its session expires
         assert handover_s >= SESSION_MS / 1000 - 0.5, f"took {handover_s:.2f} s"
+
+
+def test_the_daemon_serves_metrics_and_health(daemons: Daemons, tmp_path: Path) -> None:
+    daemon = daemons.start(None, "--metrics-port", "0", "--log-level", "info")
+    first_active(daemons)
+    log_path = tmp_path / "daemon-0.log"
+    listening = daemons.wait_for(
+        "the metrics address",
+        lambda _: [
+            json.loads(line)
+            for line in log_path.read_text().splitlines()
+            if '"app.metrics_listening"' in line
+        ],
+    )[0]
+    port = listening["port"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
+        assert (answer.status, answer.read()) == (200, b"ok\n")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    assert (
+        'workgroup_owned_resources{group="fenced.writer",kind="leader",role="active"} 1.0' in text
+    )
+    with_signal(daemon, signal.SIGTERM)
+    assert daemon.wait(10) == 0

@@ -45,6 +45,12 @@ from workgroup.runtime.daemon import load_app, run_app
 )
 @click.option("--grace-ms", type=int, default=None, help="Grace period of revoked handlers.")
 @click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve Prometheus /metrics and /healthz on 127.0.0.1:PORT (0: a free port, logged).",
+)
+@click.option(
     "--leave-on-stop",
     is_flag=True,
     default=None,
@@ -73,6 +79,7 @@ def command(
     config_file: str | None,
     event_log: str | None,
     grace_ms: int | None,
+    metrics_port: int | None,
     leave_on_stop: bool | None,
     session_timeout_ms: int | None,
     heartbeat_interval_ms: int | None,
@@ -90,6 +97,7 @@ def command(
             "instance_id": instance_id,
             "event_log": event_log,
             "grace_ms": grace_ms,
+            "metrics_port": metrics_port,
             "leave_on_stop": leave_on_stop,
             "session_timeout_ms": session_timeout_ms,
             "heartbeat_interval_ms": heartbeat_interval_ms,

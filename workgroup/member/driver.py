@@ -444,6 +444,7 @@ class GroupMember:
         self._owner_waits = 0
         self._main: asyncio.Task[None] | None = None
         self._started = False
+        self._listeners: list[Callable[[GroupMember], None]] = []
 
     # --- public API ---------------------------------------------------------
 
@@ -590,6 +591,22 @@ class GroupMember:
             await self._changed.wait()
         finally:
             self._owner_waits -= owner_waits
+
+    def add_listener(self, listener: Callable[[GroupMember], None]) -> None:
+        """Call ``listener(member)`` after every change of the member's state
+        (in the event loop; keep it short: metrics, health checks)."""
+        self._listeners.append(listener)
+
+    @property
+    def rebalances(self) -> int:
+        """Generations this member joined."""
+        return self._machine.rebalances if self._machine else 0
+
+    @property
+    def heartbeat_age_s(self) -> float | None:
+        """Seconds since the newest request that proved the session alive was sent."""
+        since = self._machine.alive_since if self._machine else None
+        return None if since is None else (monotonic_ms() - since) / 1000
 
     def request_rejoin(self, reason: str = "requested by the application") -> None:
         """Ask for a rebalance (a new generation), e.g. after this member's
@@ -754,6 +771,8 @@ class GroupMember:
                 self._closed.set()
         self._wake.set()
         self._changed.set()
+        for listener in self._listeners:
+            listener(self)
 
     def _report_failure(self, error: WorkgroupError) -> None:
         """Let the application see the fatal error; interrupt its ``async with``."""

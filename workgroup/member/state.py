@@ -247,6 +247,11 @@ class MemberMachine:
         return self._owned.generation
 
     @property
+    def alive_since(self) -> int | None:
+        """Send time (ms) of the newest request that proved the session alive."""
+        return self._heartbeat.alive_since
+
+    @property
     def _departing_tag(self) -> dict[str, str]:
         return {LEAVING_TAG: "1"} if self._departing_until is not None else {}
 

@@ -49,6 +49,9 @@ class Settings:
     event_log: str | None = None
     #: A static member leaves the group on a stop too (scale-down, KIP-812).
     leave_on_stop: bool = False
+    #: Serve /metrics and /healthz on this port (0: any free port; None: off).
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
@@ -92,6 +95,8 @@ class Settings:
             raise ConfigError("rebalance_timeout_ms and resource_poll_interval_ms must be > 0")
         if self.grace_ms < 0:
             raise ConfigError(f"grace_ms must be >= 0, got {self.grace_ms}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metrics_port must be 0-65535, got {self.metrics_port}")
         self.security()
         return self
 

@@ -23,6 +23,8 @@ SETTING_TYPES: dict[str, type] = {
     "resource_poll_interval_ms": int,
     "event_log": str,
     "leave_on_stop": bool,
+    "metrics_port": int,
+    "metrics_host": str,
     "security_protocol": str,
     "sasl_mechanism": str,
     "sasl_username": str,

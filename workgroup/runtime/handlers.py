@@ -47,10 +47,22 @@ class RestartPolicy:
 
 @dataclass(slots=True)
 class HandlerStats:
-    """Counters for metrics and tests."""
+    """Counters for metrics and tests, with optional hooks (e.g. Prometheus)."""
 
     restarts: int = 0
     failures: int = 0
+    on_failure: Callable[[], None] | None = None
+    on_restart: Callable[[], None] | None = None
+
+    def failed(self) -> None:
+        self.failures += 1
+        if self.on_failure is not None:
+            self.on_failure()
+
+    def restarted(self) -> None:
+        self.restarts += 1
+        if self.on_restart is not None:
+            self.on_restart()
 
 
 class HandlerRun:
@@ -74,6 +86,8 @@ class HandlerRun:
         self._on_acquired = on_acquired
         self._task: asyncio.Task[None] | None = None
         self._thread_running = False
+        #: The lease was taken and the handler started.
+        self.started = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(
@@ -125,6 +139,7 @@ class HandlerRun:
             )
             lease.end(f"could not take the token: {exc}")
             return
+        self.started = True
         if self._on_acquired is not None:
             self._on_acquired(lease)
         retrying = AsyncRetrying(
@@ -140,7 +155,7 @@ class HandlerRun:
                     if lease.revoked:
                         return
                     if attempt.retry_state.attempt_number > 1:
-                        self._stats.restarts += 1
+                        self._stats.restarted()
                     await self._call()
         log.debug("worker.returned", handler=self._name, kind=lease.kind, key=lease.key)
 
@@ -167,7 +182,7 @@ class HandlerRun:
         return not self.lease.revoked
 
     def _log_failure(self, state: RetryCallState) -> None:
-        self._stats.failures += 1
+        self._stats.failed()
         outcome = state.outcome
         exc = outcome.exception() if outcome is not None else None
         wait = state.next_action.sleep if state.next_action is not None else 0.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import socket
+import time
 from collections.abc import Sequence
 
 from workgroup.assignors.standby import (
@@ -14,7 +15,7 @@ from workgroup.assignors.standby import (
     is_standby_kind,
     standby_kind,
 )
-from workgroup.errors import WorkgroupError
+from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.driver import GroupMember
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
@@ -22,8 +23,10 @@ from workgroup.protocol.protocol import Protocol
 from workgroup.runtime.app import LEADER_KIND, App, ResourceFunction, Settings
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
+from workgroup.runtime.http import MetricsServer
 from workgroup.runtime.lease import Lease, Slot
 from workgroup.runtime.local import LOCAL_HOST, LOCAL_PORT, ensure_local_coordinator
+from workgroup.runtime.metrics import RuntimeMetrics
 from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.slots import lease_topic
 from workgroup.runtime.store import MemberSlotStore
@@ -54,6 +57,7 @@ class GroupRunner:
         stats: HandlerStats,
         topics: LeaseTopics,
         producers: ProducerFactory,
+        metrics: RuntimeMetrics,
         standbys: int = 0,
         reassign_delay_ms: int = 0,
     ) -> None:
@@ -99,6 +103,9 @@ class GroupRunner:
             reassign_delay_ms=reassign_delay_ms,
         )
         self._store = MemberSlotStore(self.member)
+        self._metrics = metrics
+        metrics.watch(group_id, self.member)
+        self._assigned_at: dict[Resource, float] = {}
 
     async def _read_catalog(self) -> Catalog:
         result = self._source()
@@ -154,6 +161,7 @@ class GroupRunner:
                 role="standby" if standby else "active",
                 producers=self._producers,
             )
+            self._assigned_at[resource] = time.monotonic()
             run = HandlerRun(
                 lease,
                 self._handler,
@@ -166,6 +174,9 @@ class GroupRunner:
             run.start()
 
     def _record_acquired(self, lease: Lease) -> None:
+        assigned_at = self._assigned_at.pop((self._resource_kind(lease), lease.key), None)
+        acquire_s = None if assigned_at is None else time.monotonic() - assigned_at
+        self._metrics.lease_started(self.group_id, lease.kind, lease.role, acquire_s)
         # The log records exclusive ownership: standby holders are not in it.
         if self._events is not None and lease.role == "active":
             self._events.record("acquired", self.group_id, lease.kind, lease.key, lease.token)
@@ -179,7 +190,10 @@ class GroupRunner:
     async def _stop(self, resources: tuple[Resource, ...], event: str, grace_s: float) -> None:
         runs = [(r, self.runs.pop(r)) for r in resources if r in self.runs]
         await asyncio.gather(*(run.stop(event, grace_s) for _, run in runs))
-        for _, run in runs:
+        for resource, run in runs:
+            self._assigned_at.pop(resource, None)
+            if run.started:
+                self._metrics.lease_ended(self.group_id, run.lease.kind, run.lease.role)
             if self._events is not None and run.lease.token and run.lease.role == "active":
                 self._events.record(
                     "revoked" if event == "revoked" else "lost",
@@ -188,6 +202,9 @@ class GroupRunner:
                     run.lease.key,
                     run.lease.token,
                 )
+
+    def _resource_kind(self, lease: Lease) -> str:
+        return standby_kind(lease.kind) if lease.role == "standby" else lease.kind
 
     async def stop_all(self, why: str) -> None:
         await self._stop(tuple(self.runs), "lost" if why == "lost" else "revoked", self._grace_s)
@@ -200,7 +217,11 @@ class AppRunner:
         app.check()
         self.app = app
         self.settings = settings
-        self.stats = HandlerStats()
+        self.metrics = RuntimeMetrics()
+        #: Serving /metrics and /healthz while running (``metrics_port``).
+        self.metrics_server: MetricsServer | None = None
+        #: Handler counters per group.
+        self.stats: dict[str, HandlerStats] = {}
         member_name = settings.instance_id or f"{socket.gethostname()}-{id(self):x}"
         self.events = OwnershipLog(settings.event_log, member_name) if settings.event_log else None
         grace_s = settings.grace_ms / 1000
@@ -222,9 +243,10 @@ class AppRunner:
                 settings=settings,
                 source=app.sources[spec.kind],
                 events=self.events,
-                stats=self.stats,
+                stats=self._stats_for(app.group_id(spec.kind)),
                 topics=self.topics,
                 producers=self.producers,
+                metrics=self.metrics,
                 standbys=spec.standbys,
                 reassign_delay_ms=spec.reassign_delay_ms,
             )
@@ -240,12 +262,21 @@ class AppRunner:
                 settings=settings,
                 source=_one(spec.name),
                 events=self.events,
-                stats=self.stats,
+                stats=self._stats_for(app.group_id(spec.name)),
                 topics=self.topics,
                 producers=self.producers,
+                metrics=self.metrics,
             )
             for spec in app.leaders.values()
         ]
+
+    def _stats_for(self, group_id: str) -> HandlerStats:
+        stats = HandlerStats(
+            on_failure=lambda: self.metrics.handler_failed(group_id),
+            on_restart=lambda: self.metrics.handler_restarted(group_id),
+        )
+        self.stats[group_id] = stats
+        return stats
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set; raise the first member's fatal error."""
@@ -258,6 +289,18 @@ class AppRunner:
         )
         if self.settings.bootstrap is None:
             await asyncio.to_thread(ensure_local_coordinator)
+        server = self.metrics_server = None
+        if self.settings.metrics_port is not None:
+            server = self.metrics_server = MetricsServer(
+                self.metrics, self.settings.metrics_host, self.settings.metrics_port
+            )
+            try:
+                await server.start()
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot serve metrics on {self.settings.metrics_host}:"
+                    f"{self.settings.metrics_port}: {exc.strerror or exc}"
+                ) from exc
         started: list[GroupRunner] = []
         try:
             for group in self.groups:
@@ -284,6 +327,8 @@ class AppRunner:
             await asyncio.gather(*(g.stop_all("lost") for g in started))
             if self.events is not None:
                 self.events.close()
+            if server is not None:
+                await server.close()
             log.info("app.stopped", app=self.app.name)
 
 

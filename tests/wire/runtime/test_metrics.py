@@ -1,0 +1,128 @@
+"""Metrics and /healthz of a running app, over real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+import workgroup
+from workgroup.runtime.app import Settings
+from workgroup.runtime.http import MetricsServer
+from workgroup.runtime.metrics import RuntimeMetrics
+from workgroup.runtime.runner import AppRunner
+from workgroup.testing import run_coordinator
+
+TIMEOUT_S = 20
+
+
+@pytest.fixture(scope="module")
+def bootstrap() -> Iterator[str]:
+    with run_coordinator(
+        "--min-session-timeout-ms", "500", "--initial-rebalance-delay-ms", "0"
+    ) as server:
+        yield server.bootstrap
+
+
+async def http(port: int, request: bytes) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), body.decode()
+
+
+async def get(port: int, path: str) -> tuple[int, str]:
+    return await http(port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} {labels} in:\n{text}")
+
+
+async def test_metrics_and_health_of_a_running_app(bootstrap: str) -> None:
+    app = workgroup.App(f"m-{uuid.uuid4().hex[:8]}", grace_ms=100)
+    failed_once: list[str] = []
+
+    @app.resources("shard")
+    def shards() -> list[str]:
+        return ["a", "b", "c"]
+
+    @app.worker("shard", restart_backoff_ms=10)
+    async def work(lease: workgroup.Lease) -> None:
+        if lease.key == "a" and not failed_once:
+            failed_once.append("a")
+            raise RuntimeError("first run fails")
+        await lease.wait_revoked()
+
+    settings = Settings(
+        bootstrap=bootstrap,
+        session_timeout_ms=3_000,
+        heartbeat_interval_ms=200,
+        metrics_port=0,
+        grace_ms=100,
+    )
+    runner = AppRunner(app, settings)
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            while runner.metrics.unhealthy() or not runner.metrics._members:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+        assert runner.metrics_server is not None
+        server_port = runner.metrics_server.port
+        status, body = await get(server_port, "/healthz")
+        assert (status, body) == (200, "ok\n")
+        status, text = await get(server_port, "/metrics")
+        assert status == 200
+        group = f"{app.name}.shard"
+        assert metric(text, "workgroup_owned_resources", group=group, role="active") == 3
+        assert metric(text, "workgroup_rebalances_total", group=group) >= 1
+        assert metric(text, "workgroup_member_stable", group=group) == 1
+        assert metric(text, "workgroup_handler_failures_total", group=group) == 1
+        assert metric(text, "workgroup_handler_restarts_total", group=group) == 1
+        assert 0 <= metric(text, "workgroup_heartbeat_age_seconds", group=group) < 3
+        assert metric(text, "workgroup_lease_acquire_seconds_count", group=group) == 3
+        assert metric(text, "workgroup_rebalance_seconds_count", group=group) >= 1
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, TIMEOUT_S)
+
+
+async def test_health_says_which_group_is_not_settled_and_bad_requests_are_answered() -> None:
+    metrics = RuntimeMetrics()
+
+    class Unsettled:
+        stable = False
+        rebalances = 0
+        heartbeat_age_s = None
+
+        class state:
+            value = "joining"
+
+        def add_listener(self, listener: object) -> None: ...
+
+    metrics.watch("app.shard", Unsettled())  # type: ignore[arg-type]
+    server = MetricsServer(metrics, "127.0.0.1", 0)
+    await server.start()
+    try:
+        assert await get(server.port, "/healthz") == (503, "app.shard: joining\n")
+        assert (await get(server.port, "/nope"))[0] == 404
+        assert (await http(server.port, b"POST /metrics HTTP/1.1\r\n\r\n"))[0] == 405
+        assert (await http(server.port, b"\x00\x01garbage\r\n\r\n"))[0] == 400
+        assert (await http(server.port, b"GET /metrics\r\n\r\n"))[0] == 400
+        # A client that sends nothing and hangs up does not disturb the server.
+        _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.close()
+        assert (await get(server.port, "/metrics"))[0] == 200
+    finally:
+        await server.close()

@@ -1,0 +1,133 @@
+"""Prometheus metrics of a running app (one registry per runner).
+
+| metric | type | labels |
+|---|---|---|
+| ``workgroup_rebalances_total`` | counter | group |
+| ``workgroup_rebalance_seconds`` | histogram: from leaving settled to settled again | group |
+| ``workgroup_owned_resources`` | gauge | group, kind, role |
+| ``workgroup_member_stable`` | gauge: 1 while settled | group |
+| ``workgroup_heartbeat_age_seconds`` | gauge: since the newest proof of the session | group |
+| ``workgroup_handler_restarts_total`` | counter | group |
+| ``workgroup_handler_failures_total`` | counter | group |
+| ``workgroup_lease_acquire_seconds`` | histogram: assignment to token committed | group |
+
+How long a resource had no owner at all is not something one process can see;
+:func:`workgroup.runtime.events.unowned_seconds` computes it from the ownership
+event logs of every process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+from workgroup.clock import monotonic_ms
+from workgroup.member.driver import GroupMember
+
+REBALANCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+ACQUIRE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+
+
+class RuntimeMetrics:
+    """The app's metrics; groups register their member and report their leases."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.rebalances = Counter(
+            "workgroup_rebalances", "Rebalances (generations joined)", ["group"], registry=r
+        )
+        self.rebalance_seconds = Histogram(
+            "workgroup_rebalance_seconds",
+            "From leaving the settled state to settled again",
+            ["group"],
+            buckets=REBALANCE_BUCKETS,
+            registry=r,
+        )
+        self.owned = Gauge(
+            "workgroup_owned_resources", "Leases held", ["group", "kind", "role"], registry=r
+        )
+        self.stable = Gauge("workgroup_member_stable", "1 while settled", ["group"], registry=r)
+        self.heartbeat_age = Gauge(
+            "workgroup_heartbeat_age_seconds",
+            "Seconds since the newest request that proved the session alive was sent",
+            ["group"],
+            registry=r,
+        )
+        self.restarts = Counter(
+            "workgroup_handler_restarts", "Handler restarts", ["group"], registry=r
+        )
+        self.failures = Counter(
+            "workgroup_handler_failures", "Handler failures", ["group"], registry=r
+        )
+        self.acquire_seconds = Histogram(
+            "workgroup_lease_acquire_seconds",
+            "From assignment to the lease's token committed",
+            ["group"],
+            buckets=ACQUIRE_BUCKETS,
+            registry=r,
+        )
+        self._members: dict[str, GroupMember] = {}
+
+    def watch(self, group: str, member: GroupMember) -> None:
+        """Follow ``member``'s rebalances and stability."""
+        self._members[group] = member
+        self.stable.labels(group).set(0)
+        self.heartbeat_age.labels(group).set_function(_age_of(member))
+        unsettled_since: list[int | None] = [monotonic_ms()]
+        seen = [member.rebalances]
+
+        def changed(m: GroupMember) -> None:
+            if m.rebalances != seen[0]:
+                self.rebalances.labels(group).inc(m.rebalances - seen[0])
+                seen[0] = m.rebalances
+            settled = m.stable
+            self.stable.labels(group).set(1 if settled else 0)
+            if settled and unsettled_since[0] is not None:
+                elapsed = (monotonic_ms() - unsettled_since[0]) / 1000
+                self.rebalance_seconds.labels(group).observe(elapsed)
+                unsettled_since[0] = None
+            elif not settled and unsettled_since[0] is None:
+                unsettled_since[0] = monotonic_ms()
+
+        member.add_listener(changed)
+
+    def lease_started(self, group: str, kind: str, role: str, acquire_s: float | None) -> None:
+        self.owned.labels(group, kind, role).inc()
+        if acquire_s is not None:
+            self.acquire_seconds.labels(group).observe(acquire_s)
+
+    def lease_ended(self, group: str, kind: str, role: str) -> None:
+        self.owned.labels(group, kind, role).dec()
+
+    def handler_failed(self, group: str) -> None:
+        self.failures.labels(group).inc()
+
+    def handler_restarted(self, group: str) -> None:
+        self.restarts.labels(group).inc()
+
+    def unhealthy(self) -> list[str]:
+        """Why the app is not healthy: each group whose member is not settled."""
+        problems = []
+        for group, member in sorted(self._members.items()):
+            if not member.stable:
+                state = member.state.value
+                # STABLE but not settled: a callback or a follow-up round is due.
+                problems.append(f"{group}: {state}{' (settling)' if state == 'stable' else ''}")
+        return problems
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _age_of(member: GroupMember) -> Callable[[], float]:
+    def age() -> float:
+        value = member.heartbeat_age_s
+        return float("nan") if value is None else value
+
+    return age
+
+
+__all__ = ["RuntimeMetrics"]
