@@ -221,6 +221,14 @@ class CoordinatorConnection:
             raise CoordinatorUnavailableError("not connected to the coordinator")
         return await conn.send(request)
 
+    async def send_to_bootstrap(self, request: Any) -> Any:
+        """Send ``request`` to a bootstrap broker (requests any broker answers)."""
+        conn = self._conn if self._conn is not None and self._conn.connected() else None
+        if conn is None:
+            self._drop()
+            conn = await self._connect_bootstrap()
+        return await conn.send(request)
+
     async def close(self) -> None:
         """Close the connection; wait (briefly) until its socket is closed."""
         conn, self._conn, self.coordinator = self._conn, None, None

@@ -35,6 +35,10 @@ from workgroup.errors import ErrorCode, ProtocolError, UnsupportedVersionError
 from workgroup.kafka.messages import (
     CommitPartitionResult,
     CommitTopicResult,
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroups,
+    DescribeGroupsResult,
     FetchedGroup,
     FetchedPartition,
     FetchedTopic,
@@ -47,6 +51,9 @@ from workgroup.kafka.messages import (
     LeaveGroup,
     LeaveGroupResult,
     LeftMember,
+    ListedGroup,
+    ListGroups,
+    ListGroupsResult,
     OffsetCommit,
     OffsetCommitResult,
     OffsetFetch,
@@ -58,7 +65,16 @@ from workgroup.log import get_logger
 
 log = get_logger(__name__)
 
-MemberRequest = JoinGroup | SyncGroup | Heartbeat | LeaveGroup | OffsetCommit | OffsetFetch
+MemberRequest = (
+    JoinGroup
+    | SyncGroup
+    | Heartbeat
+    | LeaveGroup
+    | OffsetCommit
+    | OffsetFetch
+    | DescribeGroups
+    | ListGroups
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,6 +96,9 @@ _APIS: dict[type, _Api] = {
     # id; v9 is KIP-848's) and OffsetFetch v8 (several groups, Kafka 3.0+).
     OffsetCommit: _Api(8, "offset_commit", "OffsetCommitResponse", range(7, 9), 7),
     OffsetFetch: _Api(9, "offset_fetch", "OffsetFetchResponse", range(8, 9), 0),
+    # Operators' views (workgroup describe / list): kio decodes every version.
+    DescribeGroups: _Api(15, "describe_groups", "DescribeGroupsResponse", range(0, 6), 0),
+    ListGroups: _Api(16, "list_groups", "ListGroupsResponse", range(0, 5), 0),
 }
 
 
@@ -205,6 +224,12 @@ def build_entity(request: MemberRequest, version: int) -> Any:
             ),
             "require_stable": request.require_stable,
         }
+    elif isinstance(request, DescribeGroups):
+        cls = mod.DescribeGroupsRequest
+        values = {"groups": request.group_ids, "include_authorized_operations": False}
+    elif isinstance(request, ListGroups):
+        cls = mod.ListGroupsRequest
+        values = {"states_filter": request.states_filter}
     else:
         cls = mod.LeaveGroupRequest
         values = {"group_id": request.group_id}
@@ -360,6 +385,38 @@ def to_result(request: MemberRequest, response: Any) -> GroupResult:
         )
     if isinstance(request, Heartbeat):
         return HeartbeatResult(error=error_code(response.error_code))
+    if isinstance(request, DescribeGroups):
+        return DescribeGroupsResult(
+            groups=tuple(
+                DescribedGroup(
+                    error=error_code(g.error_code),
+                    group_id=g.group_id,
+                    state=g.group_state,
+                    protocol_type=g.protocol_type,
+                    protocol_data=g.protocol_data,
+                    members=tuple(
+                        DescribedMember(
+                            member_id=m.member_id,
+                            group_instance_id=getattr(m, "group_instance_id", None),
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            metadata=bytes(m.member_metadata),
+                            assignment=bytes(m.member_assignment),
+                        )
+                        for m in g.members
+                    ),
+                )
+                for g in response.groups
+            )
+        )
+    if isinstance(request, ListGroups):
+        return ListGroupsResult(
+            error=error_code(response.error_code),
+            groups=tuple(
+                ListedGroup(g.group_id, g.protocol_type, getattr(g, "group_state", ""))
+                for g in response.groups
+            ),
+        )
     if isinstance(request, OffsetCommit):
         return OffsetCommitResult(
             topics=tuple(

@@ -1,0 +1,105 @@
+"""``workgroup top GROUP``: a live view of a group (members, what each owns,
+generation) and the rebalances seen while watching.  Ctrl-C ends it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+import click
+from rich.console import Group as Stack
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from workgroup.admin import GroupDescription, describe_group
+from workgroup.cli.describe import DEFAULT_BOOTSTRAP, render
+from workgroup.errors import WorkgroupError
+from workgroup.member.driver import parse_bootstrap
+
+#: Rebalances kept in the view.
+HISTORY = 8
+
+
+@dataclass
+class Watch:
+    """What ``top`` saw so far: the last description and the changes."""
+
+    last: GroupDescription | None = None
+    error: str | None = None
+    changes: list[tuple[float, str]] = field(default_factory=list)
+
+    def observe(self, description: GroupDescription | None, error: str | None, at: float) -> None:
+        before = self.last
+        if description is not None:
+            if before is not None:
+                change = _difference(before, description)
+                if change:
+                    self.changes = [*self.changes, (at, change)][-HISTORY:]
+            self.last = description
+        self.error = error
+
+    def view(self) -> Stack:
+        parts: list[Table | Text] = []
+        if self.last is not None:
+            parts.append(render(self.last))
+        if self.error:
+            parts.append(Text(f"error: {self.error}", style="red"))
+        history = Table("time", "change", title="recent rebalances", title_justify="left")
+        for at, change in self.changes:
+            history.add_row(time.strftime("%H:%M:%S", time.localtime(at)), change)
+        parts.append(history)
+        return Stack(*parts)
+
+
+def _difference(before: GroupDescription, after: GroupDescription) -> str:
+    notes = []
+    if before.generation != after.generation:
+        notes.append(f"generation {before.generation} -> {after.generation}")
+    if before.state != after.state:
+        notes.append(f"{before.state} -> {after.state}")
+    old = {m.member_id for m in before.members}
+    new = {m.member_id for m in after.members}
+    if new - old:
+        notes.append(f"joined {', '.join(sorted(new - old))}")
+    if old - new:
+        notes.append(f"left {', '.join(sorted(old - new))}")
+    return "; ".join(notes)
+
+
+async def _poll(group: str, bootstrap: str, watch: Watch) -> None:
+    try:
+        description = await describe_group(bootstrap, group, timeout_s=5)
+    except WorkgroupError as exc:
+        watch.observe(None, str(exc), time.time())
+    else:
+        watch.observe(description, None, time.time())
+
+
+@click.command("top")
+@click.argument("group")
+@click.option("--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, help="HOST:PORT[,...]")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds per poll.")
+@click.option("--once", is_flag=True, help="Print one view and exit.")
+def command(group: str, bootstrap: str, interval: float, once: bool) -> None:
+    """Watch GROUP live: members, ownership, rebalances."""
+    parse_bootstrap(bootstrap)
+    watch = Watch()
+    if once:
+        asyncio.run(_poll(group, bootstrap, watch))
+        from rich.console import Console
+
+        Console().print(watch.view())
+        return
+
+    async def loop() -> None:
+        with Live(watch.view(), refresh_per_second=4, screen=False) as live:
+            while True:
+                await _poll(group, bootstrap, watch)
+                live.update(watch.view())
+                await asyncio.sleep(interval)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(loop())
