@@ -161,24 +161,27 @@ def idle_resources(bootstrap: str, items: int, rest_s: float) -> dict[str, Any]:
         finally:
             daemons.close()
         beats: dict[str, list[float]] = {}
-        lost = 0
+        warnings = {"member.session_lost": [0, 0], "member.starved": [0, 0]}
         for line in (Path(tmp) / "daemon-0.log").read_text().splitlines():
             try:
                 entry = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if entry.get("event") in ("member.session_lost", "member.starved"):
-                lost += 1
-            if entry.get("event") != "member.heartbeat":
+            event = entry.get("event")
+            if event not in warnings and event != "member.heartbeat":
                 continue
             at = datetime.fromisoformat(entry["timestamp"]).timestamp()
-            if rest_from <= at <= rest_to:
+            at_rest = rest_from <= at <= rest_to
+            if event in warnings:
+                warnings[event][1 if at_rest else 0] += 1
+            elif at_rest:
                 beats.setdefault(entry["group"], []).append(at)
+        result["session_lost"] = warnings["member.session_lost"]
+        result["starved"] = warnings["member.starved"]
         gaps = [b - a for times in beats.values() for a, b in itertools.pairwise(times)]
         result["heartbeats"] = sum(len(times) for times in beats.values())
         result["heartbeat_gap_max_s"] = max(gaps) if gaps else float("nan")
         result["heartbeat_gap_median_s"] = statistics.median(gaps) if gaps else float("nan")
-        result["session_lost_or_starved"] = lost
     return result
 
 
@@ -232,7 +235,14 @@ def main() -> None:
             f"gap median {idle['heartbeat_gap_median_s'] * 1000:.0f} ms, max "
             f"{idle['heartbeat_gap_max_s'] * 1000:.0f} ms (interval 500 ms)"
         )
-        print(f"  sessions lost, starved {idle['session_lost_or_starved']}")
+        print(
+            f"  sessions lost          {idle['session_lost'][0]} while starting, "
+            f"{idle['session_lost'][1]} at rest"
+        )
+        print(
+            f"  event loop starved     {idle['starved'][0]} while starting, "
+            f"{idle['starved'][1]} at rest (a deadline missed by > 500 ms)"
+        )
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=2))
 
