@@ -35,6 +35,8 @@ from workgroup.types import Resource
 
 log = get_logger(__name__)
 
+#: Handlers started per event-loop pass.
+START_SLICE = 500
 #: The embedded coordinator's default address (``workgroup coordinator``).
 DEFAULT_BOOTSTRAP = f"{LOCAL_HOST}:{LOCAL_PORT}"
 
@@ -135,7 +137,9 @@ class GroupRunner:
             return None
 
     async def _assigned(self, resources: tuple[Resource, ...], generation: int) -> None:
-        for resource in resources:
+        for index, resource in enumerate(resources):
+            if index and index % START_SLICE == 0:
+                await asyncio.sleep(0)  # thousands of starts: let heartbeats through
             slot = self._slot(resource)
             if slot is None:  # the leader's catalog is newer than ours
                 await self._read_catalog()

@@ -19,6 +19,8 @@ from workgroup.runtime.lease import Committed, Slot
 
 #: Most partitions in one batched request.
 MAX_BATCH = 2_000
+#: Callers woken per event-loop pass.
+WAKE_SLICE = 500
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -63,7 +65,11 @@ class _Batcher(Generic[K, V]):
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
-        for key, futures in chunk.items():
+        for index, (key, futures) in enumerate(chunk.items()):
+            if index and index % WAKE_SLICE == 0:
+                # Waking thousands of callers in one loop pass would delay the
+                # member's timers (heartbeats): let the loop run in between.
+                await asyncio.sleep(0)
             result = results.get(key)
             for future in futures:
                 if future.done():
