@@ -61,4 +61,42 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return events
 
 
-__all__ = ["Event", "OwnershipLog", "read_events"]
+def unowned_seconds(
+    events: list[dict[str, Any]], *, until: float | None = None
+) -> dict[tuple[str, str, str], float]:
+    """Seconds each resource had no owner, from the merged logs of every process.
+
+    Per ``(group, kind, key)``: from its first acquisition to ``until`` (default:
+    the last event), the time during which no lease of it was held — between a
+    revocation or loss and the next acquisition.  A process killed without a
+    record still counts as the owner until the next acquisition (what its log
+    can say), so the figure is a lower bound after crashes.
+    """
+    ordered = sorted(events, key=lambda e: e["time"])
+    end = until if until is not None else (ordered[-1]["time"] if ordered else 0.0)
+    holders: dict[tuple[str, str, str], set[tuple[str, int]]] = {}
+    since: dict[tuple[str, str, str], float | None] = {}
+    total: dict[tuple[str, str, str], float] = {}
+    for e in ordered:
+        resource = (e["group"], e["kind"], str(e["key"]))
+        held = holders.setdefault(resource, set())
+        lease = (f"{e['member']}/{e.get('pid')}", e["token"])
+        if e["event"] == "acquired":
+            started = since.get(resource)
+            if started is not None:
+                total[resource] = total.get(resource, 0.0) + e["time"] - started
+            held.clear()  # a newer token supersedes whoever held the resource
+            held.add(lease)
+            since[resource] = None
+            total.setdefault(resource, 0.0)
+        else:
+            held.discard(lease)
+            if not held and since.get(resource) is None:
+                since[resource] = e["time"]
+    for resource, started in since.items():
+        if started is not None:
+            total[resource] = total.get(resource, 0.0) + max(end - started, 0.0)
+    return total
+
+
+__all__ = ["Event", "OwnershipLog", "read_events", "unowned_seconds"]

@@ -1,0 +1,47 @@
+"""The ownership event log and the unowned time computed from several logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workgroup.runtime.events import OwnershipLog, read_events, unowned_seconds
+
+
+def event(time: float, member: str, what: str, token: int, key: str = "s0") -> dict[str, object]:
+    return {
+        "time": time,
+        "member": member,
+        "pid": 1,
+        "group": "g",
+        "kind": "shard",
+        "key": key,
+        "event": what,
+        "token": token,
+    }
+
+
+def test_gaps_between_owners_are_summed() -> None:
+    events = [
+        event(10.0, "a", "acquired", 1),
+        event(12.0, "a", "revoked", 1),
+        event(12.5, "b", "acquired", 2),
+        event(20.0, "b", "lost", 2),
+        event(21.0, "c", "acquired", 3),
+        event(30.0, "c", "revoked", 3),
+    ]
+    assert unowned_seconds(events, until=31.0) == {("g", "shard", "s0"): 0.5 + 1.0 + 1.0}
+
+
+def test_an_unrecorded_crash_is_owned_until_the_next_acquisition() -> None:
+    events = [event(0.0, "a", "acquired", 1), event(8.0, "b", "acquired", 2)]
+    assert unowned_seconds(events) == {("g", "shard", "s0"): 0.0}
+
+
+def test_the_log_survives_a_torn_last_line(tmp_path: Path) -> None:
+    log = OwnershipLog(tmp_path / "events.jsonl", "w1")
+    log.record("acquired", "g", "shard", 3, 7)
+    log.close()
+    with (tmp_path / "events.jsonl").open("a") as f:
+        f.write('{"time": 1, "memb')
+    [entry] = read_events(tmp_path / "events.jsonl")
+    assert (entry["member"], entry["key"], entry["token"]) == ("w1", 3, 7)
