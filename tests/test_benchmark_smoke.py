@@ -44,3 +44,23 @@ def test_benchmark_prints_tables_for_ten_embedded_members() -> None:
     assert "not stable" not in output
     assert "skipped" not in output
     assert "failed" not in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_failover_benchmark_prints_its_tables() -> None:
+    script = SCRIPT.parent / "failover.py"
+    completed = subprocess.run(
+        [sys.executable, str(script), "--trials", "1", "--items", "100", "--rest-s", "1"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+        cwd=SCRIPT.parent.parent,
+    )
+    output = completed.stdout
+    assert completed.returncode == 0, completed.stderr + output
+    assert "SIGTERM → next leader acts" in output
+    assert "SIGKILL → next leader acts" in output
+    assert "100 idle resources" in output
+    assert "sessions lost          0 while starting, 0 at rest" in output

@@ -36,8 +36,9 @@ million resources).
 
 **Different subscriptions** (Kafka's *general* path): owned resources are kept
 (subject to the rules above), unowned ones go to the least-loaded subscriber
-(kinds with the fewest subscribers first, ties by member id, rack-matching
-subscribers first).  Then :class:`_Balancer` evens the loads out: first single
+(kinds with the fewest subscribers first; ties to the member with more kinds,
+then by member id; a member on the resource's rack first when it is among the
+least loaded).  Then :class:`_Balancer` evens the loads out: first single
 moves, each to the lightest member from the heaviest member holding a kind it
 subscribes to, until none is left (Kafka's ``isBalanced`` then holds); then
 chains of moves (``a -> b -> c``, where ``b``'s load does not change) until no
@@ -399,12 +400,19 @@ def _general(data: AssignmentInput, members: list[MemberInfo]) -> Assignment:
     if racks.enabled:
         rest: list[Resource] = []
         for resource in unassigned:
-            candidates = [m for m in subscribers[resource[0]] if racks.matches(m, resource)]
+            subs = subscribers[resource[0]]
+            candidates = [m for m in subs if racks.matches(m, resource)]
+            lightest = min(load[m] for m in subs)
+            # A rack-matching member only when it is among the lightest: placing
+            # on a busier one would make the balancer move other resources, and
+            # the next round place differently again (rounds would not converge).
+            candidates = [m for m in candidates if load[m] == lightest]
             if candidates:
-                place(resource, min(candidates, key=lambda m: (load[m], m)))
+                place(resource, min(candidates))
             else:
                 rest.append(resource)
         unassigned = rest
+    kinds_of = {m.member_id: m.kinds for m in members}
     # Least-loaded subscriber first; within one kind a heap of (load, id) is exact.
     by_kind: dict[str, list[Resource]] = {}
     for resource in unassigned:
@@ -413,14 +421,15 @@ def _general(data: AssignmentInput, members: list[MemberInfo]) -> Assignment:
         todo = by_kind.get(kind)
         if not todo:
             continue
-        heap = [(load[m], m) for m in subscribers[kind]]
+        # Ties go to the member with more kinds: the balancer can still pass on
+        # what it receives, where a member with one kind could only keep it.
+        heap = [(load[m], -len(kinds_of[m]), m) for m in subscribers[kind]]
         heapq.heapify(heap)
         for resource in todo:
-            count, mid = heap[0]
+            count, breadth, mid = heap[0]
             place(resource, mid)
-            heapq.heapreplace(heap, (count + 1, mid))
+            heapq.heapreplace(heap, (count + 1, breadth, mid))
 
-    kinds_of = {m.member_id: m.kinds for m in members}
     _Balancer(assignment, owner, kept_by, load, subscribers, kinds_of, racks).run()
     return assignment
 
