@@ -167,6 +167,10 @@ class App:
         self.workers: dict[str, WorkerSpec] = {}
         self.leaders: dict[str, LeaderSpec] = {}
         self.sources: dict[str, ResourceFunction] = {}
+        #: Extra Prometheus collectors served with the app's metrics (plugins).
+        self.collectors: list[Any] = []
+        #: Called once the app has stopped, plain or async (plugins release here).
+        self.cleanups: list[Callable[[], Any]] = []
 
     # --- decorators ---------------------------------------------------------------
 
@@ -262,6 +266,23 @@ class App:
             return function
 
         return register
+
+    # --- plugins --------------------------------------------------------------------
+
+    def use(self, plugin: str, **options: Any) -> Any:
+        """Attach an installed plugin (``workgroup.plugins`` entry point), e.g.
+        ``spark = app.use("spark", checkpoint_root="/data/ckpt")``."""
+        from workgroup.plugins import attach
+
+        return attach(self, plugin, **options)
+
+    def add_collector(self, collector: Any) -> None:
+        """Serve a ``prometheus_client`` collector with the app's metrics."""
+        self.collectors.append(collector)
+
+    def add_cleanup(self, function: Callable[[], Any]) -> None:
+        """Call ``function`` (plain or async) once the app has stopped."""
+        self.cleanups.append(function)
 
     # --- running --------------------------------------------------------------------
 

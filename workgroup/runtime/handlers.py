@@ -96,7 +96,7 @@ class HandlerRun:
 
     async def stop(self, why: str, grace_s: float) -> None:
         """End the lease, give the handler ``grace_s`` to return, then cancel it."""
-        self.lease.end(why)
+        self.lease.end(why, grace_s)
         try:
             await self._stop_task(grace_s)
         finally:

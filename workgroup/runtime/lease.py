@@ -20,6 +20,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
@@ -109,6 +110,7 @@ class Lease:
         self._commit_timeout_s = commit_timeout_s
         self._ended = asyncio.Event()
         self._why_ended: str | None = None
+        self._stop_by: float | None = None
         self._loop = asyncio.get_running_loop()
         self._producers = producers
         self._producer: Any = None
@@ -130,6 +132,17 @@ class Lease:
         """True once the lease ended (revoked, lost or fenced): finish the step, return."""
         return self._ended.is_set()
 
+    @property
+    def end_reason(self) -> str | None:
+        """Why the lease ended: ``"revoked"`` (it moves: finish the step),
+        ``"lost"`` (the session is gone: stop at once), ``"fenced ..."``, or ``None``."""
+        return self._why_ended
+
+    @property
+    def lost(self) -> bool:
+        """The lease ended without a hand-over (lost or fenced): stop at once."""
+        return self._why_ended is not None and self._why_ended != "revoked"
+
     async def wait_revoked(self) -> None:
         """Return once the lease ended."""
         await self._ended.wait()
@@ -142,10 +155,19 @@ class Lease:
                 f"{self._why_ended or 'not acquired yet'}"
             )
 
-    def end(self, why: str) -> None:
-        """Mark the lease ended (the runtime calls this; handlers read it)."""
+    @property
+    def grace_left_s(self) -> float | None:
+        """Once ended: seconds left before the handler is cancelled (``None`` before)."""
+        if self._stop_by is None:
+            return None
+        return max(self._stop_by - time.monotonic(), 0.0)
+
+    def end(self, why: str, grace_s: float = 0.0) -> None:
+        """Mark the lease ended (the runtime calls this; handlers read it), with
+        ``grace_s`` for the handler to finish its step."""
         if not self._ended.is_set():
             self._why_ended = why
+            self._stop_by = time.monotonic() + max(grace_s, 0.0)
             self._ended.set()
 
     # --- token ----------------------------------------------------------------

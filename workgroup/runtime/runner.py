@@ -222,6 +222,8 @@ class AppRunner:
         self.app = app
         self.settings = settings
         self.metrics = RuntimeMetrics()
+        for collector in app.collectors:
+            self.metrics.registry.register(collector)
         #: Serving /metrics and /healthz while running (``metrics_port``).
         self.metrics_server: MetricsServer | None = None
         #: Handler counters per group.
@@ -333,7 +335,19 @@ class AppRunner:
                 self.events.close()
             if server is not None:
                 await server.close()
+            await self._clean_up()
             log.info("app.stopped", app=self.app.name)
+
+    async def _clean_up(self) -> None:
+        for cleanup in self.app.cleanups:
+            try:
+                result = await asyncio.to_thread(cleanup)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:  # one failing clean-up must not skip the others
+                log.error(
+                    "app.cleanup_failed", app=self.app.name, error=f"{type(exc).__name__}: {exc}"
+                )
 
 
 def _one(name: str) -> ResourceFunction:
