@@ -10,20 +10,20 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	for p in plugins/*/pyproject.toml; do [ -f "$$p" ] && $(BIN)/python -m pip install -q -e "$$(dirname $$p)" || true; done
+	for p in plugins/*/pyproject.toml; do $(BIN)/python -m pip install -q -e "$$(dirname $$p)" || exit 1; done
 	touch $(STAMP)
 
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check workgroup tests benchmarks examples
+	$(BIN)/ruff check workgroup tests benchmarks examples plugins
 	$(BIN)/mypy
 
 test: lint
 	$(BIN)/python -m pytest -q
 
 demo: $(STAMP)
-	$(BIN)/python examples/demo.py
+	$(BIN)/python -m examples.sharded_etl.demo
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/coordinator.py

@@ -1,0 +1,109 @@
+"""Sharded ETL: per-shard PySpark aggregation into Parquet, and one publisher of a summary.
+
+Each shard is a directory of JSON event files (``<data>/input/<shard>/``).  The
+daemon that owns a shard runs one Structured Streaming query on it: every
+micro-batch is aggregated per customer and written as
+``<data>/output/<shard>/batch-<N>.parquet`` (exactly once: :mod:`workgroup_spark.sinks`).
+One process of the group at a time, the publisher, compacts every shard's
+output into ``<data>/summary/summary.parquet``, fenced by its lease token.
+
+Run it (the first daemon starts the local coordinator)::
+
+    ETL_DATA=/tmp/etl workgroup run examples.sharded_etl.app:app --instance-id etl-1 &
+    ETL_DATA=/tmp/etl workgroup run examples.sharded_etl.app:app --instance-id etl-2 &
+    ETL_DATA=/tmp/etl python -m examples.sharded_etl.feed --seconds 60
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import workgroup
+from examples.sharded_etl import layout
+from examples.sharded_etl.summary import publish_summary
+from workgroup_spark import fenced, write_batch_parquet
+
+DATA = layout.data_dir()
+SHARDS = layout.shard_count()
+PUBLISH_EVERY_S = float(os.environ.get("ETL_PUBLISH_EVERY_S", "3"))
+
+app = workgroup.App("etl", session_timeout_ms=int(os.environ.get("ETL_SESSION_MS", "6000")),
+                    grace_ms=10_000)  # fmt: skip
+spark = app.use(
+    "spark",
+    checkpoint_root=str(DATA / "checkpoints"),
+    conf={"spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "1"},
+)
+
+
+@app.resources("shard")
+def shards() -> list[str]:
+    return layout.shard_names(SHARDS)
+
+
+@spark.query("shard", restart_backoff_ms=2_000)
+def aggregate_shard(session: Any, lease: workgroup.Lease) -> Any:
+    """One shard's streaming query: events in, per-customer totals per batch out."""
+    from pyspark.sql import functions as F
+
+    source = layout.input_dir(DATA, str(lease.key))
+    source.mkdir(parents=True, exist_ok=True)
+    output = layout.output_dir(DATA, str(lease.key))
+    events = (
+        session.readStream.schema(layout.EVENT_SCHEMA)
+        .option("maxFilesPerTrigger", 50)
+        .json(str(source))
+    )
+
+    def write(batch: Any, batch_id: int) -> None:
+        import pyarrow as pa
+
+        rows = (
+            batch.groupBy("customer")
+            .agg(
+                F.count("*").alias("events"),
+                F.sum("amount_cents").alias("amount_cents"),
+                F.collect_list("id").alias("ids"),
+            )
+            .collect()
+        )
+        table = pa.Table.from_pylist(
+            [
+                {
+                    "shard": str(lease.key),
+                    "customer": row["customer"],
+                    "events": row["events"],
+                    "amount_cents": row["amount_cents"],
+                    "ids": sorted(row["ids"]),
+                    "batch": batch_id,
+                    "token": lease.token,
+                    "written_at": time.time(),
+                }
+                for row in rows
+            ],
+            schema=layout.OUTPUT_SCHEMA,
+        )
+        write_batch_parquet(table, str(output), batch_id)
+
+    return events.writeStream.foreachBatch(fenced(lease, write)).trigger(processingTime="1 second")
+
+
+@app.leader("publisher")
+async def publisher(lease: workgroup.Lease) -> None:
+    """Compact every shard's output into one summary, every few seconds, fenced."""
+    print(f"publisher: active with token {lease.token}", flush=True)
+    while not lease.revoked:
+        await lease.commit(f"publishing at {time.time():.3f}")  # refused once the lease is gone
+        await asyncio.to_thread(publish_summary, DATA, SHARDS, lease.token)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(lease.wait_revoked(), PUBLISH_EVERY_S)
+    print(f"publisher: token {lease.token} handed over", flush=True)
+
+
+def data_dir() -> Path:
+    return DATA

@@ -1,0 +1,241 @@
+"""Processes of a sharded-ETL run: the coordinator and ``workgroup run`` daemons.
+
+Shared by the demo, the end-to-end tests and the benchmark.  Each daemon runs in
+a process group of its own, so that its JVM (a child of the Python process)
+receives the same signals: a SIGKILL or a SIGSTOP reaches the whole daemon, as a
+crashed or frozen machine would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from examples.sharded_etl import layout
+from workgroup.runtime.events import read_events
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "examples.sharded_etl.app:app"
+
+
+@dataclass
+class Daemon:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+    started_at: float
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+@dataclass
+class Mark:
+    """Something the run did to its daemons, for the report."""
+
+    time: float
+    what: str  # "start", "kill", "stop", "pause", "resume"
+    daemon: str
+    pid: int
+
+
+@dataclass
+class EtlCluster:
+    """Daemons of one run, sharing a data directory and a bootstrap address."""
+
+    data: Path
+    bootstrap: str
+    shards: int = 4
+    session_ms: int = 6_000
+    extra_env: dict[str, str] = field(default_factory=dict)
+    daemons: dict[str, Daemon] = field(default_factory=dict)
+    history: list[Daemon] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+    #: Called with what is awaited on each poll of :meth:`wait_for` (progress display).
+    on_poll: Callable[[str], None] | None = None
+    _batch_cache: dict[Path, tuple[int, dict[str, Any] | None]] = field(default_factory=dict)
+
+    @property
+    def events_dir(self) -> Path:
+        return self.data / "events"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.data / "logs"
+
+    def start(self, name: str, *extra: str) -> Daemon:
+        """Start daemon ``name`` (a static member: ``--instance-id name``)."""
+        self.events_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        log = self.logs_dir / f"{name}-{len(self.history)}.log"
+        argv = [
+            sys.executable, "-m", "workgroup", "run", APP,
+            "--bootstrap", self.bootstrap, "--instance-id", name,
+            "--event-log", str(self.events_dir / f"{name}.jsonl"),
+            "--log-format", "json", "--grace-ms", "10000",
+        ]  # fmt: skip
+        env = {
+            **os.environ,
+            "ETL_DATA": str(self.data),
+            "ETL_SHARDS": str(self.shards),
+            "ETL_SESSION_MS": str(self.session_ms),
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            **self.extra_env,
+        }
+        with log.open("wb") as sink:
+            process = subprocess.Popen(
+                [*argv, *extra],
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        daemon = Daemon(name, process, log, time.time())
+        self.daemons[name] = daemon
+        self.history.append(daemon)
+        self.marks.append(Mark(daemon.started_at, "start", name, process.pid))
+        return daemon
+
+    def signal(self, name: str, sig: signal.Signals, what: str) -> Daemon:
+        daemon = self.daemons[name]
+        self.marks.append(Mark(time.time(), what, name, daemon.pid))
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(daemon.pid, sig)
+        return daemon
+
+    def kill(self, name: str) -> Daemon:
+        daemon = self.signal(name, signal.SIGKILL, "kill")
+        daemon.process.wait()
+        return daemon
+
+    def stop(self, name: str, timeout_s: float = 30.0) -> Daemon:
+        daemon = self.signal(name, signal.SIGTERM, "stop")
+        try:
+            daemon.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill(name)
+        return daemon
+
+    def pause(self, name: str) -> Daemon:
+        return self.signal(name, signal.SIGSTOP, "pause")
+
+    def resume(self, name: str) -> Daemon:
+        return self.signal(name, signal.SIGCONT, "resume")
+
+    def stop_all(self) -> None:
+        for name, daemon in list(self.daemons.items()):
+            if daemon.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(daemon.pid, signal.SIGCONT)
+                self.stop(name)
+
+    def kill_all(self) -> None:
+        for daemon in self.history:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(daemon.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                daemon.process.wait(5)
+
+    # --- what the daemons did ----------------------------------------------------
+
+    def events(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        if self.events_dir.exists():
+            for path in sorted(self.events_dir.glob("*.jsonl")):
+                found.extend(read_events(path))
+        return sorted(found, key=lambda e: e["time"])
+
+    def owners(self, group: str = "etl.shard") -> dict[str, tuple[str, int, float]]:
+        """``key -> (member, token, since)`` of the newest acquisition of each resource."""
+        owners: dict[str, tuple[str, int, float]] = {}
+        for event in self.events():
+            if event["group"] == group and event["event"] == "acquired":
+                owners[str(event["key"])] = (event["member"], event["token"], event["time"])
+        return owners
+
+    def batches(self) -> list[dict[str, Any]]:
+        """Every committed output batch: shard, batch, token, time written, events."""
+        import pyarrow.parquet as pq
+
+        found = []
+        for shard in layout.shard_names(self.shards):
+            for path in layout.output_dir(self.data, shard).glob("batch-*.parquet"):
+                try:
+                    stamp = path.stat().st_mtime_ns
+                    cached = self._batch_cache.get(path)
+                    if cached is None or cached[0] != stamp:
+                        columns = ["batch", "token", "written_at", "events"]
+                        rows = pq.read_table(path, columns=columns).to_pylist()
+                        summary = None
+                        if rows:
+                            summary = {
+                                "shard": shard,
+                                "batch": rows[0]["batch"],
+                                "token": rows[0]["token"],
+                                "time": rows[0]["written_at"],
+                                "events": sum(r["events"] for r in rows),
+                            }
+                        cached = self._batch_cache[path] = (stamp, summary)
+                except OSError:  # replaced while being read: the next poll sees it
+                    continue
+                if cached[1] is not None:
+                    found.append(cached[1])
+        return sorted(found, key=lambda b: b["time"])
+
+    def daemon_log_events(self, event_name: str) -> Iterator[dict[str, Any]]:
+        """Structured log events named ``event_name`` from every daemon's log."""
+        for daemon in self.history:
+            if not daemon.log.exists():
+                continue
+            for line in daemon.log.read_text(errors="replace").splitlines():
+                if line.startswith("{") and f'"{event_name}"' in line:
+                    with contextlib.suppress(json.JSONDecodeError):
+                        yield {**json.loads(line), "daemon": daemon.name}
+
+    def wait_for(
+        self, what: str, condition: Callable[[], Any], timeout_s: float, poll_s: float = 0.25
+    ) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            result = condition()
+            if result:
+                return result
+            if self.on_poll is not None:
+                self.on_poll(what)
+            time.sleep(poll_s)
+        tails = "\n".join(
+            f"--- {d.name} (pid {d.pid}) ---\n" + d.log.read_text(errors="replace")[-1500:]
+            for d in self.history
+            if d.log.exists()
+        )
+        raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{tails}")
+
+    def committing(self, shard: str, after: float, token: int | None = None) -> bool:
+        """A batch of ``shard`` was written after ``after`` (by ``token``, if given)."""
+        return any(
+            b["shard"] == shard and b["time"] > after and (token is None or b["token"] == token)
+            for b in self.batches()
+        )
+
+    def all_committing(self, after: float) -> bool:
+        batches = self.batches()
+        return all(
+            any(b["shard"] == shard and b["time"] > after for b in batches)
+            for shard in layout.shard_names(self.shards)
+        )

@@ -1,0 +1,209 @@
+"""``make demo``: a sharded PySpark pipeline that survives a crash and a rolling restart.
+
+1. Starts the embedded coordinator and three daemons (``workgroup run
+   examples.sharded_etl.app:app``), each with one SparkSession, sharing 4 shards
+   and one publisher; a feeder writes events into every shard meanwhile.
+2. SIGKILLs one daemon (its JVM too): its shards move after the session timeout
+   and resume from their checkpoints.
+3. Starts a replacement: the cooperative assignor hands it shards.
+4. Restarts the three daemons one after the other (SIGTERM, start again with
+   the same instance id: static membership keeps their shards in place).
+5. Stops the feeder, waits until every event is processed and the publisher's
+   summary is current, stops the daemons and verifies: every event exactly once,
+   the summary equal to the sum of the shards.
+
+Prints a summary table and writes ``demo-output/report.html`` (ownership timeline
+and throughput).  Exits 1 if verification fails or a step times out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from examples.sharded_etl.cluster import EtlCluster
+from examples.sharded_etl.feed import Feeder
+from examples.sharded_etl.report import figures, table_rows, write_html
+from examples.sharded_etl.summary import current
+from examples.sharded_etl.verify import verify
+
+console = Console(highlight=False)
+
+
+def step(started: float, text: str) -> None:
+    console.print(f"[dim]{time.time() - started:6.1f} s[/dim]  {text}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=Path("demo-output"))
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--rate", type=int, default=1_000, help="input events a second")
+    parser.add_argument("--steady-s", type=float, default=15.0, help="run between steps")
+    parser.add_argument("--step-timeout", type=float, default=120.0)
+    args = parser.parse_args(argv)
+
+    try:
+        from workgroup_spark import check_java
+
+        check_java()
+    except Exception as exc:  # JavaMissingError: one line, what to install
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+
+    from workgroup.testing import run_coordinator
+
+    output: Path = args.output.resolve()
+    data = output / "data"
+    shutil.rmtree(output, ignore_errors=True)
+    data.mkdir(parents=True)
+    started = time.time()
+    timeout = args.step_timeout
+    with run_coordinator(
+        "--data-dir", str(output / "coordinator"), log=output / "coordinator.log"
+    ) as coordinator:
+        cluster = EtlCluster(data, coordinator.bootstrap, shards=args.shards)
+        status = console.status("")
+        cluster.on_poll = lambda what: status.update(progress_line(cluster, started, what))
+        status.start()
+        feeder = Feeder(data, args.shards, rate=args.rate)
+        try:
+            step(started, f"coordinator on {coordinator.bootstrap}; starting 3 daemons")
+            for name in ("etl-1", "etl-2", "etl-3"):
+                cluster.start(name)
+            feeder.start(seconds=3_600)
+            step(started, "feeding events; waiting for the SparkSessions and first batches")
+            cluster.wait_for(
+                "every shard to commit a batch", lambda: cluster.all_committing(0), timeout
+            )
+            show_owners(cluster, started)
+            time.sleep(args.steady_s)
+
+            victim = owner_of_most(cluster)
+            moved = [k for k, (m, *_) in cluster.owners().items() if m == victim]
+            step(started, f"[red]SIGKILL {victim}[/red] (owns {', '.join(moved) or 'nothing'})")
+            killed_at = time.time()
+            cluster.kill(victim)
+            for shard in moved:
+                cluster.wait_for(
+                    f"{shard} to commit on its new owner",
+                    lambda s=shard: (
+                        cluster.committing(s, killed_at)  # type: ignore[misc]
+                        and cluster.owners()[s][0] != victim
+                    ),
+                    timeout,
+                )
+            took = time.time() - killed_at
+            step(started, f"moved shards commit again {took:.1f} s after the kill")
+            show_owners(cluster, started)
+
+            step(started, "[green]starting etl-4[/green] as a replacement")
+            replacement_at = time.time()
+            cluster.start("etl-4")
+            cluster.wait_for(
+                "etl-4 to own a shard and commit",
+                lambda: any(
+                    m == "etl-4" and cluster.committing(k, replacement_at)
+                    for k, (m, *_) in cluster.owners().items()
+                ),
+                timeout,
+            )
+            show_owners(cluster, started)
+            time.sleep(args.steady_s / 2)
+
+            running = sorted(n for n, d in cluster.daemons.items() if d.alive())
+            for name in running:
+                step(started, f"[yellow]rolling restart:[/yellow] SIGTERM {name}, start it again")
+                stopped_at = time.time()
+                cluster.stop(name)
+                cluster.start(name)
+                cluster.wait_for(
+                    "every shard to commit again",
+                    lambda at=stopped_at: cluster.all_committing(at),  # type: ignore[misc]
+                    timeout,
+                )
+            show_owners(cluster, started)
+
+            step(started, "stopping the feeder; waiting until every event is processed")
+            feeder.stop()
+            cluster.wait_for(
+                "every event to be processed",
+                lambda: sum(b["events"] for b in cluster.batches()) >= feeder.written,
+                timeout,
+            )
+            cluster.wait_for(
+                "the publisher's summary to include every event",
+                lambda: current(data).get("events") == feeder.written,
+                timeout,
+            )
+            step(started, "stopping the daemons")
+            cluster.stop_all()
+        except TimeoutError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            cluster.kill_all()
+            return 1
+        except KeyboardInterrupt:
+            cluster.kill_all()
+            return 130
+        finally:
+            status.stop()
+            feeder.stop()
+            cluster.kill_all()
+    ended = time.time()
+
+    result = verify(data, args.shards)
+    numbers = figures(cluster, started, ended)
+    table = Table(title="workgroup demo: sharded ETL on PySpark")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in table_rows(numbers, result):
+        table.add_row(name, value)
+    console.print(table)
+    report = output / "report.html"
+    write_html(report, cluster, numbers, result, started, ended)
+    console.print(f"report: {report}")
+    if not result.ok:
+        for problem in result.problems:
+            console.print(f"[red]verification failed:[/red] {problem}")
+        return 1
+    console.print(
+        f"[green]verified:[/green] {result.input_events:,} events, each exactly once; "
+        "the summary is the sum of the shards"
+    )
+    return 0
+
+
+def progress_line(cluster: EtlCluster, started: float, waiting_for: str) -> str:
+    processed = sum(b["events"] for b in cluster.batches())
+    alive = ", ".join(sorted(n for n, d in cluster.daemons.items() if d.alive()))
+    return (
+        f"[dim]{time.time() - started:6.1f} s[/dim]  waiting for {waiting_for}: "
+        f"{processed:,} events processed; daemons {alive}"
+    )
+
+
+def owner_of_most(cluster: EtlCluster) -> str:
+    counts: dict[str, int] = {}
+    for member, *_ in cluster.owners().values():
+        counts[member] = counts.get(member, 0) + 1
+    return max(sorted(counts), key=lambda m: counts[m])
+
+
+def show_owners(cluster: EtlCluster, started: float) -> None:
+    owners = cluster.owners()
+    publisher = cluster.owners("etl.publisher").get("publisher")
+    text = ", ".join(f"{k}: {m} (token {t})" for k, (m, t, _) in sorted(owners.items()))
+    if publisher:
+        text += f"; publisher: {publisher[0]} (token {publisher[1]})"
+    processed = sum(b["events"] for b in cluster.batches())
+    step(started, f"owners: {text}; {processed:,} events processed")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""The demo's report: figures from the ownership logs and outputs, and an HTML page.
+
+Everything here is read back from what the run left on disk (ownership event
+logs, daemon logs, output batches) plus the marks of what the demo did (starts,
+kills, stops), so the report shows what happened, not what was planned.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from examples.sharded_etl.cluster import EtlCluster, Mark
+from examples.sharded_etl.verify import Verification
+from workgroup.runtime.events import unowned_seconds
+
+SHARD_GROUP = "etl.shard"
+PUBLISHER_GROUP = "etl.publisher"
+
+
+@dataclass
+class Figures:
+    rebalances: int
+    unowned_s: float
+    unowned_per_rebalance_s: float
+    shards_moved: int
+    publisher_handovers: int
+    records: int
+    records_per_s: float
+    duration_s: float
+
+
+def with_kills(events: list[dict[str, Any]], marks: list[Mark]) -> list[dict[str, Any]]:
+    """The events, plus a ``lost`` at each SIGKILL for every lease the killed process held
+    (its own log cannot say it lost them: the kill is when ownership ended)."""
+    merged = list(events)
+    for mark in (m for m in marks if m.what == "kill"):
+        held: dict[tuple[str, str], dict[str, Any]] = {}
+        for e in events:
+            if e["time"] > mark.time:
+                break
+            key = (e["group"], str(e["key"]))
+            if e.get("pid") == mark.pid and e["event"] == "acquired":
+                held[key] = e
+            elif e.get("pid") == mark.pid or (e["event"] == "acquired" and key in held):
+                held.pop(key, None)
+        merged += [{**e, "event": "lost", "time": mark.time} for e in held.values()]
+    return sorted(merged, key=lambda e: e["time"])
+
+
+def figures(cluster: EtlCluster, started: float, ended: float) -> Figures:
+    events = with_kills(cluster.events(), cluster.marks)
+    generations = {
+        (e["group"], e.get("generation")) for e in cluster.daemon_log_events("member.joined")
+    }
+    rebalances = sum(1 for group, _ in generations if group == SHARD_GROUP)
+    unowned = unowned_seconds([e for e in events if e["group"] == SHARD_GROUP], until=ended)
+    moved = 0
+    last_member: dict[str, str] = {}
+    handovers = -1
+    for e in events:
+        if e["event"] != "acquired":
+            continue
+        if e["group"] == SHARD_GROUP:
+            key = str(e["key"])
+            if key in last_member and last_member[key] != e["member"]:
+                moved += 1
+            last_member[key] = e["member"]
+        elif e["group"] == PUBLISHER_GROUP:
+            handovers += 1
+    batches = cluster.batches()
+    records = sum(b["events"] for b in batches)
+    busy = (batches[-1]["time"] - batches[0]["time"]) if len(batches) > 1 else 0.0
+    total_unowned = sum(unowned.values())
+    return Figures(
+        rebalances=rebalances,
+        unowned_s=total_unowned,
+        unowned_per_rebalance_s=total_unowned / max(rebalances - 1, 1),
+        shards_moved=moved,
+        publisher_handovers=max(handovers, 0),
+        records=records,
+        records_per_s=records / busy if busy else 0.0,
+        duration_s=ended - started,
+    )
+
+
+def ownership_intervals(
+    events: list[dict[str, Any]], group: str, ended: float
+) -> dict[str, list[tuple[float, float, str]]]:
+    """``key -> [(start, end, member)]`` of each lease, from the merged events."""
+    open_: dict[tuple[str, int], tuple[float, str]] = {}
+    spans: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    for e in events:
+        if e["group"] != group:
+            continue
+        key = str(e["key"])
+        lease = (key, e["token"])
+        if e["event"] == "acquired":
+            for (other_key, token), (start, member) in list(open_.items()):
+                if other_key == key and token < e["token"]:  # superseded
+                    spans[key].append((start, e["time"], member))
+                    del open_[(other_key, token)]
+            open_[lease] = (e["time"], e["member"])
+        elif lease in open_:
+            start, member = open_.pop(lease)
+            spans[key].append((start, e["time"], member))
+    for (key, _), (start, member) in open_.items():
+        spans[key].append((start, ended, member))
+    return spans
+
+
+def chart_png(cluster: EtlCluster, started: float, ended: float) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    events = with_kills(cluster.events(), cluster.marks)
+    shards = ownership_intervals(events, SHARD_GROUP, ended)
+    publisher = ownership_intervals(events, PUBLISHER_GROUP, ended)
+    rows = [*sorted(shards), *(["publisher"] if publisher else [])]
+    members = sorted({m for spans in [*shards.values(), *publisher.values()] for *_, m in spans})
+    colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(members)}
+
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(12, 7.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.4]}
+    )
+    labels = []
+    for row, key in enumerate(rows):
+        spans = shards[key] if key in shards else publisher["publisher"]
+        for start, end, member in spans:
+            top.barh(row, end - start, left=start - started, color=colours[member], height=0.6)
+        labels.append(key)
+    top.set_yticks(range(len(labels)), labels)
+    top.invert_yaxis()
+    for mark in cluster.marks:
+        style = {"kill": ("red", "-"), "stop": ("orange", "--"), "start": ("green", ":")}.get(
+            mark.what, ("grey", ":")
+        )
+        for axis in (top, bottom):
+            axis.axvline(mark.time - started, color=style[0], linestyle=style[1], linewidth=1)
+        top.annotate(
+            f"{mark.what} {mark.daemon}",
+            (mark.time - started, -0.7),
+            rotation=90,
+            fontsize=7,
+            va="bottom",
+            color=style[0],
+            annotation_clip=False,
+        )
+    joins = sorted(
+        {e["timestamp"] for e in cluster.daemon_log_events("member.joined")
+         if e.get("group") == SHARD_GROUP}
+    )  # fmt: skip
+    for stamp in joins:
+        from datetime import datetime
+
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() - started
+        top.plot(moment, len(labels) - 0.4, marker="v", color="black", markersize=5)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[m]) for m in members]
+    top.legend(handles, members, loc="upper right", fontsize=8, ncols=len(members))
+    fig.suptitle("Who owned each shard (bars); kills (red), stops (orange), starts (green), "
+                 "rebalances (triangles)", fontsize=10)  # fmt: skip
+
+    bins: dict[int, int] = defaultdict(int)
+    for batch in cluster.batches():
+        bins[int((batch["time"] - started) // 2)] += batch["events"]
+    if bins:
+        xs = list(range(0, max(bins) + 1))
+        bottom.bar([x * 2 for x in xs], [bins.get(x, 0) / 2 for x in xs], width=2, align="edge")
+    bottom.set_ylabel("records/s")
+    bottom.set_xlabel("seconds since the start of the demo")
+    bottom.set_xlim(0, ended - started)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def write_html(
+    path: Path,
+    cluster: EtlCluster,
+    figures_: Figures,
+    verification: Verification,
+    started: float,
+    ended: float,
+) -> None:
+    png = base64.b64encode(chart_png(cluster, started, ended)).decode()
+    rows = "".join(
+        f"<tr><td>{html.escape(name)}</td><td>{html.escape(value)}</td></tr>"
+        for name, value in table_rows(figures_, verification)
+    )
+    marks = "".join(
+        f"<li>{m.time - started:6.1f} s: {m.what} {html.escape(m.daemon)} (pid {m.pid})</li>"
+        for m in cluster.marks
+    )
+    status = "passed" if verification.ok else "FAILED: " + "; ".join(verification.problems)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"""<!doctype html><html><head><meta charset="utf-8"><title>workgroup demo</title>
+<style>body{{font-family:sans-serif;max-width:1250px;margin:2em auto}}
+td{{padding:2px 12px}} tr:nth-child(odd){{background:#f3f3f3}}</style></head><body>
+<h1>workgroup demo: sharded ETL on PySpark</h1>
+<p>Verification <b>{html.escape(status)}</b>.</p>
+<table>{rows}</table>
+<h2>Ownership and throughput</h2>
+<img alt="ownership timeline" src="data:image/png;base64,{png}" style="width:100%">
+<h2>What the demo did</h2><ul>{marks}</ul>
+</body></html>
+"""
+    )
+
+
+def table_rows(f: Figures, v: Verification) -> list[tuple[str, str]]:
+    return [
+        ("rebalances (shard group generations)", str(f.rebalances)),
+        ("unowned shard-seconds, total", f"{f.unowned_s:.1f}"),
+        ("unowned shard-seconds per rebalance", f"{f.unowned_per_rebalance_s:.2f}"),
+        ("shards moved", str(f.shards_moved)),
+        ("publisher handovers", str(f.publisher_handovers)),
+        ("records processed", f"{f.records:,}"),
+        ("records/s while processing", f"{f.records_per_s:,.0f}"),
+        ("input records", f"{v.input_events:,}"),
+        ("duplicates / missing", f"{v.duplicates} / {v.missing}"),
+        ("summary = sum of shards", "yes" if v.ok else "no"),
+        ("micro-batches", str(v.batches)),
+        ("wall time", f"{f.duration_s:.0f} s"),
+    ]

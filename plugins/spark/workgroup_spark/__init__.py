@@ -1,0 +1,138 @@
+"""workgroup's Spark plugin: one Structured Streaming query per owned shard.
+
+::
+
+    app = workgroup.App("etl")
+    spark = app.use("spark", checkpoint_root="/data/checkpoints")
+
+    @app.resources("shard")
+    def shards():
+        return [f"shard-{i}" for i in range(8)]
+
+    @spark.query("shard")
+    def build(session, lease):
+        events = session.readStream.schema(SCHEMA).json(f"/data/in/{lease.key}")
+        return events.writeStream.foreachBatch(fenced(lease, write))
+
+See :mod:`workgroup_spark.query` for the rules of a shard's query and
+``docs/spark.md`` for exactly-once across moves.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from workgroup.runtime.app import App, Isolation
+from workgroup_spark.java import JavaMissingError, check_java
+from workgroup_spark.progress import BatchProgress, SparkMetrics
+from workgroup_spark.query import Build, ShardQuery, SparkQueryFailed, checkpoint_location
+from workgroup_spark.session import SessionHolder, SessionOptions
+from workgroup_spark.sinks import fenced, write_batch_parquet
+
+B = TypeVar("B", bound=Build)
+
+#: The checkpoint root when none is given: a local directory.
+DEFAULT_CHECKPOINT_ROOT = "spark-checkpoints"
+
+
+class SparkQueries:
+    """The Spark plugin attached to an app (``app.use("spark", ...)``).
+
+    Args:
+        app: The app whose workers run the queries.
+        checkpoint_root: Where each shard's checkpoint lives
+            (``<root>/<kind>/<key>``): a local path on one machine, any
+            Hadoop-compatible URI (``hdfs://``, ``s3a://``) when daemons run on
+            several.  ``WORKGROUP_SPARK_CHECKPOINT_ROOT`` overrides it.
+        master: Spark master URL (default ``local[*]``); ``WORKGROUP_SPARK_MASTER``
+            overrides it.
+        remote: Spark Connect URL (``sc://host:15002``) instead of a JVM in the
+            daemon; ``WORKGROUP_SPARK_REMOTE`` overrides it.
+        conf: Extra Spark settings for the session.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        checkpoint_root: str | None = None,
+        master: str | None = None,
+        remote: str | None = None,
+        conf: Mapping[str, str] | None = None,
+        poll_interval_s: float = 1.0,
+    ) -> None:
+        self.app = app
+        self._checkpoint_root = checkpoint_root or DEFAULT_CHECKPOINT_ROOT
+        self.session = SessionHolder(
+            SessionOptions.from_environment(f"workgroup-{app.name}", master, remote, conf)
+        )
+        self.metrics = SparkMetrics()
+        self.poll_interval_s = poll_interval_s
+        for collector in self.metrics.collectors():
+            app.add_collector(collector)
+        app.add_cleanup(self.session.stop)
+
+    @property
+    def checkpoint_root(self) -> str:
+        return os.environ.get("WORKGROUP_SPARK_CHECKPOINT_ROOT") or self._checkpoint_root
+
+    def query(
+        self,
+        kind: str,
+        *,
+        assignor: str = "cooperative-sticky",
+        grace_ms: int | None = None,
+        restart_backoff_ms: int = 1_000,
+        max_restart_backoff_ms: int = 30_000,
+        reassign_delay_ms: int = 0,
+    ) -> Callable[[B], B]:
+        """Run ``build(spark, lease)``'s streaming query for each owned resource of
+        ``kind`` (options as for :meth:`workgroup.App.worker`)."""
+        isolation: Isolation = None  # the query runs in the daemon's JVM
+
+        def register(build: B) -> B:
+            handler = ShardQuery(
+                app_name=self.app.name,
+                build=build,
+                session=self.session,
+                checkpoint_root=lambda: self.checkpoint_root,
+                metrics=self.metrics,
+                poll_interval_s=self.poll_interval_s,
+            )
+            self.app.worker(
+                kind,
+                assignor=assignor,
+                grace_ms=grace_ms,
+                restart_backoff_ms=restart_backoff_ms,
+                max_restart_backoff_ms=max_restart_backoff_ms,
+                isolation=isolation,
+                reassign_delay_ms=reassign_delay_ms,
+            )(handler)
+            return build
+
+        return register
+
+    def get_session(self) -> Any:
+        """The daemon's SparkSession (made on first use; blocking)."""
+        return self.session.get()
+
+
+def attach(app: App, **options: Any) -> SparkQueries:
+    """The ``workgroup.plugins`` entry point: ``app.use("spark", **options)``."""
+    return SparkQueries(app, **options)
+
+
+__all__ = [
+    "DEFAULT_CHECKPOINT_ROOT",
+    "BatchProgress",
+    "JavaMissingError",
+    "SparkQueries",
+    "SparkQueryFailed",
+    "attach",
+    "check_java",
+    "checkpoint_location",
+    "fenced",
+    "write_batch_parquet",
+]

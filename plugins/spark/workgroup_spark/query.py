@@ -1,0 +1,199 @@
+"""One Structured Streaming query per owned shard.
+
+Rules:
+
+1. ``build(spark, lease)`` returns a ``DataStreamWriter`` that has not been
+   started.  The plugin names the query ``<app>.<kind>.<key>`` and sets its
+   checkpoint location to ``<checkpoint_root>/<kind>/<key>``: every owner of
+   the shard uses the same checkpoint, so a moved shard resumes where its
+   previous owner stopped.
+2. The query starts once the lease is taken (its token committed).
+3. Revoked (the shard moves, or the daemon stops): the micro-batch in flight
+   may finish, up to the lease's grace period; then the query is stopped and
+   the handler returns, which lets the new owner start.
+4. Lost or fenced (the session is gone, someone else may own the shard): the
+   query is stopped at once, without waiting for the batch.
+5. A query that fails raises :class:`SparkQueryFailed` from the handler:
+   the runtime logs it, counts it and starts it again with back-off while the
+   lease is held.  A query that ends by itself (``availableNow``) ends the handler.
+6. Every completed batch is a log event (``spark.batch``) and metrics
+   (:mod:`workgroup_spark.progress`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from workgroup.errors import WorkgroupError
+from workgroup.log import get_logger
+from workgroup.runtime.lease import Lease
+from workgroup_spark.progress import BatchProgress, SparkMetrics
+from workgroup_spark.session import SessionHolder
+
+log = get_logger("workgroup.spark.query")  # under workgroup's root logger
+
+#: ``build(spark, lease) -> DataStreamWriter`` (not started).
+Build = Callable[[Any, Lease], Any]
+#: How often a running query's status and progress are read.
+POLL_INTERVAL_S = 1.0
+#: Kept from the grace period for ``query.stop()`` itself.
+STOP_MARGIN_S = 1.0
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]")
+
+
+class SparkQueryFailed(WorkgroupError):
+    """The shard's streaming query failed; the runtime restarts it with back-off."""
+
+    retriable = True
+
+
+def checkpoint_location(root: str, kind: str, key: object) -> str:
+    """``<root>/<kind>/<key>``, with characters a path should not hold replaced."""
+    return f"{root.rstrip('/')}/{_UNSAFE.sub('_', kind)}/{_UNSAFE.sub('_', str(key))}"
+
+
+class ShardQuery:
+    """The handler the plugin registers for a kind: runs ``build``'s query for a lease."""
+
+    def __init__(
+        self,
+        *,
+        app_name: str,
+        build: Build,
+        session: SessionHolder,
+        checkpoint_root: Callable[[], str],
+        metrics: SparkMetrics,
+        poll_interval_s: float = POLL_INTERVAL_S,
+    ) -> None:
+        self.app_name = app_name
+        self.build = build
+        self.session = session
+        self.checkpoint_root = checkpoint_root
+        self.metrics = metrics
+        self.poll_interval_s = poll_interval_s
+        self.__name__ = getattr(build, "__name__", "spark_query")
+
+    async def __call__(self, lease: Lease) -> None:
+        labels = (lease.group_id, lease.kind, str(lease.key))
+        name = f"{self.app_name}.{lease.kind}.{lease.key}"
+        checkpoint = checkpoint_location(self.checkpoint_root(), lease.kind, lease.key)
+        spark = await asyncio.to_thread(self.session.get)
+        if lease.revoked:
+            return
+        writer = await asyncio.to_thread(self.build, spark, lease)
+        if not hasattr(writer, "start") or not hasattr(writer, "option"):
+            raise WorkgroupError(
+                f"{self.__name__}() must return a DataStreamWriter "
+                f"(df.writeStream...), not {type(writer).__name__}"
+            )
+        writer = writer.queryName(name).option("checkpointLocation", checkpoint)
+        query = await _start(writer)
+        self.metrics.active.labels(*labels).set(1)
+        log.info(
+            "spark.query_started",
+            query=name,
+            token=lease.token,
+            checkpoint=checkpoint,
+            id=str(query.id),
+        )
+        last_batch = -1
+        try:
+            while not lease.revoked:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(lease.wait_revoked(), self.poll_interval_s)
+                if lease.revoked:
+                    break
+                last_batch = await asyncio.to_thread(self._report, query, labels, last_batch)
+                if not query.isActive:
+                    failure = query.exception()
+                    if failure is not None:
+                        self.metrics.failures.labels(*labels).inc()
+                        raise SparkQueryFailed(f"query {name} failed: {_first_line(failure)}")
+                    log.info("spark.query_ended", query=name, token=lease.token)
+                    return
+            if lease.lost:
+                await asyncio.to_thread(_stop, query)
+                how = "at once"
+            else:
+                grace = lease.grace_left_s or 0.0
+                await asyncio.to_thread(_stop_after_batch, query, grace - STOP_MARGIN_S)
+                how = "after its batch"
+            await asyncio.to_thread(self._report, query, labels, last_batch)
+            log.info(
+                "spark.query_stopped", query=name, token=lease.token, why=lease.end_reason, how=how
+            )
+        except asyncio.CancelledError:
+            # The grace period is over, or the lease was lost: stop without waiting here.
+            _stop_in_background(query)
+            raise
+        finally:
+            self.metrics.active.labels(*labels).set(0)
+
+    def _report(self, query: Any, labels: tuple[str, str, str], last_batch: int) -> int:
+        """Metrics and a log event for each batch completed since ``last_batch``."""
+        for report in query.recentProgress:
+            progress = BatchProgress.parse(report)
+            if progress.batch_id <= last_batch:
+                continue
+            last_batch = progress.batch_id
+            self.metrics.batch(labels, progress)
+            if progress.input_rows or progress.batch_id == 0:
+                log.info(
+                    "spark.batch",
+                    query=query.name,
+                    batch=progress.batch_id,
+                    rows=progress.input_rows,
+                    rows_per_s=round(progress.processed_rows_per_s, 1),
+                    duration_ms=round(progress.duration_s * 1000),
+                    watermark=progress.watermark,
+                )
+        return last_batch
+
+
+async def _start(writer: Any) -> Any:
+    """Start the query in a thread; if cancelled meanwhile, stop it once it exists."""
+    future = asyncio.get_running_loop().run_in_executor(None, writer.start)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+
+        def stop_when_started(done: asyncio.Future[Any]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                _stop_in_background(done.result())
+
+        future.add_done_callback(stop_when_started)
+        raise
+
+
+def _stop(query: Any) -> None:
+    with contextlib.suppress(Exception):  # stopping a failed query may raise its error
+        query.stop()
+
+
+def _stop_after_batch(query: Any, wait_s: float) -> None:
+    """Let the batch in flight finish (up to ``wait_s``), then stop the query."""
+    deadline = time.monotonic() + max(wait_s, 0.0)
+    while time.monotonic() < deadline:
+        try:
+            if not query.isActive or not query.status["isTriggerActive"]:
+                break
+        except Exception:
+            break
+        time.sleep(0.05)
+    _stop(query)
+
+
+def _stop_in_background(query: Any) -> None:
+    threading.Thread(target=_stop, args=(query,), name="workgroup-spark-stop", daemon=True).start()
+
+
+def _first_line(failure: Any) -> str:
+    text = str(getattr(failure, "desc", None) or failure)
+    return text.strip().splitlines()[0] if text.strip() else type(failure).__name__

@@ -1,0 +1,127 @@
+"""One SparkSession per daemon: a JVM shared by all the shards the process owns.
+
+Where Spark runs, in order of precedence:
+
+* ``WORKGROUP_SPARK_REMOTE`` / ``remote=``: a Spark Connect server (``sc://host:port``);
+* ``WORKGROUP_SPARK_MASTER`` / ``master=``: a cluster manager URL (``spark://host:7077``,
+  ``yarn``, ``k8s://...``);
+* otherwise ``local[*]``: every core of this machine.
+
+Starting the JVM takes seconds (10-20 s on two cores), so the session is made
+once, lazily, by the first shard that needs it, and stopped when the app stops.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from workgroup.log import get_logger
+from workgroup_spark.java import check_java
+
+log = get_logger("workgroup.spark.session")  # under workgroup's root logger
+
+#: Settings that suit many small per-shard queries in one JVM: few shuffle
+#: partitions (the default 200 costs a task each per micro-batch), no web UI.
+DEFAULT_CONF: Mapping[str, str] = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.log.level": "WARN",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOptions:
+    """How to make the daemon's SparkSession."""
+
+    app_name: str
+    master: str | None = None
+    remote: str | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_environment(
+        cls,
+        app_name: str,
+        master: str | None,
+        remote: str | None,
+        conf: Mapping[str, str] | None,
+    ) -> SessionOptions:
+        """Options with ``WORKGROUP_SPARK_MASTER`` / ``_REMOTE`` applied (they win)."""
+        env_remote = os.environ.get("WORKGROUP_SPARK_REMOTE") or None
+        env_master = os.environ.get("WORKGROUP_SPARK_MASTER") or None
+        if env_remote or env_master:
+            remote, master = env_remote, env_master
+        merged = dict(DEFAULT_CONF)
+        merged.update(conf or {})
+        return cls(app_name, master, remote, merged)
+
+    def describe(self) -> str:
+        return f"remote {self.remote}" if self.remote else f"master {self.master or 'local[*]'}"
+
+
+class SessionHolder:
+    """Makes the SparkSession once (thread-safe) and stops it at the end."""
+
+    def __init__(self, options: SessionOptions) -> None:
+        self.options = options
+        self._lock = threading.Lock()
+        self._session: Any = None
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    def get(self) -> Any:
+        """The session, made on first use (blocking: call it from a thread)."""
+        with self._lock:
+            if self._session is None:
+                self._session = self._make()
+            return self._session
+
+    def _make(self) -> Any:
+        from pyspark.sql import SparkSession
+
+        options = self.options
+        # The JVM binds where SPARK_LOCAL_IP says; without it, to the host name's
+        # address, which need not be where the driver is reachable (loopback tests).
+        if options.master in (None, "") or str(options.master).startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = SparkSession.builder.appName(options.app_name)
+        if options.remote:
+            builder = builder.remote(options.remote)
+        else:
+            check_java()
+            builder = builder.master(options.master or "local[*]")
+        for key, value in options.conf.items():
+            if options.remote and not key.startswith("spark.sql."):
+                continue  # a Connect client sets only session (SQL) settings
+            builder = builder.config(key, value)
+        log.info("spark.session_starting", app=options.app_name, where=options.describe())
+        session = builder.getOrCreate()
+        log.info(
+            "spark.session_started",
+            app=options.app_name,
+            where=options.describe(),
+            version=session.version,
+        )
+        return session
+
+    def stop(self) -> None:
+        """Stop the session's queries and the session (its JVM exits with the process)."""
+        with self._lock:
+            session, self._session = self._session, None
+        if session is None:
+            return
+        for query in list(session.streams.active):
+            try:
+                query.stop()
+            except Exception as exc:  # stopping everything: one failure must not block the rest
+                log.warning("spark.query_stop_failed", name=query.name, error=str(exc))
+        session.stop()
+        log.info("spark.session_stopped", app=self.options.app_name)
