@@ -26,11 +26,14 @@ from typing import Any
 import workgroup
 from examples.sharded_etl import layout
 from examples.sharded_etl.summary import publish_summary
+from examples.sharded_etl.transform import batch_table
 from workgroup_spark import fenced, write_batch_parquet
 
 DATA = layout.data_dir()
 SHARDS = layout.shard_count()
 PUBLISH_EVERY_S = float(os.environ.get("ETL_PUBLISH_EVERY_S", "3"))
+TRIGGER_MS = int(os.environ.get("ETL_TRIGGER_MS", "1000"))  # 0: batches back to back
+FILES_PER_BATCH = int(os.environ.get("ETL_FILES_PER_BATCH", "50"))
 
 app = workgroup.App("etl", session_timeout_ms=int(os.environ.get("ETL_SESSION_MS", "6000")),
                     grace_ms=10_000)  # fmt: skip
@@ -49,48 +52,22 @@ def shards() -> list[str]:
 @spark.query("shard", restart_backoff_ms=2_000)
 def aggregate_shard(session: Any, lease: workgroup.Lease) -> Any:
     """One shard's streaming query: events in, per-customer totals per batch out."""
-    from pyspark.sql import functions as F
-
     source = layout.input_dir(DATA, str(lease.key))
     source.mkdir(parents=True, exist_ok=True)
     output = layout.output_dir(DATA, str(lease.key))
     events = (
         session.readStream.schema(layout.EVENT_SCHEMA)
-        .option("maxFilesPerTrigger", 50)
+        .option("maxFilesPerTrigger", FILES_PER_BATCH)
         .json(str(source))
     )
 
     def write(batch: Any, batch_id: int) -> None:
-        import pyarrow as pa
-
-        rows = (
-            batch.groupBy("customer")
-            .agg(
-                F.count("*").alias("events"),
-                F.sum("amount_cents").alias("amount_cents"),
-                F.collect_list("id").alias("ids"),
-            )
-            .collect()
-        )
-        table = pa.Table.from_pylist(
-            [
-                {
-                    "shard": str(lease.key),
-                    "customer": row["customer"],
-                    "events": row["events"],
-                    "amount_cents": row["amount_cents"],
-                    "ids": sorted(row["ids"]),
-                    "batch": batch_id,
-                    "token": lease.token,
-                    "written_at": time.time(),
-                }
-                for row in rows
-            ],
-            schema=layout.OUTPUT_SCHEMA,
-        )
+        table = batch_table(batch, batch_id, lease.token)
         write_batch_parquet(table, str(output), batch_id)
 
-    return events.writeStream.foreachBatch(fenced(lease, write)).trigger(processingTime="1 second")
+    return events.writeStream.foreachBatch(fenced(lease, write)).trigger(
+        processingTime=f"{TRIGGER_MS} milliseconds"
+    )
 
 
 @app.leader("publisher")

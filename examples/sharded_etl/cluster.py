@@ -33,6 +33,8 @@ class Daemon:
     process: subprocess.Popen[bytes]
     log: Path
     started_at: float
+    #: Stopped or killed on purpose (its exit is not a crash).
+    expected_exit: bool = False
 
     @property
     def pid(self) -> int:
@@ -114,6 +116,8 @@ class EtlCluster:
 
     def signal(self, name: str, sig: signal.Signals, what: str) -> Daemon:
         daemon = self.daemons[name]
+        if what in ("kill", "stop"):
+            daemon.expected_exit = True
         self.marks.append(Mark(time.time(), what, name, daemon.pid))
         with contextlib.suppress(ProcessLookupError):
             os.killpg(daemon.pid, sig)
@@ -213,6 +217,10 @@ class EtlCluster:
     ) -> Any:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            crashed = [d for d in self.daemons.values() if not d.alive() and not d.expected_exit]
+            if crashed:
+                deadline = 0.0  # a daemon exited by itself: say so now, with its log
+                break
             result = condition()
             if result:
                 return result
@@ -224,6 +232,9 @@ class EtlCluster:
             for d in self.history
             if d.log.exists()
         )
+        if crashed:
+            names = ", ".join(f"{d.name} (exit {d.process.returncode})" for d in crashed)
+            raise TimeoutError(f"daemon(s) {names} exited while waiting for {what}\n{tails}")
         raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{tails}")
 
     def committing(self, shard: str, after: float, token: int | None = None) -> bool:

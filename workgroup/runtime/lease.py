@@ -10,11 +10,16 @@ Rules:
 2. The token is the lease slot's committed offset plus one (see
    :mod:`workgroup.runtime.slots`), committed under the member's generation and
    member id before the handler starts: every change of hands increases it.
-3. ``commit`` checks the lease locally first (a revoked lease never sends), then
+3. ``commit`` checks the lease locally first, then
    lets the coordinator check the member: UNKNOWN_MEMBER_ID and
    FENCED_INSTANCE_ID fence the lease for good; ILLEGAL_GENERATION and
    REBALANCE_IN_PROGRESS mean a rebalance is under way, and the commit is tried
    again (with back-off) while the lease is held, up to ``commit_timeout_s``.
+4. A *revoked* lease may still commit during its grace period, so that the
+   step in flight can record where it ended (as a Kafka consumer commits in
+   ``onPartitionsRevoked``): the resource moves only once the handler has
+   returned, and the coordinator still checks the member.  A lost or fenced
+   lease never sends.
 """
 
 from __future__ import annotations
@@ -147,6 +152,28 @@ class Lease:
         """Return once the lease ended."""
         await self._ended.wait()
 
+    @property
+    def can_commit(self) -> bool:
+        """Held, or revoked and still within its grace period (rule 4)."""
+        if self.held:
+            return True
+        return (
+            self._why_ended == "revoked"
+            and self.token > 0
+            and self._stop_by is not None
+            and time.monotonic() < self._stop_by
+        )
+
+    def assert_can_commit(self) -> None:
+        """Raise :class:`LeaseLostError` unless :attr:`can_commit`."""
+        if not self.can_commit:
+            if self._why_ended != "revoked" or self.token <= 0:
+                self.assert_held()
+            raise LeaseLostError(
+                f"lease {self.kind}/{self.key} (token {self.token}) was revoked and its "
+                "grace period is over"
+            )
+
     def assert_held(self) -> None:
         """Raise :class:`LeaseLostError` if the lease ended."""
         if not self.held:
@@ -201,10 +228,10 @@ class Lease:
             raise WorkgroupError(
                 f"lease {self.kind}/{self.key} is a standby: only the active holder commits"
             )
-        self.assert_held()
-        async for attempt in self._retrying():
+        self.assert_can_commit()
+        async for attempt in self._retrying(until_grace_ends=True):
             with attempt:
-                self.assert_held()
+                self.assert_can_commit()
                 await self._commit_checked(self.token, value)
 
     async def checkpoint(self) -> str | None:
@@ -285,9 +312,10 @@ class Lease:
             )
         raise CoordinatorError(error, f"committing lease {self.kind}/{self.key}: {error.name}")
 
-    def _retrying(self) -> AsyncRetrying:
+    def _retrying(self, *, until_grace_ends: bool = False) -> AsyncRetrying:
         def retriable(exc: BaseException) -> bool:
-            if isinstance(exc, LeaseLostError) or self._ended.is_set():
+            usable = self.can_commit if until_grace_ends else not self._ended.is_set()
+            if isinstance(exc, LeaseLostError) or not usable:
                 return False
             if isinstance(exc, CoordinatorError) and exc.code in REBALANCING_ERRORS:
                 return True

@@ -74,25 +74,41 @@ class SparkMetrics:
     """The plugin's metrics, registered with every runner of the app."""
 
     def __init__(self) -> None:
-        self.batches = Counter("workgroup_spark_batches", "Micro-batches completed", LABELS)
-        self.input_rows = Counter("workgroup_spark_input_rows", "Rows read", LABELS)
+        self.batches = Counter(
+            "workgroup_spark_batches", "Micro-batches completed", LABELS, registry=None
+        )
+        self.input_rows = Counter("workgroup_spark_input_rows", "Rows read", LABELS, registry=None)
         self.input_rate = Gauge(
-            "workgroup_spark_input_rows_per_second", "Arrival rate in the last batch", LABELS
+            "workgroup_spark_input_rows_per_second",
+            "Arrival rate in the last batch",
+            LABELS,
+            registry=None,
         )
         self.processed_rate = Gauge(
-            "workgroup_spark_processed_rows_per_second", "Processing rate, last batch", LABELS
+            "workgroup_spark_processed_rows_per_second",
+            "Processing rate, last batch",
+            LABELS,
+            registry=None,
         )
         self.duration = Histogram(
             "workgroup_spark_batch_duration_seconds",
             "Trigger execution time of each batch",
             LABELS,
             buckets=DURATION_BUCKETS,
+            registry=None,  # served through the app's registry, not the global one
         )
         self.watermark = Gauge(
-            "workgroup_spark_watermark_timestamp_seconds", "Event-time watermark", LABELS
+            "workgroup_spark_watermark_timestamp_seconds",
+            "Event-time watermark",
+            LABELS,
+            registry=None,
         )
-        self.active = Gauge("workgroup_spark_query_active", "1 while the query runs", LABELS)
-        self.failures = Counter("workgroup_spark_query_failures", "Queries that failed", LABELS)
+        self.active = Gauge(
+            "workgroup_spark_query_active", "1 while the query runs", LABELS, registry=None
+        )
+        self.failures = Counter(
+            "workgroup_spark_query_failures", "Queries that failed", LABELS, registry=None
+        )
 
     def collectors(self) -> list[Any]:
         return [

@@ -132,6 +132,10 @@ class ShardQuery:
         except asyncio.CancelledError:
             # The grace period is over, or the lease was lost: stop without waiting here.
             _stop_in_background(query)
+            log.info(
+                "spark.query_stopped", query=name, token=lease.token, why=lease.end_reason,
+                how="at once",
+            )  # fmt: skip
             raise
         finally:
             self.metrics.active.labels(*labels).set(0)

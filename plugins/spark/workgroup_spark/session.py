@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from workgroup.errors import ConfigError
 from workgroup.log import get_logger
 from workgroup_spark.java import check_java
 
@@ -52,17 +53,32 @@ class SessionOptions:
         remote: str | None,
         conf: Mapping[str, str] | None,
     ) -> SessionOptions:
-        """Options with ``WORKGROUP_SPARK_MASTER`` / ``_REMOTE`` applied (they win)."""
+        """Options with ``WORKGROUP_SPARK_MASTER`` / ``_REMOTE`` / ``_CONF`` applied
+        (they win; ``_CONF`` is ``key=value,key=value``)."""
         env_remote = os.environ.get("WORKGROUP_SPARK_REMOTE") or None
         env_master = os.environ.get("WORKGROUP_SPARK_MASTER") or None
         if env_remote or env_master:
             remote, master = env_remote, env_master
         merged = dict(DEFAULT_CONF)
         merged.update(conf or {})
+        merged.update(parse_conf(os.environ.get("WORKGROUP_SPARK_CONF", "")))
         return cls(app_name, master, remote, merged)
 
     def describe(self) -> str:
         return f"remote {self.remote}" if self.remote else f"master {self.master or 'local[*]'}"
+
+
+def parse_conf(text: str) -> dict[str, str]:
+    """``"a=1,b=2"`` -> ``{"a": "1", "b": "2"}`` (:class:`ConfigError` if malformed)."""
+    conf: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(
+                f"WORKGROUP_SPARK_CONF: {item!r} is not key=value (e.g. spark.cores.max=1)"
+            )
+        conf[key.strip()] = value.strip()
+    return conf
 
 
 class SessionHolder:

@@ -69,6 +69,35 @@ async def test_an_ended_lease_never_sends() -> None:
     assert held.revoked
 
 
+async def test_a_revoked_lease_commits_during_its_grace_period_only() -> None:
+    store = FakeStore()
+    held = lease(store)
+    await held.acquire()
+    held.end("revoked", grace_s=30.0)
+    assert held.revoked
+    assert held.can_commit
+    assert held.grace_left_s is not None
+    assert 29 < held.grace_left_s <= 30
+    await held.commit("last step")  # the step in flight records where it ended
+    assert store.offsets[SLOT] == Committed(1, "last step")
+    held._stop_by = 0.0  # the grace period is over
+    with pytest.raises(LeaseLostError, match="grace period is over"):
+        await held.commit("too late")
+    assert store.offsets[SLOT] == Committed(1, "last step")
+
+
+async def test_a_lost_lease_never_commits_even_with_grace() -> None:
+    store = FakeStore()
+    held = lease(store)
+    await held.acquire()
+    held.end("lost", grace_s=30.0)
+    assert held.lost
+    assert not held.can_commit
+    with pytest.raises(LeaseLostError, match="lost"):
+        await held.commit("zombie")
+    assert store.offsets[SLOT] == Committed(1, "")
+
+
 @pytest.mark.parametrize(
     "code",
     [ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID, ErrorCode.GROUP_ID_NOT_FOUND],

@@ -1,0 +1,350 @@
+"""The Spark plugin without a JVM: its entry point, options, sinks and the shard
+query's life (start, progress, graceful and immediate stops, failures) against
+fakes of Spark's query objects."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import workgroup
+from tests.unit.runtime.test_lease import FakeStore
+from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
+from workgroup.plugins import installed
+from workgroup.runtime.errors import LeaseLostError
+from workgroup.runtime.lease import Lease, Slot
+from workgroup_spark import (
+    BatchProgress,
+    JavaMissingError,
+    SparkQueries,
+    SparkQueryFailed,
+    check_java,
+    checkpoint_location,
+    fenced,
+    write_batch_parquet,
+)
+from workgroup_spark.progress import SparkMetrics
+from workgroup_spark.query import ShardQuery
+from workgroup_spark.session import SessionOptions
+
+# --- entry point and options ---------------------------------------------------------
+
+
+def test_the_plugin_is_found_through_its_entry_point() -> None:
+    assert "spark" in [p.name for p in installed()]
+    app = workgroup.App("etl")
+    spark = app.use("spark", checkpoint_root="/ckpt")
+    assert isinstance(spark, SparkQueries)
+    assert spark.checkpoint_root == "/ckpt"
+    assert app.collectors  # its metrics are served with the app's
+    assert spark.session.stop in app.cleanups
+
+
+def test_a_missing_plugin_is_a_clear_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"no workgroup plugin named 'nope'.*installed: .*spark"):
+        workgroup.App("etl").use("nope")
+
+
+def test_a_query_registers_a_worker_for_its_kind() -> None:
+    app = workgroup.App("etl")
+    spark = app.use("spark")
+
+    @app.resources("shard")
+    def shards() -> list[str]:
+        return ["a"]
+
+    @spark.query("shard", grace_ms=3_000)
+    def build(session: Any, lease: Lease) -> Any:
+        raise AssertionError("not called at registration")
+
+    assert app.workers["shard"].grace_ms == 3_000
+    assert isinstance(app.workers["shard"].handler, ShardQuery)
+    app.check()
+
+
+def test_checkpoint_locations_are_per_kind_and_key_under_any_uri() -> None:
+    assert checkpoint_location("/data/ckpt/", "shard", "s-1") == "/data/ckpt/shard/s-1"
+    assert checkpoint_location("s3a://b/ckpt", "shard", 7) == "s3a://b/ckpt/shard/7"
+    assert checkpoint_location("hdfs://nn/c", "shard", "a/b c") == "hdfs://nn/c/shard/a_b_c"
+
+
+def test_environment_chooses_where_spark_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORKGROUP_SPARK_MASTER", raising=False)
+    monkeypatch.delenv("WORKGROUP_SPARK_REMOTE", raising=False)
+    options = SessionOptions.from_environment("a", "spark://m:7077", None, {"k": "v"})
+    assert options.describe() == "master spark://m:7077"
+    assert options.conf["k"] == "v"
+    assert options.conf["spark.ui.enabled"] == "false"
+    monkeypatch.setenv("WORKGROUP_SPARK_REMOTE", "sc://127.0.0.1:15002")
+    options = SessionOptions.from_environment("a", "spark://m:7077", None, None)
+    assert options.describe() == "remote sc://127.0.0.1:15002"
+    monkeypatch.setenv("WORKGROUP_SPARK_CONF", "spark.cores.max=1, spark.executor.memory=512m")
+    options = SessionOptions.from_environment("a", None, None, {"spark.cores.max": "4"})
+    assert options.conf["spark.cores.max"] == "1"
+    assert options.conf["spark.executor.memory"] == "512m"
+    monkeypatch.setenv("WORKGROUP_SPARK_CONF", "spark.cores.max")
+    with pytest.raises(ConfigError, match="'spark.cores.max' is not key=value"):
+        SessionOptions.from_environment("a", None, None, None)
+    monkeypatch.delenv("WORKGROUP_SPARK_CONF")
+    monkeypatch.setenv("WORKGROUP_SPARK_CHECKPOINT_ROOT", "/elsewhere")
+    assert SparkQueries(workgroup.App("x")).checkpoint_root == "/elsewhere"
+
+
+def test_a_missing_java_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent/jdk")
+    with pytest.raises(JavaMissingError) as caught:
+        check_java()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "JAVA_HOME has no bin/java" in message
+    assert "openjdk-17" in message
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(JavaMissingError, match="no java on PATH"):
+        check_java()
+
+
+# --- progress ----------------------------------------------------------------------------
+
+REPORT = {
+    "id": "q",
+    "batchId": 7,
+    "numInputRows": 1200,
+    "inputRowsPerSecond": 400.0,
+    "processedRowsPerSecond": "NaN",
+    "durationMs": {"triggerExecution": 1500},
+    "eventTime": {"watermark": "2026-11-25T00:00:10.000Z"},
+    "timestamp": "2026-11-25T00:00:11.000Z",
+}
+
+
+def test_a_progress_report_becomes_a_batch() -> None:
+    progress = BatchProgress.parse(REPORT)
+    assert progress.batch_id == 7
+    assert progress.input_rows == 1200
+    assert progress.input_rows_per_s == 400.0
+    assert progress.processed_rows_per_s == 0.0  # Spark's NaN for an empty batch
+    assert progress.duration_s == 1.5
+    assert progress.watermark == pytest.approx(1795564810.0)
+    no_watermark = BatchProgress.parse(
+        {**REPORT, "eventTime": {"watermark": "1970-01-01T00:00:00.000Z"}}
+    )
+    assert no_watermark.watermark is None
+
+
+@given(
+    rows=st.one_of(st.none(), st.integers(0, 2**40)),
+    rate=st.one_of(st.none(), st.floats(allow_nan=True), st.text(max_size=5)),
+    duration=st.one_of(st.none(), st.integers(0, 10**9)),
+)
+def test_progress_parsing_takes_what_spark_may_send(rows: Any, rate: Any, duration: Any) -> None:
+    report = {"batchId": 1, "numInputRows": rows, "inputRowsPerSecond": rate,
+              "durationMs": {"triggerExecution": duration}}  # fmt: skip
+    progress = BatchProgress.parse(report)
+    assert progress.input_rows >= 0
+    assert not math.isnan(progress.input_rows_per_s)
+
+
+# --- sinks ------------------------------------------------------------------------------------
+
+
+def test_batch_files_are_written_atomically_and_a_replay_replaces_them(tmp_path: Path) -> None:
+    first = pa.table({"n": [1, 2]})
+    path = write_batch_parquet(first, str(tmp_path), 3)
+    assert path.endswith("batch-0000000003.parquet")
+    write_batch_parquet(pa.table({"n": [1, 2]}), str(tmp_path), 3)  # the replay of batch 3
+    assert sorted(os.listdir(tmp_path)) == ["batch-0000000003.parquet"]
+    assert pq.read_table(path).to_pylist() == [{"n": 1}, {"n": 2}]
+
+
+async def _held_lease(store: FakeStore) -> Lease:
+    lease = Lease("etl.shard", "shard", "s-0", slot=Slot("t", 0), store=store, commit_timeout_s=2)
+    await lease.acquire()
+    return lease
+
+
+async def test_fenced_commits_the_batch_before_writing_it() -> None:
+    store = FakeStore()
+    lease = await _held_lease(store)
+    written: list[int] = []
+
+    def write(batch: Any, batch_id: int) -> None:
+        # The batch's fence is committed before anything is written.
+        assert f'"spark_batch": {batch_id}' in (store.offsets[lease.slot].metadata or "")
+        written.append(batch_id)
+
+    writer = fenced(lease, write)
+    await asyncio.to_thread(writer, object(), 5)  # foreachBatch calls it from a JVM thread
+    assert written == [5]
+
+
+async def test_a_fenced_zombie_writes_nothing() -> None:
+    store = FakeStore()
+    lease = await _held_lease(store)
+    written: list[int] = []
+    writer = fenced(lease, lambda batch, batch_id: written.append(batch_id))
+    store.answers = [ErrorCode.UNKNOWN_MEMBER_ID]  # its session expired at the coordinator
+    with pytest.raises(LeaseLostError, match="fenced"):
+        await asyncio.to_thread(writer, object(), 6)
+    assert written == []
+    assert lease.lost
+
+
+# --- the shard query's life ----------------------------------------------------------------
+
+
+class FakeQuery:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.id = "query-id"
+        self.isActive = True
+        self.trigger_active = False
+        self.recentProgress: list[dict[str, Any]] = []
+        self.failure: Exception | None = None
+        self.stopped_at: float | None = None
+        self.stopped = threading.Event()
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return {"isTriggerActive": self.trigger_active}
+
+    def exception(self) -> Exception | None:
+        return self.failure
+
+    def stop(self) -> None:
+        self.isActive = False
+        self.stopped_at = time.monotonic()
+        self.stopped.set()
+
+
+class FakeWriter:
+    def __init__(self) -> None:
+        self.options: dict[str, str] = {}
+        self.name = ""
+        self.query: FakeQuery | None = None
+
+    def queryName(self, name: str) -> FakeWriter:
+        self.name = name
+        return self
+
+    def option(self, key: str, value: str) -> FakeWriter:
+        self.options[key] = value
+        return self
+
+    def start(self) -> FakeQuery:
+        self.query = FakeQuery(self.name)
+        return self.query
+
+
+class FakeSession:
+    def __init__(self) -> None:
+        self.made = 0
+
+    def get(self) -> str:
+        self.made += 1
+        return "spark-session"
+
+
+def shard_query(writer: Any, metrics: SparkMetrics | None = None) -> ShardQuery:
+    return ShardQuery(
+        app_name="etl",
+        build=lambda session, lease: writer,
+        session=FakeSession(),  # type: ignore[arg-type]
+        checkpoint_root=lambda: "/ckpt",
+        metrics=metrics or SparkMetrics(),
+        poll_interval_s=0.02,
+    )
+
+
+async def _until(condition: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_revoked_query_finishes_its_batch_then_stops() -> None:
+    lease = await _held_lease(FakeStore())
+    writer = FakeWriter()
+    metrics = SparkMetrics()
+    task = asyncio.create_task(shard_query(writer, metrics)(lease))
+    await _until(lambda: writer.query is not None)
+    query = writer.query
+    assert query is not None
+    assert query.name == "etl.shard.s-0"
+    assert writer.options["checkpointLocation"] == "/ckpt/shard/s-0"
+    query.recentProgress = [{**REPORT, "batchId": 0}, {**REPORT, "batchId": 1}]
+    labels = ("etl.shard", "shard", "s-0")
+    await _until(lambda: metrics.batches.labels(*labels)._value.get() == 2)
+    assert metrics.input_rows.labels(*labels)._value.get() == 2400
+    assert metrics.active.labels(*labels)._value.get() == 1
+
+    query.trigger_active = True  # a micro-batch in flight
+    lease.end("revoked", grace_s=5.0)
+    await asyncio.sleep(0.3)
+    assert query.stopped_at is None  # waits for the batch
+    query.trigger_active = False
+    await asyncio.wait_for(task, 5)
+    assert query.stopped_at is not None
+    assert metrics.active.labels(*labels)._value.get() == 0
+
+
+async def test_a_batch_that_outlasts_the_grace_period_is_stopped() -> None:
+    lease = await _held_lease(FakeStore())
+    writer = FakeWriter()
+    task = asyncio.create_task(shard_query(writer)(lease))
+    await _until(lambda: writer.query is not None)
+    assert writer.query is not None
+    writer.query.trigger_active = True  # never finishes
+    began = time.monotonic()
+    lease.end("revoked", grace_s=1.2)  # the plugin keeps 1 s of it for stop()
+    await asyncio.wait_for(task, 5)
+    assert writer.query.stopped_at is not None
+    assert writer.query.stopped_at - began < 1.0
+
+
+async def test_a_lost_lease_stops_the_query_at_once() -> None:
+    lease = await _held_lease(FakeStore())
+    writer = FakeWriter()
+    task = asyncio.create_task(shard_query(writer)(lease))
+    await _until(lambda: writer.query is not None)
+    assert writer.query is not None
+    writer.query.trigger_active = True  # a batch in flight does not matter now
+    lease.end("lost")
+    task.cancel()  # what the runtime does with a grace of 0
+    # Cancelled, or returned if it saw the loss first: either way the query stops.
+    await asyncio.gather(task, return_exceptions=True)
+    assert await asyncio.to_thread(writer.query.stopped.wait, 5)
+
+
+async def test_a_failed_query_is_a_failed_handler() -> None:
+    lease = await _held_lease(FakeStore())
+    writer = FakeWriter()
+    metrics = SparkMetrics()
+    task = asyncio.create_task(shard_query(writer, metrics)(lease))
+    await _until(lambda: writer.query is not None)
+    assert writer.query is not None
+    writer.query.failure = RuntimeError("Job aborted: input file vanished\n\tat stack")
+    writer.query.isActive = False
+    with pytest.raises(
+        SparkQueryFailed, match=r"etl.shard.s-0 failed: Job aborted: input file vanished$"
+    ):
+        await asyncio.wait_for(task, 5)
+    assert metrics.failures.labels("etl.shard", "shard", "s-0")._value.get() == 1
+
+
+async def test_build_must_return_a_stream_writer() -> None:
+    lease = await _held_lease(FakeStore())
+    with pytest.raises(WorkgroupError, match=r"must return a DataStreamWriter \(df.writeStream"):
+        await shard_query("not a writer")(lease)
