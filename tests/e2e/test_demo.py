@@ -1,4 +1,5 @@
-"""``make demo`` (examples/demo.py): it runs every step, fails loudly, and cleans up."""
+"""The protocol tour (examples/protocol_tour/demo.py, the first `make demo`): it runs every
+step, fails loudly, and cleans up."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "protocol_tour" / "demo.py"
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
@@ -25,7 +26,7 @@ def spawn(*args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        cwd=DEMO.parents[1],
+        cwd=DEMO.parents[2],
     )
 
 

@@ -94,7 +94,7 @@ def test_environment_chooses_where_spark_runs(monkeypatch: pytest.MonkeyPatch) -
     assert options.conf["spark.cores.max"] == "1"
     assert options.conf["spark.executor.memory"] == "512m"
     monkeypatch.setenv("WORKGROUP_SPARK_CONF", "spark.cores.max")
-    with pytest.raises(ConfigError, match="'spark.cores.max' is not key=value"):
+    with pytest.raises(ConfigError, match=r"'spark\.cores\.max' is not key=value"):
         SessionOptions.from_environment("a", None, None, None)
     monkeypatch.delenv("WORKGROUP_SPARK_CONF")
     monkeypatch.setenv("WORKGROUP_SPARK_CHECKPOINT_ROOT", "/elsewhere")

@@ -1,4 +1,4 @@
-"""``make demo``: a live workgroup group, step by step.
+"""The protocol tour: a live workgroup group, step by step (the first ``make demo``).
 
 Starts the embedded coordinator and three ``workgroup member`` processes
 (static members ``a``, ``b``, ``c``) that share 12 resources with the
