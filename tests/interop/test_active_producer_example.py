@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class Daemon:
     def __init__(self, bootstrap: str, name: str, log: Path) -> None:
-        # Dynamic members: Tansu does not expire a static member's session
-        # (docs/compatibility.md); a dynamic one's it does.
+        # Dynamic members: Tansu's static membership deviates from Kafka's
+        # (docs/compatibility.md); this test is about the example, not about that.
         self.lines: list[str] = []
         self.log = log.open("wb")
         self.reader: threading.Thread
