@@ -19,12 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.server import CoordinatorServer
 from workgroup.testing.servers import run_coordinator
 
 STARTUP_TIMEOUT_S = 20.0
+
+# The suite shares two cores between four workers, JVMs and daemons: a per-example
+# deadline measures the machine's load, not the code (examples are still bounded
+# by max_examples and each test's timeout).
+settings.register_profile("workgroup", deadline=None)
+settings.load_profile("workgroup")
 
 
 @dataclass
