@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=Path("demo-output"))
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--rate", type=int, default=1_000, help="input events a second")
-    parser.add_argument("--steady-s", type=float, default=15.0, help="run between steps")
+    parser.add_argument("--steady-s", type=float, default=10.0, help="run between steps")
     parser.add_argument("--step-timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
 

@@ -153,11 +153,12 @@ def chart_png(cluster: EtlCluster, started: float, ended: float) -> bytes:
             color=style[0],
             annotation_clip=False,
         )
-    joins = sorted(
-        {e["timestamp"] for e in cluster.daemon_log_events("member.joined")
-         if e.get("group") == SHARD_GROUP}
-    )  # fmt: skip
-    for stamp in joins:
+    first_join: dict[object, str] = {}  # generation -> its first member's join
+    for e in cluster.daemon_log_events("member.joined"):
+        if e.get("group") == SHARD_GROUP:
+            generation = e.get("generation")
+            first_join[generation] = min(first_join.get(generation, e["timestamp"]), e["timestamp"])
+    for stamp in sorted(first_join.values()):
         from datetime import datetime
 
         moment = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() - started

@@ -46,6 +46,14 @@ def format_address(host: str, port: int) -> str:
     "The first line on stdout is 'listening on HOST:PORT' with the real port.",
 )
 @click.option(
+    "--advertised-listener",
+    default=None,
+    metavar="HOST:PORT",
+    help="Address named in Metadata and FindCoordinator answers (Kafka's "
+    "advertised.listeners): where clients reach this coordinator through a proxy "
+    "or NAT. Default: the listening address.",
+)
+@click.option(
     "--data-dir",
     type=click.Path(path_type=Path),
     default=None,
@@ -109,6 +117,7 @@ def format_address(host: str, port: int) -> str:
 @click.option("--log-json", is_flag=True, help="Log JSON lines to stderr.")
 def command(
     listen: str,
+    advertised_listener: str | None,
     data_dir: Path | None,
     initial_rebalance_delay_ms: int,
     min_session_timeout_ms: int,
@@ -128,6 +137,7 @@ def command(
         max_session_timeout_ms=max_session_timeout_ms,
         group_max_size=group_max_size,
         max_request_bytes=max_request_bytes,
+        advertised_listener=advertised_listener,
     )
     store = None
     if data_dir is not None:

@@ -24,8 +24,24 @@ class CoordinatorConfig:
     #: Size limit of one committed offset's metadata string (Kafka: 4096).
     offset_metadata_max_bytes: int = 4096
     node_id: int = 0
+    #: ``HOST:PORT`` named in Metadata and FindCoordinator answers instead of the
+    #: listening address (Kafka's ``advertised.listeners``): a proxy or a NAT in front.
+    advertised_listener: str | None = None
+
+    def advertised(self) -> tuple[str, int] | None:
+        """The advertised ``(host, port)``, or ``None`` to name the listening address."""
+        if self.advertised_listener is None:
+            return None
+        host, _, port = self.advertised_listener.rpartition(":")
+        return host.strip("[]"), int(port)
 
     def __post_init__(self) -> None:
+        if self.advertised_listener is not None:
+            host, _, port = self.advertised_listener.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConfigError(
+                    f"advertised listener must be HOST:PORT, got {self.advertised_listener!r}"
+                )
         if self.initial_rebalance_delay_ms < 0:
             raise ConfigError("initial rebalance delay must be >= 0 ms")
         if not 0 < self.min_session_timeout_ms <= self.max_session_timeout_ms:

@@ -491,7 +491,7 @@ class CoordinatorServer:
     def _answer_broker_request(
         self, connection: _Connection, request: broker.BrokerRequest
     ) -> wire.Result:
-        host, port = self.address
+        host, port = self.config.advertised() or self.address
         if host in _WILDCARD_HOSTS:
             host = connection.local_host  # the address this client reached us at
         me = broker.BrokerAddress(self.config.node_id, host, port)
