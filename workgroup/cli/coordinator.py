@@ -114,6 +114,27 @@ def format_address(host: str, port: int) -> str:
     show_default=True,
     help="Level of the structured log on stderr.",
 )
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=2**31 - 1,
+    show_default="2147483647 (Kafka's max.connections default: no practical limit)",
+    help="Connections beyond this are closed at once.",
+)
+@click.option(
+    "--connections-max-idle-ms",
+    type=click.IntRange(min=1),
+    default=600_000,
+    show_default=True,
+    help="Close a connection silent this long (Kafka's connections.max.idle.ms).",
+)
+@click.option(
+    "--max-requests-per-second",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default="0 (no limit, as Kafka without request quotas)",
+    help="Requests a second one connection may send; beyond it, its reading pauses.",
+)
 @click.option("--log-json", is_flag=True, help="Log JSON lines to stderr.")
 def command(
     listen: str,
@@ -126,6 +147,9 @@ def command(
     max_request_bytes: int,
     empty_topics: bool,
     log_level: str,
+    max_connections: int,
+    connections_max_idle_ms: int,
+    max_requests_per_second: float,
     log_json: bool,
 ) -> None:
     """Run the embedded group coordinator (Kafka's classic group protocol)."""
@@ -138,6 +162,9 @@ def command(
         group_max_size=group_max_size,
         max_request_bytes=max_request_bytes,
         advertised_listener=advertised_listener,
+        max_connections=max_connections,
+        connections_max_idle_ms=connections_max_idle_ms,
+        max_requests_per_second=max_requests_per_second,
     )
     store = None
     if data_dir is not None:

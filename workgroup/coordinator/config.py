@@ -24,6 +24,13 @@ class CoordinatorConfig:
     #: Size limit of one committed offset's metadata string (Kafka: 4096).
     offset_metadata_max_bytes: int = 4096
     node_id: int = 0
+    #: Kafka's ``max.connections``: connections beyond it are closed at once.
+    max_connections: int = 2**31 - 1
+    #: Kafka's ``connections.max.idle.ms``: a connection silent this long is closed.
+    connections_max_idle_ms: int = 600_000
+    #: Requests a second one connection may send (0: no limit; Kafka has request
+    #: quotas instead, off by default).  Beyond it the connection's reading pauses.
+    max_requests_per_second: float = 0.0
     #: ``HOST:PORT`` named in Metadata and FindCoordinator answers instead of the
     #: listening address (Kafka's ``advertised.listeners``): a proxy or a NAT in front.
     advertised_listener: str | None = None
@@ -36,6 +43,12 @@ class CoordinatorConfig:
         return host.strip("[]"), int(port)
 
     def __post_init__(self) -> None:
+        if self.max_connections < 1:
+            raise ConfigError("max connections must be >= 1")
+        if self.connections_max_idle_ms < 1:
+            raise ConfigError("connections max idle must be >= 1 ms")
+        if self.max_requests_per_second < 0:
+            raise ConfigError("max requests per second must be >= 0 (0: no limit)")
         if self.advertised_listener is not None:
             host, _, port = self.advertised_listener.rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:

@@ -129,6 +129,14 @@ class _Connection(asyncio.Protocol):
         self._resume_scheduled = False
         self._loop = asyncio.get_running_loop()
         self.lost: asyncio.Future[None] = self._loop.create_future()
+        self._last_active = self._loop.time()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        # Request-rate limit (token bucket), when configured.
+        rate = server.config.max_requests_per_second
+        self._rate = rate
+        self._tokens = max(rate, 1.0)
+        self._tokens_at = self._last_active
+        self._rate_timer: asyncio.TimerHandle | None = None
 
     # --- asyncio.Protocol ----------------------------------------------------------
 
@@ -142,11 +150,24 @@ class _Connection(asyncio.Protocol):
         self.client_host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
         self.local_host = local[0] if isinstance(local, tuple) else ""
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_WATER)
-        self._server._connections.add(self)
+        server = self._server
+        if len(server._connections) >= server.config.max_connections:
+            server.refused_connections += 1
+            log.warning(
+                "coordinator.connection_refused",
+                peer=self.peer,
+                reason=f"max connections ({server.config.max_connections}) reached",
+            )
+            self.closed = True
+            transport.abort()
+            return
+        server._connections.add(self)
+        self._arm_idle_timer(server.config.connections_max_idle_ms / 1000)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        self._last_active = self._loop.time()
         frames = self._splitter.feed(data)
         if frames:
             self._ready.extend(frames)
@@ -165,6 +186,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        for timer in (self._idle_timer, self._rate_timer):
+            if timer is not None:
+                timer.cancel()
         self.pending.clear()
         self._ready.clear()
         self._out.clear()
@@ -182,6 +206,8 @@ class _Connection(asyncio.Protocol):
         while ready:
             if len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or self._writing_paused:
                 break
+            if self._rate and not self._take_token():
+                break
             if not on_request(self, ready.popleft()):
                 self.close()
                 return
@@ -190,7 +216,11 @@ class _Connection(asyncio.Protocol):
         if not ready and self._splitter.error is not None:
             log.warning("coordinator.bad_frame", peer=self.peer, error=str(self._splitter.error))
             self.close()
-        elif len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or self._writing_paused:
+        elif (
+            len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION
+            or self._writing_paused
+            or self._rate_timer is not None
+        ):
             # Too much unanswered or unsent: leave the peer's bytes in the kernel.
             if not self._reading_paused and self._transport is not None:
                 self._reading_paused = True
@@ -198,6 +228,42 @@ class _Connection(asyncio.Protocol):
         elif self._reading_paused and self._transport is not None:
             self._reading_paused = False
             self._transport.resume_reading()
+
+    def _take_token(self) -> bool:
+        """Spend one request of the rate limit; if none is left, resume when one is."""
+        if self._rate_timer is not None:
+            return False
+        now = self._loop.time()
+        refill = (now - self._tokens_at) * self._rate
+        self._tokens = min(self._tokens + refill, max(self._rate, 1.0))
+        self._tokens_at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        wait = (1.0 - self._tokens) / self._rate
+        self._server.throttled_requests += 1
+        self._rate_timer = self._loop.call_later(wait, self._rate_refilled)
+        return False
+
+    def _rate_refilled(self) -> None:
+        self._rate_timer = None
+        if not self.closed:
+            self._handle_ready()
+
+    def _arm_idle_timer(self, idle_s: float) -> None:
+        self._idle_timer = self._loop.call_at(self._last_active + idle_s, self._check_idle, idle_s)
+
+    def _check_idle(self, idle_s: float) -> None:
+        if self.closed:
+            return
+        if self.pending or self._ready:  # waiting on us, not idle
+            self._last_active = self._loop.time()
+        if self._loop.time() - self._last_active >= idle_s:
+            log.info("coordinator.idle_connection_closed", peer=self.peer, idle_s=idle_s)
+            self._server.idle_closed += 1
+            self.close()
+            return
+        self._arm_idle_timer(idle_s)
 
     def _schedule_resume(self) -> None:
         if self._reading_paused and not self._resume_scheduled and not self.closed:
@@ -314,6 +380,12 @@ class CoordinatorServer:
         self._stop_task: asyncio.Task[None] | None = None
         self._stopping = False
         self.failure: BaseException | None = None
+        #: Connections closed at once for ``max_connections``.
+        self.refused_connections = 0
+        #: Connections closed after ``connections_max_idle_ms`` of silence.
+        self.idle_closed = 0
+        #: Times a connection's reading paused for ``max_requests_per_second``.
+        self.throttled_requests = 0
 
     # --- lifecycle ---------------------------------------------------------------
 
