@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import signal
 import sys
 from pathlib import Path
@@ -31,6 +32,36 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not host:
         raise ConfigError(f"--listen needs a host, got {value!r}")
     return host, port
+
+
+def is_loopback(host: str) -> bool:
+    """``127.0.0.0/8``, ``::1`` or ``localhost``: reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def check_exposure(host: str, insecure: bool) -> None:
+    """Refuse a non-loopback address: the coordinator authenticates no one."""
+    if is_loopback(host):
+        return
+    if not insecure:
+        raise ConfigError(
+            f"refusing to listen on {host}: the embedded coordinator has no TLS or SASL, so "
+            "anyone who reaches the port could join, commit to and describe every group. "
+            "Listen on 127.0.0.1 (the default), or pass --insecure to listen there anyway"
+        )
+    click.echo(
+        f"WARNING: --insecure: listening on {host} without TLS or SASL; anyone who "
+        "reaches this port can join, commit to and describe every group",
+        err=True,
+    )
+    wlog.get_logger("workgroup.cli.coordinator").warning(
+        "coordinator.insecure_listener", host=host
+    )
 
 
 def format_address(host: str, port: int) -> str:
@@ -135,6 +166,12 @@ def format_address(host: str, port: int) -> str:
     show_default="0 (no limit, as Kafka without request quotas)",
     help="Requests a second one connection may send; beyond it, its reading pauses.",
 )
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Allow a non-loopback --listen address although the coordinator has no TLS "
+    "or SASL (said loudly on stderr).",
+)
 @click.option("--log-json", is_flag=True, help="Log JSON lines to stderr.")
 def command(
     listen: str,
@@ -150,11 +187,13 @@ def command(
     max_connections: int,
     connections_max_idle_ms: int,
     max_requests_per_second: float,
+    insecure: bool,
     log_json: bool,
 ) -> None:
     """Run the embedded group coordinator (Kafka's classic group protocol)."""
     wlog.configure(log_level, json=log_json)
     host, port = parse_listen(listen)
+    check_exposure(host, insecure)
     config = CoordinatorConfig(
         initial_rebalance_delay_ms=initial_rebalance_delay_ms,
         min_session_timeout_ms=min_session_timeout_ms,

@@ -1,4 +1,5 @@
-"""The coordinator's advertised listener (Kafka's ``advertised.listeners``)."""
+"""The coordinator's listener options: the advertised listener (Kafka's
+``advertised.listeners``) and the refusal of a non-loopback address without ``--insecure``."""
 
 from __future__ import annotations
 
@@ -29,3 +30,25 @@ def test_the_command_line_refuses_it_with_exit_2() -> None:
     result = CliRunner().invoke(main, ["coordinator", "--advertised-listener", "nohost"])
     assert result.exit_code == 2
     assert "advertised listener must be HOST:PORT" in result.output
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:0", "10.1.2.3:9092", "[::]:0", "example.com:9092"])
+def test_a_non_loopback_listener_is_refused_without_insecure(listen: str) -> None:
+    result = CliRunner().invoke(main, ["coordinator", "--listen", listen])
+    assert result.exit_code == 2
+    assert "refusing to listen on" in result.output
+    assert "--insecure" in result.output
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.1.2.3", "::1", "localhost"])
+def test_loopback_addresses_need_nothing(host: str) -> None:
+    from workgroup.cli.coordinator import check_exposure
+
+    check_exposure(host, insecure=False)
+
+
+def test_insecure_says_so_loudly(capsys: pytest.CaptureFixture[str]) -> None:
+    from workgroup.cli.coordinator import check_exposure
+
+    check_exposure("0.0.0.0", insecure=True)
+    assert "WARNING: --insecure" in capsys.readouterr().err
