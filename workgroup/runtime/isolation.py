@@ -8,6 +8,12 @@ process with a :class:`ProcessLease`: the lease's fields, ``revoked`` and
 lease does the fenced work.  On revocation the child is told, gets the grace
 period, then SIGTERM, then SIGKILL one second later.
 
+The handler is signed: HMAC-SHA256 of its pickled bytes, with the key in
+``$WORKGROUP_HANDLER_KEY`` (one is made at random, for this process and its
+children, if none is set).  The child checks the signature before it unpickles
+anything, and refuses a handler whose signature does not match: unpickling runs
+code, so bytes that did not come from this app's parent never run.
+
 Messages on the pipe (pickled tuples): child to parent ``("call", id, method,
 argument)``, ``("done",)``, ``("failed", text)``; parent to child ``("reply", id,
 value, error)`` and ``("revoked",)``.
@@ -17,9 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import inspect
 import itertools
 import multiprocessing
+import os
+import secrets
 import threading
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
@@ -36,6 +46,21 @@ from workgroup.types import Key
 log = get_logger(__name__)
 
 KILL_AFTER_TERM_S = 1.0
+#: The signing key of shipped handlers (children inherit the environment).
+HANDLER_KEY_ENV = "WORKGROUP_HANDLER_KEY"
+
+
+def handler_key() -> bytes:
+    """The key handlers are signed with: ``$WORKGROUP_HANDLER_KEY``, or a random one
+    set there for this process and the children it spawns."""
+    key = os.environ.get(HANDLER_KEY_ENV)
+    if not key:
+        key = os.environ[HANDLER_KEY_ENV] = secrets.token_hex(32)
+    return key.encode()
+
+
+def sign(payload: bytes, key: bytes) -> bytes:
+    return hmac.new(key, payload, hashlib.sha256).digest()
 
 
 class HandlerFailed(WorkgroupError):
@@ -128,8 +153,16 @@ class ProcessLease:
                 done.set()
 
 
-def _child_main(conn: Connection, payload: bytes, fields: dict[str, Any]) -> None:
-    """The child process: run the handler with a :class:`ProcessLease`."""
+def _child_main(
+    conn: Connection, payload: bytes, signature: bytes, fields: dict[str, Any]
+) -> None:
+    """The child process: check the handler's signature, then run it with a
+    :class:`ProcessLease`."""
+    key = os.environ.get(HANDLER_KEY_ENV, "").encode()
+    if not key or not hmac.compare_digest(sign(payload, key), signature):
+        why = "no signing key" if not key else "its signature does not match"
+        conn.send(("failed", f"refused to run the shipped handler: {why} ({HANDLER_KEY_ENV})"))
+        return
     handler = cloudpickle.loads(payload)
     lease = ProcessLease(conn, **fields)
     try:
@@ -176,7 +209,7 @@ class ProcessHandler:
         }
         process = context.Process(
             target=_child_main,
-            args=(child_conn, self._payload, fields),
+            args=(child_conn, self._payload, sign(self._payload, handler_key()), fields),
             name=f"workgroup-{lease.kind}-{lease.key}",
             daemon=True,
         )

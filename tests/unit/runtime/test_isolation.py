@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +93,50 @@ async def test_a_failing_child_is_restarted() -> None:
     assert stats.restarts == 1
     failed = [e for e in logs if e["event"] == "worker.failed"]
     assert failed[0]["error"] == "HandlerFailed: RuntimeError: first run fails"
+
+
+def test_a_handler_whose_signature_does_not_match_is_refused_unopened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import multiprocessing
+
+    import cloudpickle
+
+    from workgroup.runtime.isolation import HANDLER_KEY_ENV, _child_main, sign
+
+    marker = tmp_path / "ran"
+
+    def handler(lease: object) -> None:
+        marker.write_text("the handler ran")
+
+    payload = cloudpickle.dumps(handler)
+    monkeypatch.setenv(HANDLER_KEY_ENV, "the-parents-key")
+    fields = {"group_id": "g", "kind": "shard", "key": 3, "attributes": {}, "role": "active",
+              "token": 1}  # fmt: skip
+    for signature, why in [
+        (sign(payload, b"someone-elses-key"), "its signature does not match"),
+        (sign(payload + b"tampered", b"the-parents-key"), "its signature does not match"),
+    ]:
+        parent, child = multiprocessing.Pipe()
+        _child_main(child, payload, signature, fields)
+        assert parent.recv() == (
+            "failed",
+            f"refused to run the shipped handler: {why} ({HANDLER_KEY_ENV})",
+        )
+    monkeypatch.delenv(HANDLER_KEY_ENV)
+    parent, child = multiprocessing.Pipe()
+    _child_main(child, payload, sign(payload, b""), fields)
+    assert "no signing key" in parent.recv()[1]
+    assert not marker.exists()
+
+
+def test_the_parent_signs_with_a_key_its_children_inherit(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workgroup.runtime.isolation import HANDLER_KEY_ENV, handler_key
+
+    monkeypatch.delenv(HANDLER_KEY_ENV, raising=False)
+    key = handler_key()
+    assert len(key) == 64  # 32 random bytes, hex
+    assert os.environ[HANDLER_KEY_ENV].encode() == key
+    assert handler_key() == key
+    monkeypatch.setenv(HANDLER_KEY_ENV, "configured")
+    assert handler_key() == b"configured"
