@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint typecheck test unit demo bench clean
+.PHONY: venv lint typecheck test unit demo bench chaos clean
 
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,13 @@ test: lint
 
 demo: $(STAMP)
 	$(BIN)/python -m examples.sharded_etl.demo
+
+# The long fault runs: thousands of simulated groups over a faulty network (it
+# lists the seeds that break an invariant; see tests/unit/member/test_member_network_sim.py)
+# and ten minutes of daemons under random kills and pauses.
+chaos: $(STAMP)
+	WORKGROUP_SIM_RUNS=5000 $(BIN)/python -m pytest -q -n 2 --runxfail tests/unit/member/test_member_network_sim.py
+	CHAOS_SECONDS=600 $(BIN)/python -m pytest -q -n 0 --timeout 900 tests/e2e/test_runtime_chaos.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/coordinator.py

@@ -127,10 +127,43 @@ class OwnershipEvent:
     generation: int
 
 
+@dataclass
+class Network:
+    """A simulated network: each message takes a random latency and may be lost.
+
+    Messages keep their order on one member's connection (TCP), but not across
+    connections: a member's request may overtake another's.  A lost request or
+    response looks to the member like a request that timed out.
+    """
+
+    rng: Any  # random.Random
+    min_ms: int = 1
+    max_ms: int = 1
+    loss: float = 0.0
+    #: The last delivery time per (member, direction): FIFO within a connection.
+    _last: dict[tuple[int, str], int] = field(default_factory=dict)
+    lost: int = 0
+    delivered: int = 0
+
+    def delivery(self, now: int, member: object, direction: str) -> int | None:
+        """When a message sent now arrives, or ``None`` if it is lost."""
+        if self.loss and self.rng.random() < self.loss:
+            self.lost += 1
+            return None
+        self.delivered += 1
+        key = (id(member), direction)
+        at = max(now + self.rng.randint(self.min_ms, self.max_ms), self._last.get(key, 0))
+        self._last[key] = at
+        return at
+
+
 class Simulation:
-    def __init__(self, coordinator: Coordinator, *, latency_ms: int = 1) -> None:
+    def __init__(
+        self, coordinator: Coordinator, *, latency_ms: int = 1, network: Network | None = None
+    ) -> None:
         self.coordinator = coordinator
         self.latency_ms = latency_ms
+        self.network = network
         self.now = 0
         self.members: dict[str, SimMember] = {}
         self.log: list[OwnershipEvent] = []
@@ -300,8 +333,12 @@ class Simulation:
                 self.at(self.now + self.latency_ms, self._message(lambda m=member: self._found(m)))
             elif isinstance(action, SendRequest):
                 member.requests.append(action)
+                arrives = self._arrival(member, "up")
+                if arrives is None:  # lost on the way: the member's request times out
+                    self._time_out(member, action)
+                    continue
                 self.at(
-                    self.now + self.latency_ms,
+                    arrives,
                     self._message(lambda m=member, a=action: self._to_coordinator(m, a)),
                 )
             elif isinstance(action, InvokeCallback):
@@ -368,31 +405,49 @@ class Simulation:
         else:
             self._apply(member, member.machine.coordinator_found(self.now))
 
-    def _to_coordinator(self, member: SimMember, action: SendRequest) -> None:
-        if member.closed and self.members.get(member.name) is not member:
-            return
-        if self.coordinator_down or member.partitioned:
-            self.at(
-                self.now + action.timeout_ms,
-                lambda: self._apply(
+    def _arrival(self, member: SimMember, direction: str) -> int | None:
+        if self.network is None:
+            return self.now + self.latency_ms
+        return self.network.delivery(self.now, member, direction)
+
+    def _time_out(self, member: SimMember, action: SendRequest) -> None:
+        def failed() -> None:
+            if member.paused:
+                member.deferred.append(failed)
+                return
+            if self.members.get(member.name) is member and not member.closed:
+                self._apply(
                     member,
                     member.machine.request_failed(
                         self.now, action.request_id, CoordinatorUnavailableError("timed out")
                     ),
-                ),
-            )
+                )
+
+        self.at(self.now + action.timeout_ms, failed)
+
+    def _to_coordinator(self, member: SimMember, action: SendRequest) -> None:
+        if member.closed and self.members.get(member.name) is not member:
+            return
+        if self.coordinator_down or member.partitioned:
+            self._time_out(member, action)
             return
         self.requests_seen.append((member.name, action.request))
-        replies = self.coordinator.handle(self.now, (member, action.request_id), action.request)
+        replies = self.coordinator.handle(
+            self.now, (member, action.request_id, action), action.request
+        )
         self._deliver_replies(replies)
 
     def _deliver_replies(self, replies: list[Any]) -> None:
         for reply in replies:
             if not isinstance(reply, Reply):
                 continue
-            member, request_id = reply.token
+            member, request_id, request = reply.token
+            arrives = self._arrival(member, "down")
+            if arrives is None:  # the answer is lost: the member's request times out
+                self._time_out(member, request)
+                continue
             self.at(
-                self.now + self.latency_ms,
+                arrives,
                 self._message(
                     lambda m=member, rid=request_id, res=reply.result: self._response(m, rid, res)
                 ),

@@ -1,0 +1,167 @@
+"""Deterministic simulation over a faulty network: the embedded coordinator's sans-I/O
+core and five members in one process, on a fake clock (about 1,100 runs a minute on
+one core).
+
+Messages take random latencies (reordered across connections, in order within one),
+and in the lossy runs are lost at a random rate; members are partitioned from the
+coordinator, killed, frozen past their session and restarted.  Invariants, for
+every seed:
+
+* no resource is ever owned by two members at the same time;
+* once the faults stop, the group settles with every resource owned exactly once.
+
+``WORKGROUP_SIM_RUNS`` sets how many seeds run (``make chaos`` runs thousands);
+``WORKGROUP_SIM_SEED`` replays one; a failure lists its seeds.
+
+The invariants do not hold yet.  The simulation found two open defects, kept
+visible here as expected failures until they are fixed:
+
+1. With latencies up to 800 ms and freezes (about 2 % of seeds; seed 152): a
+   member frozen with a SyncGroup answer in flight reads it when it resumes and
+   invokes ``on_assigned`` for that generation, then ``on_lost`` in the same
+   instant, although a newer generation has given the resources to others
+   meanwhile.  After a starvation, an assignment should not be acted on before
+   the session is proved alive again.
+2. With lost messages and partitions (about one seed in four; seed 4): a
+   JoinGroup or SyncGroup lost on its way still counts as *held by the
+   coordinator*, which keeps the member's session alive in its own eyes until the
+   rebalance timeout, while the coordinator, which never saw the request, evicts
+   it after the session timeout and hands its resources on.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from member_sim import EmbeddedCoordinator, Network, Simulation
+
+from workgroup.member.config import MemberConfig
+from workgroup.protocol import Protocol
+
+CATALOG = {"shard": list(range(10))}
+SESSION = 6_000
+RUNS = int(os.environ.get("WORKGROUP_SIM_RUNS", "200"))
+SEEDS = (
+    [int(os.environ["WORKGROUP_SIM_SEED"])]
+    if os.environ.get("WORKGROUP_SIM_SEED")
+    else list(range(RUNS))
+)
+
+
+def config(name: str, static: bool, assignor: str) -> MemberConfig:
+    return MemberConfig(
+        group_id="network-sim",
+        protocols=[Protocol.of(assignor)],
+        instance_id=f"worker-{name}" if static else None,
+        session_timeout_ms=SESSION,
+        rebalance_timeout_ms=15_000,
+        heartbeat_interval_ms=1_000,
+    )
+
+
+def run(seed: int, *, lossy: bool = False) -> Simulation:
+    rng = random.Random(seed)
+    network = Network(
+        random.Random(seed + 1),
+        min_ms=1,
+        max_ms=rng.choice([1, 20, 200, 800]),
+        loss=rng.choice([0.0, 0.01, 0.05, 0.15]) if lossy else 0.0,
+    )
+    assignor = rng.choice(["cooperative-sticky", "sticky", "range"])
+    sim = Simulation(EmbeddedCoordinator(), network=network)
+    static = {name: rng.random() < 0.5 for name in "abcde"}
+    for name in "abcd":
+        sim.add(
+            name, config(name, static[name], assignor), CATALOG, callback_ms=rng.randrange(0, 1_500)
+        )
+    dead: list[str] = ["e"]
+    paused: list[str] = []
+    for _ in range(12):
+        live = [n for n in sim.members if n not in paused and not sim.members[n].closed]
+        op = rng.choice(
+            ["kill", "pause", "partition" if lossy else "wait", "restart", "wait", "wait"]
+        )
+        if op == "kill" and len(live) > 1:
+            victim = rng.choice(live)
+            sim.kill(victim)
+            dead.append(victim)
+        elif op == "pause" and len(live) > 1:
+            victim = rng.choice(live)
+            sim.pause(victim)
+            paused.append(victim)
+        elif op == "partition" and live:
+            victim = sim.members[rng.choice(live)]
+            victim.partitioned = True
+            sim.at(
+                sim.now + rng.randrange(500, 3 * SESSION),
+                lambda v=victim: setattr(v, "partitioned", False),
+            )
+        elif op == "restart" and dead:
+            name = dead.pop(rng.randrange(len(dead)))
+            sim.add(
+                name,
+                config(name, static[name], assignor),
+                CATALOG,
+                callback_ms=rng.randrange(0, 1_500),
+            )
+        sim.run_for(rng.randrange(200, 2 * SESSION))
+        if paused and rng.random() < 0.6:
+            sim.resume(paused.pop(rng.randrange(len(paused))))
+    # The faults stop: the network heals, the frozen resume.
+    for name in paused:
+        sim.resume(name)
+    network.loss = 0.0
+    for member in sim.members.values():
+        member.partitioned = False
+
+    def settled() -> bool:
+        owned = sim.assignment().values()
+        return sim.stable() and sum(len(v) for v in owned) == len(CATALOG["shard"])
+
+    assert sim.run_until(settled, limit_ms=600_000), f"seed {seed}: never settled: " + str(
+        {
+            n: (m.machine.state, m.machine.generation, len(m.machine.owned))
+            for n, m in sim.members.items()
+        }
+    )
+    sim.check_exclusive()
+    owned = sim.assignment()
+    assert len(set().union(*owned.values())) == len(CATALOG["shard"])
+    return sim
+
+
+def failing_seeds(*, lossy: bool) -> list[str]:
+    failures = []
+    for seed in SEEDS:
+        try:
+            run(seed, lossy=lossy)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {str(exc).splitlines()[0]}")
+    return failures
+
+
+@pytest.mark.xfail(reason="open defect 1 (see the module docstring)", strict=False)
+def test_latency_reordering_and_freezes_never_double_own() -> None:
+    failures = failing_seeds(lossy=False)
+    assert not failures, f"{len(failures)} of {len(SEEDS)} seeds failed:\n" + "\n".join(failures)
+
+
+@pytest.mark.xfail(reason="open defects 1 and 2 (see the module docstring)", strict=False)
+def test_lost_messages_and_partitions_never_double_own() -> None:
+    failures = failing_seeds(lossy=True)
+    assert not failures, f"{len(failures)} of {len(SEEDS)} seeds failed:\n" + "\n".join(failures)
+
+
+def test_the_simulated_network_keeps_order_within_a_connection_only() -> None:
+    network = Network(random.Random(3), min_ms=1, max_ms=500)
+    first, second = object(), object()
+    arrivals = [network.delivery(0, first, "up") for _ in range(50)]
+    assert arrivals == sorted(arrivals)  # FIFO on one connection
+    other = [network.delivery(0, second, "up") for _ in range(50)]
+    assert any(b < a for a, b in zip(arrivals, other, strict=True))  # not across them
+    lossy = Network(random.Random(3), loss=0.5)
+    lost = sum(lossy.delivery(0, first, "up") is None for _ in range(1_000))
+    assert 400 < lost < 600
+    assert lossy.lost == lost
