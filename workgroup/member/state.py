@@ -964,6 +964,18 @@ class MemberMachine:
             )
             return
         self._proved_alive(now, pending)
+        session_end = self._heartbeat.session_end(())
+        if session_end is not None and now >= session_end:
+            # Read after a freeze (heartbeat.py, rule 4): the answer may be old and
+            # the coordinator may have given these resources to others since.  Do
+            # not act on it; _progress ends the session and the member rejoins.
+            log.warning(
+                "member.assignment_too_late",
+                group=self.config.group_id,
+                generation=pending.generation,
+                late_ms=now - session_end,
+            )
+            return
         try:
             data = self._decode_assignment(protocol, result.assignment)
         except ProtocolError as exc:
