@@ -119,7 +119,7 @@ def sharded(data: Path, written: int, daemons: int) -> tuple[float, float, bool]
                 cluster.start(f"etl-{i + 1}")
             cluster.wait_for(
                 "the backlog to be processed",
-                lambda: sum(b["events"] for b in cluster.batches()) >= written,
+                lambda: cluster.processed() >= written,
                 timeout_s=900,
                 poll_s=1.0,
             )
@@ -152,10 +152,7 @@ def failover(data: Path, how: str) -> list[float]:
             feeder.start(seconds=600)
             cluster.wait_for("every shard to commit", lambda: cluster.all_committing(0), 180)
             time.sleep(5)
-            counts: dict[str, int] = {}
-            for member, *_ in cluster.owners().values():
-                counts[member] = counts.get(member, 0) + 1
-            victim = max(sorted(counts), key=lambda m: counts[m])
+            victim = cluster.busiest()
             moved = sorted(k for k, (m, *_) in cluster.owners().items() if m == victim)
             signalled = time.time()
             if how == "SIGKILL":

@@ -202,6 +202,28 @@ class EtlCluster:
                     found.append(cached[1])
         return sorted(found, key=lambda b: b["time"])
 
+    def processed(self) -> int:
+        """Events in every committed output batch."""
+        return sum(b["events"] for b in self.batches())
+
+    def busiest(self) -> str:
+        """The daemon that owns the most shards (the first by name on a tie)."""
+        counts: dict[str, int] = {}
+        for member, *_ in self.owners().values():
+            counts[member] = counts.get(member, 0) + 1
+        return max(sorted(counts), key=lambda m: counts[m])
+
+    def wait_drained(self, written: int, timeout_s: float) -> None:
+        """Wait until all ``written`` events are in the output and in the summary."""
+        from examples.sharded_etl.summary import current
+
+        self.wait_for("every event to be processed", lambda: self.processed() >= written, timeout_s)
+        self.wait_for(
+            "the publisher's summary to include every event",
+            lambda: current(self.data).get("events") == written,
+            timeout_s,
+        )
+
     def daemon_log_events(self, event_name: str) -> Iterator[dict[str, Any]]:
         """Structured log events named ``event_name`` from every daemon's log."""
         for daemon in self.history:

@@ -21,7 +21,6 @@ import pytest
 
 from examples.sharded_etl.cluster import EtlCluster
 from examples.sharded_etl.feed import Feeder
-from examples.sharded_etl.summary import current
 from examples.sharded_etl.verify import verify
 from workgroup.testing import run_coordinator
 
@@ -114,16 +113,7 @@ def test_exactly_once_across_a_zombie_and_a_sigkill(cluster: EtlCluster) -> None
         )
     finally:
         feeder.stop()
-    cluster.wait_for(
-        "every event to be processed",
-        lambda: sum(b["events"] for b in cluster.batches()) >= feeder.written,
-        STEP_S,
-    )
-    cluster.wait_for(
-        "the summary to be current",
-        lambda: current(cluster.data).get("events") == feeder.written,
-        STEP_S,
-    )
+    cluster.wait_drained(feeder.written, STEP_S)
     cluster.stop_all()
     result = verify(cluster.data, cluster.shards)
     assert result.ok, result.problems

@@ -11,7 +11,6 @@ import pytest
 
 from examples.sharded_etl.cluster import EtlCluster
 from examples.sharded_etl.feed import Feeder
-from examples.sharded_etl.summary import current
 from examples.sharded_etl.verify import verify
 from tests.e2e.spark.standalone import standalone_cluster
 from workgroup.testing import run_coordinator
@@ -51,16 +50,7 @@ def test_daemons_run_their_shards_on_a_standalone_cluster(tmp_path: Path) -> Non
             etl.wait_for("more batches", lambda: etl.all_committing(resumed_at), STEP_S)
         finally:
             feeder.stop()
-        etl.wait_for(
-            "every event to be processed",
-            lambda: sum(b["events"] for b in etl.batches()) >= feeder.written,
-            STEP_S,
-        )
-        etl.wait_for(
-            "the summary to be current",
-            lambda: current(etl.data).get("events") == feeder.written,
-            STEP_S,
-        )
+        etl.wait_drained(feeder.written, STEP_S)
         etl.stop_all()
         etl.kill_all()
     result = verify(etl.data, etl.shards)

@@ -462,6 +462,56 @@ class Simulation:
         self._apply(member, member.machine.response(self.now, request_id, result))
 
 
+def random_faults(
+    sim: Simulation,
+    rng: Any,  # random.Random
+    *,
+    ops: Sequence[str],
+    rounds: int,
+    restart: Callable[[str], None],
+    dead: list[str],
+    min_wait_ms: int,
+    max_wait_ms: int,
+    partition_ms: tuple[int, int] = (500, 18_000),
+) -> None:
+    """``rounds`` random faults, drawn from ``ops`` ("kill", "pause", "close",
+    "partition", "restart", "wait"), each followed by a random wait; frozen members
+    are thawed at random and all of them at the end.  ``restart(name)`` adds a
+    member back; ``dead`` holds the names that may be restarted."""
+    paused: list[str] = []
+    for _ in range(rounds):
+        live = [n for n in sim.members if n not in paused and not sim.members[n].closed]
+        op = rng.choice(ops)
+        if op == "kill" and len(live) > 1:
+            victim = rng.choice(live)
+            sim.kill(victim)
+            dead.append(victim)
+        elif op == "pause" and len(live) > 1:
+            victim = rng.choice(live)
+            sim.pause(victim)
+            paused.append(victim)
+        elif op == "close" and len(live) > 1:
+            victim = rng.choice(live)
+            sim.close(victim)
+            sim.run_until(lambda v=victim: sim.members[v].closed, limit_ms=60_000)
+            sim.members.pop(victim)
+            dead.append(victim)
+        elif op == "partition" and live:
+            member = sim.members[rng.choice(live)]
+            member.partitioned = True
+            sim.at(
+                sim.now + rng.randrange(*partition_ms),
+                lambda m=member: setattr(m, "partitioned", False),
+            )
+        elif op == "restart" and dead:
+            restart(dead.pop(rng.randrange(len(dead))))
+        sim.run_for(rng.randrange(min_wait_ms, max_wait_ms))
+        if paused and rng.random() < 0.6:
+            sim.resume(paused.pop(rng.randrange(len(paused))))
+    for name in paused:
+        sim.resume(name)
+
+
 class EmbeddedCoordinator:
     """The embedded coordinator's sans-I/O core behind the simulation's interface."""
 

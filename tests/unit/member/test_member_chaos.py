@@ -7,7 +7,7 @@ import random
 
 import pytest
 from member_coordinator_double import CoordinatorDouble
-from member_sim import EmbeddedCoordinator, Simulation, StickyTestAssignor
+from member_sim import EmbeddedCoordinator, Simulation, StickyTestAssignor, random_faults
 
 from workgroup.member.config import MemberConfig
 from workgroup.protocol import Protocol
@@ -44,38 +44,21 @@ def test_random_failures_never_double_own(seed: int, coordinator: str, assignor:
             name, config(name, static[name], assignor), CATALOG, callback_ms=rng.randrange(0, 2_000)
         )
     sim.run_until(sim.stable)
-    dead: list[str] = ["e"]
-    paused: list[str] = []
-    for _ in range(15):
-        live = [n for n in sim.members if n not in paused and not sim.members[n].closed]
-        op = rng.choice(["kill", "pause", "restart", "close", "wait"])
-        if op == "kill" and len(live) > 1:
-            victim = rng.choice(live)
-            sim.kill(victim)
-            dead.append(victim)
-        elif op == "pause" and len(live) > 1:
-            victim = rng.choice(live)
-            sim.pause(victim)
-            paused.append(victim)
-        elif op == "close" and len(live) > 1:
-            victim = rng.choice(live)
-            sim.close(victim)
-            sim.run_until(lambda v=victim: sim.members[v].closed, limit_ms=60_000)
-            sim.members.pop(victim)
-            dead.append(victim)
-        elif op == "restart" and dead:
-            name = dead.pop(rng.randrange(len(dead)))
-            sim.add(
-                name,
-                config(name, static[name], assignor),
-                CATALOG,
-                callback_ms=rng.randrange(0, 2_000),
-            )
-        sim.run_for(rng.randrange(500, 2 * SESSION))
-        if paused and rng.random() < 0.6:
-            sim.resume(paused.pop(rng.randrange(len(paused))))
-    for name in paused:
-        sim.resume(name)
+    random_faults(
+        sim,
+        rng,
+        ops=["kill", "pause", "restart", "close", "wait"],
+        rounds=15,
+        restart=lambda name: sim.add(
+            name,
+            config(name, static[name], assignor),
+            CATALOG,
+            callback_ms=rng.randrange(0, 2_000),
+        ),
+        dead=["e"],
+        min_wait_ms=500,
+        max_wait_ms=2 * SESSION,
+    )
 
     def settled() -> bool:
         # Killed members count until the coordinator expires their sessions.

@@ -36,7 +36,7 @@ import os
 import random
 
 import pytest
-from member_sim import EmbeddedCoordinator, Network, Simulation
+from member_sim import EmbeddedCoordinator, Network, Simulation, random_faults
 
 from workgroup.member.config import MemberConfig
 from workgroup.protocol import Protocol
@@ -77,42 +77,23 @@ def run(seed: int, *, lossy: bool = False) -> Simulation:
         sim.add(
             name, config(name, static[name], assignor), CATALOG, callback_ms=rng.randrange(0, 1_500)
         )
-    dead: list[str] = ["e"]
-    paused: list[str] = []
-    for _ in range(12):
-        live = [n for n in sim.members if n not in paused and not sim.members[n].closed]
-        op = rng.choice(
-            ["kill", "pause", "partition" if lossy else "wait", "restart", "wait", "wait"]
-        )
-        if op == "kill" and len(live) > 1:
-            victim = rng.choice(live)
-            sim.kill(victim)
-            dead.append(victim)
-        elif op == "pause" and len(live) > 1:
-            victim = rng.choice(live)
-            sim.pause(victim)
-            paused.append(victim)
-        elif op == "partition" and live:
-            victim = sim.members[rng.choice(live)]
-            victim.partitioned = True
-            sim.at(
-                sim.now + rng.randrange(500, 3 * SESSION),
-                lambda v=victim: setattr(v, "partitioned", False),
-            )
-        elif op == "restart" and dead:
-            name = dead.pop(rng.randrange(len(dead)))
-            sim.add(
-                name,
-                config(name, static[name], assignor),
-                CATALOG,
-                callback_ms=rng.randrange(0, 1_500),
-            )
-        sim.run_for(rng.randrange(200, 2 * SESSION))
-        if paused and rng.random() < 0.6:
-            sim.resume(paused.pop(rng.randrange(len(paused))))
-    # The faults stop: the network heals, the frozen resume.
-    for name in paused:
-        sim.resume(name)
+    random_faults(
+        sim,
+        rng,
+        ops=["kill", "pause", "partition" if lossy else "wait", "restart", "wait", "wait"],
+        rounds=12,
+        restart=lambda name: sim.add(
+            name,
+            config(name, static[name], assignor),
+            CATALOG,
+            callback_ms=rng.randrange(0, 1_500),
+        ),
+        dead=["e"],
+        min_wait_ms=200,
+        max_wait_ms=2 * SESSION,
+        partition_ms=(500, 3 * SESSION),
+    )
+    # The faults stop (the frozen were thawed): the network heals.
     network.loss = 0.0
     for member in sim.members.values():
         member.partitioned = False
