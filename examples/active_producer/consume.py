@@ -78,7 +78,10 @@ async def read_all(bootstrap: str, idle_s: float = 2.0) -> list[dict[str, int]]:
 @click.option("--bootstrap", default="127.0.0.1:9092", show_default=True)
 def main(bootstrap: str) -> None:
     """Read the topic with token fencing and report."""
-    reading = fence(asyncio.run(read_all(bootstrap)))
+    try:
+        reading = fence(asyncio.run(read_all(bootstrap)))
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
     click.echo(
         f"{len(reading.accepted)} records accepted from writers with tokens {reading.tokens}; "
         f"{reading.zombie} zombie records and {reading.replayed} replays dropped; "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from examples.async_shards.app import DATA, SHARDS
-from examples.sharded_etl.feed import Feeder
+from examples.sharded_etl.feed import Feeder, run_until_interrupted
 
 
 @click.command()
@@ -17,8 +17,10 @@ from examples.sharded_etl.feed import Feeder
 def main(seconds: float, rate: int) -> None:
     """Write event files into every shard's input directory."""
     feeder = Feeder(DATA, SHARDS, rate=rate)
-    feeder.run(seconds)
+    interrupted = run_until_interrupted(feeder, seconds)
     click.echo(f"wrote {feeder.written} events in {feeder.files} files")
+    if interrupted:
+        raise SystemExit(130)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,13 @@ app = workgroup.App("etl", session_timeout_ms=int(os.environ.get("ETL_SESSION_MS
 spark = app.use(
     "spark",
     checkpoint_root=str(DATA / "checkpoints"),
-    conf={"spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "1"},
+    # Small batches: one partition each.  Spark's warnings about batches falling behind
+    # a 1 s trigger would be noise here; its errors still show.
+    conf={
+        "spark.sql.shuffle.partitions": "1",
+        "spark.default.parallelism": "1",
+        "spark.log.level": "ERROR",
+    },
 )
 
 

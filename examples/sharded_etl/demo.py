@@ -30,7 +30,6 @@ from rich.table import Table
 from examples.sharded_etl.cluster import EtlCluster
 from examples.sharded_etl.feed import Feeder
 from examples.sharded_etl.report import figures, table_rows, write_html
-from examples.sharded_etl.summary import current
 from examples.sharded_etl.verify import verify
 
 console = Console(highlight=False)
@@ -85,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             show_owners(cluster, started)
             time.sleep(args.steady_s)
 
-            victim = owner_of_most(cluster)
+            victim = cluster.busiest()
             moved = [k for k, (m, *_) in cluster.owners().items() if m == victim]
             step(started, f"[red]SIGKILL {victim}[/red] (owns {', '.join(moved) or 'nothing'})")
             killed_at = time.time()
@@ -132,16 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
             step(started, "stopping the feeder; waiting until every event is processed")
             feeder.stop()
-            cluster.wait_for(
-                "every event to be processed",
-                lambda: sum(b["events"] for b in cluster.batches()) >= feeder.written,
-                timeout,
-            )
-            cluster.wait_for(
-                "the publisher's summary to include every event",
-                lambda: current(data).get("events") == feeder.written,
-                timeout,
-            )
+            cluster.wait_drained(feeder.written, timeout)
             step(started, "stopping the daemons")
             cluster.stop_all()
         except TimeoutError as exc:
@@ -180,19 +170,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def progress_line(cluster: EtlCluster, started: float, waiting_for: str) -> str:
-    processed = sum(b["events"] for b in cluster.batches())
+    processed = cluster.processed()
     alive = ", ".join(sorted(n for n, d in cluster.daemons.items() if d.alive()))
     return (
         f"[dim]{time.time() - started:6.1f} s[/dim]  waiting for {waiting_for}: "
         f"{processed:,} events processed; daemons {alive}"
     )
-
-
-def owner_of_most(cluster: EtlCluster) -> str:
-    counts: dict[str, int] = {}
-    for member, *_ in cluster.owners().values():
-        counts[member] = counts.get(member, 0) + 1
-    return max(sorted(counts), key=lambda m: counts[m])
 
 
 def show_owners(cluster: EtlCluster, started: float) -> None:
@@ -201,9 +184,12 @@ def show_owners(cluster: EtlCluster, started: float) -> None:
     text = ", ".join(f"{k}: {m} (token {t})" for k, (m, t, _) in sorted(owners.items()))
     if publisher:
         text += f"; publisher: {publisher[0]} (token {publisher[1]})"
-    processed = sum(b["events"] for b in cluster.batches())
+    processed = cluster.processed()
     step(started, f"owners: {text}; {processed:,} events processed")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # every process the demo started is stopped on the way out
+        sys.exit(130)

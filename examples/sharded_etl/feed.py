@@ -93,14 +93,25 @@ class Feeder:
             self._thread.join()
 
 
+def run_until_interrupted(feeder: Feeder, seconds: float) -> bool:
+    """Feed for ``seconds``; Ctrl-C stops early (every file written is whole). True if so."""
+    try:
+        feeder.run(seconds)
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
 @click.command()
 @click.option("--seconds", type=float, default=60.0, show_default=True)
 @click.option("--rate", type=int, default=2_000, show_default=True, help="Events a second.")
 def main(seconds: float, rate: int) -> None:
     """Write event files into every shard's input directory."""
     feeder = Feeder(layout.data_dir(), layout.shard_count(), rate=rate)
-    feeder.run(seconds)
+    interrupted = run_until_interrupted(feeder, seconds)
     click.echo(f"wrote {feeder.written} events in {feeder.files} files")
+    if interrupted:
+        raise SystemExit(130)
 
 
 if __name__ == "__main__":

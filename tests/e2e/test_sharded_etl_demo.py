@@ -23,3 +23,18 @@ def test_a_missing_java_is_one_clear_line(tmp_path: Path) -> None:
     assert lines[0].startswith("error: Spark needs Java (JAVA_HOME has no bin/java)")
     assert "openjdk-17-jre-headless" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_daemon_without_java_stops_before_joining_with_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "workgroup", "run", "examples.sharded_etl.app:app",
+         "--bootstrap", "127.0.0.1:1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "JAVA_HOME": str(tmp_path / "no-jdk"), "ETL_DATA": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stdout == ""
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [line for line in done.stderr.splitlines() if line.strip()], done.stderr
+    assert len(errors) == 1
+    assert "Spark needs Java (JAVA_HOME has no bin/java)" in errors[0]

@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from workgroup.runtime.app import App, Isolation
+from workgroup.runtime.app import App
 from workgroup_spark.java import JavaMissingError, check_java
 from workgroup_spark.progress import BatchProgress, SparkMetrics
 from workgroup_spark.query import Build, ShardQuery, SparkQueryFailed, checkpoint_location
@@ -65,9 +65,12 @@ class SparkQueries:
     ) -> None:
         self.app = app
         self._checkpoint_root = checkpoint_root or DEFAULT_CHECKPOINT_ROOT
-        self.session = SessionHolder(
-            SessionOptions.from_environment(f"workgroup-{app.name}", master, remote, conf)
-        )
+        options = SessionOptions.from_environment(f"workgroup-{app.name}", master, remote, conf)
+        if not options.remote:
+            # Fail before joining the group (one line, exit 2 from `workgroup run`),
+            # not with every shard the daemon is given.
+            check_java()
+        self.session = SessionHolder(options)
         self.metrics = SparkMetrics()
         self.poll_interval_s = poll_interval_s
         for collector in self.metrics.collectors():
@@ -90,8 +93,6 @@ class SparkQueries:
     ) -> Callable[[B], B]:
         """Run ``build(spark, lease)``'s streaming query for each owned resource of
         ``kind`` (options as for :meth:`workgroup.App.worker`)."""
-        isolation: Isolation = None  # the query runs in the daemon's JVM
-
         def register(build: B) -> B:
             handler = ShardQuery(
                 app_name=self.app.name,
@@ -107,16 +108,12 @@ class SparkQueries:
                 grace_ms=grace_ms,
                 restart_backoff_ms=restart_backoff_ms,
                 max_restart_backoff_ms=max_restart_backoff_ms,
-                isolation=isolation,
+                isolation=None,  # the query runs in the daemon's JVM
                 reassign_delay_ms=reassign_delay_ms,
             )(handler)
             return build
 
         return register
-
-    def get_session(self) -> Any:
-        """The daemon's SparkSession (made on first use; blocking)."""
-        return self.session.get()
 
 
 def attach(app: App, **options: Any) -> SparkQueries:

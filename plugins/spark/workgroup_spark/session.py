@@ -21,7 +21,6 @@ from typing import Any
 
 from workgroup.errors import ConfigError
 from workgroup.log import get_logger
-from workgroup_spark.java import check_java
 
 log = get_logger("workgroup.spark.session")  # under workgroup's root logger
 
@@ -111,8 +110,7 @@ class SessionHolder:
         builder = SparkSession.builder.appName(options.app_name)
         if options.remote:
             builder = builder.remote(options.remote)
-        else:
-            check_java()
+        else:  # Java was checked when the plugin was attached
             builder = builder.master(options.master or "local[*]")
         for key, value in options.conf.items():
             if options.remote and not key.startswith("spark.sql."):
@@ -134,10 +132,20 @@ class SessionHolder:
             session, self._session = self._session, None
         if session is None:
             return
-        for query in list(session.streams.active):
+        try:
+            queries = list(session.streams.active)
+        except Exception as exc:  # the JVM is gone already (signalled with the process group)
+            log.info("spark.session_gone", app=self.options.app_name, error=_first_line(exc))
+            return
+        for query in queries:
             try:
                 query.stop()
             except Exception as exc:  # stopping everything: one failure must not block the rest
-                log.warning("spark.query_stop_failed", name=query.name, error=str(exc))
+                log.warning("spark.query_stop_failed", name=query.name, error=_first_line(exc))
         session.stop()
         log.info("spark.session_stopped", app=self.options.app_name)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"

@@ -348,3 +348,20 @@ async def test_build_must_return_a_stream_writer() -> None:
     lease = await _held_lease(FakeStore())
     with pytest.raises(WorkgroupError, match=r"must return a DataStreamWriter \(df.writeStream"):
         await shard_query("not a writer")(lease)
+
+
+def test_stopping_a_session_whose_jvm_is_gone_is_not_a_failure() -> None:
+    from workgroup.testing import capture_logs
+    from workgroup_spark.session import SessionHolder, SessionOptions
+
+    class Gone:
+        @property
+        def streams(self) -> Any:
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    holder = SessionHolder(SessionOptions("etl"))
+    holder._session = Gone()
+    with capture_logs() as logs:
+        holder.stop()  # no exception: the JVM went with a SIGTERM to the process group
+    assert [e["event"] for e in logs] == ["spark.session_gone"]
+    assert not holder.started
