@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import dataclass, field
 
 import click
 from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
 
 from examples.active_producer.app import TOPIC
 
@@ -61,9 +63,9 @@ async def read_all(bootstrap: str, idle_s: float = 2.0) -> list[dict[str, int]]:
         enable_auto_commit=False,
         isolation_level="read_committed",  # aborted transactions are not read
     )
-    await consumer.start()
     records = []
     try:
+        await consumer.start()
         while True:
             batch = await consumer.getmany(timeout_ms=int(idle_s * 1000))
             if not batch:
@@ -78,10 +80,13 @@ async def read_all(bootstrap: str, idle_s: float = 2.0) -> list[dict[str, int]]:
 @click.option("--bootstrap", default="127.0.0.1:9092", show_default=True)
 def main(bootstrap: str) -> None:
     """Read the topic with token fencing and report."""
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # its errors are reported below
     try:
         reading = fence(asyncio.run(read_all(bootstrap)))
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    except KafkaError as exc:
+        raise click.ClickException(f"cannot read {TOPIC!r} from {bootstrap}: {exc}") from None
     click.echo(
         f"{len(reading.accepted)} records accepted from writers with tokens {reading.tokens}; "
         f"{reading.zombie} zombie records and {reading.replayed} replays dropped; "
