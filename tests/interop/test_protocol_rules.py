@@ -355,6 +355,43 @@ async def test_member_missing_the_rebalance_is_removed(
     await asyncio.gather(a.leave(), c.leave())
 
 
+async def test_leader_leaving_with_its_join_held_is_not_the_next_leader(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
+) -> None:
+    tansu_deviates(
+        request,
+        backend,
+        "a leader that leaves while its JoinGroup is held still leads the round; the others "
+        "wait for its SyncGroup, and every later JoinGroup answers that same round again",
+    )
+    a = member(await connect(encoder), group_id, backend)
+    await settle([a])  # a leads
+    c = member(await connect(encoder), group_id, backend)
+    generation = await settle([a, c])
+    assert a.joined is not None
+    assert a.joined.is_leader
+    b = member(await connect(encoder), group_id, backend)
+    b_join = asyncio.create_task(b.join())
+    assert await heartbeat_until(a, REBALANCE_IN_PROGRESS) == REBALANCE_IN_PROGRESS
+    a_join = asyncio.create_task(a.join())
+    await asyncio.sleep(0.2)  # a's JoinGroup is held: the round waits for c
+    leaver = await connect(encoder)
+    assert (await leaver.leave(group_id, a.member_id)).error == NONE
+    jc = await c.join()
+    jb = await asyncio.wait_for(b_join, 10)
+    assert jb.error == jc.error == NONE
+    assert jb.generation == jc.generation > generation
+    assert jb.leader == jc.leader != a.member_id  # not a, who is gone
+    leader = b if jb.is_leader else c
+    assert leader.joined is not None
+    assert set(leader.joined.members) == {b.member_id, c.member_id}
+    synced = await asyncio.gather(b.sync(), c.sync())
+    assert [s.error for s in synced] == [NONE, NONE]
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(a_join, 5)  # whatever a is told, it is not in the group
+    await asyncio.gather(b.leave(), c.leave())
+
+
 # ---------------------------------------------------------------------------- heartbeats
 
 

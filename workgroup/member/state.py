@@ -80,7 +80,11 @@ Rules:
    rejoins tagged as leaving, takes nothing, keeps working until the round
    revokes its resources, then leaves (the others, expecting the follow-up
    round, notice it within 100 ms); if that takes longer than three heartbeat
-   intervals plus a second, it just leaves.  Otherwise owned resources are
+   intervals plus a second, it just leaves, though never with a JoinGroup or
+   SyncGroup of its own in flight: that answer may name it leader, and a group
+   whose leader left before syncing waits on it (Tansu never recovers), so it
+   waits for the answer, syncs if it leads, and leaves after (the session rules
+   bound the wait by the rebalance timeout).  Otherwise owned resources are
    revoked (lost, if the generation is no longer valid); dynamic members then
    send LeaveGroup, static members do not (their instance id keeps their place
    until the session times out) unless closed with ``leave=True`` (scale-down:
@@ -301,7 +305,9 @@ class MemberMachine:
         session_end = self._session_end()
         if session_end is not None:
             candidates.append(session_end)
-        if self._departing_until is not None:
+        if self._departing_until is not None and not self._awaiting_hand_over_round():
+            # Out of time, the hand-over still waits for the JoinGroup or SyncGroup
+            # in flight (rule 7): its answer, not the clock, wakes the member.
             candidates.append(self._departing_until)
         if self.state is State.STABLE and self.is_leader and self._delay.next_at is not None:
             candidates.append(self._delay.next_at)
@@ -510,6 +516,13 @@ class MemberMachine:
         the others to notice the rebalance at a heartbeat, and the two rounds."""
         return min(self.config.session_timeout_ms, 3 * self.config.heartbeat_interval_ms + 1_000)
 
+    def _awaiting_hand_over_round(self) -> bool:
+        """Out of time, a hand-over still finishes the round it is in (JoinGroup or
+        SyncGroup in flight, or its leader's assignor running) while it owns
+        something (rule 7); losing it all ends the wait."""
+        in_round = self._pending.rebalancing or self.state is State.ASSIGNING
+        return in_round and bool(self.owned)
+
     def _leave_now(self, now: int) -> None:
         self._departing_until = None
         self._pending.clear()
@@ -567,7 +580,7 @@ class MemberMachine:
         ):
             self._request_rejoin("resources changed")
         if self._departing_until is not None and (
-            now >= self._departing_until
+            (now >= self._departing_until and not self._awaiting_hand_over_round())
             or (self.state is State.STABLE and not self.owned and not self._callbacks)
         ):
             # Handed over (or out of time: revoke what is left): leave.

@@ -76,6 +76,14 @@ def ack_callbacks(m: MemberMachine, actions: list[Action], now: int) -> list[Act
     return out
 
 
+def advance(m: MemberMachine, until: int) -> list[Action]:
+    """Tick at every deadline up to ``until`` (a driver that is never late)."""
+    out: list[Action] = []
+    while (next_at := m.next_deadline()) is not None and next_at <= until:
+        out += m.tick(next_at)
+    return out
+
+
 def to_stable(
     m: MemberMachine, owned: tuple[tuple[str, int], ...] = (("shard", 0), ("shard", 1))
 ) -> int:
@@ -455,17 +463,71 @@ def test_a_hand_over_that_takes_too_long_just_leaves() -> None:
     now = to_stable(m)
     join = sent(m.close(now + 1))
     give_up_at = now + 1 + 3 * 3_000 + 1_000  # three heartbeats and a second
+    # Out of time between rounds (a failed SyncGroup, no request in flight): leave.
+    sync = sent(
+        m.response(
+            now + 2,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 6, "workgroup", "sticky.v1", "leader-1", "me-1"),
+        )
+    )
+    assert not only(advance(m, give_up_at), InvokeCallback)  # waits for the SyncGroup
+    actions = m.response(
+        give_up_at, sync.request_id, SyncGroupResult(ErrorCode.REBALANCE_IN_PROGRESS)
+    )
+    assert not only(actions, SendRequest)  # no new round
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
+    leave = sent(ack_callbacks(m, actions, give_up_at + 1))
+    assert isinstance(leave.request, LeaveGroup)
+
+
+def test_a_hand_over_out_of_time_waits_for_its_join_and_syncs_as_leader_before_leaving() -> None:
+    # Leaving with the JoinGroup unanswered would leave the group a leader that
+    # never syncs (Tansu then answers every later JoinGroup with the same dead
+    # round); the answer comes first, then the leave.
+    m = make()
+    now = to_stable(m)
+    join = sent(m.close(now + 1))
+    give_up_at = now + 1 + 3 * 3_000 + 1_000
+    assert not advance(m, give_up_at + 500)  # the JoinGroup's answer wakes it
+    assert m.owned == {("shard", 0), ("shard", 1)}
+    members = (
+        JoinedMember("me-1", None, join.request.protocols[0][1]),
+        JoinedMember("other", None, CODEC.encode_metadata(MemberMetadata(owned_generation=5))),
+    )
+    actions = m.response(
+        give_up_at + 600,
+        join.request_id,
+        JoinGroupResult(ErrorCode.NONE, 6, "workgroup", "sticky.v1", "me-1", "me-1", members),
+    )
+    run = only(actions, RunAssignor)[0]
+    assert run.input.members["me-1"].kinds == frozenset()  # tagged as leaving
+    target = {"me-1": [], "other": [("shard", i) for i in range(6)]}
+    sync = sent(m.assignment_done(give_up_at + 601, run.run_id, target))
+    assert isinstance(sync.request, SyncGroup)
+    mine = dict(sync.request.assignments)["me-1"]
+    assert CODEC.decode_assignment(mine).value.assigned == ()
+    actions = m.response(give_up_at + 602, sync.request_id, SyncGroupResult(ErrorCode.NONE, mine))
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
+    leave = sent(ack_callbacks(m, actions, give_up_at + 603))
+    assert isinstance(leave.request, LeaveGroup)
+
+
+def test_a_hand_over_whose_join_is_never_answered_loses_and_leaves() -> None:
+    m = make()
+    now = to_stable(m)
+    join = sent(m.close(now + 1))
     t, actions = now + 1, []
-    while not only(actions, InvokeCallback):  # the JoinGroup is never answered
+    while not only(actions, InvokeCallback):
         next_at = m.next_deadline()
         assert next_at is not None
         t = next_at
         actions = m.tick(t)
-    assert t == give_up_at
-    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
+    # Held past the rebalance timeout: what it owned is no longer safe.
+    assert t >= join.timeout_ms - 10_000 + now
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_lost"]
     leave = sent(ack_callbacks(m, actions, t + 1))
     assert isinstance(leave.request, LeaveGroup)
-    assert join.request_id != leave.request_id
 
 
 def test_eager_close_revokes_then_leaves() -> None:

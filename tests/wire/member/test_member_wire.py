@@ -116,6 +116,18 @@ class Group:
         self, count: int, limit_s: float = 30, total: int = 12
     ) -> dict[str, frozenset[Resource]]:
         """Wait until ``count`` members are stable in one generation owning everything."""
+        try:
+            return await self._settle(count, limit_s, total)
+        except TimeoutError:
+            seen = {
+                n: (m.state.name, m.generation, sorted(str(r[1]) for r in m.assignment))
+                for n, m in self.members.items()
+            }
+            raise AssertionError(f"not settled in {limit_s} s: {seen}") from None
+
+    async def _settle(
+        self, count: int, limit_s: float, total: int
+    ) -> dict[str, frozenset[Resource]]:
         async with asyncio.timeout(limit_s):
             while True:
                 members = list(self.members.values())
