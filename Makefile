@@ -17,6 +17,7 @@ venv: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check workgroup tests benchmarks examples plugins
+	$(BIN)/ruff format --check workgroup tests benchmarks examples plugins
 	$(BIN)/mypy
 
 test: lint

@@ -102,8 +102,9 @@ class CoordinatorError(WorkgroupError):
 
     def __init__(self, code: ErrorCode, message: str | None = None) -> None:
         self.code = code
-        super().__init__(message or f"coordinator returned {code.name} ({int(code)})",
-                         retriable=code.retriable)
+        super().__init__(
+            message or f"coordinator returned {code.name} ({int(code)})", retriable=code.retriable
+        )
 
 
 class StoreError(WorkgroupError):

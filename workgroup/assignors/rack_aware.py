@@ -98,4 +98,3 @@ def _find_trade(
             if fallback is not None:
                 return b, fallback
     return None
-

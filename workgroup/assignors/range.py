@@ -97,8 +97,7 @@ class RangeAssignor:
         for state in states:
             _assign_ranges(state, assignment, None)
         positions = {
-            kind: {key: i for i, key in enumerate(data.resources[kind])}
-            for kind in data.resources
+            kind: {key: i for i, key in enumerate(data.resources[kind])} for kind in data.resources
         }
         for resources in assignment.values():
             resources.sort(key=lambda r: (r[0], positions[r[0]][r[1]]))

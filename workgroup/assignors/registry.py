@@ -106,9 +106,7 @@ def _load(name: str) -> object:
             raise ConfigError(f"assignor {name!r} ({ep.value}) cannot be loaded: {exc}") from exc
     target = BUILTIN.get(name)
     if target is None:
-        raise ConfigError(
-            f"unknown assignor {name!r}; available: {', '.join(available())}"
-        )
+        raise ConfigError(f"unknown assignor {name!r}; available: {', '.join(available())}")
     module, _, attribute = target.partition(":")
     loaded: object = getattr(import_module(module), attribute)
     return loaded

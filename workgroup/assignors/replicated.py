@@ -132,6 +132,7 @@ class ReplicatedAssignor:
             movable = [r for r in ordered if most in holders[r] and least not in holders[r]]
             if not movable:
                 return
+
             # Prefer a move that does not put two replicas on one rack.
             def crowds(resource: Resource, most: str = most, least: str = least) -> bool:
                 others = {rack[h] for h in holders[resource] if h != most}

@@ -576,9 +576,7 @@ class _Balancer:
             resources = self.assignment[mid]
             held = self._held[mid] = dict(Counter(map(itemgetter(0), resources)))
             kept_by = self.kept_by
-            self._received[mid] = dict(
-                Counter(r[0] for r in resources if kept_by.get(r) != mid)
-            )
+            self._received[mid] = dict(Counter(r[0] for r in resources if kept_by.get(r) != mid))
         return held
 
     def _kinds_to_give(self, mid: str) -> list[str]:

@@ -99,9 +99,7 @@ class WeightedAssignor:
                 _, mid = heap[0]
                 assignment[mid].append(resource)
                 load[mid] += 1
-                heapq.heapreplace(
-                    heap, (self._priority(load[mid], share[mid], capacity[mid]), mid)
-                )
+                heapq.heapreplace(heap, (self._priority(load[mid], share[mid], capacity[mid]), mid))
         return assignment
 
     @staticmethod

@@ -59,9 +59,7 @@ def check_exposure(host: str, insecure: bool) -> None:
         "reaches this port can join, commit to and describe every group",
         err=True,
     )
-    wlog.get_logger("workgroup.cli.coordinator").warning(
-        "coordinator.insecure_listener", host=host
-    )
+    wlog.get_logger("workgroup.cli.coordinator").warning("coordinator.insecure_listener", host=host)
 
 
 def format_address(host: str, port: int) -> str:

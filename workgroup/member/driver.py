@@ -694,9 +694,7 @@ class GroupMember:
             # (after this returns): it keeps them, and its work running, until its
             # requests and connection are down, so a restart leaves them unowned as
             # briefly as possible.  A dynamic member must revoke before it leaves.
-            revoke_last = (
-                self.config.instance_id is not None and not leave
-            ) and machine.state in (
+            revoke_last = (self.config.instance_id is not None and not leave) and machine.state in (
                 State.FINDING_COORDINATOR,
                 State.JOINING,
                 State.ASSIGNING,

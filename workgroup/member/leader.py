@@ -408,9 +408,7 @@ def simulate_rebalance(
         target = assignor.assign(prepared.input)
         plan = plan_round(member_ids, target, withholding_claims(mode, current))
         if mode == "eager" and not rounds:
-            plan = replace(
-                plan, revoked={mid: owned_before.get(mid, ()) for mid in plan.assigned}
-            )
+            plan = replace(plan, revoked={mid: owned_before.get(mid, ()) for mid in plan.assigned})
         rounds.append(plan)
         if not plan.pending:
             converged = True

@@ -153,9 +153,7 @@ class ProcessLease:
                 done.set()
 
 
-def _child_main(
-    conn: Connection, payload: bytes, signature: bytes, fields: dict[str, Any]
-) -> None:
+def _child_main(conn: Connection, payload: bytes, signature: bytes, fields: dict[str, Any]) -> None:
     """The child process: check the handler's signature, then run it with a
     :class:`ProcessLease`."""
     key = os.environ.get(HANDLER_KEY_ENV, "").encode()

@@ -93,6 +93,7 @@ class SparkQueries:
     ) -> Callable[[B], B]:
         """Run ``build(spark, lease)``'s streaming query for each owned resource of
         ``kind`` (options as for :meth:`workgroup.App.worker`)."""
+
         def register(build: B) -> B:
             handler = ShardQuery(
                 app_name=self.app.name,

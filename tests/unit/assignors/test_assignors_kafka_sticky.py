@@ -254,9 +254,7 @@ def test_poor_round_robin_assignment_scenario(assignor: StickyAssignor) -> None:
     partitions = {f"topic{i}": (i % 2) + 1 for i in range(1, 6)}
     every = list(partitions)
     odd = ["topic1", "topic3", "topic5"]
-    data = group(
-        partitions, member(C1, every), member(C2, odd), member(C3, odd), member(C4, every)
-    )
+    data = group(partitions, member(C1, every), member(C2, odd), member(C3, odd), member(C4, every))
     assignment = assignor.assign(data)
     check(data, assignment)
     assert spread(assignment) <= 1
@@ -400,9 +398,7 @@ def test_stickiness(assignor: StickyAssignor) -> None:
     assert all(len(v) <= 1 for v in assignment.values())
     before = {mid: rs[0] for mid, rs in assignment.items() if rs}
 
-    data = group(
-        {T1: 3}, *(member(c, [T1], assignment[c], GENERATION) for c in (C2, C3, C4))
-    )
+    data = group({T1: 3}, *(member(c, [T1], assignment[c], GENERATION) for c in (C2, C3, C4)))
     after = assignor.assign(data)
     assert transferring(data, after) == {}
     for mid, resources in after.items():

@@ -193,8 +193,6 @@ def test_one_member_joins_moves_exactly_the_minimum(name: str, data: AssignmentI
 
 
 @SETTINGS
-
-
 @given(data=inputs(uniform=True))
 def test_block_fill_equals_kafka_one_by_one(data: AssignmentInput) -> None:
     """The O(resources) block fill hands out exactly what Kafka's resource-by-
@@ -217,8 +215,6 @@ def test_block_fill_equals_kafka_one_by_one(data: AssignmentInput) -> None:
 
 
 @SETTINGS
-
-
 @given(data=inputs(uniform=True, racks=True))
 def test_rack_aware_no_trade_improves_locality(data: AssignmentInput) -> None:
     assignment = assign("rack-aware", data)
@@ -242,8 +238,6 @@ def test_rack_aware_no_trade_improves_locality(data: AssignmentInput) -> None:
 
 
 @SETTINGS
-
-
 @given(data=inputs(uniform=True), capacities=st.lists(st.integers(1, 5), min_size=8, max_size=8))
 def test_weighted_loads_are_proportional(data: AssignmentInput, capacities: list[int]) -> None:
     members = {
@@ -262,8 +256,6 @@ def test_weighted_loads_are_proportional(data: AssignmentInput, capacities: list
 
 
 @SETTINGS
-
-
 @given(data=inputs(racks=True))
 def test_leader_keeps_current_owner(data: AssignmentInput) -> None:
     assignment = assign("leader", data)
@@ -313,8 +305,6 @@ def test_replicated_owners_distinct_and_complete(
 
 
 @SETTINGS
-
-
 @given(data=inputs(uniform=True, claims=False, max_members=8), pick=st.integers(0, 100))
 def test_replicated_mostly_keeps_replicas_when_a_member_leaves(
     data: AssignmentInput, pick: int
@@ -337,8 +327,6 @@ def test_replicated_mostly_keeps_replicas_when_a_member_leaves(
 
 
 @SETTINGS
-
-
 @given(data=inputs(uniform=True, claims=False, max_members=8))
 def test_consistent_hash_join_moves_only_to_newcomer(data: AssignmentInput) -> None:
     before = assign("consistent-hash", data)
@@ -369,8 +357,6 @@ def test_consistent_hash_prefers_instance_id() -> None:
 
 
 @SETTINGS
-
-
 @given(data=inputs(racks=True))
 def test_cooperative_rounds_never_hand_out_an_owned_resource(data: AssignmentInput) -> None:
     """Kafka's CooperativeStickyAssignorTest check, as a property: a round never

@@ -129,9 +129,7 @@ def test_members_without_the_standby_kind_hold_no_standbys() -> None:
     data = group(["a", "b", "c"], 6)
     members = dict(data.members)
     members["c"] = MemberInfo("c", frozenset({KIND}))
-    assignment = assignor(1).assign(
-        AssignmentInput(resources=data.resources, members=members)
-    )
+    assignment = assignor(1).assign(AssignmentInput(resources=data.resources, members=members))
     assert all(kind == KIND for kind, _ in assignment["c"])
     assert sorted(active_of(assignment)) == [(KIND, k) for k in range(6)]
     assert all(len(holders) == 1 for holders in standbys_of(assignment).values())

@@ -138,4 +138,3 @@ def test_rebalance_timeout_is_the_largest_of_the_members() -> None:
         m.rebalance_timeout_ms = timeout
         group.add(m, None, 9)
     assert group.rebalance_timeout_ms() == 60_000
-

@@ -209,8 +209,21 @@ async def test_inconsistent_protocol_names_the_groups_protocol(bootstrap: str) -
 
 @pytest.mark.parametrize(
     "address",
-    ["", " ", ":9092", "host:1:2", "127.0.0.1:99999", "127.0.0.1:0", "host:http", "host",
-     "host:", "a:1,,b:2", "[::1]", "[nope]:9092", "bad host:9092"],
+    [
+        "",
+        " ",
+        ":9092",
+        "host:1:2",
+        "127.0.0.1:99999",
+        "127.0.0.1:0",
+        "host:http",
+        "host",
+        "host:",
+        "a:1,,b:2",
+        "[::1]",
+        "[nope]:9092",
+        "bad host:9092",
+    ],
 )
 def test_malformed_bootstrap_is_a_config_error(address: str) -> None:
     with pytest.raises(ConfigError, match="bootstrap"):
