@@ -878,6 +878,9 @@ class GroupCoordinator:
                     protocol_name=group.protocol_name,
                 ),
             )
+            # As Kafka: the member just proved itself alive, and it counts the
+            # session from this answer (a follower's rejoin in a stable group).
+            self._reschedule_session(group, member)
 
     def _validate_sync(self, group: Group, request: SyncGroup) -> ErrorCode:
         if group.is_in(GroupState.DEAD):

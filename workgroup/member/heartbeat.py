@@ -16,11 +16,13 @@ Rules:
    proves more: Kafka restarts the session timer when it answers, so its proof
    is the answer's time, taken as ``now`` minus one heartbeat interval — unless
    the process was starved since the request was sent (the answer may be old).
-3. The session ends ``session_timeout_ms`` after the newest proof.  A
-   JoinGroup/SyncGroup sent at *s* while the session was alive (*s* plus the
-   starvation threshold before the session's end), and not sent before the
-   last starvation, keeps it alive until ``s + rebalance_timeout_ms``: a
-   coordinator never evicts a member whose JoinGroup/SyncGroup it holds.
+3. The session ends ``session_timeout_ms`` after the newest proof, whatever is
+   in flight.  A JoinGroup or SyncGroup held by the coordinator keeps the
+   session alive there, but one lost on its way (a partition) does not, and
+   the member cannot tell the two apart until an answer comes: counting a
+   request in flight as proof let a member keep resources the coordinator had
+   already handed on (found by the network simulation).  A member that owns
+   nothing has nothing at stake and is not bound by this (the machine's rule).
 4. Starvation: an event later than the machine's own deadline by more than
    ``min(heartbeat interval, session timeout / 3)`` means the process was
    frozen or its event loop starved; answers read from then on may be
@@ -31,7 +33,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 #: Heartbeat interval while a follow-up round is due: the revoking members start
@@ -96,23 +98,12 @@ class HeartbeatTimer:
         """A new generation or membership: older proofs say nothing about it."""
         self.alive_since = None
 
-    def session_end(self, held_sent_at: Iterable[int]) -> int | None:
+    def session_end(self) -> int | None:
         """When the coordinator may have evicted the member, from what is known for
-        sure; ``held_sent_at``: send times of the JoinGroup/SyncGroup in flight."""
+        sure (rule 3)."""
         if self.alive_since is None:
             return None
-        end = self.alive_since + self.session_timeout_ms
-        held_until = self._held_until(end, held_sent_at)
-        return end if held_until is None else max(end, held_until)
-
-    def _held_until(self, session_end: int, held_sent_at: Iterable[int]) -> int | None:
-        for sent_at in held_sent_at:
-            if (
-                sent_at >= self.starved_until
-                and sent_at + self.starvation_threshold_ms <= session_end
-            ):
-                return sent_at + self.rebalance_timeout_ms
-        return None
+        return self.alive_since + self.session_timeout_ms
 
     # --- rule 4: starvation ---------------------------------------------------------
 

@@ -53,13 +53,13 @@ Rules:
 4. Session: if no heartbeat sent at time *t* succeeded and ``t + session
    timeout`` passes, the coordinator has evicted this member by now, so its
    resources are reported lost (before anyone else can be handed them).
-   A coordinator never evicts a member whose JoinGroup or SyncGroup it holds
-   (it answers it instead, at the latest after the rebalance timeout), so a
-   request sent at *s* while the session was alive (*s* plus the starvation
-   threshold before the session's end) keeps what is owned until ``s +
-   rebalance timeout`` as long as it is in flight — unless the process was
-   starved since *s* (its answer may then be old, and the member removed
-   meanwhile) or the request failed: then the session bound applies alone.
+   A JoinGroup or SyncGroup in flight does not extend this: the coordinator
+   keeps a member whose request it holds, but a request lost on its way (a
+   partition) keeps nothing, and until an answer comes the member cannot tell
+   which it was.  So a cooperative member whose rejoin is held longer than its
+   session reports what it owns lost and gets it back in the new assignment
+   (safe, and rare: a round completes once every live member rejoined); the
+   request goes on.
    (The timing itself: :class:`~workgroup.member.heartbeat.HeartbeatTimer`.)
 5. Eager protocols revoke every owned resource before (re)joining, and report
    what they revoked in their metadata (sticky assignors keep it in place; it
@@ -556,9 +556,9 @@ class MemberMachine:
             return
         session_end = self._session_end()
         if session_end is not None and now >= session_end and self._pending.rebalancing:
-            # Held past the rebalance timeout, or starved meanwhile: the answer may
-            # be lost or old, so what we own is no longer safe.  The request goes on;
-            # the new assignment hands resources out again.
+            # Unanswered for a session (held, or lost on its way: rule 4), or starved
+            # meanwhile: what we own is no longer safe.  The request goes on; the
+            # new assignment hands resources out again.
             self._lose("no answer proved the session in time")
         elif session_end is not None and now >= session_end:
             log.warning(
@@ -638,7 +638,7 @@ class MemberMachine:
             return None
         if self._pending.rebalancing and not self.owned:
             return None  # the coordinator holds the request; nothing is at stake
-        return self._heartbeat.session_end(self._pending.held_since())
+        return self._heartbeat.session_end()
 
     # --- transitions ----------------------------------------------------------
 
@@ -977,7 +977,7 @@ class MemberMachine:
             )
             return
         self._proved_alive(now, pending)
-        session_end = self._heartbeat.session_end(())
+        session_end = self._heartbeat.session_end()
         if session_end is not None and now >= session_end:
             # Read after a freeze (heartbeat.py, rule 4): the answer may be old and
             # the coordinator may have given these resources to others since.  Do

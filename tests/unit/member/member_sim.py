@@ -441,7 +441,7 @@ class Simulation:
         for reply in replies:
             if not isinstance(reply, Reply):
                 continue
-            member, request_id, request = reply.token
+            member, _request_id, request = reply.token
             arrives = self._arrival(member, "down")
             if arrives is None:  # the answer is lost: the member's request times out
                 self._time_out(member, request)
@@ -449,15 +449,19 @@ class Simulation:
             self.at(
                 arrives,
                 self._message(
-                    lambda m=member, rid=request_id, res=reply.result: self._response(m, rid, res)
+                    lambda m=member, req=request, res=reply.result: self._response(m, req, res)
                 ),
             )
 
-    def _response(self, member: SimMember, request_id: int, result: GroupResult) -> None:
-        if self.members.get(member.name) is not member or member.partitioned:
+    def _response(self, member: SimMember, request: SendRequest, result: GroupResult) -> None:
+        if self.members.get(member.name) is not member:
             return
+        if member.partitioned:  # the answer never arrives: the request times out
+            self._time_out(member, request)
+            return
+        request_id = request.request_id
         if member.paused:
-            member.deferred.append(lambda: self._response(member, request_id, result))
+            member.deferred.append(lambda: self._response(member, request, result))
             return
         self._apply(member, member.machine.response(self.now, request_id, result))
 

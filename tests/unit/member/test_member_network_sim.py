@@ -13,21 +13,24 @@ every seed:
 ``WORKGROUP_SIM_RUNS`` sets how many seeds run (``make chaos`` runs thousands);
 ``WORKGROUP_SIM_SEED`` replays one; a failure lists its seeds.
 
-With latency, reordering and freezes the invariants hold.  With lost messages and
-partitions they do not yet: a JoinGroup or SyncGroup lost on its way (a partition)
-still counts as *held by the coordinator*, which keeps the member's session alive
-in its own eyes until the rebalance timeout, while the coordinator, which never
-saw the request, evicts it after the session timeout and hands its resources on
-(about one seed in four at these rates; seed 4).  Kafka's classic client has the
-same window.  Some of these groups also do not settle within ten simulated minutes
-after the faults stop (seed 11).  It is an open defect, kept visible as an expected failure that
-lists the failing seeds.
+The simulation found three defects, all fixed:
 
-The simulation also found a defect that is fixed: a member frozen with a
-SyncGroup answer in flight acted on that answer when it resumed (``on_assigned``,
-then ``on_lost`` in the same instant) although a newer generation had given the
-resources to others (seed 152); it now ignores an assignment read after its
-session may have ended.
+* A JoinGroup or SyncGroup in flight counted as proof of the session until the
+  rebalance timeout, but one lost on its way (a partition) proves nothing: the
+  coordinator evicted the member after its session and handed its resources
+  on while the member kept them (about one seed in twelve; seeds 4, 22, 46).
+  Now only answers prove the session (heartbeat.py, rule 3).
+* The coordinator did not restart a member's session timer when it answered
+  a SyncGroup in a stable group (Kafka does): a follower that rejoined with
+  unchanged metadata got its assignment back and was evicted a moment later
+  on its old heartbeat (seeds 13, 39).
+* A member frozen with a SyncGroup answer in flight acted on that answer when
+  it resumed (``on_assigned``, then ``on_lost`` in the same instant) although a
+  newer generation had given the resources to others (seed 152); it now
+  ignores an assignment read after its session may have ended.
+
+The simulation itself had one: an answer that reached a partitioned member was
+dropped without the request ever timing out, so some groups never settled.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from __future__ import annotations
 import os
 import random
 
-import pytest
 from member_sim import EmbeddedCoordinator, Network, Simulation, random_faults
 
 from workgroup.member.config import MemberConfig
@@ -129,9 +131,6 @@ def test_latency_reordering_and_freezes_never_double_own() -> None:
     assert not failures, f"{len(failures)} of {len(SEEDS)} seeds failed:\n" + "\n".join(failures)
 
 
-@pytest.mark.xfail(
-    reason="open defect: a lost JoinGroup/SyncGroup (see the module docstring)", strict=False
-)
 def test_lost_messages_and_partitions_never_double_own() -> None:
     failures = failing_seeds(lossy=True)
     assert not failures, f"{len(failures)} of {len(SEEDS)} seeds failed:\n" + "\n".join(failures)
