@@ -121,7 +121,7 @@ async def test_a_partitioned_member_loses_its_work_and_the_other_takes_it(
         # coordinator moves it once the session expired there.
         assert lost_s <= SESSION_MS / 1000 + 1.0
         assert moved_s <= SESSION_MS / 1000 + 5.0
-        proxy.heal()
+        proxy.unpartition("p-split-a")
         await settled(a, b, owned={a: 3, b: 3})
 
 

@@ -111,7 +111,8 @@ class Settings:
 class WorkerSpec:
     kind: str
     handler: Handler
-    assignor: str
+    #: Assignor names in preference order (several: a rolling change of assignor).
+    assignors: tuple[str, ...]
     grace_ms: int | None
     restart: RestartPolicy
     standbys: int = 0
@@ -194,7 +195,7 @@ class App:
         self,
         kind: str,
         *,
-        assignor: str = "cooperative-sticky",
+        assignor: str | Sequence[str] = "cooperative-sticky",
         grace_ms: int | None = None,
         restart_backoff_ms: int = 100,
         max_restart_backoff_ms: int = 30_000,
@@ -218,12 +219,21 @@ class App:
         ``reassign_delay_ms``: the resources of a process that left wait that
         long before they move, so that a restarted process gets them back
         without churn (:mod:`workgroup.member.delay`).
+
+        ``assignor`` may list several names in preference order, to change the
+        assignor in a rolling restart: deploy ``["new", "old"]`` everywhere (the
+        group keeps ``"old"`` until every member offers ``"new"``), then
+        ``"new"`` alone.
         """
         _check_name(kind, "kind")
-        try:
-            get_assignor(assignor)
-        except Exception as exc:
-            raise ConfigError(f"worker {kind!r}: {exc}") from exc
+        assignors = (assignor,) if isinstance(assignor, str) else tuple(assignor)
+        if not assignors or len(set(assignors)) != len(assignors):
+            raise ConfigError(f"worker {kind!r}: assignor names must be distinct, got {assignor!r}")
+        for name in assignors:
+            try:
+                get_assignor(name)
+            except Exception as exc:
+                raise ConfigError(f"worker {kind!r}: {exc}") from exc
         if grace_ms is not None and grace_ms < 0:
             raise ConfigError(f"grace_ms must be >= 0, got {grace_ms}")
         if restart_backoff_ms <= 0 or max_restart_backoff_ms < restart_backoff_ms:
@@ -240,7 +250,7 @@ class App:
             self.workers[kind] = WorkerSpec(
                 kind,
                 _isolated(function, isolation),
-                assignor,
+                assignors,
                 grace_ms,
                 RestartPolicy(restart_backoff_ms / 1000, max_restart_backoff_ms / 1000),
                 standbys,

@@ -50,7 +50,7 @@ class GroupRunner:
         group_id: str,
         kind: str,
         handler: Handler,
-        assignor: str,
+        assignors: Sequence[str],
         grace_s: float,
         restart: RestartPolicy,
         settings: Settings,
@@ -77,18 +77,21 @@ class GroupRunner:
         self._catalog = FrozenCatalog()
         self.runs: dict[Resource, HandlerRun] = {}
         self._standbys = standbys
-        protocol = Protocol.of(assignor)
+        protocols = [Protocol.of(name) for name in assignors]
         kinds = [kind]
         if standbys:
-            protocol = Protocol(
-                name=f"{assignor}-standby{standbys}",
-                assignor=StandbyAssignor(protocol.assignor, standbys),
-            )
+            protocols = [
+                Protocol(
+                    name=f"{name}-standby{standbys}",
+                    assignor=StandbyAssignor(protocol.assignor, standbys),
+                )
+                for name, protocol in zip(assignors, protocols, strict=True)
+            ]
             kinds.append(standby_kind(kind))
         self.member = GroupMember(
             settings.bootstrap or DEFAULT_BOOTSTRAP,
             group_id,
-            [protocol],
+            protocols,
             instance_id=settings.instance_id,
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=settings.heartbeat_ms(),
@@ -243,7 +246,7 @@ class AppRunner:
                 group_id=app.group_id(spec.kind),
                 kind=spec.kind,
                 handler=spec.handler,
-                assignor=spec.assignor,
+                assignors=spec.assignors,
                 grace_s=(spec.grace_ms if spec.grace_ms is not None else settings.grace_ms) / 1000,
                 restart=spec.restart,
                 settings=settings,
@@ -262,7 +265,7 @@ class AppRunner:
                 group_id=app.group_id(spec.name),
                 kind=LEADER_KIND,
                 handler=spec.handler,
-                assignor="cooperative-sticky",
+                assignors=("cooperative-sticky",),
                 grace_s=spec.grace_ms / 1000 if spec.grace_ms is not None else grace_s,
                 restart=RestartPolicy(),
                 settings=settings,

@@ -9,6 +9,7 @@ from workgroup.testing.ownership import (
     check_ownership,
     read_log,
 )
+from workgroup.testing.proxy import FaultProxy, random_schedule
 from workgroup.testing.servers import (
     ServerExited,
     ServerProcess,
@@ -20,6 +21,7 @@ from workgroup.testing.servers import (
 )
 
 __all__ = [
+    "FaultProxy",
     "MemberLog",
     "OwnershipReport",
     "OwnershipViolation",
@@ -30,6 +32,7 @@ __all__ = [
     "capture_logs",
     "check_ownership",
     "free_port",
+    "random_schedule",
     "read_log",
     "run_coordinator",
     "run_tansu",

@@ -25,6 +25,7 @@ Faults:
   nothing, for every connection or only those whose requests carry a matching
   Kafka client id (one side of the group cut off while the rest still reach the
   coordinator);
+* ``unpartition(client_id, ...)``: end those clients' partition only;
 * ``cut()``: close every connection now (clients reconnect);
 * ``heal()``: remove every fault (held bytes are forwarded again).
 
@@ -287,6 +288,12 @@ class FaultProxy:
         self.faults.partitioned.update(client_ids)
         self.faults_changed.set()
         log.info("proxy.partition", client_ids=sorted(self.faults.partitioned))
+
+    def unpartition(self, *client_ids: str) -> None:
+        """Let the connections of ``client_ids`` through again (held bytes flow)."""
+        self.faults.partitioned.difference_update(client_ids)
+        self.faults_changed.set()
+        log.info("proxy.unpartition", client_ids=sorted(client_ids))
 
     def cut(self) -> int:
         """Close every connection now; returns how many."""

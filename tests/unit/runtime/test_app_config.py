@@ -41,6 +41,9 @@ def test_an_app_names_its_groups_after_kinds_and_leaders() -> None:
     ("declare", "message"),
     [
         (lambda app: app.worker("shard", assignor="nope"), "nope"),
+        (lambda app: app.worker("shard", assignor=["range", "nope"]), "nope"),
+        (lambda app: app.worker("shard", assignor=["range", "range"]), "distinct"),
+        (lambda app: app.worker("shard", assignor=[]), "distinct"),
         (lambda app: app.worker("bad kind"), "kind 'bad kind'"),
         (lambda app: app.leader("shard")(lambda lease: None), "declared twice"),
         (lambda app: app.resources("shard")(lambda: []), "declared twice"),
@@ -51,6 +54,14 @@ def test_declarations_that_cannot_work_are_refused(declare: object, message: str
     app = make_app()
     with pytest.raises(ConfigError, match=message):
         declare(app)  # type: ignore[operator]
+
+
+def test_a_worker_may_offer_several_assignors_for_a_rolling_change() -> None:
+    app = workgroup.App("a")
+    app.worker("shard", assignor=["round-robin", "cooperative-sticky"])(lambda lease: None)
+    assert app.workers["shard"].assignors == ("round-robin", "cooperative-sticky")
+    app.worker("other")(lambda lease: None)
+    assert app.workers["other"].assignors == ("cooperative-sticky",)
 
 
 def test_a_worker_without_resources_is_refused() -> None:
