@@ -28,6 +28,9 @@ class SendRequest:
     request_id: int
     request: JoinGroup | SyncGroup | Heartbeat | LeaveGroup
     timeout_ms: int
+    #: Send it on a second connection: a JoinGroup or SyncGroup of this member is
+    #: held on the first, and a coordinator answers one connection in order.
+    beside_held: bool = False
 
 
 CallbackKind = Literal["on_assigned", "on_revoked", "on_lost"]

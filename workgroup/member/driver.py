@@ -192,12 +192,16 @@ class CoordinatorConnection:
         self._client_id = client_id
         self._request_timeout_ms = request_timeout_ms
         self._conn: AIOKafkaConnection | None = None
+        #: A second connection to the coordinator, for heartbeats beside a held
+        #: JoinGroup/SyncGroup (opened when first needed, closed with ``_conn``).
+        self._beside: AIOKafkaConnection | None = None
         #: Node id of the coordinator that ``_conn`` leads to; ``None`` during a lookup.
         self.coordinator: int | None = None
 
     async def find(self, group_id: str) -> int:
         """Ask a broker for the group's coordinator and connect to it; its node id."""
         self.coordinator = None
+        self._close_beside()
         conn = self._conn if self._conn is not None and self._conn.connected() else None
         if conn is None:
             self._drop()
@@ -221,6 +225,23 @@ class CoordinatorConnection:
             raise CoordinatorUnavailableError("not connected to the coordinator")
         return await conn.send(request)
 
+    async def send_beside(self, request: Any) -> Any:
+        """Send ``request`` to the coordinator on the second connection: the first
+        is busy with a request the coordinator holds (answers come in order)."""
+        conn = self._conn
+        if self.coordinator is None or conn is None or not conn.connected():
+            raise CoordinatorUnavailableError("not connected to the coordinator")
+        beside = self._beside
+        if beside is None or not beside.connected():
+            self._close_beside()
+            beside = self._beside = await self._connect(conn.host, conn.port)
+        return await beside.send(request)
+
+    def _close_beside(self) -> None:
+        if self._beside is not None:
+            self._beside.close(reason=CloseReason.SHUTDOWN)
+            self._beside = None
+
     async def send_to_bootstrap(self, request: Any) -> Any:
         """Send ``request`` to a bootstrap broker (requests any broker answers)."""
         conn = self._conn if self._conn is not None and self._conn.connected() else None
@@ -231,6 +252,7 @@ class CoordinatorConnection:
 
     async def close(self) -> None:
         """Close the connection; wait (briefly) until its socket is closed."""
+        self._close_beside()
         conn, self._conn, self.coordinator = self._conn, None, None
         if conn is not None:
             closed = conn.close(reason=CloseReason.SHUTDOWN)
@@ -240,6 +262,7 @@ class CoordinatorConnection:
                 await asyncio.wait_for(asyncio.shield(closed), CLOSE_SOCKET_TIMEOUT_S)
 
     def _drop(self) -> None:
+        self._close_beside()
         if self._conn is not None:
             self._conn.close(reason=CloseReason.CONNECTION_BROKEN)
             self._conn = None
@@ -835,7 +858,10 @@ class GroupMember:
         request = KioRequest(action.request)
         try:
             async with asyncio.timeout(action.timeout_ms / 1000):
-                response = await self._connection.send(request)
+                if action.beside_held:
+                    response = await self._connection.send_beside(request)
+                else:
+                    response = await self._connection.send(request)
             result = to_result(action.request, response)
         except asyncio.CancelledError:
             raise

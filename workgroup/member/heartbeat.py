@@ -21,7 +21,14 @@ Rules:
    session alive there, but one lost on its way (a partition) does not, and
    the member cannot tell the two apart until an answer comes: counting a
    request in flight as proof let a member keep resources the coordinator had
-   already handed on (found by the network simulation).  A member that owns
+   already handed on (found by the network simulation).  Heartbeats sent
+   beside the held request prove the session, but not that the request
+   arrived: a coordinator completes a round without the members that did not
+   rejoin (or sync) once the rebalance timeout has passed since the round
+   began.  So while a request is in flight, the session also ends
+   ``rebalance_timeout_ms`` after the *round floor*: the send time of the last
+   heartbeat or SyncGroup answered NONE (no round had begun), or of the last
+   JoinGroup answered (its round began after it).  A member that owns
    nothing has nothing at stake and is not bound by this (the machine's rule).
 4. Starvation: an event later than the machine's own deadline by more than
    ``min(heartbeat interval, session timeout / 3)`` means the process was
@@ -52,6 +59,8 @@ class HeartbeatTimer:
     failures: int = 0
     #: Send time of the newest request that proved the session alive (rule 2).
     alive_since: int | None = None
+    #: No round that could drop this member began before this (rule 3).
+    round_floor: int | None = None
     #: When the machine expected its next event at the latest (its deadline).
     expected_by: int | None = None
     #: Answers to requests sent before this time may be arbitrarily old (rule 4).
@@ -97,13 +106,28 @@ class HeartbeatTimer:
     def forget_proof(self) -> None:
         """A new generation or membership: older proofs say nothing about it."""
         self.alive_since = None
+        self.round_floor = None
 
-    def session_end(self) -> int | None:
+    def proved_stable(self, sent_at: int) -> None:
+        """A heartbeat or SyncGroup sent at ``sent_at`` was answered NONE: no
+        rebalance had begun when the coordinator read it (rule 3)."""
+        if self.round_floor is None or sent_at > self.round_floor:
+            self.round_floor = sent_at
+
+    def round_began_after(self, sent_at: int) -> None:
+        """A JoinGroup sent at ``sent_at`` was answered: the round it completed,
+        and any later one, began after it (rule 3)."""
+        self.round_floor = sent_at
+
+    def session_end(self, *, rebalancing: bool = False) -> int | None:
         """When the coordinator may have evicted the member, from what is known for
-        sure (rule 3)."""
+        sure (rule 3); ``rebalancing``: a JoinGroup or SyncGroup is in flight."""
         if self.alive_since is None:
             return None
-        return self.alive_since + self.session_timeout_ms
+        end = self.alive_since + self.session_timeout_ms
+        if rebalancing and self.round_floor is not None:
+            end = min(end, self.round_floor + self.rebalance_timeout_ms)
+        return end
 
     # --- rule 4: starvation ---------------------------------------------------------
 

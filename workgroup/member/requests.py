@@ -28,6 +28,8 @@ class Pending:
     #: The generation (and member id) the request was sent under (rule 1).
     generation: Generation
     sent_at: int
+    #: Sent on the second connection, beside a held JoinGroup/SyncGroup.
+    beside_held: bool = False
 
     @property
     def held(self) -> bool:

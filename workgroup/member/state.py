@@ -56,10 +56,13 @@ Rules:
    A JoinGroup or SyncGroup in flight does not extend this: the coordinator
    keeps a member whose request it holds, but a request lost on its way (a
    partition) keeps nothing, and until an answer comes the member cannot tell
-   which it was.  So a cooperative member whose rejoin is held longer than its
-   session reports what it owns lost and gets it back in the new assignment
-   (safe, and rare: a round completes once every live member rejoined); the
-   request goes on.
+   which it was.  So while it owns something, the member keeps heartbeating
+   beside the held request, on a second connection (a coordinator answers one
+   connection's requests in order): a coordinator answers them
+   (REBALANCE_IN_PROGRESS, or NONE once the round is complete) and restarts
+   the session timer, as Kafka does.  A failed heartbeat there is only a
+   missing proof.  If no answer proves the session in time, what is owned is
+   reported lost and comes back with the new assignment; the request goes on.
    (The timing itself: :class:`~workgroup.member.heartbeat.HeartbeatTimer`.)
 5. Eager protocols revoke every owned resource before (re)joining, and report
    what they revoked in their metadata (sticky assignors keep it in place; it
@@ -380,6 +383,9 @@ class MemberMachine:
             return self._drain(now)
         if pending.kind == "leave":
             self._finish_close()
+        elif pending.beside_held and pending.kind == "heartbeat" and error.retriable:
+            # The second connection failed: no proof, but the held request goes on.
+            self._heartbeat.failed(now, self._backoff)
         elif isinstance(error, UnsupportedVersionError) or not error.retriable:
             self._fail(now, error)
         else:
@@ -619,12 +625,17 @@ class MemberMachine:
         return self._lookup.connect_deadline()
 
     def _may_heartbeat(self) -> bool:
-        return (
-            self._lookup.known
-            and self._generation.is_valid
-            and self.state in (State.JOINING, State.ASSIGNING, State.STABLE)
-            and not self._pending.has("join", "sync", "heartbeat")
-        )
+        if (
+            not self._lookup.known
+            or not self._generation.is_valid
+            or self._pending.has("heartbeat")
+        ):
+            return False
+        if self._pending.rebalancing:
+            # Rule 4: beside a held JoinGroup/SyncGroup, only answered heartbeats
+            # prove the session; they matter only while something is owned.
+            return bool(self.owned) and self.state in (State.JOINING, State.SYNCING)
+        return self.state in (State.JOINING, State.ASSIGNING, State.STABLE)
 
     def _session_end(self) -> int | None:
         """When the coordinator may have evicted us, from what we know for sure."""
@@ -638,7 +649,7 @@ class MemberMachine:
             return None
         if self._pending.rebalancing and not self.owned:
             return None  # the coordinator holds the request; nothing is at stake
-        return self._heartbeat.session_end()
+        return self._heartbeat.session_end(rebalancing=self._pending.rebalancing)
 
     # --- transitions ----------------------------------------------------------
 
@@ -719,10 +730,12 @@ class MemberMachine:
         kind: RequestKind,
         request: JoinGroup | SyncGroup | Heartbeat | LeaveGroup,
         timeout_ms: int,
+        *,
+        beside_held: bool = False,
     ) -> None:
         self._next_id += 1
-        self._pending.add(self._next_id, Pending(kind, self._generation, now))
-        self._out.append(SendRequest(self._next_id, request, timeout_ms))
+        self._pending.add(self._next_id, Pending(kind, self._generation, now, beside_held))
+        self._out.append(SendRequest(self._next_id, request, timeout_ms, beside_held))
 
     def _send_heartbeat(self, now: int) -> None:
         request = Heartbeat(
@@ -733,7 +746,8 @@ class MemberMachine:
         )
         self._heartbeat.schedule(now)
         log.debug("member.heartbeat", group=self.config.group_id, generation=self.generation)
-        self._send(now, "heartbeat", request, self._short_timeout_ms)
+        beside = self._pending.rebalancing
+        self._send(now, "heartbeat", request, self._short_timeout_ms, beside_held=beside)
 
     @property
     def _short_timeout_ms(self) -> int:
@@ -929,6 +943,7 @@ class MemberMachine:
         self._group_size = len(result.members) if result.leader == result.member_id else None
         self._heartbeat.forget_proof()
         self._proved_alive(now, pending)
+        self._heartbeat.round_began_after(pending.sent_at)
         self._heartbeat.schedule(now)
         self.rebalances += 1
         log.info(
@@ -978,6 +993,8 @@ class MemberMachine:
             return
         self._proved_alive(now, pending)
         session_end = self._heartbeat.session_end()
+        if session_end is None or now < session_end:
+            self._heartbeat.proved_stable(pending.sent_at)
         if session_end is not None and now >= session_end:
             # Read after a freeze (heartbeat.py, rule 4): the answer may be old and
             # the coordinator may have given these resources to others since.  Do
@@ -1072,6 +1089,7 @@ class MemberMachine:
         if code is ErrorCode.NONE:
             self._heartbeat.succeeded()
             self._proved_alive(now, pending)
+            self._heartbeat.proved_stable(pending.sent_at)
         elif code is ErrorCode.REBALANCE_IN_PROGRESS:
             # The session is alive: the coordinator only wants everyone to rejoin.
             self._proved_alive(now, pending)

@@ -489,7 +489,10 @@ def test_a_hand_over_out_of_time_waits_for_its_join_and_syncs_as_leader_before_l
     now = to_stable(m)
     join = sent(m.close(now + 1))
     give_up_at = now + 1 + 3 * 1_000 + 1_000
-    assert not advance(m, give_up_at + 500)  # the JoinGroup's answer wakes it
+    waiting = advance(m, give_up_at + 500)  # the JoinGroup's answer ends the wait
+    assert waiting  # meanwhile: heartbeats beside the held JoinGroup, nothing else
+    assert all(isinstance(a, SendRequest) and a.beside_held for a in waiting)
+    assert all(isinstance(a.request, Heartbeat) for a in waiting)
     assert m.owned == {("shard", 0), ("shard", 1)}
     members = (
         JoinedMember("me-1", None, join.request.protocols[0][1]),
@@ -650,6 +653,66 @@ def test_a_rejoin_held_longer_than_the_session_loses_then_regains() -> None:
     assert [(c.kind, c.resources) for c in only(actions, InvokeCallback)] == [
         ("on_assigned", (("shard", 0),))
     ]
+
+
+def test_heartbeats_beside_a_held_rejoin_keep_the_session_up_to_the_rebalance_timeout() -> None:
+    """The coordinator answers heartbeats sent on a second connection while it holds
+    the JoinGroup (REBALANCE_IN_PROGRESS), which proves the session; but a round
+    completes without a member whose JoinGroup never arrived once the rebalance
+    timeout has passed since it began, so that bounds what the heartbeats prove."""
+    m = make()
+    sent_at, _join = rejoin_held(m)  # the SyncGroup sent at 2 was the last answered NONE
+    t, beats = sent_at, 0
+    while True:
+        next_at = m.next_deadline()
+        assert next_at is not None
+        t = next_at
+        actions = m.tick(t)
+        if only(actions, InvokeCallback):
+            break
+        for request in only(actions, SendRequest):
+            assert request.beside_held
+            assert isinstance(request.request, Heartbeat)
+            beats += 1
+            m.response(t + 5, request.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS))
+    assert beats >= 8  # one per interval, every one answered
+    assert t == 2 + 30_000  # the round floor + the rebalance timeout, not the session
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_lost"]
+    assert m.state is State.JOINING  # the JoinGroup goes on
+
+
+def test_a_failed_heartbeat_beside_a_held_rejoin_does_not_abort_it() -> None:
+    m = make()
+    sent_at, join = rejoin_held(m)
+    beat = sent(m.tick(sent_at - 1 + 3_000))
+    assert beat.beside_held
+    actions = m.request_failed(
+        sent_at + 3_000, beat.request_id, CoordinatorUnavailableError("refused")
+    )
+    assert not only(actions, FindCoordinator)
+    assert m.state is State.JOINING
+    assert m.owned == {("shard", 0), ("shard", 1)}
+    # The JoinGroup's answer still counts.
+    sync = sent(
+        m.response(
+            sent_at + 3_100,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 6, "workgroup", "sticky.v1", "leader-1", "me-1"),
+        )
+    )
+    assert isinstance(sync.request, SyncGroup)
+
+
+def test_an_eager_rejoin_sends_no_heartbeats_beside_it() -> None:
+    m = make(protocols=[Protocol("sticky", StickyTestAssignor(), rebalance="eager")])
+    now = to_stable(m)
+    hb = sent(m.tick(now + 3_000))
+    actions = m.response(
+        now + 3_001, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS)
+    )
+    ack_callbacks(m, actions, now + 3_002)  # revoked before rejoining: nothing at stake
+    assert not m.owned
+    assert not [a for a in advance(m, now + 20_000) if isinstance(a, SendRequest)]
 
 
 def test_a_sync_held_longer_than_the_session_loses_and_starts_over() -> None:
