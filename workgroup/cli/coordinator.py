@@ -121,6 +121,22 @@ def format_address(host: str, port: int) -> str:
     "GROUP_MAX_SIZE_REACHED. The default is Kafka's, which sets no practical limit.",
 )
 @click.option(
+    "--offsets-retention-minutes",
+    type=int,
+    default=_DEFAULTS.offsets_retention_ms // 60_000,
+    show_default=True,
+    help="Kafka's offsets.retention.minutes: an Empty group's committed offsets (its "
+    "leases' checkpoints and tokens) are deleted once it has been Empty this long; "
+    "-1 keeps them forever.",
+)
+@click.option(
+    "--offsets-retention-check-interval-ms",
+    type=int,
+    default=_DEFAULTS.offsets_retention_check_interval_ms,
+    show_default=True,
+    help="How often expired offsets are looked for (Kafka's setting of the same name).",
+)
+@click.option(
     "--max-request-bytes",
     type=int,
     default=_DEFAULTS.max_request_bytes,
@@ -179,6 +195,8 @@ def command(
     min_session_timeout_ms: int,
     max_session_timeout_ms: int,
     group_max_size: int,
+    offsets_retention_minutes: int,
+    offsets_retention_check_interval_ms: int,
     max_request_bytes: int,
     empty_topics: bool,
     log_level: str,
@@ -197,6 +215,10 @@ def command(
         min_session_timeout_ms=min_session_timeout_ms,
         max_session_timeout_ms=max_session_timeout_ms,
         group_max_size=group_max_size,
+        offsets_retention_ms=(
+            -1 if offsets_retention_minutes == -1 else offsets_retention_minutes * 60_000
+        ),
+        offsets_retention_check_interval_ms=offsets_retention_check_interval_ms,
         max_request_bytes=max_request_bytes,
         advertised_listener=advertised_listener,
         max_connections=max_connections,

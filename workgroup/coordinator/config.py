@@ -31,6 +31,13 @@ class CoordinatorConfig:
     #: Requests a second one connection may send (0: no limit; Kafka has request
     #: quotas instead, off by default).  Beyond it the connection's reading pauses.
     max_requests_per_second: float = 0.0
+    #: Kafka's ``offsets.retention.minutes`` (7 days), in ms; -1: offsets never
+    #: expire.  An Empty group's offsets go this long after it became Empty; a
+    #: group that never had members (commits from outside) loses each offset this
+    #: long after it was committed.  Checked every ``offsets_retention_check_interval_ms``.
+    offsets_retention_ms: int = 7 * 24 * 60 * 60 * 1000
+    #: Kafka's ``offsets.retention.check.interval.ms``.
+    offsets_retention_check_interval_ms: int = 600_000
     #: ``HOST:PORT`` named in Metadata and FindCoordinator answers instead of the
     #: listening address (Kafka's ``advertised.listeners``): a proxy or a NAT in front.
     advertised_listener: str | None = None
@@ -43,6 +50,10 @@ class CoordinatorConfig:
         return host.strip("[]"), int(port)
 
     def __post_init__(self) -> None:
+        if self.offsets_retention_ms < 1 and self.offsets_retention_ms != -1:
+            raise ConfigError("offsets retention must be >= 1 ms, or -1 (never)")
+        if self.offsets_retention_check_interval_ms < 1:
+            raise ConfigError("offsets retention check interval must be >= 1 ms")
         if self.max_connections < 1:
             raise ConfigError("max connections must be >= 1")
         if self.connections_max_idle_ms < 1:

@@ -126,6 +126,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from workgroup.coordinator.actions import (
@@ -203,6 +204,7 @@ class TimerKind(enum.IntEnum):
     JOIN = 1  # the join phase's end (rebalance timeout or initial delay)
     SYNC = 2  # members that must have sent SyncGroup by now
     CLEANUP = 3  # drop the group if it is still Empty without offsets
+    RETENTION = 4  # expire old offsets of Empty groups (one timer for all groups)
 
 
 TimerKey = tuple[TimerKind, str, str]
@@ -225,6 +227,7 @@ class GroupCoordinator:
         self._out: list[Action] = []
         #: Whether the join timer armed for a group is the initial (delayed) one.
         self._initial_join: set[str] = set()
+        self._retention_armed = False
         # Dispatch on the exact record type (requests are final dataclasses).
         self._handlers: dict[type, Callable[[ReplyToken, Any], None]] = {
             JoinGroup: self._join_group,
@@ -251,12 +254,19 @@ class GroupCoordinator:
         if handler is None:
             raise TypeError(f"not a group request: {type(request).__name__}")
         handler(token, request)
+        if not self._retention_armed:
+            self._arm_retention()
         return self._flush()
 
     def expire(self, now_ms: int) -> list[Action]:
         """Fire every timer due at ``now_ms`` (in deadline order)."""
         self._now = now_ms
         for kind, group_id, member_id in self._timers.due(now_ms):
+            if kind is TimerKind.RETENTION:
+                self._expire_offsets()
+                self._retention_armed = False
+                self._arm_retention()
+                continue
             group = self._groups.get(group_id)
             if group is None:
                 continue
@@ -293,7 +303,9 @@ class GroupCoordinator:
         """
         self._now = now_ms
         for stored_offset in offsets:
-            self._offsets.put(stored_offset)
+            # Commit times are monotonic-clock readings of an earlier run: count
+            # retention from now instead (never early; offsets.py).
+            self._offsets.put(replace(stored_offset, commit_timestamp_ms=now_ms))
         for stored in groups:
             self._drop_group_timers(stored.group_id)
             self._groups.pop(stored.group_id, None)
@@ -764,6 +776,8 @@ class GroupCoordinator:
             return
         group.init_next_generation()
         if group.is_in(GroupState.EMPTY):
+            group.empty_since_ms = self._now
+        if group.is_in(GroupState.EMPTY):
             log.info("group.empty", group_id=group.group_id, generation_id=group.generation_id)
             self._persist_group(group)
             self._arm_cleanup(group)
@@ -1211,6 +1225,37 @@ class GroupCoordinator:
         self._timers.schedule(
             (TimerKind.CLEANUP, group.group_id, ""), self._now + EMPTY_GROUP_CLEANUP_MS
         )
+
+    def _arm_retention(self) -> None:
+        if self._config.offsets_retention_ms == -1:
+            return
+        self._retention_armed = True
+        self._timers.schedule(
+            (TimerKind.RETENTION, "", ""),
+            self._now + self._config.offsets_retention_check_interval_ms,
+        )
+
+    def _expire_offsets(self) -> None:
+        """Kafka's offset retention (``offsets.py``): Empty groups only."""
+        retention = self._config.offsets_retention_ms
+        for group in list(self._groups.values()):
+            if not group.is_in(GroupState.EMPTY) or group.pending_members:
+                group.empty_since_ms = None
+                continue
+            if group.protocol_type is None:
+                # Never had members: each offset from its own commit.
+                tombstones = self._offsets.expire(group.group_id, self._now - retention)
+            else:
+                if group.empty_since_ms is None:
+                    group.empty_since_ms = self._now  # first seen Empty: never early
+                if self._now - group.empty_since_ms < retention:
+                    continue
+                tombstones = self._offsets.expire(group.group_id, None)
+            if tombstones:
+                log.info("group.offsets_expired", group_id=group.group_id, count=len(tombstones))
+                self._out.append(Persist(offsets=tombstones))
+            if not self._offsets.has_offsets(group.group_id):
+                self._delete_group(group)
 
     def _cleanup_group(self, group: Group) -> None:
         if (

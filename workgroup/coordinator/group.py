@@ -162,6 +162,9 @@ class Group:
         self.group_id = group_id
         self.state = state
         self.previous_state = GroupState.DEAD
+        #: When the group last became Empty (offset retention counts from it);
+        #: ``None``: not Empty, or not seen Empty by a retention check yet.
+        self.empty_since_ms: int | None = None
         self.generation_id = generation_id
         self.protocol_type = protocol_type
         self.protocol_name = protocol_name

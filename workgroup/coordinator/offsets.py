@@ -28,9 +28,15 @@ Deliberate differences from Kafka:
   Metadata lists none), so it cannot check that a topic or partition exists;
   workgroup uses commits to record progress on arbitrary resources.  A broker
   would answer UNKNOWN_TOPIC_OR_PARTITION.
-* **Offsets do not expire.**  Kafka drops an Empty group's offsets after
-  ``offsets.retention.minutes`` (7 days); here they live until the group is
-  deleted with DeleteGroups, because they are the durable progress of the work.
+* **Retention counts from the coordinator's restart** for offsets loaded from
+  its data directory: their commit times come from a monotonic clock that
+  does not survive a reboot.  Expiry is therefore never early, at most late.
+
+Offset retention (Kafka's ``offsets.retention.minutes``, KIP-211): an Empty
+group's offsets all expire once it has been Empty for the retention time; a
+group that never had members (commits from outside any membership) loses each
+offset the retention time after its commit; a group with members keeps them.
+An Empty group left without offsets is deleted.  ``-1`` keeps offsets forever.
 
 OffsetFetch: for each requested partition the committed offset, or -1 with
 empty metadata when nothing was committed.  With ``topics=None`` every
@@ -40,6 +46,8 @@ no topics at all for ``topics=None``) and never GROUP_ID_NOT_FOUND.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from workgroup.coordinator.actions import StoredOffset
 from workgroup.coordinator.group import Group, GroupState
@@ -127,6 +135,22 @@ class OffsetStore:
             )
             for o in offsets.values()
         )
+
+    def expire(self, group_id: str, older_than_ms: int | None) -> tuple[StoredOffset, ...]:
+        """Drop the group's offsets committed before ``older_than_ms`` (``None``:
+        all of them); their tombstones."""
+        offsets = self._by_group.get(group_id)
+        if not offsets:
+            return ()
+        gone = [
+            key
+            for key, o in offsets.items()
+            if older_than_ms is None or o.commit_timestamp_ms < older_than_ms
+        ]
+        tombstones = tuple(replace(offsets.pop(key), deleted=True) for key in gone)
+        if not offsets:
+            del self._by_group[group_id]
+        return tombstones
 
     def fetch(
         self, group_id: str, topics: tuple[FetchTopic, ...] | None, *, group_known: bool

@@ -6,7 +6,7 @@ import pytest
 
 from workgroup.coordinator.actions import Persist, Reply
 from workgroup.coordinator.config import CoordinatorConfig
-from workgroup.coordinator.testing import CoordinatorHarness, join_request
+from workgroup.coordinator.testing import CoordinatorHarness, FormedGroup, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import (
     CommitPartition,
@@ -235,3 +235,123 @@ def test_commit_to_a_dead_group_is_coordinator_not_available() -> None:
     assert commit(h, formed.generation_id, formed.leader) == [ErrorCode.COORDINATOR_NOT_AVAILABLE]
     # Offsets of a Dead group read as absent, as in Kafka.
     assert fetch(h).groups[0].topics == ()
+
+
+# --- retention (offsets.retention.minutes, KIP-211) -----------------------------------
+
+MINUTE = 60_000
+
+
+def retention(minutes: int = 60, check_ms: int = MINUTE) -> CoordinatorHarness:
+    return harness(
+        offsets_retention_ms=minutes * MINUTE, offsets_retention_check_interval_ms=check_ms
+    )
+
+
+def committed(h: CoordinatorHarness, group_id: str = "g") -> list[int]:
+    topics = fetch(h, group_id, (FetchTopic("orders", (0, 1)),)).groups[0].topics
+    return [p.offset for p in topics[0].partitions]
+
+
+def keep_alive(h: CoordinatorHarness, formed: FormedGroup, minutes: int) -> None:
+    for _ in range(minutes // 4):
+        h.advance(4 * MINUTE)
+        for member in formed.member_ids:
+            assert h.heartbeat("g", member, formed.generation_id) is ErrorCode.NONE
+
+
+def leave_all(h: CoordinatorHarness, formed: FormedGroup) -> None:
+    from workgroup.kafka.messages import LeaveGroup, LeaveGroupResult, LeavingMember
+
+    members = tuple(LeavingMember(m, None) for m in formed.member_ids)
+    h.call(LeaveGroup("g", members, api_version=3), LeaveGroupResult)
+
+
+def test_a_group_with_members_keeps_its_offsets_past_the_retention() -> None:
+    h = retention(minutes=60)
+    formed = h.form_group("g", 1, session_timeout_ms=300_000)
+    commit(h, formed.generation_id, formed.leader, CommitPartition(0, 7, "c"))
+    for _ in range(30):  # two hours, heartbeating
+        h.advance(4 * MINUTE)
+        h.heartbeat("g", formed.leader, formed.generation_id)
+    assert committed(h) == [7, -1]
+
+
+def test_an_empty_group_loses_its_offsets_a_retention_after_it_became_empty() -> None:
+    h = retention(minutes=60)
+    formed = h.form_group("g", 2, session_timeout_ms=300_000)
+    commit(h, formed.generation_id, formed.leader, CommitPartition(0, 7, "c"))
+    keep_alive(h, formed, 52)  # old commits, but the group was not Empty: they count from now
+    leave_all(h, formed)
+    assert h.group("g").state.value == "Empty"
+    h.advance(59 * MINUTE)
+    assert committed(h) == [7, -1]
+    fired = h.advance(2 * MINUTE)
+    assert committed(h) == [-1, -1]
+    tombstones = [o for a in fired if isinstance(a, Persist) for o in a.offsets]
+    assert [(o.partition, o.deleted) for o in tombstones] == [(0, True)]
+    # Without offsets the Empty group itself goes (DescribeGroups: Dead).
+    with pytest.raises(AssertionError, match="does not exist"):
+        h.group("g")
+
+
+def test_a_group_that_comes_back_before_the_retention_keeps_its_offsets() -> None:
+    h = retention(minutes=60)
+    formed = h.form_group("g", 1)
+    commit(h, formed.generation_id, formed.leader, CommitPartition(0, 7, "c"))
+    leave_all(h, formed)
+    h.advance(40 * MINUTE)
+    again = h.form_group("g", 1, session_timeout_ms=300_000)
+    keep_alive(h, again, 12)
+    leave_all(h, again)
+    h.advance(55 * MINUTE)  # 107 minutes since the commit, 55 since Empty again
+    assert committed(h) == [7, -1]
+    h.advance(6 * MINUTE)
+    assert committed(h) == [-1, -1]
+
+
+def test_commits_from_outside_any_membership_expire_one_by_one() -> None:
+    h = retention(minutes=60)
+    commit(h, -1, "", CommitPartition(0, 1, "a"))
+    h.advance(30 * MINUTE)
+    commit(h, -1, "", CommitPartition(1, 2, "b"))
+    h.advance(31 * MINUTE)
+    assert committed(h) == [-1, 2]
+    h.advance(30 * MINUTE)
+    assert committed(h) == [-1, -1]
+
+
+def test_retention_minus_one_keeps_offsets_forever() -> None:
+    h = harness(offsets_retention_ms=-1)
+    commit(h, -1, "", CommitPartition(0, 1, "a"))
+    assert h.coordinator.next_deadline_ms() is None or h.advance(10**10) is not None
+    h.advance(365 * 24 * 60 * MINUTE)
+    assert committed(h) == [1, -1]
+
+
+def test_restored_offsets_count_their_retention_from_the_restart() -> None:
+    from workgroup.coordinator.actions import StoredOffset
+
+    h = retention(minutes=60)
+    old = StoredOffset("g", "orders", 0, 5, "x", -1, commit_timestamp_ms=-(10**9))
+    h.advance(MINUTE)
+    h.coordinator.restore(h.now_ms, [], [old])
+    h.advance(59 * MINUTE)
+    assert committed(h) == [5, -1]
+    h.advance(2 * MINUTE)
+    assert committed(h) == [-1, -1]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"offsets_retention_ms": 0},
+        {"offsets_retention_ms": -2},
+        {"offsets_retention_check_interval_ms": 0},
+    ],
+)
+def test_bad_retention_settings_are_refused(config: dict[str, int]) -> None:
+    from workgroup.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="retention"):
+        CoordinatorConfig(**config)

@@ -52,3 +52,10 @@ def test_insecure_says_so_loudly(capsys: pytest.CaptureFixture[str]) -> None:
 
     check_exposure("0.0.0.0", insecure=True)
     assert "WARNING: --insecure" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("minutes", ["0", "-5"])
+def test_a_bad_offsets_retention_is_refused_with_exit_2(minutes: str) -> None:
+    result = CliRunner().invoke(main, ["coordinator", "--offsets-retention-minutes", minutes])
+    assert result.exit_code == 2
+    assert "offsets retention must be >= 1 ms, or -1 (never)" in result.output
