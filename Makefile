@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint typecheck test unit demo bench chaos clean
+.PHONY: venv lint typecheck test unit demo bench chaos fuzz clean
 
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ demo: $(STAMP)
 chaos: $(STAMP)
 	WORKGROUP_SIM_RUNS=5000 $(BIN)/python -m pytest -q -n 2 tests/unit/member/test_member_network_sim.py
 	CHAOS_EVENTS=1000 $(BIN)/python -m pytest -q -s -n 0 tests/chaos
+
+# Coverage-guided fuzzing of every decoder and of a hostile leader (atheris).
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz.run --seconds $${FUZZ_SECONDS:-300}
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/coordinator.py

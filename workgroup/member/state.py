@@ -96,13 +96,16 @@ Rules:
 8. Callbacks report a change already made: ``resources`` (never empty) is the
    change, ``owned`` everything owned afterwards.  ``release`` drops resources
    without a callback (the application gave them up) and rejoins so that the
-   assignor hands them to another member.
+   assignor hands them to another member.  An assignment is trusted only so
+   far: resources of kinds the member does not take, or (when the leader used
+   the same catalog) not in its catalog, are dropped and logged
+   (``member.assignment_foreign``), never handed to the application.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from workgroup.assignors.base import Assignment
 from workgroup.errors import (
@@ -191,6 +194,8 @@ class MemberMachine:
         self._frozen: FrozenCatalog = freeze_catalog(catalog or {})
         self._catalog: dict[str, tuple[str | int, ...]] = self._frozen.keys
         self._catalog_hash = catalog_hash(self._frozen)
+        self._catalog_key_sets: dict[str, frozenset[str | int]] = {}
+        self._catalog_sets_for: object = None
         #: Catalog hash the current assignment was computed with (the leader's).
         self._assignment_catalog_hash = b""
         self._used_versions = {p.wire_name: p.codec.latest_version for p in config.protocols}
@@ -277,6 +282,11 @@ class MemberMachine:
             and self._rejoin_reason is None
             and not self._follow_up_pending
         )
+
+    @property
+    def catalog_hash(self) -> bytes:
+        """Digest of the catalog this member reads (sent in its metadata)."""
+        return self._catalog_hash
 
     @property
     def catalog(self) -> Mapping[str, tuple[str | int, ...]]:
@@ -1029,6 +1039,43 @@ class MemberMachine:
             )
         return protocol.codec.decode_assignment(blob).value
 
+    def _without_foreign_resources(self, data: AssignmentData) -> AssignmentData:
+        """Drop what a buggy or hostile leader may not hand this member: kinds it
+        does not take, and, when the leader says it used the same catalog,
+        resources that catalog does not list (rule 8).  A leader with a newer
+        catalog may name resources this member has not read yet."""
+        kinds = self.config.kinds
+        same_catalog = data.catalog_hash == self._catalog_hash
+        if kinds is None and not same_catalog:
+            return data
+        keys = self._catalog_sets()
+
+        def foreign(resource: Resource) -> bool:
+            kind, key = resource
+            if kinds is not None and kind not in kinds:
+                return True
+            return same_catalog and key not in keys.get(kind, ())
+
+        rejected = [r for r in data.assigned if foreign(r)]
+        if not rejected:
+            return data
+        log.error(
+            "member.assignment_foreign",
+            group=self.config.group_id,
+            generation=self.generation,
+            leader=self.leader_id,
+            count=len(rejected),
+            first=[f"{kind}/{key}" for kind, key in rejected[:3]],
+        )
+        kept = tuple(r for r in data.assigned if not foreign(r))
+        return replace(data, assigned=kept)
+
+    def _catalog_sets(self) -> dict[str, frozenset[str | int]]:
+        if self._catalog_sets_for is not self._catalog:
+            self._catalog_key_sets = {k: frozenset(v) for k, v in self._catalog.items()}
+            self._catalog_sets_for = self._catalog
+        return self._catalog_key_sets
+
     def _apply_assignment(self, now: int, protocol: Protocol, data: AssignmentData) -> None:
         self._enter(State.STABLE)
         # A follow-up round is due: notice it (the revoking members start it) fast.
@@ -1046,6 +1093,7 @@ class MemberMachine:
             )
         self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
         self._follow_up_pending = data.pending
+        data = self._without_foreign_resources(data)
         assigned = frozenset(data.assigned)
         # Two changes, each reported with what is owned right after it.
         revoked = self._owned.give_up(self.owned - assigned)
