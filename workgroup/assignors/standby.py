@@ -143,7 +143,11 @@ class StandbyAssignor:
                     candidates = [m for m in eligible if m != active_holder and m not in chosen]
                     if not candidates:
                         break
-                    pick = min(candidates, key=lambda m: (paired[active_holder, m], load[m], m))
+                    # Spread pairs apart, but never at the cost of balance: only
+                    # candidates within one of the least loaded are considered.
+                    least = min(load[m] for m in candidates)
+                    near = [m for m in candidates if load[m] <= least + 1]
+                    pick = min(near, key=lambda m: (paired[active_holder, m], load[m], m))
                     chosen.append(pick)
                     standby_load[pick] += 1
                 for mid in chosen:
