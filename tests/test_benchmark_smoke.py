@@ -64,3 +64,18 @@ def test_failover_benchmark_prints_its_tables() -> None:
     assert "SIGKILL → next leader acts" in output
     assert "100 idle resources" in output
     assert "sessions lost          0 while starting, 0 at rest" in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_tls_benchmark_prints_its_table() -> None:
+    script = SCRIPT.parent / "tls.py"
+    completed = subprocess.run(
+        [sys.executable, str(script), "--connections", "20", "--members", "5", "--seconds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "heartbeats/s" in completed.stdout
+    assert "TLS: set-up x" in completed.stdout

@@ -91,8 +91,8 @@ class RawClient:
         self._sent: list[tuple[int, int, int]] = []  # correlation id, api key, version
 
     @classmethod
-    async def connect(cls, host: str, port: int) -> RawClient:
-        reader, writer = await asyncio.open_connection(host, port)
+    async def connect(cls, host: str, port: int, *, ssl: Any = None) -> RawClient:
+        reader, writer = await asyncio.open_connection(host, port, ssl=ssl)
         return cls(reader, writer)
 
     async def send(self, request: Any, version: int) -> int:

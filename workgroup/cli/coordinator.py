@@ -14,6 +14,7 @@ from workgroup import log as wlog
 from workgroup.coordinator.config import DEFAULT_INITIAL_REBALANCE_DELAY_MS, CoordinatorConfig
 from workgroup.coordinator.server import CoordinatorServer
 from workgroup.coordinator.store import Store, data_dir_problem
+from workgroup.coordinator.tls import TlsSettings
 from workgroup.errors import ConfigError, StoreError
 
 _DEFAULTS = CoordinatorConfig()
@@ -44,13 +45,15 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: it may resolve to anything
 
 
-def check_exposure(host: str, insecure: bool) -> None:
-    """Refuse a non-loopback address: the coordinator authenticates no one."""
+def check_exposure(host: str, insecure: bool, *, tls: bool = False) -> None:
+    """Refuse a non-loopback address: the coordinator authenticates no one (it has
+    TLS, which encrypts, but no SASL yet)."""
     if is_loopback(host):
         return
     if not insecure:
+        what = "TLS but no SASL" if tls else "no TLS or SASL"
         raise ConfigError(
-            f"refusing to listen on {host}: the embedded coordinator has no TLS or SASL, so "
+            f"refusing to listen on {host}: the embedded coordinator has {what}, so "
             "anyone who reaches the port could join, commit to and describe every group. "
             "Listen on 127.0.0.1 (the default), or pass --insecure to listen there anyway"
         )
@@ -186,6 +189,24 @@ def format_address(host: str, port: int) -> str:
     help="Allow a non-loopback --listen address although the coordinator has no TLS "
     "or SASL (said loudly on stderr).",
 )
+@click.option(
+    "--tls-cert",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Serve TLS (Kafka's SSL listener) with this PEM certificate chain.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The certificate's PEM private key (default: in --tls-cert).",
+)
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Require client certificates signed by this CA (mutual TLS).",
+)
 @click.option("--log-json", is_flag=True, help="Log JSON lines to stderr.")
 def command(
     listen: str,
@@ -204,12 +225,20 @@ def command(
     connections_max_idle_ms: int,
     max_requests_per_second: float,
     insecure: bool,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
     log_json: bool,
 ) -> None:
     """Run the embedded group coordinator (Kafka's classic group protocol)."""
     wlog.configure(log_level, json=log_json)
     host, port = parse_listen(listen)
-    check_exposure(host, insecure)
+    if tls_cert is None and (tls_key is not None or tls_client_ca is not None):
+        raise ConfigError("--tls-key and --tls-client-ca need --tls-cert")
+    tls = TlsSettings(tls_cert, tls_key, tls_client_ca) if tls_cert is not None else None
+    if tls is not None:
+        tls.context()  # a bad file: exit 2 before anything listens
+    check_exposure(host, insecure, tls=tls is not None)
     config = CoordinatorConfig(
         initial_rebalance_delay_ms=initial_rebalance_delay_ms,
         min_session_timeout_ms=min_session_timeout_ms,
@@ -234,7 +263,7 @@ def command(
             store = Store(data_dir)
         except StoreError as exc:
             raise ConfigError(f"--data-dir: {exc}") from exc
-    asyncio.run(_serve(config, host, port, store, empty_topics=empty_topics))
+    asyncio.run(_serve(config, host, port, store, empty_topics=empty_topics, tls=tls))
 
 
 async def _serve(
@@ -244,8 +273,11 @@ async def _serve(
     store: Store | None,
     *,
     empty_topics: bool = True,
+    tls: TlsSettings | None = None,
 ) -> None:
-    server = CoordinatorServer(config, host=host, port=port, store=store, empty_topics=empty_topics)
+    server = CoordinatorServer(
+        config, host=host, port=port, store=store, empty_topics=empty_topics, tls=tls
+    )
     try:
         await server.start()
     except OSError as exc:

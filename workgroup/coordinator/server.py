@@ -57,6 +57,7 @@ from workgroup.coordinator.actions import (
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.framing import FrameSplitter
 from workgroup.coordinator.store import Store
+from workgroup.coordinator.tls import TlsSettings
 from workgroup.errors import ErrorCode, ProtocolError, StoreError, UnsupportedVersionError
 from workgroup.kafka.messages import GroupRequest
 from workgroup.log import get_logger
@@ -348,8 +349,11 @@ class CoordinatorServer:
         core: CoordinatorCore | None = None,
         clock_ms: Callable[[], int] = monotonic_ms,
         empty_topics: bool = True,
+        tls: TlsSettings | None = None,
     ) -> None:
         self.config = config or CoordinatorConfig()
+        #: The listener's TLS context (built now: a bad file fails before listening).
+        self.ssl_context = tls.context() if tls is not None else None
         if core is None:
             from workgroup.coordinator.coordinator import GroupCoordinator
 
@@ -400,7 +404,11 @@ class CoordinatorServer:
             log.info("coordinator.restored", groups=len(groups), offsets=len(offsets))
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self), self._host, self._port, reuse_address=True
+            lambda: _Connection(self),
+            self._host,
+            self._port,
+            reuse_address=True,
+            ssl=self.ssl_context,
         )
         self._rearm_timer()
         host, port = self.address

@@ -1,0 +1,205 @@
+"""TLS on the embedded coordinator, with aiokafka (the member), kafka-python and
+confluent-kafka (librdkafka) clients; mutual TLS; bad files and plaintext clients."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+import warnings
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trustme
+from click.testing import CliRunner
+
+from workgroup.admin import GroupNotFoundError, describe_group
+from workgroup.cli import main
+from workgroup.coordinator.server import CoordinatorServer
+from workgroup.coordinator.tls import TlsSettings
+from workgroup.errors import ConfigError
+from workgroup.member.driver import GroupMember
+from workgroup.protocol import Protocol
+from workgroup.security import Security
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@dataclass
+class Pki:
+    ca: Path
+    cert: Path
+    key: Path
+    client_cert: Path
+    client_key: Path
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    root = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("member-1@workgroup.test")
+    ca.cert_pem.write_to_path(root / "ca.pem")
+    server.cert_chain_pems[0].write_to_path(root / "server.pem")
+    server.private_key_pem.write_to_path(root / "server.key")
+    client.cert_chain_pems[0].write_to_path(root / "client.pem")
+    client.private_key_pem.write_to_path(root / "client.key")
+    return Pki(root / "ca.pem", root / "server.pem", root / "server.key",
+               root / "client.pem", root / "client.key")  # fmt: skip
+
+
+@pytest.fixture
+async def tls_server(pki: Pki) -> AsyncIterator[CoordinatorServer]:
+    async with CoordinatorServer(tls=TlsSettings(pki.cert, pki.key)) as server:
+        yield server
+
+
+def member(server: CoordinatorServer, security: Security, group: str) -> GroupMember:
+    return GroupMember(
+        server.bootstrap,
+        group,
+        [Protocol.of("range")],
+        resources={"shard": [0, 1, 2]},
+        session_timeout_ms=6_000,
+        security=security,
+        connect_timeout_ms=5_000,
+    )
+
+
+async def test_a_member_joins_over_tls(tls_server: CoordinatorServer, pki: Pki) -> None:
+    async with member(tls_server, Security("SSL", ssl_cafile=str(pki.ca)), "tls-g") as m:
+        await asyncio.wait_for(m.wait_stable(), 20)
+        assert len(m.assignment) == 3
+
+
+async def test_kafka_python_lists_and_librdkafka_joins_over_tls(
+    tls_server: CoordinatorServer, pki: Pki
+) -> None:
+    from confluent_kafka import Consumer
+
+    with warnings.catch_warnings():  # kafka-python's own import-time deprecations
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka import KafkaAdminClient
+
+    async with member(tls_server, Security("SSL", ssl_cafile=str(pki.ca)), "tls-listed") as m:
+        await asyncio.wait_for(m.wait_stable(), 20)
+
+        def kafka_python() -> list[str]:
+            admin = KafkaAdminClient(
+                bootstrap_servers=tls_server.bootstrap,
+                security_protocol="SSL",
+                ssl_cafile=str(pki.ca),
+                request_timeout_ms=10_000,
+            )
+            try:
+                return [str(g["group_id"]) for g in admin.list_groups()]
+            finally:
+                admin.close()
+
+        def librdkafka_joins() -> None:
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": tls_server.bootstrap,
+                    "security.protocol": "SSL",
+                    "ssl.ca.location": str(pki.ca),
+                    "group.id": "tls-librdkafka",
+                    "session.timeout.ms": 6000,
+                }
+            )
+            try:
+                consumer.subscribe(["tls-topic"])
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and not stable.is_set():
+                    consumer.poll(0.1)
+            finally:
+                consumer.close()
+
+        assert "tls-listed" in await asyncio.to_thread(kafka_python)
+        stable = threading.Event()
+        joining = asyncio.create_task(asyncio.to_thread(librdkafka_joins))
+        try:
+            security = Security("SSL", ssl_cafile=str(pki.ca))
+            for _ in range(100):
+                with contextlib.suppress(GroupNotFoundError):  # not joined yet
+                    described = await describe_group(
+                        tls_server.bootstrap, "tls-librdkafka", security=security
+                    )
+                    if described.state == "Stable" and len(described.members) == 1:
+                        break
+                await asyncio.sleep(0.2)
+            assert described.state == "Stable"
+            assert described.protocol_type == "consumer"
+        finally:
+            stable.set()
+            await joining
+
+
+async def test_a_plaintext_client_is_turned_away_and_tls_clients_go_on(
+    tls_server: CoordinatorServer, pki: Pki
+) -> None:
+    host, port = tls_server.address
+
+    def plaintext() -> bytes:
+        with socket.create_connection((host, port), 5) as sock:
+            # ApiVersions v0 in plain Kafka framing: not a TLS ClientHello.
+            sock.sendall(b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\x00\x00")
+            sock.settimeout(5)
+            try:
+                return sock.recv(100)
+            except ConnectionResetError:
+                return b""
+
+    answer = await asyncio.to_thread(plaintext)
+    assert not answer.startswith(b"\x00\x00")  # no Kafka response, at most a TLS alert
+    async with member(tls_server, Security("SSL", ssl_cafile=str(pki.ca)), "tls-after") as m:
+        await asyncio.wait_for(m.wait_stable(), 20)
+
+
+async def test_mutual_tls_requires_a_client_certificate(pki: Pki) -> None:
+    settings = TlsSettings(pki.cert, pki.key, client_cafile=pki.ca)
+    async with CoordinatorServer(tls=settings) as server:
+        with_cert = Security(
+            "SSL",
+            ssl_cafile=str(pki.ca),
+            ssl_certfile=str(pki.client_cert),
+            ssl_keyfile=str(pki.client_key),
+        )
+        async with member(server, with_cert, "mtls") as m:
+            await asyncio.wait_for(m.wait_stable(), 20)
+        anonymous = member(server, Security("SSL", ssl_cafile=str(pki.ca)), "mtls-anon")
+        with pytest.raises(Exception, match=r"(?i)coordinator|connect|reach"):
+            async with anonymous:
+                await asyncio.wait_for(anonymous.wait_stable(), 20)
+
+
+def test_bad_tls_files_are_config_errors(pki: Pki, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        TlsSettings(tmp_path / "missing.pem").context()
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate")
+    with pytest.raises(ConfigError, match="cannot load the TLS certificate"):
+        TlsSettings(garbage).context()
+    with pytest.raises(ConfigError, match="cannot load the TLS certificate"):
+        TlsSettings(pki.cert, pki.client_key).context()  # a key that does not match
+
+
+def test_the_command_line_refuses_bad_tls_settings_with_exit_2(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["coordinator", "--tls-cert", str(tmp_path / "nope.pem")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output
+    result = runner.invoke(main, ["coordinator", "--tls-key", str(tmp_path / "k.pem")])
+    assert result.exit_code == 2
+    assert "need --tls-cert" in result.output
+
+
+def test_tls_alone_does_not_open_a_non_loopback_listener(pki: Pki) -> None:
+    args = ["coordinator", "--listen", "0.0.0.0:0", "--tls-cert", str(pki.cert)]
+    result = CliRunner().invoke(main, [*args, "--tls-key", str(pki.key)])
+    assert result.exit_code == 2
+    assert "TLS but no SASL" in result.output
