@@ -86,6 +86,8 @@ class Fault:
     target: str = ""
     pid: int | None = None
     owned: list[str] = field(default_factory=list)
+    #: Size of the records file when the fault was applied.
+    records_at: int = 0
 
 
 class ProxyThread:
@@ -107,7 +109,15 @@ class ProxyThread:
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
 
     def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.proxy.close(), self.loop).result(10)
+        async def shutdown() -> None:
+            await self.proxy.close()
+            # Links accepted while closing: end their tasks before the loop goes.
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
@@ -133,6 +143,8 @@ class Coordinator:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            return  # already up
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 self.argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log
@@ -170,6 +182,8 @@ class Cluster:
         self.net = ProxyThread(self.coordinator.bootstrap, proxy_port, rng.randrange(1 << 30))
         self.bootstrap = self.net.proxy.bootstrap
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        #: Every daemon started, so that none outlives the run.
+        self.every_process: list[subprocess.Popen[bytes]] = []
         self.stage: dict[str, int] = {}
         self.target_stage = 0
         self.static: dict[str, bool] = {}
@@ -203,6 +217,7 @@ class Cluster:
             self.processes[slot] = subprocess.Popen(
                 argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
             )
+        self.every_process.append(self.processes[slot])
         self.static[slot] = static
         self.started += 1
 
@@ -222,11 +237,11 @@ class Cluster:
         self.paused.discard(slot)
 
     def close(self) -> None:
-        for slot in list(self.processes):
-            self.send(slot, signal.SIGCONT)
-            if self.processes[slot].poll() is None:
-                self.processes[slot].kill()
-            self.processes[slot].wait(10)
+        for process in self.every_process:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGCONT)
+                process.kill()
+            process.wait(10)
         with contextlib.suppress(Exception):
             self.net.close()
         self.coordinator.kill()
@@ -273,7 +288,7 @@ class Cluster:
             slot = rng.choice(running)
         else:
             slot = ""
-        fault = Fault(now, kind, slot)
+        fault = Fault(now, kind, slot, records_at=self.out.stat().st_size if self.out.exists() else 0)
         if kind in ("kill", "term", "probe"):
             fault.pid = self.processes[slot].pid
             fault.owned = self.owned_by(fault.pid)
@@ -286,7 +301,7 @@ class Cluster:
             frozen_s = SESSION_TIMEOUT_MS / 1000 + rng.uniform(0.5, 3.0)
             self.later(frozen_s, lambda: self._resume(slot))
         elif kind == "twin":
-            if not self.static.get(slot):
+            if not self.static.get(slot) or f"{slot}+twin" in self.processes:
                 return None
             self.send(slot, signal.SIGSTOP)
             self.paused.add(slot)
@@ -344,6 +359,28 @@ class Cluster:
         with (self.workdir / "faults.jsonl").open("a") as log:
             log.write(json.dumps(dataclasses.asdict(fault)) + "\n")
         return fault
+
+    def wait_recovered(self, fault: Fault, within_s: float) -> None:
+        """Quiet until the killed daemon's resources started elsewhere (at most
+        ``within_s``; check() judges the time)."""
+        deadline = time.monotonic() + within_s
+        offset = fault.records_at
+        started: set[str] = set()
+        while time.monotonic() < deadline:
+            self.run_due(time.monotonic())
+            with self.out.open("rb") as records:
+                records.seek(offset)
+                chunk = records.read()
+            complete = chunk.rfind(b"\n") + 1
+            offset += complete
+            for line in chunk[:complete].splitlines():
+                with contextlib.suppress(ValueError):
+                    e = json.loads(line)
+                    if e["event"] == "start" and e["pid"] != fault.pid:
+                        started.add(e["resource"])
+            if set(fault.owned) <= started:
+                return
+            time.sleep(0.2)
 
     def _resume(self, slot: str) -> None:
         self.send(slot, signal.SIGCONT)
@@ -414,14 +451,14 @@ def run_chaos(
             if kind == "probe":
                 # A clean measurement: nothing else in force, then quiet.
                 cluster.heal()
-                time.sleep(2.0)
+                time.sleep(1.0)
             fault = cluster.apply(kind)
             if fault is None:
                 continue
             applied += 1
             progress(fault)
             if kind == "probe":
-                time.sleep(RECOVERY_BOUND_S + 1)
+                cluster.wait_recovered(fault, RECOVERY_BOUND_S + 1)
                 cluster.run_due(time.monotonic())
         cluster.heal()
         final = settle(cluster.coordinator.bootstrap, set(cluster.shards))

@@ -654,8 +654,15 @@ class GroupMember:
         catalog = await self._read_source()
         self._feed(self._machine.resources_changed(monotonic_ms(), catalog))
 
-    async def commit_offsets(self, topics: Sequence[CommitTopic]) -> OffsetCommitResult:
+    async def commit_offsets(
+        self, topics: Sequence[CommitTopic], *, generation: int | None = None
+    ) -> OffsetCommitResult:
         """OffsetCommit under this member's generation, member id and instance id.
+
+        ``generation``: commit under that (older) generation instead, for work the
+        member gave up in it: the coordinator accepts it only until the group
+        moves on, so nothing is committed for a resource once its next owner
+        may hold it (Kafka's commits in ``onPartitionsRevoked``).
 
         The coordinator accepts it only from a current member of the current
         generation: the fence against a member that missed a rebalance (a paused
@@ -668,7 +675,7 @@ class GroupMember:
         assert machine is not None
         request = OffsetCommit(
             group_id=self.config.group_id,
-            generation_id=machine.generation,
+            generation_id=machine.generation if generation is None else generation,
             member_id=machine.member_id,
             topics=tuple(topics),
             group_instance_id=self.config.instance_id,

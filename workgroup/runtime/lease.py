@@ -74,7 +74,9 @@ ProducerFactory = Callable[[str], Awaitable[Any]]
 class SlotStore(Protocol):
     """Commits and reads lease slots through the group's coordinator."""
 
-    async def commit(self, slot: Slot, offset: int, metadata: str | None) -> ErrorCode: ...
+    async def commit(
+        self, slot: Slot, offset: int, metadata: str | None, *, generation: int | None = None
+    ) -> ErrorCode: ...
 
     async def fetch(self, slot: Slot) -> Committed: ...
 
@@ -115,6 +117,8 @@ class Lease:
         self._commit_timeout_s = commit_timeout_s
         self._ended = asyncio.Event()
         self._why_ended: str | None = None
+        #: The generation a revoked lease commits under (``end``).
+        self._fence_generation: int | None = None
         self._stop_by: float | None = None
         self._loop = asyncio.get_running_loop()
         self._producers = producers
@@ -189,12 +193,16 @@ class Lease:
             return None
         return max(self._stop_by - time.monotonic(), 0.0)
 
-    def end(self, why: str, grace_s: float = 0.0) -> None:
+    def end(self, why: str, grace_s: float = 0.0, *, generation: int | None = None) -> None:
         """Mark the lease ended (the runtime calls this; handlers read it), with
-        ``grace_s`` for the handler to finish its step."""
+        ``grace_s`` for the handler to finish its step.  ``generation``: the
+        generation the resource was given up in; commits during the grace
+        period are sent under it, so the coordinator refuses them once the
+        group moved on (rule 4)."""
         if not self._ended.is_set():
             self._why_ended = why
             self._stop_by = time.monotonic() + max(grace_s, 0.0)
+            self._fence_generation = generation
             self._ended.set()
 
     # --- token ----------------------------------------------------------------
@@ -298,7 +306,8 @@ class Lease:
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout_s)
 
     async def _commit_checked(self, offset: int, metadata: str | None) -> None:
-        error = await self._store.commit(self.slot, offset, metadata)
+        generation = None if self.held else self._fence_generation
+        error = await self._store.commit(self.slot, offset, metadata, generation=generation)
         if error is ErrorCode.NONE:
             return
         if error in FENCING_ERRORS:

@@ -189,14 +189,22 @@ class GroupRunner:
             self._events.record("acquired", self.group_id, lease.kind, lease.key, lease.token)
 
     async def _revoked(self, resources: tuple[Resource, ...], generation: int) -> None:
-        await self._stop(resources, "revoked", self._grace_s)
+        await self._stop(resources, "revoked", self._grace_s, generation)
 
     async def _lost(self, resources: tuple[Resource, ...], generation: int) -> None:
         await self._stop(resources, "lost", 0.0)
 
-    async def _stop(self, resources: tuple[Resource, ...], event: str, grace_s: float) -> None:
+    async def _stop(
+        self,
+        resources: tuple[Resource, ...],
+        event: str,
+        grace_s: float,
+        generation: int | None = None,
+    ) -> None:
         runs = [(r, self.runs.pop(r)) for r in resources if r in self.runs]
-        await asyncio.gather(*(run.stop(event, grace_s) for _, run in runs))
+        if generation is None and event == "revoked":
+            generation = self.member.generation  # stopping: the current one
+        await asyncio.gather(*(run.stop(event, grace_s, generation=generation) for _, run in runs))
         for resource, run in runs:
             self._assigned_at.pop(resource, None)
             if run.started:

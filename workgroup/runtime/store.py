@@ -22,6 +22,9 @@ MAX_BATCH = 2_000
 #: Callers woken per event-loop pass.
 WAKE_SLICE = 500
 
+#: A commit call: slot, offset, metadata, and the generation to commit under.
+_Commit = tuple[Slot, int, str | None, int | None]
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -94,21 +97,31 @@ class MemberSlotStore:
     def __init__(self, member: GroupMember) -> None:
         self._member = member
         self._fetches: _Batcher[Slot, Committed] = _Batcher(self._fetch_many)
-        self._commits: _Batcher[tuple[Slot, int, str | None], ErrorCode] = _Batcher(
-            self._commit_many
-        )
+        self._commits: _Batcher[_Commit, ErrorCode] = _Batcher(self._commit_many)
 
-    async def commit(self, slot: Slot, offset: int, metadata: str | None) -> ErrorCode:
-        return await self._commits.call((slot, offset, metadata))
+    async def commit(
+        self, slot: Slot, offset: int, metadata: str | None, *, generation: int | None = None
+    ) -> ErrorCode:
+        return await self._commits.call((slot, offset, metadata, generation))
 
     async def fetch(self, slot: Slot) -> Committed:
         return await self._fetches.call(slot)
 
-    async def _commit_many(
-        self, calls: list[tuple[Slot, int, str | None]]
-    ) -> dict[tuple[Slot, int, str | None], ErrorCode | BaseException]:
-        # One commit per slot per request: a later call for the same slot waits.
-        first: dict[Slot, tuple[Slot, int, str | None]] = {}
+    async def _commit_many(self, calls: list[_Commit]) -> dict[_Commit, ErrorCode | BaseException]:
+        # One request per generation (revoked leases commit under the one they were
+        # given up in), and one commit per slot per request: a later call waits.
+        by_generation: dict[int | None, list[_Commit]] = {}
+        for call in calls:
+            by_generation.setdefault(call[3], []).append(call)
+        out: dict[_Commit, ErrorCode | BaseException] = {}
+        for generation, group in by_generation.items():
+            out.update(await self._commit_once(generation, group))
+        return out
+
+    async def _commit_once(
+        self, generation: int | None, calls: list[_Commit]
+    ) -> dict[_Commit, ErrorCode | BaseException]:
+        first: dict[Slot, _Commit] = {}
         later = []
         for call in calls:
             if call[0] in first:
@@ -116,19 +129,20 @@ class MemberSlotStore:
             else:
                 first[call[0]] = call
         topics: dict[str, list[CommitPartition]] = {}
-        for slot, offset, metadata in first.values():
+        for slot, offset, metadata, _ in first.values():
             topics.setdefault(slot.topic, []).append(
                 CommitPartition(slot.partition, offset, metadata)
             )
         result = await self._member.commit_offsets(
-            [CommitTopic(name, tuple(parts)) for name, parts in topics.items()]
+            [CommitTopic(name, tuple(parts)) for name, parts in topics.items()],
+            generation=generation,
         )
         errors = {
             Slot(topic.name, p.partition): p.error
             for topic in result.topics
             for p in topic.partitions
         }
-        out: dict[tuple[Slot, int, str | None], ErrorCode | BaseException] = {}
+        out: dict[_Commit, ErrorCode | BaseException] = {}
         for slot, call in first.items():
             error = errors.get(slot)
             out[call] = (
@@ -138,7 +152,7 @@ class MemberSlotStore:
             )
         for call in later:
             try:
-                out[call] = await self.commit(*call)
+                out[call] = await self.commit(*call[:3], generation=call[3])
             except Exception as exc:
                 out[call] = exc
         return out

@@ -21,8 +21,12 @@ class FakeStore:
         self.offsets: dict[Slot, Committed] = {}
         self.answers: list[ErrorCode] = []
         self.commits: list[tuple[Slot, int, str | None]] = []
+        self.generations: list[int | None] = []
 
-    async def commit(self, slot: Slot, offset: int, metadata: str | None) -> ErrorCode:
+    async def commit(
+        self, slot: Slot, offset: int, metadata: str | None, *, generation: int | None = None
+    ) -> ErrorCode:
+        self.generations.append(generation)
         error = self.answers.pop(0) if self.answers else ErrorCode.NONE
         if error is ErrorCode.NONE:
             self.offsets[slot] = Committed(offset, metadata)
@@ -84,6 +88,20 @@ async def test_a_revoked_lease_commits_during_its_grace_period_only() -> None:
     with pytest.raises(LeaseLostError, match="grace period is over"):
         await held.commit("too late")
     assert store.offsets[SLOT] == Committed(1, "last step")
+
+
+async def test_a_revoked_lease_commits_under_the_generation_it_was_given_up_in() -> None:
+    """Once the member has joined a newer generation, the coordinator refuses those
+    commits: a next owner may hold the resource by then (found by the chaos suite:
+    a revoked handler in its grace period committed under the member's new
+    generation while the new owner already committed)."""
+    store = FakeStore()
+    held = lease(store)
+    await held.acquire()
+    await held.commit("while held")
+    held.end("revoked", grace_s=30.0, generation=7)
+    await held.commit("last step")
+    assert store.generations == [None, None, 7]  # acquire, held commit: the member's current
 
 
 async def test_a_lost_lease_never_commits_even_with_grace() -> None:
