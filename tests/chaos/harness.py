@@ -288,7 +288,8 @@ class Cluster:
             slot = rng.choice(running)
         else:
             slot = ""
-        fault = Fault(now, kind, slot, records_at=self.out.stat().st_size if self.out.exists() else 0)
+        size = self.out.stat().st_size if self.out.exists() else 0
+        fault = Fault(now, kind, slot, records_at=size)
         if kind in ("kill", "term", "probe"):
             fault.pid = self.processes[slot].pid
             fault.owned = self.owned_by(fault.pid)
