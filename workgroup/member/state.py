@@ -64,9 +64,12 @@ Rules:
    missing proof.  If no answer proves the session in time, what is owned is
    reported lost and comes back with the new assignment; the request goes on.
    (The timing itself: :class:`~workgroup.member.heartbeat.HeartbeatTimer`.)
-5. Eager protocols revoke every owned resource before (re)joining, and report
+5. A member rejoins cooperatively only if every protocol it offers is
+   cooperative (Kafka's rule: the group may pick any of them, and an eager
+   leader withholds nothing); otherwise it is eager.
+   Eager members revoke every owned resource before (re)joining, and report
    what they revoked in their metadata (sticky assignors keep it in place; it
-   withholds nothing).  Cooperative protocols (KIP-429) keep them and report
+   withholds nothing).  Cooperative members (KIP-429) keep them and report
    them in their metadata; the leader withholds any resource another member
    still owns, the owner revokes it when it sees its new assignment and then
    rejoins (the follow-up round), and the resource is handed out in that round.
@@ -163,7 +166,7 @@ from workgroup.member.requests import InFlight, Pending, RequestKind
 from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
-from workgroup.protocol.protocol import Protocol
+from workgroup.protocol.protocol import Protocol, RebalanceMode
 from workgroup.types import Resource, sorted_resources
 
 log = get_logger(__name__)
@@ -524,7 +527,7 @@ class MemberMachine:
             and self._generation.is_valid
             and self._lookup.known
             and protocol is not None
-            and protocol.mode == "cooperative"
+            and self._rebalance_mode == "cooperative"
         )
 
     def _hand_over_ms(self) -> int:
@@ -686,11 +689,21 @@ class MemberMachine:
             log.info("member.rejoin_requested", group=self.config.group_id, reason=reason)
             self._rejoin_reason = reason
 
+    @property
+    def _rebalance_mode(self) -> RebalanceMode:
+        """How this member rejoins (rule 5): cooperatively only if every protocol
+        it offers is cooperative, as Kafka's consumer decides.  The group may
+        choose any protocol the member offers, and an eager leader withholds
+        nothing, so a member that kept its resources would then share them."""
+        if all(p.mode == "cooperative" for p in self.config.protocols):
+            return "cooperative"
+        return "eager"
+
     def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
         self._enter(State.JOINING)
         self._leader_round = None
         self._join_at = now if immediately else now + self._backoff(self._join_failures)
-        if self.protocol is not None and self.protocol.mode == "eager" and self.owned:
+        if self._rebalance_mode == "eager" and self.owned:
             # Eager: nothing may be owned by anyone while the group rebalances.
             self._report_revoked(*self._owned.give_up_before_eager_join())
         log.debug("member.joining", group=self.config.group_id, reason=reason)
@@ -720,7 +733,7 @@ class MemberMachine:
         self._send(now, "join", request, self.config.join_timeout_ms)
 
     def _metadata_for(self, protocol: Protocol) -> bytes:
-        owned, generation = self._owned.report(protocol.mode)
+        owned, generation = self._owned.report(self._rebalance_mode)
         meta = MemberMetadata(
             kinds=tuple(sorted(self.config.kinds)) if self.config.kinds is not None else (),
             owned=owned,

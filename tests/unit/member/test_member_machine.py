@@ -533,6 +533,27 @@ def test_a_hand_over_whose_join_is_never_answered_loses_and_leaves() -> None:
     assert isinstance(leave.request, LeaveGroup)
 
 
+def test_a_member_that_also_offers_an_eager_protocol_rejoins_eagerly() -> None:
+    """The group may choose the eager protocol, whose leader withholds nothing, so
+    the member gives everything up before rejoining even though the current
+    generation's protocol is cooperative (Kafka's rule; found by the chaos suite
+    during a rolling change of assignor)."""
+    m = make(
+        protocols=[PROTOCOL, Protocol("eager-sticky", StickyTestAssignor(), rebalance="eager")]
+    )
+    now = to_stable(m)  # generation 5 chose sticky.v1, a cooperative protocol
+    hb = sent(m.tick(now + 3_000))
+    actions = m.response(
+        now + 3_001, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS)
+    )
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
+    assert not m.owned
+    join = sent(ack_callbacks(m, actions, now + 3_002))
+    assert isinstance(join.request, JoinGroup)
+    for _, blob in join.request.protocols:  # stickiness: what it revoked, in every protocol
+        assert CODEC.decode_metadata(blob).value.owned == (("shard", 0), ("shard", 1))
+
+
 def test_eager_close_revokes_then_leaves() -> None:
     m = make(protocols=[Protocol("sticky", StickyTestAssignor(), rebalance="eager")])
     now = to_stable(m)
