@@ -33,8 +33,11 @@ class ErrorCode(enum.IntEnum):
     INVALID_COMMIT_OFFSET_SIZE = 28
     TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     INVALID_REQUEST = 42
     UNSUPPORTED_VERSION = 35
+    SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
@@ -83,6 +86,13 @@ class ConfigError(WorkgroupError):
     """Configuration that cannot be used (unreadable file, bad value)."""
 
     exit_code = 2
+
+
+class AuthenticationError(WorkgroupError):
+    """The coordinator refused this client's credentials (SASL): trying again with
+    the same ones cannot succeed."""
+
+    retriable = False
 
 
 class ProtocolError(WorkgroupError):

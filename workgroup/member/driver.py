@@ -30,6 +30,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
+from aiokafka import errors as aiokafka_errors
 from aiokafka.client import CoordinationType
 from aiokafka.conn import AIOKafkaConnection, CloseReason, create_conn
 from aiokafka.errors import (
@@ -45,7 +46,13 @@ from aiokafka.protocol.coordination import FindCoordinatorRequest
 
 from workgroup.assignors.base import Assignment
 from workgroup.clock import monotonic_ms
-from workgroup.errors import ConfigError, ProtocolError, UnsupportedVersionError, WorkgroupError
+from workgroup.errors import (
+    AuthenticationError,
+    ConfigError,
+    ProtocolError,
+    UnsupportedVersionError,
+    WorkgroupError,
+)
 from workgroup.kafka.messages import (
     CommitTopic,
     FetchedGroup,
@@ -150,12 +157,24 @@ def _parse_address(entry: str, text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+#: aiokafka's ways of saying the credentials were refused.
+_AUTHENTICATION_ERRORS = (
+    aiokafka_errors.SaslAuthenticationFailed,
+    aiokafka_errors.AuthenticationFailedError,
+    aiokafka_errors.AuthenticationMethodNotSupported,
+    aiokafka_errors.UnsupportedSaslMechanismError,
+    aiokafka_errors.IllegalSaslStateError,
+)
+
+
 def map_kafka_error(exc: BaseException, what: str) -> WorkgroupError:
     """aiokafka / asyncio exceptions at this boundary, as WorkgroupError."""
     if isinstance(exc, WorkgroupError):
         return exc
     if isinstance(exc, IncompatibleBrokerVersion):
         return UnsupportedVersionError(f"{what}: {exc}")
+    if isinstance(exc, _AUTHENTICATION_ERRORS):
+        return AuthenticationError(f"{what}: authentication failed: {exc}")
     if isinstance(exc, TimeoutError):
         return CoordinatorUnavailableError(f"{what}: timed out")
     if isinstance(exc, NotCoordinatorError | CoordinatorNotAvailableError):
@@ -275,6 +294,11 @@ class CoordinatorConnection:
             self._next_host = (self._next_host + 1) % len(self._hosts)
             try:
                 conn = await self._connect(host, port)
+            except _AUTHENTICATION_ERRORS as exc:
+                # Every broker of a cluster checks the same credentials.
+                raise AuthenticationError(
+                    f"{host}:{port} refused the credentials: {str(exc) or type(exc).__name__}"
+                ) from exc
             except (KafkaError, OSError, TimeoutError) as exc:
                 failures.append(f"{host}:{port}: {str(exc) or type(exc).__name__}")
                 continue
