@@ -45,6 +45,12 @@ with warnings.catch_warnings():
         MetadataRequest,
         MetadataResponse,
     )
+    from kafka.protocol.sasl import (
+        SaslAuthenticateRequest,
+        SaslAuthenticateResponse,
+        SaslHandshakeRequest,
+        SaslHandshakeResponse,
+    )
 
 from workgroup.coordinator import broker as b
 from workgroup.coordinator import wire
@@ -293,6 +299,33 @@ def test_heartbeat(version: int) -> None:
     for code in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.FENCED_INSTANCE_ID):
         r = respond(HeartbeatResponse, wire.HEARTBEAT, version, m.HeartbeatResult(code))
         assert r.error_code == code
+
+
+@pytest.mark.parametrize("version", versions(wire.SASL_HANDSHAKE))
+def test_sasl_handshake(version: int) -> None:
+    decoded = decode(SaslHandshakeRequest[version](mechanism="SCRAM-SHA-512"), version)
+    assert decoded == b.SaslHandshake("SCRAM-SHA-512", api_version=version)
+    result = b.SaslHandshakeResult(ErrorCode.UNSUPPORTED_SASL_MECHANISM, ("PLAIN", "SCRAM-SHA-256"))
+    r = respond(SaslHandshakeResponse, wire.SASL_HANDSHAKE, version, result)
+    assert r.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    assert list(r.mechanisms) == ["PLAIN", "SCRAM-SHA-256"]
+
+
+@pytest.mark.parametrize("version", versions(wire.SASL_AUTHENTICATE))
+def test_sasl_authenticate(version: int) -> None:
+    token = b"n,,n=alice,r=abc\x00\xff"
+    decoded = decode(SaslAuthenticateRequest[version](auth_bytes=token), version)
+    assert decoded == b.SaslAuthenticate(token, api_version=version)
+    for result in (
+        b.SaslAuthenticateResult(ErrorCode.NONE, None, b"r=abcdef,s=c2FsdA==,i=4096"),
+        b.SaslAuthenticateResult(ErrorCode.SASL_AUTHENTICATION_FAILED, "failed", b""),
+    ):
+        r = respond(SaslAuthenticateResponse, wire.SASL_AUTHENTICATE, version, result)
+        assert r.error_code == result.error
+        assert r.error_message == result.error_message
+        assert bytes(r.auth_bytes) == result.auth_bytes
+        if version >= 1:
+            assert r.session_lifetime_ms == 0
 
 
 @pytest.mark.parametrize("version", versions(wire.LEAVE_GROUP))
@@ -586,6 +619,8 @@ def test_every_supported_version_has_a_test() -> None:
         wire.DESCRIBE_GROUPS: test_describe_groups,
         wire.LIST_GROUPS: test_list_groups,
         wire.DELETE_GROUPS: test_delete_groups,
+        wire.SASL_HANDSHAKE: test_sasl_handshake,
+        wire.SASL_AUTHENTICATE: test_sasl_authenticate,
     }
     assert set(tested) == set(wire.SUPPORTED_APIS)
 

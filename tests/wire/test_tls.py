@@ -10,11 +10,9 @@ import threading
 import time
 import warnings
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import trustme
 from click.testing import CliRunner
 
 from workgroup.admin import GroupNotFoundError, describe_group
@@ -22,53 +20,17 @@ from workgroup.cli import main
 from workgroup.coordinator.server import CoordinatorServer
 from workgroup.coordinator.tls import TlsSettings
 from workgroup.errors import ConfigError
-from workgroup.member.driver import GroupMember
-from workgroup.protocol import Protocol
 from workgroup.security import Security
 
+from .conftest import Pki, member
+
 pytestmark = pytest.mark.timeout(60)
-
-
-@dataclass
-class Pki:
-    ca: Path
-    cert: Path
-    key: Path
-    client_cert: Path
-    client_key: Path
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    root = tmp_path_factory.mktemp("pki")
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("member-1@workgroup.test")
-    ca.cert_pem.write_to_path(root / "ca.pem")
-    server.cert_chain_pems[0].write_to_path(root / "server.pem")
-    server.private_key_pem.write_to_path(root / "server.key")
-    client.cert_chain_pems[0].write_to_path(root / "client.pem")
-    client.private_key_pem.write_to_path(root / "client.key")
-    return Pki(root / "ca.pem", root / "server.pem", root / "server.key",
-               root / "client.pem", root / "client.key")  # fmt: skip
 
 
 @pytest.fixture
 async def tls_server(pki: Pki) -> AsyncIterator[CoordinatorServer]:
     async with CoordinatorServer(tls=TlsSettings(pki.cert, pki.key)) as server:
         yield server
-
-
-def member(server: CoordinatorServer, security: Security, group: str) -> GroupMember:
-    return GroupMember(
-        server.bootstrap,
-        group,
-        [Protocol.of("range")],
-        resources={"shard": [0, 1, 2]},
-        session_timeout_ms=6_000,
-        security=security,
-        connect_timeout_ms=5_000,
-    )
 
 
 async def test_a_member_joins_over_tls(tls_server: CoordinatorServer, pki: Pki) -> None:
@@ -202,4 +164,4 @@ def test_tls_alone_does_not_open_a_non_loopback_listener(pki: Pki) -> None:
     args = ["coordinator", "--listen", "0.0.0.0:0", "--tls-cert", str(pki.cert)]
     result = CliRunner().invoke(main, [*args, "--tls-key", str(pki.key)])
     assert result.exit_code == 2
-    assert "TLS but no SASL" in result.output
+    assert "without SASL" in result.output

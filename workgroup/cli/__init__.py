@@ -10,7 +10,17 @@ import click
 from workgroup.errors import WorkgroupError
 
 #: Subcommand modules; each defines a click command named ``command``.
-_SUBCOMMANDS = ("coordinator", "assign", "member", "run", "describe", "groups", "top", "plugins")
+_SUBCOMMANDS = (
+    "coordinator",
+    "credentials",
+    "assign",
+    "member",
+    "run",
+    "describe",
+    "groups",
+    "top",
+    "plugins",
+)
 
 
 class _Group(click.Group):

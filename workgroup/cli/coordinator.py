@@ -11,7 +11,15 @@ from pathlib import Path
 import click
 
 from workgroup import log as wlog
+from workgroup.coordinator.acl import GroupAcl
 from workgroup.coordinator.config import DEFAULT_INITIAL_REBALANCE_DELAY_MS, CoordinatorConfig
+from workgroup.coordinator.sasl import (
+    DEFAULT_FAILED_AUTHENTICATION_DELAY_MS,
+    SASL_MECHANISMS,
+    SaslMechanism,
+    SaslSettings,
+)
+from workgroup.coordinator.scram import Credentials
 from workgroup.coordinator.server import CoordinatorServer
 from workgroup.coordinator.store import Store, data_dir_problem
 from workgroup.coordinator.tls import TlsSettings
@@ -45,21 +53,25 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: it may resolve to anything
 
 
-def check_exposure(host: str, insecure: bool, *, tls: bool = False) -> None:
-    """Refuse a non-loopback address: the coordinator authenticates no one (it has
-    TLS, which encrypts, but no SASL yet)."""
-    if is_loopback(host):
+def check_exposure(host: str, insecure: bool, *, tls: bool = False, sasl: bool = False) -> None:
+    """Refuse a non-loopback address unless connections are encrypted (TLS) and
+    authenticated (SASL), or ``--insecure`` says to anyway."""
+    if is_loopback(host) or (tls and sasl):
         return
+    missing = " or ".join(n for n, on in (("TLS", tls), ("SASL", sasl)) if not on)
+    consequence = (
+        "anyone who reaches the port could join, commit to and describe every group"
+        if not sasl
+        else "passwords, assignments and checkpoints would cross the network in the clear"
+    )
     if not insecure:
-        what = "TLS but no SASL" if tls else "no TLS or SASL"
         raise ConfigError(
-            f"refusing to listen on {host}: the embedded coordinator has {what}, so "
-            "anyone who reaches the port could join, commit to and describe every group. "
-            "Listen on 127.0.0.1 (the default), or pass --insecure to listen there anyway"
+            f"refusing to listen on {host} without {missing}: {consequence}. "
+            "Listen on 127.0.0.1 (the default), configure --tls-cert and "
+            "--sasl-credentials, or pass --insecure to listen there anyway"
         )
     click.echo(
-        f"WARNING: --insecure: listening on {host} without TLS or SASL; anyone who "
-        "reaches this port can join, commit to and describe every group",
+        f"WARNING: --insecure: listening on {host} without {missing}; {consequence}",
         err=True,
     )
     wlog.get_logger("workgroup.cli.coordinator").warning("coordinator.insecure_listener", host=host)
@@ -186,8 +198,7 @@ def format_address(host: str, port: int) -> str:
 @click.option(
     "--insecure",
     is_flag=True,
-    help="Allow a non-loopback --listen address although the coordinator has no TLS "
-    "or SASL (said loudly on stderr).",
+    help="Allow a non-loopback --listen address without TLS and SASL (said loudly on stderr).",
 )
 @click.option(
     "--tls-cert",
@@ -206,6 +217,37 @@ def format_address(host: str, port: int) -> str:
     type=click.Path(path_type=Path),
     default=None,
     help="Require client certificates signed by this CA (mutual TLS).",
+)
+@click.option(
+    "--sasl-credentials",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Require SASL authentication of every connection, against the SCRAM "
+    "verifiers in this file (made with 'workgroup credentials add').",
+)
+@click.option(
+    "--sasl-mechanism",
+    "sasl_mechanisms",
+    type=click.Choice(SASL_MECHANISMS),
+    multiple=True,
+    help="Mechanism to enable (repeatable). Default: SCRAM-SHA-256 and SCRAM-SHA-512, "
+    "plus PLAIN when TLS is on (PLAIN sends the password itself).",
+)
+@click.option(
+    "--failed-authentication-delay-ms",
+    type=click.IntRange(min=0),
+    default=DEFAULT_FAILED_AUTHENTICATION_DELAY_MS,
+    show_default=True,
+    help="Delay before a failed authentication is answered and its connection "
+    "closed (Kafka's connection.failed.authentication.delay.ms).",
+)
+@click.option(
+    "--acl",
+    "acl_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Group ACL (TOML): which principals may join, commit to, describe or "
+    "delete which groups. Without it every authenticated principal may do everything.",
 )
 @click.option("--log-json", is_flag=True, help="Log JSON lines to stderr.")
 def command(
@@ -228,6 +270,10 @@ def command(
     tls_cert: Path | None,
     tls_key: Path | None,
     tls_client_ca: Path | None,
+    sasl_credentials: Path | None,
+    sasl_mechanisms: tuple[SaslMechanism, ...],
+    failed_authentication_delay_ms: int,
+    acl_file: Path | None,
     log_json: bool,
 ) -> None:
     """Run the embedded group coordinator (Kafka's classic group protocol)."""
@@ -238,7 +284,30 @@ def command(
     tls = TlsSettings(tls_cert, tls_key, tls_client_ca) if tls_cert is not None else None
     if tls is not None:
         tls.context()  # a bad file: exit 2 before anything listens
-    check_exposure(host, insecure, tls=tls is not None)
+    sasl = sasl_settings(
+        sasl_credentials, sasl_mechanisms, failed_authentication_delay_ms, tls=tls is not None
+    )
+    acl = GroupAcl.load(acl_file) if acl_file is not None else None
+    if acl is not None and sasl is None:
+        raise ConfigError(
+            "--acl needs --sasl-credentials: without SASL every connection is "
+            "User:ANONYMOUS and the ACL could not tell anyone apart"
+        )
+    check_exposure(host, insecure, tls=tls is not None, sasl=sasl is not None)
+    log = wlog.get_logger("workgroup.cli.coordinator")
+    if sasl is not None:
+        log.info(
+            "coordinator.sasl_enabled",
+            mechanisms=list(sasl.mechanisms),
+            users=len(sasl.credentials.users),
+        )
+        if "PLAIN" in sasl.mechanisms and tls is None:
+            log.warning(
+                "coordinator.plain_without_tls",
+                detail="SASL PLAIN without TLS sends passwords in the clear",
+            )
+    if acl is not None:
+        log.info("coordinator.acl_loaded", acl=acl.describe())
     config = CoordinatorConfig(
         initial_rebalance_delay_ms=initial_rebalance_delay_ms,
         min_session_timeout_ms=min_session_timeout_ms,
@@ -263,7 +332,33 @@ def command(
             store = Store(data_dir)
         except StoreError as exc:
             raise ConfigError(f"--data-dir: {exc}") from exc
-    asyncio.run(_serve(config, host, port, store, empty_topics=empty_topics, tls=tls))
+    asyncio.run(
+        _serve(config, host, port, store, empty_topics=empty_topics, tls=tls, sasl=sasl, acl=acl)
+    )
+
+
+def sasl_settings(
+    credentials_file: Path | None,
+    mechanisms: tuple[SaslMechanism, ...],
+    failed_authentication_delay_ms: int,
+    *,
+    tls: bool,
+) -> SaslSettings | None:
+    if credentials_file is None:
+        if mechanisms:
+            raise ConfigError("--sasl-mechanism needs --sasl-credentials")
+        return None
+    credentials = Credentials.load(credentials_file)
+    if not credentials.users:
+        raise ConfigError(
+            f"--sasl-credentials: {credentials_file} has no users "
+            "(add one with 'workgroup credentials add')"
+        )
+    if not mechanisms:
+        mechanisms = ("SCRAM-SHA-256", "SCRAM-SHA-512") + (("PLAIN",) if tls else ())
+    return SaslSettings(
+        credentials, mechanisms, failed_authentication_delay_ms=failed_authentication_delay_ms
+    )
 
 
 async def _serve(
@@ -274,9 +369,18 @@ async def _serve(
     *,
     empty_topics: bool = True,
     tls: TlsSettings | None = None,
+    sasl: SaslSettings | None = None,
+    acl: GroupAcl | None = None,
 ) -> None:
     server = CoordinatorServer(
-        config, host=host, port=port, store=store, empty_topics=empty_topics, tls=tls
+        config,
+        host=host,
+        port=port,
+        store=store,
+        empty_topics=empty_topics,
+        tls=tls,
+        sasl=sasl,
+        acl=acl,
     )
     try:
         await server.start()

@@ -5,7 +5,9 @@ asks which API versions the broker speaks (ApiVersions), which brokers form the
 cluster (Metadata) and which broker coordinates its group (FindCoordinator).
 The embedded coordinator is a one-broker cluster without topics, so these
 answers depend only on its own address; no group state is involved and the
-group core never sees these requests.
+group core never sees these requests.  SaslHandshake and SaslAuthenticate
+are broker-level too; their answers depend on the connection's state
+(sasl.py) and the server gives them.
 
 Rules (as Apache Kafka's broker, minus everything about topics):
 
@@ -24,7 +26,7 @@ Rules (as Apache Kafka's broker, minus everything about topics):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from workgroup.errors import ErrorCode
 
@@ -58,7 +60,19 @@ class FindCoordinator:
     api_version: int = 4
 
 
-BrokerRequest = ApiVersions | Metadata | FindCoordinator
+@dataclass(frozen=True, slots=True)
+class SaslHandshake:
+    mechanism: str
+    api_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SaslAuthenticate:
+    auth_bytes: bytes = field(repr=False)  # secrets: never in a log line
+    api_version: int = 2
+
+
+BrokerRequest = ApiVersions | Metadata | FindCoordinator | SaslHandshake | SaslAuthenticate
 
 # --- results ----------------------------------------------------------------
 
@@ -112,7 +126,27 @@ class FindCoordinatorResult:
     coordinators: tuple[CoordinatorAnswer, ...]
 
 
-BrokerResult = ApiVersionsResult | MetadataResult | FindCoordinatorResult
+@dataclass(frozen=True, slots=True)
+class SaslHandshakeResult:
+    error: ErrorCode
+    mechanisms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SaslAuthenticateResult:
+    error: ErrorCode
+    error_message: str | None = None
+    auth_bytes: bytes = field(default=b"", repr=False)
+    session_lifetime_ms: int = 0  # no re-authentication required (KIP-368)
+
+
+BrokerResult = (
+    ApiVersionsResult
+    | MetadataResult
+    | FindCoordinatorResult
+    | SaslHandshakeResult
+    | SaslAuthenticateResult
+)
 
 
 # --- answers ----------------------------------------------------------------

@@ -33,6 +33,14 @@ Rules:
   ``coordinator.unknown_api``; an unsupported version gets UNSUPPORTED_VERSION.
   A frame size is checked against ``max_request_bytes`` before anything is
   allocated for it.
+* With SASL (``sasl=``), a connection that has not authenticated may only send
+  ApiVersions, SaslHandshake and SaslAuthenticate; anything else closes it
+  before its body is read (sasl.py has the exchange's rules).  A failed
+  authentication is answered after ``failed_authentication_delay_ms``, during
+  which the connection is not read, then closed.
+* With an ACL (``acl=``), each group request is authorized for the
+  connection's principal before the core sees it (authorize.py); a denied
+  one is answered GROUP_AUTHORIZATION_FAILED and changes nothing.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from typing import Protocol
 
 from workgroup.clock import monotonic_ms
 from workgroup.coordinator import broker, wire
+from workgroup.coordinator.acl import ANONYMOUS, GroupAcl
 from workgroup.coordinator.actions import (
     Action,
     Persist,
@@ -54,12 +63,14 @@ from workgroup.coordinator.actions import (
     StoredGroup,
     StoredOffset,
 )
+from workgroup.coordinator.authorize import Allowed, authorize
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.framing import FrameSplitter
+from workgroup.coordinator.sasl import Authenticator, SaslSettings
 from workgroup.coordinator.store import Store
 from workgroup.coordinator.tls import TlsSettings
 from workgroup.errors import ErrorCode, ProtocolError, StoreError, UnsupportedVersionError
-from workgroup.kafka.messages import GroupRequest
+from workgroup.kafka.messages import GroupRequest, GroupResult
 from workgroup.log import get_logger
 
 log = get_logger(__name__)
@@ -72,6 +83,8 @@ WRITE_BUFFER_HIGH_WATER = 4 * 1024 * 1024
 SHUTDOWN_DRAIN_S = 1.0
 
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+#: What a connection may send before SASL authenticated it.
+_BEFORE_AUTHENTICATION = frozenset({wire.API_VERSIONS, wire.SASL_HANDSHAKE, wire.SASL_AUTHENTICATE})
 
 
 class CoordinatorCore(Protocol):
@@ -93,12 +106,14 @@ class CoordinatorCore(Protocol):
 class _ReplySlot:
     """The place of one request's response in its connection's output order."""
 
-    __slots__ = ("connection", "data", "header")
+    __slots__ = ("connection", "data", "header", "transform")
 
     def __init__(self, connection: _Connection, header: wire.RequestHeader) -> None:
         self.connection = connection
         self.header = header
         self.data: bytes | None = None
+        #: Applied to the core's result before it is sent (ACL redaction).
+        self.transform: Callable[[GroupResult], GroupResult] | None = None
 
 
 class _Connection(asyncio.Protocol):
@@ -138,6 +153,12 @@ class _Connection(asyncio.Protocol):
         self._tokens = max(rate, 1.0)
         self._tokens_at = self._last_active
         self._rate_timer: asyncio.TimerHandle | None = None
+        #: SASL state (``None``: no SASL on this listener).
+        self.auth = Authenticator(server.sasl) if server.sasl is not None else None
+        #: Whom this connection speaks for (Kafka's form; ANONYMOUS without SASL).
+        self.principal = ANONYMOUS
+        #: Set while a failed authentication's answer is delayed: nothing is read.
+        self.muted = False
 
     # --- asyncio.Protocol ----------------------------------------------------------
 
@@ -205,7 +226,7 @@ class _Connection(asyncio.Protocol):
         pending = self.pending
         on_request = self._server._on_request
         while ready:
-            if len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or self._writing_paused:
+            if len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION or self._writing_paused or self.muted:
                 break
             if self._rate and not self._take_token():
                 break
@@ -221,6 +242,7 @@ class _Connection(asyncio.Protocol):
             len(pending) >= MAX_IN_FLIGHT_PER_CONNECTION
             or self._writing_paused
             or self._rate_timer is not None
+            or self.muted
         ):
             # Too much unanswered or unsent: leave the peer's bytes in the kernel.
             if not self._reading_paused and self._transport is not None:
@@ -350,8 +372,14 @@ class CoordinatorServer:
         clock_ms: Callable[[], int] = monotonic_ms,
         empty_topics: bool = True,
         tls: TlsSettings | None = None,
+        sasl: SaslSettings | None = None,
+        acl: GroupAcl | None = None,
     ) -> None:
         self.config = config or CoordinatorConfig()
+        #: Who may connect (``None``: anyone who reaches the port).
+        self.sasl = sasl
+        #: Who may do what in which group (``None``: everyone everything).
+        self.acl = acl
         #: The listener's TLS context (built now: a bad file fails before listening).
         self.ssl_context = tls.context() if tls is not None else None
         if core is None:
@@ -390,6 +418,11 @@ class CoordinatorServer:
         self.idle_closed = 0
         #: Times a connection's reading paused for ``max_requests_per_second``.
         self.throttled_requests = 0
+        #: SASL authentications that succeeded / failed.
+        self.authentications = 0
+        self.failed_authentications = 0
+        #: Group requests refused by the ACL.
+        self.denied_requests = 0
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -519,6 +552,20 @@ class CoordinatorServer:
         except ProtocolError as exc:
             log.warning("coordinator.bad_request", peer=connection.peer, error=str(exc))
             return False
+        auth = connection.auth
+        if (
+            auth is not None
+            and not auth.authenticated
+            and header.api_key not in _BEFORE_AUTHENTICATION
+        ):
+            # Kafka's IllegalSaslState: the body of an unauthenticated peer is not read.
+            log.warning(
+                "coordinator.unauthenticated_request",
+                peer=connection.peer,
+                api_key=header.api_key,
+                state=auth.state.value,
+            )
+            return False
         try:
             request = wire.decode_request(header, payload, offset, connection.client_host)
         except wire.UnknownApiKeyError:
@@ -559,6 +606,22 @@ class CoordinatorServer:
         slot = connection.slot(header)
         if isinstance(request, broker.ApiVersions | broker.Metadata | broker.FindCoordinator):
             return self._send(slot, self._answer_broker_request(connection, request))
+        if isinstance(request, broker.SaslHandshake | broker.SaslAuthenticate):
+            return self._answer_sasl(connection, slot, request)
+        if self.acl is not None:
+            decision = authorize(self.acl, connection.principal, request)
+            if not isinstance(decision, Allowed):
+                self.denied_requests += 1
+                log.info(
+                    "coordinator.request_denied",
+                    peer=connection.peer,
+                    principal=connection.principal,
+                    api_key=header.api_key,
+                    groups=decision.groups,
+                )
+                return self._send(slot, decision.result)
+            request = decision.request
+            slot.transform = decision.transform
         try:
             actions = self.core.handle(self._clock_ms(), slot, request)
         except Exception:
@@ -569,7 +632,9 @@ class CoordinatorServer:
         return True
 
     def _answer_broker_request(
-        self, connection: _Connection, request: broker.BrokerRequest
+        self,
+        connection: _Connection,
+        request: broker.ApiVersions | broker.Metadata | broker.FindCoordinator,
     ) -> wire.Result:
         host, port = self.config.advertised() or self.address
         if host in _WILDCARD_HOSTS:
@@ -586,6 +651,65 @@ class CoordinatorServer:
                 return broker.answer_metadata(request, me, empty_topics=self.empty_topics)
             case broker.FindCoordinator():
                 return broker.answer_find_coordinator(request, me)
+
+    def _answer_sasl(
+        self,
+        connection: _Connection,
+        slot: _ReplySlot,
+        request: broker.SaslHandshake | broker.SaslAuthenticate,
+    ) -> bool:
+        auth = connection.auth
+        if auth is None:
+            # A listener without SASL (Kafka answers so on a PLAINTEXT listener).
+            return self._send(slot, wire.error_result(request, ErrorCode.ILLEGAL_SASL_STATE))
+        if isinstance(request, broker.SaslHandshake):
+            handshake = auth.handshake(request.mechanism)
+            if handshake.error is not ErrorCode.NONE:
+                log.warning(
+                    "coordinator.sasl_handshake_refused",
+                    peer=connection.peer,
+                    mechanism=request.mechanism,
+                    error=handshake.error.name,
+                )
+            answered = broker.SaslHandshakeResult(handshake.error, handshake.mechanisms)
+            sent = self._send(slot, answered)
+            if handshake.close:
+                connection.close()
+                return True
+            return sent
+        answer = auth.authenticate(request.auth_bytes)
+        result = broker.SaslAuthenticateResult(answer.error, answer.message, answer.token)
+        if answer.error is ErrorCode.NONE:
+            if auth.authenticated:
+                assert auth.principal is not None
+                connection.principal = auth.principal
+                self.authentications += 1
+                log.info(
+                    "coordinator.authenticated",
+                    peer=connection.peer,
+                    principal=auth.principal,
+                    mechanism=auth.mechanism,
+                )
+            return self._send(slot, result)
+        self.failed_authentications += 1
+        log.warning(
+            "coordinator.authentication_failed",
+            peer=connection.peer,
+            mechanism=auth.mechanism,
+            reason=answer.reason,
+        )
+        # Kafka's connection.failed.authentication.delay.ms: a guesser waits for
+        # each answer, and nothing the peer sends meanwhile is read.
+        connection.muted = True
+        assert self.sasl is not None
+        delay_s = self.sasl.failed_authentication_delay_ms / 1000
+
+        def answer_and_close() -> None:
+            self._send(slot, result)
+            connection.close()
+
+        asyncio.get_running_loop().call_later(delay_s, answer_and_close)
+        return True
 
     def _send(self, slot: _ReplySlot, result: wire.Result) -> bool:
         connection = slot.connection
@@ -632,7 +756,10 @@ class CoordinatorServer:
         slot = action.token
         if not isinstance(slot, _ReplySlot):
             raise TypeError(f"reply token {slot!r} was not issued by this server")
-        self._send(slot, action.result)
+        result = action.result
+        if slot.transform is not None:
+            result = slot.transform(result)
+        self._send(slot, result)
 
     async def _flush(self) -> None:
         """Write queued Persist actions, then send the replies queued with them."""

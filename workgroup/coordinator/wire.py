@@ -45,7 +45,7 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i32, i32Timedelta
+from kio.static.primitive import i32, i32Timedelta, i64Timedelta
 
 from workgroup.coordinator import _legacy_schema
 from workgroup.coordinator import broker as b
@@ -90,6 +90,8 @@ OFFSET_FETCH = 9
 DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 DELETE_GROUPS = 42
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
 
 #: Every API and version the embedded coordinator implements (and advertises).
 SUPPORTED_APIS: Final[dict[int, ApiSupport]] = {
@@ -107,6 +109,9 @@ SUPPORTED_APIS: Final[dict[int, ApiSupport]] = {
         ApiSupport(DESCRIBE_GROUPS, "describe_groups", 0, 5, 5),
         ApiSupport(LIST_GROUPS, "list_groups", 0, 5, 3),
         ApiSupport(DELETE_GROUPS, "delete_groups", 0, 2, 2),
+        # Handshake v0 (raw tokens without Kafka headers, pre-1.0 clients) is not spoken.
+        ApiSupport(SASL_HANDSHAKE, "sasl_handshake", 1, 1, 99),
+        ApiSupport(SASL_AUTHENTICATE, "sasl_authenticate", 0, 2, 2),
     )
 }
 
@@ -547,6 +552,14 @@ def _decode_delete_groups(version: int, body: Any, client: m.ClientInfo) -> m.De
     return m.DeleteGroups(tuple(body.groups_names), api_version=version)
 
 
+def _decode_sasl_handshake(version: int, body: Any, client: m.ClientInfo) -> b.SaslHandshake:
+    return b.SaslHandshake(body.mechanism, api_version=version)
+
+
+def _decode_sasl_authenticate(version: int, body: Any, client: m.ClientInfo) -> b.SaslAuthenticate:
+    return b.SaslAuthenticate(bytes(body.auth_bytes), api_version=version)
+
+
 _DECODERS: Final[dict[int, Callable[[int, Any, m.ClientInfo], Request]]] = {
     API_VERSIONS: _decode_api_versions,
     METADATA: _decode_metadata,
@@ -560,6 +573,8 @@ _DECODERS: Final[dict[int, Callable[[int, Any, m.ClientInfo], Request]]] = {
     DESCRIBE_GROUPS: _decode_describe_groups,
     LIST_GROUPS: _decode_list_groups,
     DELETE_GROUPS: _decode_delete_groups,
+    SASL_HANDSHAKE: _decode_sasl_handshake,
+    SASL_AUTHENTICATE: _decode_sasl_authenticate,
 }
 
 
@@ -627,6 +642,10 @@ def error_result(request: Request, code: ErrorCode) -> Result:
             return b.FindCoordinatorResult(
                 tuple(b.CoordinatorAnswer(k, code) for k in request.keys)
             )
+        case b.SaslHandshake():
+            return b.SaslHandshakeResult(code)
+        case b.SaslAuthenticate():
+            return b.SaslAuthenticateResult(code)
         case m.JoinGroup():
             return m.JoinGroupResult(code, member_id=request.member_id)
         case m.SyncGroup():
@@ -949,6 +968,22 @@ def _encode_delete_groups(version: int, cls: type[Any], result: Result) -> Any:
     )
 
 
+def _encode_sasl_handshake(version: int, cls: type[Any], result: Result) -> Any:
+    r = _expect(result, b.SaslHandshakeResult)
+    return _make(cls, error_code=_err(r.error), mechanisms=r.mechanisms)
+
+
+def _encode_sasl_authenticate(version: int, cls: type[Any], result: Result) -> Any:
+    r = _expect(result, b.SaslAuthenticateResult)
+    return _make(
+        cls,
+        error_code=_err(r.error),
+        error_message=r.error_message,
+        auth_bytes=r.auth_bytes,
+        session_lifetime=i64Timedelta.parse(datetime.timedelta(milliseconds=r.session_lifetime_ms)),
+    )
+
+
 _ENCODERS: Final[dict[int, Callable[[int, type[Any], Result], Any]]] = {
     API_VERSIONS: _encode_api_versions,
     METADATA: _encode_metadata,
@@ -962,6 +997,8 @@ _ENCODERS: Final[dict[int, Callable[[int, type[Any], Result], Any]]] = {
     DESCRIBE_GROUPS: _encode_describe_groups,
     LIST_GROUPS: _encode_list_groups,
     DELETE_GROUPS: _encode_delete_groups,
+    SASL_HANDSHAKE: _encode_sasl_handshake,
+    SASL_AUTHENTICATE: _encode_sasl_authenticate,
 }
 
 __all__ = [
