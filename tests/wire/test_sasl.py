@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from workgroup.admin import GroupNotFoundError, describe_group
 from workgroup.cli import main
@@ -355,3 +355,32 @@ def test_the_coordinator_command_checks_its_security_options(tmp_path: Path, pki
         assert result.exit_code == 2, (args, result.output)
         assert message in result.output, (args, result.output)
     check_exposure("0.0.0.0", insecure=False, tls=True, sasl=True)  # both: allowed
+
+
+async def test_the_inspection_commands_read_credentials_from_config(
+    server: CoordinatorServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "workgroup.toml"
+    config.write_text(
+        'security_protocol = "SASL_PLAINTEXT"\nsasl_mechanism = "SCRAM-SHA-256"\n'
+        f'sasl_username = "alice"\nsasl_password = "{PASSWORDS["alice"]}"\n'
+    )
+    runner = CliRunner()
+
+    def run(*args: str) -> Result:
+        # The commands run their own event loop: in a thread, beside this one.
+        return runner.invoke(main, [*args, "--bootstrap", server.bootstrap])
+
+    async with member(server, sasl("PLAIN", "alice"), "orders") as m:
+        await asyncio.wait_for(m.wait_stable(), 20)
+        listed = await asyncio.to_thread(run, "list", "--json", "--config", str(config))
+        assert listed.exit_code == 0, listed.output
+        assert '"orders"' in listed.output
+        described = await asyncio.to_thread(
+            run, "describe", "orders", "--json", "--config", str(config)
+        )
+        assert described.exit_code == 0, described.output
+        assert '"Stable"' in described.output
+        anonymous = await asyncio.to_thread(run, "list", "--json")
+        assert anonymous.exit_code != 0
+        assert "orders" not in anonymous.output

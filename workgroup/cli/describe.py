@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from workgroup.admin import GroupDescription, describe_group
+from workgroup.cli.connection import config_option, security_from
 from workgroup.member.driver import parse_bootstrap
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -51,12 +53,18 @@ def render(description: GroupDescription) -> Table:
 @click.command("describe")
 @click.argument("group")
 @click.option("--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, help="HOST:PORT[,...]")
+@config_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--timeout-s", type=float, default=10.0, show_default=True)
-def command(group: str, bootstrap: str, as_json: bool, timeout_s: float) -> None:
+def command(
+    group: str, bootstrap: str, config_file: Path | None, as_json: bool, timeout_s: float
+) -> None:
     """Describe GROUP: state, protocol, members and their assignments."""
     parse_bootstrap(bootstrap)
-    description = asyncio.run(describe_group(bootstrap, group, timeout_s=timeout_s))
+    security = security_from(config_file)
+    description = asyncio.run(
+        describe_group(bootstrap, group, security=security, timeout_s=timeout_s)
+    )
     if as_json:
         click.echo(json.dumps(description.as_json()))
     else:

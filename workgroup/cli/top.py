@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import click
 from rich.console import Group as Stack
@@ -15,9 +16,11 @@ from rich.table import Table
 from rich.text import Text
 
 from workgroup.admin import GroupDescription, describe_group
+from workgroup.cli.connection import config_option, security_from
 from workgroup.cli.describe import DEFAULT_BOOTSTRAP, render
 from workgroup.errors import WorkgroupError
 from workgroup.member.driver import parse_bootstrap
+from workgroup.security import Security
 
 #: Rebalances kept in the view.
 HISTORY = 8
@@ -69,9 +72,9 @@ def _difference(before: GroupDescription, after: GroupDescription) -> str:
     return "; ".join(notes)
 
 
-async def _poll(group: str, bootstrap: str, watch: Watch) -> None:
+async def _poll(group: str, bootstrap: str, security: Security, watch: Watch) -> None:
     try:
-        description = await describe_group(bootstrap, group, timeout_s=5)
+        description = await describe_group(bootstrap, group, security=security, timeout_s=5)
     except WorkgroupError as exc:
         watch.observe(None, str(exc), time.time())
     else:
@@ -81,14 +84,18 @@ async def _poll(group: str, bootstrap: str, watch: Watch) -> None:
 @click.command("top")
 @click.argument("group")
 @click.option("--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, help="HOST:PORT[,...]")
+@config_option
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds per poll.")
 @click.option("--once", is_flag=True, help="Print one view and exit.")
-def command(group: str, bootstrap: str, interval: float, once: bool) -> None:
+def command(
+    group: str, bootstrap: str, config_file: Path | None, interval: float, once: bool
+) -> None:
     """Watch GROUP live: members, ownership, rebalances."""
     parse_bootstrap(bootstrap)
+    security = security_from(config_file)
     watch = Watch()
     if once:
-        asyncio.run(_poll(group, bootstrap, watch))
+        asyncio.run(_poll(group, bootstrap, security, watch))
         from rich.console import Console
 
         Console().print(watch.view())
@@ -97,7 +104,7 @@ def command(group: str, bootstrap: str, interval: float, once: bool) -> None:
     async def loop() -> None:
         with Live(watch.view(), refresh_per_second=4, screen=False) as live:
             while True:
-                await _poll(group, bootstrap, watch)
+                await _poll(group, bootstrap, security, watch)
                 live.update(watch.view())
                 await asyncio.sleep(interval)
 
