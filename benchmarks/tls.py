@@ -1,5 +1,6 @@
-"""TLS cost on the embedded coordinator: connection set-up and heartbeat throughput,
-plaintext and TLS side by side (same machine, same run).
+"""TLS and SASL cost on the embedded coordinator: connection set-up and heartbeat
+throughput, plaintext and TLS side by side (same machine, same run), and what
+each SASL mechanism adds to a new connection.
 
 Two coordinators run as subprocesses, one plain and one with ``--tls-cert`` (a
 throw-away CA and certificate made with trustme).  Measured on each:
@@ -9,7 +10,13 @@ throw-away CA and certificate made with trustme).  Measured on each:
   one round trip; median and p99;
 * *heartbeats*: ``--members`` members join one group (JoinGroup twice, SyncGroup),
   then each keeps ``--pipeline`` heartbeats in flight on its connection for
-  ``--seconds``; answered heartbeats per second and the coordinator's CPU time.
+  ``--seconds``; answered heartbeats per second and the coordinator's CPU time;
+* *authentication*: ``--logins`` sequential aiokafka connections (ApiVersions,
+  then SaslHandshake and SaslAuthenticate) to a third coordinator with
+  ``--sasl-credentials``, per mechanism, against the same client's plaintext
+  connections: median time and the coordinator's CPU per connection.  SCRAM
+  verifiers use the default 8192 iterations; the client's PBKDF2 (SCRAM) and
+  the server's (PLAIN) are both in the figures.
 
 ``python benchmarks/tls.py --help``; results in benchmarks/README.md.
 """
@@ -41,7 +48,38 @@ from tests.wire.raw_client import (
     RawClient,
     SyncGroupRequest,
 )
+from workgroup.coordinator.scram import SCRAM_MECHANISMS, Credentials, ScramCredential
 from workgroup.testing.servers import ServerProcess, run_coordinator
+
+PASSWORD = "bench-password"
+
+
+@contextlib.contextmanager
+def sasl_coordinator(workdir: Path) -> Iterator[ServerProcess]:
+    users = workdir / "users.toml"
+    verifiers = {m: ScramCredential.from_password(m, PASSWORD) for m in SCRAM_MECHANISMS}
+    Credentials().with_user("bench", verifiers).save(users)
+    mechanisms = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    flags = [arg for m in mechanisms for arg in ("--sasl-mechanism", m)]
+    with run_coordinator("--sasl-credentials", str(users), *flags) as server:
+        yield server
+
+
+async def logins(server: ServerProcess, mechanism: str | None, count: int) -> list[float]:
+    """Sequential aiokafka connections (version lookup, then SASL if ``mechanism``)."""
+    from aiokafka.conn import CloseReason, create_conn
+
+    options: dict[str, Any] = {"security_protocol": "PLAINTEXT"}
+    if mechanism is not None:
+        options = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+                   "sasl_plain_username": "bench", "sasl_plain_password": PASSWORD}  # fmt: skip
+    took = []
+    for _ in range(count):
+        began = time.perf_counter()
+        conn = await create_conn(server.host, server.port, **options)
+        took.append((time.perf_counter() - began) * 1000)
+        await conn.close(reason=CloseReason.SHUTDOWN)
+    return took
 
 
 @contextlib.contextmanager
@@ -166,6 +204,31 @@ async def measure(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return results
 
 
+async def measure_logins(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    results: dict[str, dict[str, float]] = {}
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        sasl_coordinator(Path(tmp)) as server,
+        run_coordinator() as plain,
+    ):
+        for name, target, mechanism in (
+            ("no SASL", plain, None),
+            ("PLAIN", server, "PLAIN"),
+            ("SCRAM-SHA-256", server, "SCRAM-SHA-256"),
+            ("SCRAM-SHA-512", server, "SCRAM-SHA-512"),
+        ):
+            await logins(target, mechanism, 5)  # warm-up
+            cpu_before = cpu_seconds(target.process.pid)
+            took = sorted(await logins(target, mechanism, args.logins))
+            cpu = cpu_seconds(target.process.pid) - cpu_before
+            results[name] = {
+                "median_ms": statistics.median(took),
+                "p99_ms": took[int(len(took) * 0.99) - 1],
+                "server_cpu_ms": cpu / args.logins * 1000,
+            }
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
@@ -174,8 +237,10 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=50)
     parser.add_argument("--pipeline", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--logins", type=int, default=200)
     args = parser.parse_args()
     results = asyncio.run(measure(args))
+    login_results = asyncio.run(measure_logins(args))
     table = Table(
         title=f"embedded coordinator, TLS vs plaintext "
         f"({args.members} members, pipeline {args.pipeline})"
@@ -201,6 +266,17 @@ def main() -> None:
     setup = tls["median_ms"] / plain["median_ms"]
     throughput = tls["heartbeats_per_s"] / plain["heartbeats_per_s"]
     print(f"TLS: set-up x{setup:.1f}, heartbeat throughput {throughput:.0%} of plaintext")
+    logins_table = Table(title=f"new aiokafka connection with SASL ({args.logins} each)")
+    for column in ("mechanism", "connect + authenticate, median", "p99", "coordinator CPU"):
+        logins_table.add_column(column, justify="right")
+    for name, r in login_results.items():
+        logins_table.add_row(
+            name,
+            f"{r['median_ms']:.2f} ms",
+            f"{r['p99_ms']:.2f} ms",
+            f"{r['server_cpu_ms']:.2f} ms",
+        )
+    Console().print(logins_table)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,18 @@ def test_failover_benchmark_prints_its_tables() -> None:
 def test_tls_benchmark_prints_its_table() -> None:
     script = SCRIPT.parent / "tls.py"
     completed = subprocess.run(
-        [sys.executable, str(script), "--connections", "20", "--members", "5", "--seconds", "1"],
+        [
+            sys.executable,
+            str(script),
+            "--connections",
+            "20",
+            "--members",
+            "5",
+            "--seconds",
+            "1",
+            "--logins",
+            "5",
+        ],
         capture_output=True,
         text=True,
         timeout=110,
@@ -79,3 +90,4 @@ def test_tls_benchmark_prints_its_table() -> None:
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "heartbeats/s" in completed.stdout
     assert "TLS: set-up x" in completed.stdout
+    assert "SCRAM-SHA-512" in completed.stdout

@@ -1,7 +1,8 @@
 """The chaos suite's app: shards listed in ``$CHAOS_SHARDS`` (one per line, read
 at every resource poll, so the suite adds and removes them) and a leader; each
 handler commits a counter every 50 ms as ``"<token>:<n>"`` through its lease and
-records what it reads, commits and is refused (JSON lines in ``$CHAOS_OUT``).
+records what it reads, is about to commit, commits and is refused (JSON lines in
+``$CHAOS_OUT``).
 ``$CHAOS_ASSIGNORS`` lists the shard worker's assignors in preference order (a
 rolling change of assignor is a restart with the next list)."""
 
@@ -42,6 +43,9 @@ async def work(lease: workgroup.Lease) -> None:
             n += 1
             value = f"{lease.token}:{n}"
             sent = time.time()
+            # Before sending: a commit the coordinator takes may never be answered
+            # to this handler (killed, or cancelled as its lease ends).
+            record(event="sending", resource=resource, token=lease.token, n=n, sent=sent)
             try:
                 await lease.commit(value)
             except workgroup.LeaseLostError:

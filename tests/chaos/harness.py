@@ -513,8 +513,10 @@ def check(result: Result) -> dict[str, float]:
         was accepted, no commit of an older token sent later is (so two live
         owners never both make progress);
     (c) no checkpoint is lost or rolled back: each new holder reads the last
-        accepted checkpoint (or one commit later: a holder killed between the
-        coordinator's answer and its record), across coordinator restarts;
+        accepted checkpoint, or a later one an earlier holder sent before it
+        started (the coordinator took it, but its holder never saw the answer:
+        killed, or cancelled at the end of its lease, while the commit was in
+        flight), across coordinator restarts;
     (d) after the chaos every resource is owned by exactly one member;
     (e) after a ``probe`` kill, each resource the killed daemon held runs
         elsewhere within ``RECOVERY_BOUND_S``.
@@ -539,15 +541,23 @@ def check(result: Result) -> dict[str, float]:
         for c in commits:
             newer = [t for t, at in first_accepted.items() if t > c["token"] and at < c["sent"]]
             assert not newer, f"(b) {resource}: {c} sent after token {newer[0]} committed"
+        attempts = [e for e in events if e["event"] == "sending"]
         for start in starts[1:]:
             older = [c for c in commits if c["token"] < start["token"]]
             if not older:
                 continue
             last = max(older, key=lambda c: (c["token"], c["n"]))
-            allowed = {f"{last['token']}:{last['n']}", f"{last['token']}:{last['n'] + 1}"}
+            accepted = f"{last['token']}:{last['n']}"
+            allowed = {accepted} | {
+                f"{a['token']}:{a['n']}"
+                for a in attempts
+                if a["token"] < start["token"]
+                and (a["token"], a["n"]) > (last["token"], last["n"])
+                and a["sent"] < start["time"]
+            }
             assert start["read"] in allowed, (
                 f"(c) {resource}: token {start['token']} read {start['read']}, "
-                f"last accepted {sorted(allowed)[0]}"
+                f"last accepted {accepted}, later ones sent: {sorted(allowed - {accepted})}"
             )
     recoveries = []
     for fault in result.faults:
