@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import struct
 import threading
 import time
@@ -30,6 +31,7 @@ from workgroup.member.driver import GroupMember
 from workgroup.member.errors import GroupAuthorizationError
 from workgroup.security import Security
 from workgroup.testing import capture_logs
+from workgroup.testing.servers import ServerProcess
 
 from .conftest import Pki, member
 from .raw_client import ApiVersionsRequest, RawClient
@@ -384,3 +386,55 @@ async def test_the_inspection_commands_read_credentials_from_config(
         anonymous = await asyncio.to_thread(run, "list", "--json")
         assert anonymous.exit_code != 0
         assert "orders" not in anonymous.output
+
+
+async def test_sighup_reloads_the_credentials_and_the_acl(tmp_path: Path) -> None:
+    from aiokafka.conn import CloseReason, create_conn
+
+    from workgroup.testing.servers import run_coordinator
+
+    users = tmp_path / "users.toml"
+    verifiers = {m: ScramCredential.from_password(m, "pw-a", iterations=4096) for m in
+                 ("SCRAM-SHA-256", "SCRAM-SHA-512")}  # fmt: skip
+    Credentials().with_user("alice", verifiers).save(users)
+    acl = tmp_path / "acl.toml"
+    acl.write_text('super_users = ["alice"]\n')
+    log = tmp_path / "coordinator.log"
+
+    async def logs_in(server: ServerProcess, user: str, password: str) -> bool:
+        try:
+            conn = await create_conn(
+                server.host, server.port, security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism="SCRAM-SHA-256", sasl_plain_username=user,
+                sasl_plain_password=password,
+            )  # fmt: skip
+        except Exception:  # aiokafka's SASL failures
+            return False
+        await conn.close(reason=CloseReason.SHUTDOWN)
+        return True
+
+    async def reloaded(times: int) -> None:
+        for _ in range(100):
+            if log.read_text().count("coordinator.reload") >= times:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(log.read_text()[-2000:])
+
+    args = ["--sasl-credentials", str(users), "--acl", str(acl)]
+    with run_coordinator(*args, log=log) as server:
+        assert await logs_in(server, "alice", "pw-a")
+        assert not await logs_in(server, "bob", "pw-b")
+        bob = {m: ScramCredential.from_password(m, "pw-b", iterations=4096) for m in
+               ("SCRAM-SHA-256", "SCRAM-SHA-512")}  # fmt: skip
+        Credentials.load(users).with_user("bob", bob).save(users)
+        server.process.send_signal(signal.SIGHUP)
+        await reloaded(1)
+        assert await logs_in(server, "bob", "pw-b")
+        # A broken file: nothing changes, and the log says why.
+        acl.write_text("[[allow]]\nprincipals = 3\n")
+        server.process.send_signal(signal.SIGHUP)
+        await reloaded(2)
+        assert "coordinator.reload_failed" in log.read_text()
+        assert await logs_in(server, "alice", "pw-a")
+        assert await logs_in(server, "bob", "pw-b")
+        assert "pw-" not in log.read_text()

@@ -6,6 +6,7 @@ import asyncio
 import ipaddress
 import signal
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -332,9 +333,54 @@ def command(
             store = Store(data_dir)
         except StoreError as exc:
             raise ConfigError(f"--data-dir: {exc}") from exc
+    reload = Reload(sasl_credentials, acl_file) if sasl_credentials or acl_file else None
     asyncio.run(
-        _serve(config, host, port, store, empty_topics=empty_topics, tls=tls, sasl=sasl, acl=acl)
+        _serve(
+            config,
+            host,
+            port,
+            store,
+            empty_topics=empty_topics,
+            tls=tls,
+            sasl=sasl,
+            acl=acl,
+            reload=reload,
+        )
     )
+
+
+@dataclass(frozen=True)
+class Reload:
+    """What SIGHUP reads again: the credentials file and the ACL file."""
+
+    credentials_file: Path | None
+    acl_file: Path | None
+
+    def apply(self, server: CoordinatorServer) -> None:
+        """Load both files; on any error keep what runs and log why (nothing half-done).
+
+        New connections authenticate against the new credentials and every
+        request is authorized by the new ACL; connections already
+        authenticated stay so (as Kafka, which does not re-check a session).
+        """
+        log = wlog.get_logger("workgroup.cli.coordinator")
+        try:
+            sasl = server.sasl
+            if self.credentials_file is not None and sasl is not None:
+                credentials = Credentials.load(self.credentials_file)
+                if not credentials.users:
+                    raise ConfigError(f"{self.credentials_file} has no users")
+                sasl = replace(sasl, credentials=credentials)
+            acl = GroupAcl.load(self.acl_file) if self.acl_file is not None else server.acl
+        except ConfigError as exc:
+            log.error("coordinator.reload_failed", error=str(exc))
+            return
+        server.sasl, server.acl = sasl, acl
+        log.info(
+            "coordinator.reloaded",
+            users=len(sasl.credentials.users) if sasl is not None else None,
+            acl=acl.describe() if acl is not None else None,
+        )
 
 
 def sasl_settings(
@@ -371,6 +417,7 @@ async def _serve(
     tls: TlsSettings | None = None,
     sasl: SaslSettings | None = None,
     acl: GroupAcl | None = None,
+    reload: Reload | None = None,
 ) -> None:
     server = CoordinatorServer(
         config,
@@ -395,6 +442,8 @@ async def _serve(
     # Handlers first: whoever reads the listening line may signal right away.
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop_requested.set)
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, reload.apply, server)
     bound_host, bound_port = server.address
     sys.stdout.write(f"listening on {format_address(bound_host, bound_port)}\n")
     sys.stdout.flush()
@@ -403,7 +452,7 @@ async def _serve(
     try:
         await asyncio.wait({stopped, requested}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
         requested.cancel()
         await server.stop()
