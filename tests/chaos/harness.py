@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import itertools
 import json
 import os
 import random
@@ -507,8 +506,11 @@ def settle(bootstrap: str, shards: set[str], timeout_s: float = 90) -> dict[str,
 def check(result: Result) -> dict[str, float]:
     """The guarantees, from the handlers' records; returns figures.
 
-    (a) a resource's lease tokens never go back: every acquisition by another
-        process has a newer token than the last;
+    (a) a resource's lease tokens never go back: every holder that starts
+        after another has a newer token, unless it is a zombie (a holder frozen
+        between taking its lease and starting its handler, which starts after
+        its successor did): then none of its commits is accepted from the
+        moment a newer token started;
     (b) no commit with a stale token is accepted: once a newer token's commit
         was accepted, no commit of an older token sent later is (so two live
         owners never both make progress);
@@ -524,17 +526,25 @@ def check(result: Result) -> dict[str, float]:
     expected = {f"shard/{s}" for s in result.shards} | {"leader/writer"}
     assert set(result.final) == expected, f"(d) owned {sorted(result.final)}"
     by_resource: dict[str, list[dict[str, Any]]] = {}
+    zombies = 0
     for entry in result.records:
         by_resource.setdefault(entry["resource"], []).append(entry)
     for resource, events in by_resource.items():
         starts = sorted((e for e in events if e["event"] == "start"), key=lambda e: e["time"])
-        for before, after in itertools.pairwise(starts):
-            same_holder = before["pid"] == after["pid"] and before["token"] == after["token"]
-            assert after["token"] > before["token"] or same_holder, (
-                f"(a) {resource}: token {after['token']} (pid {after['pid']}) after "
-                f"{before['token']} (pid {before['pid']})"
-            )
         commits = [e for e in events if e["event"] == "commit"]
+        for i, start in enumerate(starts):
+            newer = [s for s in starts[:i] if s["token"] > start["token"]]
+            if not newer:
+                continue
+            superseded_at = min(s["time"] for s in newer)
+            progress = [
+                c for c in commits if c["token"] == start["token"] and c["time"] > superseded_at
+            ]
+            assert not progress, (
+                f"(a) {resource}: token {start['token']} (pid {start['pid']}) started after "
+                f"token {newer[0]['token']} and committed {progress[0]}"
+            )
+            zombies += 1
         first_accepted: dict[int, float] = {}
         for c in commits:
             first_accepted[c["token"]] = min(first_accepted.get(c["token"], c["time"]), c["time"])
@@ -577,6 +587,7 @@ def check(result: Result) -> dict[str, float]:
     commits = sum(1 for e in result.records if e["event"] == "commit")
     return {
         "faults": len(result.faults),
+        "zombies_fenced": zombies,
         "commits": commits,
         "recoveries": len(recoveries),
         "recovery_max_s": max(recoveries, default=0.0),

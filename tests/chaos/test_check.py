@@ -76,7 +76,22 @@ def test_an_older_token_sent_after_a_newer_one_was_accepted_is_flagged() -> None
         check(result(records))
 
 
-def test_a_token_that_goes_back_is_flagged() -> None:
-    records = [start(1, 2, None, 0.0), start(2, 1, None, 1.0)]
-    with pytest.raises(AssertionError, match=r"\(a\)"):
+def test_a_zombie_that_starts_after_its_successor_and_is_refused_passes() -> None:
+    # Frozen between taking token 1 and starting: it starts after token 2 did,
+    # reads what it could, and its first commit is refused.
+    records = [
+        start(2, 2, None, 1.0), sending(2, 2, 1, 1.1), commit(2, 2, 1, 1.1),
+        start(1, 1, None, 1.5), sending(1, 1, 1, 1.6),
+        {"pid": 1, "time": 1.61, "event": "refused", "resource": "shard/s0", "token": 1,
+         "sent": 1.6},
+    ]  # fmt: skip
+    assert check(result(records))["zombies_fenced"] == 1
+
+
+def test_a_zombie_that_makes_progress_is_flagged() -> None:
+    records = [
+        start(2, 2, None, 1.0), sending(2, 2, 1, 1.1), commit(2, 2, 1, 1.1),
+        start(1, 1, None, 1.5), sending(1, 1, 1, 1.6), commit(1, 1, 1, 1.6),
+    ]  # fmt: skip
+    with pytest.raises(AssertionError, match=r"\(a\) shard/s0: token 1 \(pid 1\) started after"):
         check(result(records))
