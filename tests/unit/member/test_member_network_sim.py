@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import random
 
+import pytest
 from member_sim import EmbeddedCoordinator, Network, Simulation, random_faults
 
 from workgroup.member.config import MemberConfig
@@ -46,6 +47,8 @@ from workgroup.protocol import Protocol
 CATALOG = {"shard": list(range(10))}
 SESSION = 6_000
 RUNS = int(os.environ.get("WORKGROUP_SIM_RUNS", "200"))
+# About 25 runs a second on one core; ``make chaos`` runs 5,000 per test.
+pytestmark = pytest.mark.timeout(max(120, RUNS // 10))
 SEEDS = (
     [int(os.environ["WORKGROUP_SIM_SEED"])]
     if os.environ.get("WORKGROUP_SIM_SEED")
