@@ -49,7 +49,7 @@ from tests.wire.raw_client import (
     RawClient,
     SyncGroupRequest,
 )
-from workgroup.coordinator.scram import SCRAM_MECHANISMS, Credentials, ScramCredential
+from workgroup.coordinator.scram import Credentials, verifiers
 from workgroup.testing.servers import ServerProcess, run_coordinator
 
 PASSWORD = "bench-password"
@@ -58,8 +58,7 @@ PASSWORD = "bench-password"
 @contextlib.contextmanager
 def sasl_coordinator(workdir: Path) -> Iterator[ServerProcess]:
     users = workdir / "users.toml"
-    verifiers = {m: ScramCredential.from_password(m, PASSWORD) for m in SCRAM_MECHANISMS}
-    Credentials().with_user("bench", verifiers).save(users)
+    Credentials().with_user("bench", verifiers(PASSWORD)).save(users)
     mechanisms = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
     flags = [arg for m in mechanisms for arg in ("--sasl-mechanism", m)]
     with run_coordinator("--sasl-credentials", str(users), *flags) as server:

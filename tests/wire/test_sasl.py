@@ -6,23 +6,20 @@ requests, the command line."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import struct
-import threading
 import time
-import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 
-from workgroup.admin import GroupNotFoundError, describe_group
+from workgroup.admin import describe_group
 from workgroup.cli import main
 from workgroup.coordinator.acl import GroupAcl
 from workgroup.coordinator.sasl import SaslMechanism, SaslSettings
-from workgroup.coordinator.scram import Credentials, ScramCredential
+from workgroup.coordinator.scram import Credentials, verifiers
 from workgroup.coordinator.server import CoordinatorServer
 from workgroup.coordinator.tls import TlsSettings
 from workgroup.errors import AuthenticationError, ErrorCode, WorkgroupError
@@ -31,9 +28,9 @@ from workgroup.member.driver import GroupMember
 from workgroup.member.errors import GroupAuthorizationError
 from workgroup.security import Security
 from workgroup.testing import capture_logs
-from workgroup.testing.servers import ServerProcess
+from workgroup.testing.servers import ServerProcess, run_coordinator
 
-from .conftest import Pki, member
+from .conftest import Pki, kafka_python_groups, librdkafka_joins, member
 from .raw_client import ApiVersionsRequest, RawClient
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,13 +60,7 @@ operations = ["all"]
 @pytest.fixture(scope="module")
 def credentials() -> Credentials:
     return Credentials(
-        {
-            user: {
-                mechanism: ScramCredential.from_password(mechanism, password, iterations=4096)
-                for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
-            }
-            for user, password in PASSWORDS.items()
-        }
+        {user: verifiers(password, iterations=4096) for user, password in PASSWORDS.items()}
     )
 
 
@@ -210,69 +201,25 @@ async def test_a_denied_commit_stores_nothing(credentials: Credentials) -> None:
 async def test_kafka_python_and_librdkafka_authenticate_with_scram(
     server: CoordinatorServer,
 ) -> None:
-    from confluent_kafka import Consumer
-
-    with warnings.catch_warnings():  # kafka-python's own import-time deprecations
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from kafka import KafkaAdminClient
-
     async with member(server, sasl("SCRAM-SHA-256", "alice"), "orders") as m:
         await asyncio.wait_for(m.wait_stable(), 20)
 
         def kafka_python_lists(user: str) -> list[str]:
-            admin = KafkaAdminClient(
-                bootstrap_servers=server.bootstrap,
-                security_protocol="SASL_PLAINTEXT",
-                sasl_mechanism="SCRAM-SHA-512",
-                sasl_plain_username=user,
+            return kafka_python_groups(
+                server.bootstrap, security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=user,
                 sasl_plain_password=PASSWORDS[user],
-                request_timeout_ms=10_000,
-            )
-            try:
-                return [str(g["group_id"]) for g in admin.list_groups()]
-            finally:
-                admin.close()
-
-        def librdkafka_joins() -> None:
-            consumer = Consumer(
-                {
-                    "bootstrap.servers": server.bootstrap,
-                    "security.protocol": "SASL_PLAINTEXT",
-                    "sasl.mechanism": "SCRAM-SHA-256",
-                    "sasl.username": "alice",
-                    "sasl.password": PASSWORDS["alice"],
-                    "group.id": "orders-librdkafka",
-                    "session.timeout.ms": 6000,
-                }
-            )
-            try:
-                consumer.subscribe(["orders-topic"])
-                deadline = time.monotonic() + 20
-                while time.monotonic() < deadline and not stable.is_set():
-                    consumer.poll(0.1)
-            finally:
-                consumer.close()
+            )  # fmt: skip
 
         # ListGroups shows each principal the groups it may describe.
         assert "orders" in await asyncio.to_thread(kafka_python_lists, "bob")
         assert "orders" in await asyncio.to_thread(kafka_python_lists, "admin")
-        stable = threading.Event()
-        joining = asyncio.create_task(asyncio.to_thread(librdkafka_joins))
-        try:
-            admin = sasl("SCRAM-SHA-512", "admin")
-            for _ in range(100):
-                with contextlib.suppress(GroupNotFoundError):  # not joined yet
-                    described = await describe_group(
-                        server.bootstrap, "orders-librdkafka", security=admin
-                    )
-                    if described.state == "Stable" and len(described.members) == 1:
-                        break
-                await asyncio.sleep(0.2)
-            assert described.state == "Stable"
-            assert described.protocol_type == "consumer"
-        finally:
-            stable.set()
-            await joining
+        rdkafka = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                   "sasl.username": "alice", "sasl.password": PASSWORDS["alice"]}  # fmt: skip
+        admin = sasl("SCRAM-SHA-512", "admin")
+        described = await librdkafka_joins(server.bootstrap, "orders-librdkafka", rdkafka, admin)
+        assert described.state == "Stable"
+        assert described.protocol_type == "consumer"
         listed_by_bob = await asyncio.to_thread(kafka_python_lists, "bob")
         assert "orders-librdkafka" not in listed_by_bob  # bob may not describe it
 
@@ -391,12 +338,8 @@ async def test_the_inspection_commands_read_credentials_from_config(
 async def test_sighup_reloads_the_credentials_and_the_acl(tmp_path: Path) -> None:
     from aiokafka.conn import CloseReason, create_conn
 
-    from workgroup.testing.servers import run_coordinator
-
     users = tmp_path / "users.toml"
-    verifiers = {m: ScramCredential.from_password(m, "pw-a", iterations=4096) for m in
-                 ("SCRAM-SHA-256", "SCRAM-SHA-512")}  # fmt: skip
-    Credentials().with_user("alice", verifiers).save(users)
+    Credentials().with_user("alice", verifiers("pw-a", iterations=4096)).save(users)
     acl = tmp_path / "acl.toml"
     acl.write_text('super_users = ["alice"]\n')
     log = tmp_path / "coordinator.log"
@@ -424,8 +367,7 @@ async def test_sighup_reloads_the_credentials_and_the_acl(tmp_path: Path) -> Non
     with run_coordinator(*args, log=log) as server:
         assert await logs_in(server, "alice", "pw-a")
         assert not await logs_in(server, "bob", "pw-b")
-        bob = {m: ScramCredential.from_password(m, "pw-b", iterations=4096) for m in
-               ("SCRAM-SHA-256", "SCRAM-SHA-512")}  # fmt: skip
+        bob = verifiers("pw-b", iterations=4096)
         Credentials.load(users).with_user("bob", bob).save(users)
         server.process.send_signal(signal.SIGHUP)
         await reloaded(1)

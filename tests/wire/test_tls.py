@@ -4,25 +4,20 @@ confluent-kafka (librdkafka) clients; mutual TLS; bad files and plaintext client
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
-import threading
-import time
-import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from workgroup.admin import GroupNotFoundError, describe_group
 from workgroup.cli import main
 from workgroup.coordinator.server import CoordinatorServer
 from workgroup.coordinator.tls import TlsSettings
 from workgroup.errors import ConfigError
 from workgroup.security import Security
 
-from .conftest import Pki, member
+from .conftest import Pki, kafka_python_groups, librdkafka_joins, member
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,63 +37,20 @@ async def test_a_member_joins_over_tls(tls_server: CoordinatorServer, pki: Pki) 
 async def test_kafka_python_lists_and_librdkafka_joins_over_tls(
     tls_server: CoordinatorServer, pki: Pki
 ) -> None:
-    from confluent_kafka import Consumer
-
-    with warnings.catch_warnings():  # kafka-python's own import-time deprecations
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from kafka import KafkaAdminClient
-
     async with member(tls_server, Security("SSL", ssl_cafile=str(pki.ca)), "tls-listed") as m:
         await asyncio.wait_for(m.wait_stable(), 20)
-
-        def kafka_python() -> list[str]:
-            admin = KafkaAdminClient(
-                bootstrap_servers=tls_server.bootstrap,
-                security_protocol="SSL",
-                ssl_cafile=str(pki.ca),
-                request_timeout_ms=10_000,
-            )
-            try:
-                return [str(g["group_id"]) for g in admin.list_groups()]
-            finally:
-                admin.close()
-
-        def librdkafka_joins() -> None:
-            consumer = Consumer(
-                {
-                    "bootstrap.servers": tls_server.bootstrap,
-                    "security.protocol": "SSL",
-                    "ssl.ca.location": str(pki.ca),
-                    "group.id": "tls-librdkafka",
-                    "session.timeout.ms": 6000,
-                }
-            )
-            try:
-                consumer.subscribe(["tls-topic"])
-                deadline = time.monotonic() + 20
-                while time.monotonic() < deadline and not stable.is_set():
-                    consumer.poll(0.1)
-            finally:
-                consumer.close()
-
-        assert "tls-listed" in await asyncio.to_thread(kafka_python)
-        stable = threading.Event()
-        joining = asyncio.create_task(asyncio.to_thread(librdkafka_joins))
-        try:
-            security = Security("SSL", ssl_cafile=str(pki.ca))
-            for _ in range(100):
-                with contextlib.suppress(GroupNotFoundError):  # not joined yet
-                    described = await describe_group(
-                        tls_server.bootstrap, "tls-librdkafka", security=security
-                    )
-                    if described.state == "Stable" and len(described.members) == 1:
-                        break
-                await asyncio.sleep(0.2)
-            assert described.state == "Stable"
-            assert described.protocol_type == "consumer"
-        finally:
-            stable.set()
-            await joining
+        listed = await asyncio.to_thread(
+            kafka_python_groups, tls_server.bootstrap, security_protocol="SSL",
+            ssl_cafile=str(pki.ca),
+        )  # fmt: skip
+        assert "tls-listed" in listed
+        rdkafka = {"security.protocol": "SSL", "ssl.ca.location": str(pki.ca)}
+        security = Security("SSL", ssl_cafile=str(pki.ca))
+        described = await librdkafka_joins(
+            tls_server.bootstrap, "tls-librdkafka", rdkafka, security
+        )
+        assert described.state == "Stable"
+        assert described.protocol_type == "consumer"
 
 
 async def test_a_plaintext_client_is_turned_away_and_tls_clients_go_on(

@@ -15,11 +15,9 @@ from typing import Any, TypeVar
 
 import click
 
+from workgroup.runtime.app import Settings
 from workgroup.runtime.config import read_environment, read_file
 from workgroup.security import Security
-
-_SECURITY_KEYS = ("sasl_mechanism", "sasl_username", "sasl_password",
-                  "ssl_cafile", "ssl_certfile", "ssl_keyfile")  # fmt: skip
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,7 +38,4 @@ def security_from(config_file: Path | None, environ: Mapping[str, str] = os.envi
     """TLS and SASL settings from ``config_file`` and the environment (ConfigError if bad)."""
     values: dict[str, Any] = read_file(config_file) if config_file is not None else {}
     values.update(read_environment(environ))
-    return Security(
-        protocol=values.get("security_protocol", "PLAINTEXT"),
-        **{key: values[key] for key in _SECURITY_KEYS if key in values},
-    )
+    return Settings(**values).security()

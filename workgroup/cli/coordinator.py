@@ -367,10 +367,7 @@ class Reload:
         try:
             sasl = server.sasl
             if self.credentials_file is not None and sasl is not None:
-                credentials = Credentials.load(self.credentials_file)
-                if not credentials.users:
-                    raise ConfigError(f"{self.credentials_file} has no users")
-                sasl = replace(sasl, credentials=credentials)
+                sasl = replace(sasl, credentials=load_users(self.credentials_file))
             acl = GroupAcl.load(self.acl_file) if self.acl_file is not None else server.acl
         except ConfigError as exc:
             log.error("coordinator.reload_failed", error=str(exc))
@@ -381,6 +378,17 @@ class Reload:
             users=len(sasl.credentials.users) if sasl is not None else None,
             acl=acl.describe() if acl is not None else None,
         )
+
+
+def load_users(credentials_file: Path) -> Credentials:
+    """The credentials file, which must name at least one user (else no one could connect)."""
+    credentials = Credentials.load(credentials_file)
+    if not credentials.users:
+        raise ConfigError(
+            f"--sasl-credentials: {credentials_file} has no users "
+            "(add one with 'workgroup credentials add')"
+        )
+    return credentials
 
 
 def sasl_settings(
@@ -394,12 +402,7 @@ def sasl_settings(
         if mechanisms:
             raise ConfigError("--sasl-mechanism needs --sasl-credentials")
         return None
-    credentials = Credentials.load(credentials_file)
-    if not credentials.users:
-        raise ConfigError(
-            f"--sasl-credentials: {credentials_file} has no users "
-            "(add one with 'workgroup credentials add')"
-        )
+    credentials = load_users(credentials_file)
     if not mechanisms:
         mechanisms = ("SCRAM-SHA-256", "SCRAM-SHA-512") + (("PLAIN",) if tls else ())
     return SaslSettings(

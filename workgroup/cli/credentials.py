@@ -16,10 +16,10 @@ from workgroup.coordinator.scram import (
     DEFAULT_ITERATIONS,
     SCRAM_MECHANISMS,
     Credentials,
-    ScramCredential,
     ScramMechanism,
     check_iterations,
     check_user_name,
+    verifiers,
 )
 from workgroup.errors import ConfigError
 
@@ -76,14 +76,11 @@ def add(
         )
     if not password:
         raise ConfigError("the password is empty")
-    verifiers = {
-        mechanism: ScramCredential.from_password(mechanism, password, iterations=iterations)
-        for mechanism in (mechanisms or SCRAM_MECHANISMS)
-    }
+    made = verifiers(password, mechanisms=mechanisms or SCRAM_MECHANISMS, iterations=iterations)
     existed = user in credentials.users
-    credentials.with_user(user, verifiers).save(file)
+    credentials.with_user(user, made).save(file)
     what = "changed" if existed else "added"
-    click.echo(f"{what} {user} ({', '.join(verifiers)}) in {file}")
+    click.echo(f"{what} {user} ({', '.join(made)}) in {file}")
 
 
 @command.command(name="remove")

@@ -102,6 +102,19 @@ class ScramCredential:
         return hmac.compare_digest(stored, self.stored_key)
 
 
+def verifiers(
+    password: str,
+    *,
+    mechanisms: tuple[ScramMechanism, ...] = SCRAM_MECHANISMS,
+    iterations: int = DEFAULT_ITERATIONS,
+) -> dict[ScramMechanism, ScramCredential]:
+    """One user's credentials: a verifier of ``password`` for each mechanism."""
+    return {
+        mechanism: ScramCredential.from_password(mechanism, password, iterations=iterations)
+        for mechanism in mechanisms
+    }
+
+
 def check_iterations(iterations: int) -> None:
     if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
         raise ConfigError(
@@ -274,4 +287,5 @@ __all__ = [
     "Credentials",
     "ScramCredential",
     "ScramMechanism",
+    "verifiers",
 ]

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workgroup.coordinator.sasl import Authenticator, AuthState, SaslSettings
-from workgroup.coordinator.scram import Credentials, ScramCredential, ScramMechanism
+from workgroup.coordinator.scram import Credentials, ScramCredential, ScramMechanism, verifiers
 from workgroup.errors import ConfigError, ErrorCode
 
 # RFC 7677 section 3: user "user", password "pencil".
@@ -28,13 +28,9 @@ FAILED = ErrorCode.SASL_AUTHENTICATION_FAILED
 
 
 def credentials(**passwords: str) -> Credentials:
-    users: dict[str, dict[ScramMechanism, ScramCredential]] = {}
-    for user, password in passwords.items():
-        users[user] = {
-            m: ScramCredential.from_password(m, password, iterations=4096)
-            for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")
-        }
-    return Credentials(users)
+    return Credentials(
+        {user: verifiers(password, iterations=4096) for user, password in passwords.items()}
+    )
 
 
 def authenticator(creds: Credentials, mechanism: str, **kwargs: object) -> Authenticator:
