@@ -107,8 +107,11 @@ class AuthState(enum.Enum):
 class HandshakeAnswer:
     error: ErrorCode
     mechanisms: tuple[str, ...]
-    #: Close the connection once the answer is written.
-    close: bool
+
+    @property
+    def close(self) -> bool:
+        """Close the connection once the answer is written (every refusal)."""
+        return self.error is not ErrorCode.NONE
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +122,11 @@ class AuthenticateAnswer:
     message: str | None = None
     #: For the coordinator's log only.
     reason: str | None = None
-    #: Close the connection once the answer is written (after the failure delay).
-    close: bool = False
+
+    @property
+    def close(self) -> bool:
+        """Close the connection once the answer is written (every failure, after the delay)."""
+        return self.error is not ErrorCode.NONE
 
 
 class Authenticator:
@@ -151,13 +157,13 @@ class Authenticator:
         enabled = self._settings.mechanisms
         if self.state is not AuthState.AWAITING_HANDSHAKE:
             self.state = AuthState.FAILED
-            return HandshakeAnswer(ErrorCode.ILLEGAL_SASL_STATE, enabled, close=True)
+            return HandshakeAnswer(ErrorCode.ILLEGAL_SASL_STATE, enabled)
         if mechanism not in enabled:
             self.state = AuthState.FAILED
-            return HandshakeAnswer(ErrorCode.UNSUPPORTED_SASL_MECHANISM, enabled, close=True)
+            return HandshakeAnswer(ErrorCode.UNSUPPORTED_SASL_MECHANISM, enabled)
         self.mechanism = mechanism
         self.state = AuthState.AWAITING_TOKEN
-        return HandshakeAnswer(ErrorCode.NONE, enabled, close=False)
+        return HandshakeAnswer(ErrorCode.NONE, enabled)
 
     # --- SaslAuthenticate -------------------------------------------------------
 
@@ -168,7 +174,6 @@ class Authenticator:
                 ErrorCode.ILLEGAL_SASL_STATE,
                 message=f"SaslAuthenticate not expected in state {self.state.value}",
                 reason="SaslAuthenticate out of order",
-                close=True,
             )
         if len(token) > MAX_TOKEN_BYTES:
             return self._fail(f"token of {len(token)} bytes")
@@ -191,7 +196,6 @@ class Authenticator:
                 f"with SASL mechanism {self.mechanism}"
             ),
             reason=reason,
-            close=True,
         )
 
     def _succeed(self, user: str, token: bytes = b"") -> AuthenticateAnswer:
