@@ -380,3 +380,17 @@ async def test_sighup_reloads_the_credentials_and_the_acl(tmp_path: Path) -> Non
         assert await logs_in(server, "alice", "pw-a")
         assert await logs_in(server, "bob", "pw-b")
         assert "pw-" not in log.read_text()
+
+
+async def test_lease_topics_are_looked_for_with_the_credentials(
+    server: CoordinatorServer,
+) -> None:
+    from workgroup.runtime.topics import LeaseTopics
+
+    topics = LeaseTopics(server.bootstrap, client_id="t", security=sasl("SCRAM-SHA-256", "alice"))
+    with capture_logs() as logs:
+        await topics.ensure("workgroup-leases.orders", 3)  # the admin client authenticates
+    assert [e["event"] for e in logs if e["event"].startswith("lease.")] == [
+        "lease.topics_not_needed"
+    ]
+    assert server.failed_authentications == 0

@@ -49,7 +49,11 @@ class LeaseTopics:
         partitions = max(partitions, 1)
         if not self._needed or self._partitions.get(topic, 0) >= partitions:
             return
-        admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, client_id=self._client_id)
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self._bootstrap,
+            client_id=self._client_id,
+            **self._security.client_options(),
+        )
         try:
             await admin.start()
             await self._ensure(admin, topic, partitions)
