@@ -143,6 +143,30 @@ class Disturbance:
         return self.start <= until and end + AFTERMATH_S >= since
 
 
+def change_list(shards: list[str], removed: list[str], kind: str, rng: random.Random) -> bool:
+    """Change ``shards`` in place as fault ``kind`` does (``add``: a new key, or
+    one of ``removed`` restored, at any position; ``remove``: a key from any
+    position, kept in ``removed``; ``reorder``: reversed or shuffled); False if
+    ``kind`` does not apply (the list is at its size limit)."""
+    if kind == "add":
+        if len(shards) >= MAX_SHARDS:
+            return False
+        if removed and rng.random() < 0.5:
+            key = removed.pop(rng.randrange(len(removed)))
+        else:
+            key = f"s{max((int(k[1:]) for k in shards + removed), default=-1) + 1}"
+        shards.insert(rng.randint(0, len(shards)), key)
+    elif kind == "remove":
+        if len(shards) <= MIN_SHARDS:
+            return False
+        removed.append(shards.pop(rng.randrange(len(shards))))
+    elif rng.random() < 0.5:
+        shards.reverse()
+    else:
+        rng.shuffle(shards)
+    return True
+
+
 class ProxyThread:
     """A FaultProxy on its own event loop thread, driven from the test's thread."""
 
@@ -164,11 +188,15 @@ class ProxyThread:
     def close(self) -> None:
         async def shutdown() -> None:
             await self.proxy.close()
-            # Links accepted while closing: end their tasks before the loop goes.
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # Links accepted while closing: end their tasks before the loop goes
+            # (a link's tasks may start others as they end: a few rounds).
+            for _ in range(5):
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                if not tasks:
+                    break
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -230,7 +258,6 @@ class Cluster:
         self.shards = [f"s{i}" for i in range(6)]
         #: Keys removed from the list, which an ``add`` may restore.
         self.removed: list[str] = []
-        self._next_shard = 6
         #: (when, the full list): every version of the shard list.
         self.catalog: list[tuple[float, list[str]]] = []
         self.write_shards()
@@ -490,24 +517,8 @@ class Cluster:
 
     def change_list(self, kind: str) -> bool:
         """Change the shard list anywhere; False if ``kind`` does not apply now."""
-        rng = self.rng
-        if kind == "add":
-            if len(self.shards) >= MAX_SHARDS:
-                return False
-            if self.removed and rng.random() < 0.5:
-                key = self.removed.pop(rng.randrange(len(self.removed)))
-            else:
-                key = f"s{self._next_shard}"
-                self._next_shard += 1
-            self.shards.insert(rng.randint(0, len(self.shards)), key)
-        elif kind == "remove":
-            if len(self.shards) <= MIN_SHARDS:
-                return False
-            self.removed.append(self.shards.pop(rng.randrange(len(self.shards))))
-        elif rng.random() < 0.5:
-            self.shards.reverse()
-        else:
-            rng.shuffle(self.shards)
+        if not change_list(self.shards, self.removed, kind, self.rng):
+            return False
         self.write_shards()
         return True
 

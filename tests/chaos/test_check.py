@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
-from tests.chaos.harness import RECOVERY_BOUND_S, Disturbance, Fault, Result, check
+from tests.chaos.harness import (
+    MAX_SHARDS,
+    MIN_SHARDS,
+    RECOVERY_BOUND_S,
+    Disturbance,
+    Fault,
+    Result,
+    change_list,
+    check,
+)
 
 SLOT = "Slot(topic='workgroup-leases.chaos.shard', partition=0)"
 
@@ -316,3 +326,36 @@ def test_every_violation_is_listed() -> None:
     ]  # fmt: skip
     with pytest.raises(AssertionError, match=r"(?s)2 violations:.*\(f\).*\(h\)"):
         check(result(records))
+
+
+# --- the harness's list changes -------------------------------------------------------
+
+
+def test_list_changes_reach_every_position_and_restore_removed_keys() -> None:
+    rng = random.Random(5)
+    shards, removed = [f"s{i}" for i in range(6)], []
+    seen_removed_at, seen_inserted_at, restored, reordered = set(), set(), set(), 0
+    for _ in range(3000):
+        kind = rng.choice(["add", "remove", "reorder"])
+        before, was_removed = list(shards), list(removed)
+        if not change_list(shards, removed, kind, rng):
+            assert (kind, len(before)) in {("add", MAX_SHARDS), ("remove", MIN_SHARDS)}
+            continue
+        assert MIN_SHARDS <= len(shards) <= MAX_SHARDS
+        assert len(set(shards)) == len(shards)
+        assert not set(shards) & set(removed)
+        if kind == "remove":
+            (gone,) = set(before) - set(shards)
+            seen_removed_at.add(before.index(gone))
+        elif kind == "add":
+            (new,) = set(shards) - set(before)
+            seen_inserted_at.add(shards.index(new))
+            if new in was_removed:
+                restored.add(new)
+        else:
+            assert sorted(shards) == sorted(before)
+            reordered += shards != before
+    assert seen_removed_at == set(range(MAX_SHARDS))
+    assert seen_inserted_at == set(range(MAX_SHARDS))
+    assert restored
+    assert reordered
