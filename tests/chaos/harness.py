@@ -718,12 +718,12 @@ class Result:
         )
 
     def disturbed(self, pid: int, since: float, until: float) -> Disturbance | None:
-        """A fault that hit process ``pid`` between ``since`` and ``until``."""
+        """A fault that hit process ``pid`` between ``since`` and ``until``: one
+        aimed at it (frozen) before one at its instance id, before one at all."""
         instance = self.instances.get(pid, "")
-        for disturbance in self.disturbances:
-            if disturbance.hits(pid, instance, since, until):
-                return disturbance
-        return None
+        hits = [d for d in self.disturbances if d.hits(pid, instance, since, until)]
+        hits.sort(key=lambda d: (d.pid is None, not d.instance))
+        return hits[0] if hits else None
 
 
 def settle(bootstrap: str, shards: set[str], timeout_s: float = 90) -> dict[str, set[str]]:
