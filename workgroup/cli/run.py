@@ -57,6 +57,13 @@ from workgroup.runtime.daemon import load_app, run_app
     help="A static member leaves the group when stopped (scale-down): its resources "
     "move at once instead of waiting for its session to expire.",
 )
+@click.option(
+    "--migrate-lease-layout",
+    is_flag=True,
+    default=None,
+    help="Copy lease state of the legacy position-based layout to the key slots "
+    "(every daemon of the group stopped first); without it such state is refused.",
+)
 @click.option("--session-timeout-ms", type=int, default=None)
 @click.option("--heartbeat-interval-ms", type=int, default=None)
 @click.option(
@@ -81,6 +88,7 @@ def command(
     grace_ms: int | None,
     metrics_port: int | None,
     leave_on_stop: bool | None,
+    migrate_lease_layout: bool | None,
     session_timeout_ms: int | None,
     heartbeat_interval_ms: int | None,
     log_level: str,
@@ -99,6 +107,7 @@ def command(
             "grace_ms": grace_ms,
             "metrics_port": metrics_port,
             "leave_on_stop": leave_on_stop,
+            "migrate_lease_layout": migrate_lease_layout,
             "session_timeout_ms": session_timeout_ms,
             "heartbeat_interval_ms": heartbeat_interval_ms,
         },

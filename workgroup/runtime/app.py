@@ -59,6 +59,9 @@ class Settings:
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    #: Copy lease state of the legacy (position) layout to the key slots at start
+    #: (see :mod:`workgroup.runtime.legacy`); without it such state is refused.
+    migrate_lease_layout: bool = False
 
     def security(self) -> Security:
         """TLS and SASL for the cluster (validated: :class:`ConfigError`)."""

@@ -32,6 +32,7 @@ SETTING_TYPES: dict[str, type] = {
     "ssl_cafile": str,
     "ssl_certfile": str,
     "ssl_keyfile": str,
+    "migrate_lease_layout": bool,
 }
 ENV_PREFIX = "WORKGROUP_"
 _BOOLEANS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
