@@ -5,13 +5,15 @@ each key's slot (:func:`~workgroup.runtime.slots.slot_of`) must exist.
 
 Rules:
 
-1. Every topic a catalog needs and that is not known to exist is created in
-   ONE CreateTopics request per call (thousands at once), compacted with
+1. Every topic a catalog needs and that is not known to exist is looked for in
+   one Metadata request (the topics that exist), and the rest are created in
+   one CreateTopics request per :data:`CREATE_BATCH` topics, compacted with
    one-hour segments, one partition, replication ``min(3, brokers)``.  No
    record is ever produced to them: they cost their partition's metadata only.
 2. Topics created or found existing are remembered: re-reading an unchanged
    catalog costs no request.  A topic that another process created first
-   (TOPIC_ALREADY_EXISTS) counts as existing.
+   (TOPIC_ALREADY_EXISTS) counts as existing.  A batch that failed is asked for
+   again at the next call (the next catalog read, or an assignment of its key).
 3. The embedded coordinator hosts no topics and accepts commits for any (it has
    no CreateTopics): once it says so, nothing is ever asked again.
 4. A removed key's topic is never deleted here (its key may come back within the
@@ -33,8 +35,9 @@ log = get_logger(__name__)
 
 TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.ms": "3600000"}
 MAX_REPLICATION = 3
-#: Topics per CreateTopics request (a very large catalog is split).
-CREATE_BATCH = 5_000
+#: Topics per CreateTopics request (a very large catalog is split, so that each
+#: request's progress is kept even if a later one times out).
+CREATE_BATCH = 2_000
 #: How long a broker may take to create one batch.
 CREATE_TIMEOUT_MS = 60_000
 
@@ -64,6 +67,8 @@ class LeaseTopics:
 
     async def ensure(self, topics: Iterable[str]) -> None:
         """Create those of ``topics`` that are not known to exist (rule 1)."""
+        if isinstance(topics, str):
+            raise TypeError("ensure() takes an iterable of topic names, not one name")
         if not self._needed:
             return
         missing = sorted(set(topics) - self._existing)
@@ -77,6 +82,13 @@ class LeaseTopics:
         )
         try:
             await admin.start()
+            # One Metadata request says which exist (another daemon's, or this
+            # process's before a restart): asking CreateTopics for thousands that
+            # exist is slow on some brokers (Tansu: 2,000 took 40 s).
+            self._existing.update(set(missing) & set(await admin.list_topics()))
+            missing = [topic for topic in missing if topic not in self._existing]
+            if not missing:
+                return
             cluster = await admin.describe_cluster()
             brokers = len(cluster.get("brokers") or ()) or 1
             replication = min(MAX_REPLICATION, brokers)
