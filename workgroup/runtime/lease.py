@@ -38,8 +38,15 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
 from workgroup.log import get_logger
-from workgroup.runtime.errors import LeaseLostError, SlotMismatchError
-from workgroup.runtime.slots import Slot, check_value, read_slot, slot_header
+from workgroup.runtime.errors import CheckpointError, LeaseLostError, SlotMismatchError
+from workgroup.runtime.slots import (
+    MAX_METADATA_BYTES,
+    Slot,
+    check_value,
+    checkpoint_limit,
+    read_slot,
+    slot_header,
+)
 from workgroup.types import Key
 
 log = get_logger(__name__)
@@ -207,6 +214,11 @@ class Lease:
 
     async def acquire(self) -> int:
         """Take the next token (committed offset + 1) under the member's generation."""
+        if checkpoint_limit(self.key) < 0:
+            raise CheckpointError(
+                f"key {self.key!r} is too long for its lease slot: the header naming it "
+                f"is over {MAX_METADATA_BYTES} bytes (Kafka's offset.metadata.max.bytes)"
+            )
         async for attempt in self._retrying():
             with attempt:
                 if self._ended.is_set():

@@ -14,7 +14,7 @@ from tests.unit.runtime.test_lease import FakeStore
 from workgroup.errors import ConfigError
 from workgroup.protocol.catalog import CatalogEntry
 from workgroup.runtime.app import Settings
-from workgroup.runtime.errors import SlotMismatchError
+from workgroup.runtime.errors import CheckpointError, SlotMismatchError
 from workgroup.runtime.handlers import HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.lease import Committed, Lease
 from workgroup.runtime.metrics import RuntimeMetrics
@@ -136,6 +136,15 @@ async def test_a_standby_refuses_to_read_a_slot_naming_another_key() -> None:
     standby = Lease(GROUP, "shard", 1, slot=slot, store=store, role="standby")
     with pytest.raises(SlotMismatchError, match="names another key"):
         await standby.checkpoint()
+
+
+async def test_a_key_too_long_for_its_header_is_refused_before_sending() -> None:
+    store = FakeStore()
+    key = "k" * 4090
+    lease = Lease(GROUP, "shard", key, slot=slot_of(GROUP, key), store=store)
+    with pytest.raises(CheckpointError, match="too long for its lease slot"):
+        await lease.acquire()
+    assert store.commits == []
 
 
 # --- slots under catalog changes ------------------------------------------------------
