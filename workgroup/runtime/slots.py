@@ -53,8 +53,6 @@ from workgroup.types import Key
 #: Kafka's default ``offset.metadata.max.bytes``; checked in UTF-8 bytes, which
 #: is never less than Kafka's count (UTF-16 code units).
 MAX_METADATA_BYTES = 4096
-#: Kept for callers of the old name: the limit of the whole committed metadata.
-MAX_CHECKPOINT_BYTES = MAX_METADATA_BYTES
 #: A topic name Kafka accepts (``Topic.validate``): at most 249 of these.
 _TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]+")
 MAX_TOPIC_LENGTH = 249
@@ -200,7 +198,6 @@ def read_value(metadata: str | None) -> str | None:
 __all__ = [
     "DIGEST_CHARS",
     "LEASE_TOPIC_PREFIX",
-    "MAX_CHECKPOINT_BYTES",
     "MAX_GROUP_ID_LENGTH",
     "MAX_METADATA_BYTES",
     "NO_TOKEN",

@@ -9,7 +9,7 @@ import pytest
 from workgroup.errors import ErrorCode
 from workgroup.runtime.errors import CheckpointError, LeaseLostError
 from workgroup.runtime.lease import Committed, Lease, Slot
-from workgroup.runtime.slots import MAX_CHECKPOINT_BYTES, check_value, slot_header
+from workgroup.runtime.slots import MAX_METADATA_BYTES, check_value, slot_header
 
 SLOT = Slot("workgroup-leases.g", 3)
 #: What every commit of ``lease()`` (key 3) starts with.
@@ -176,7 +176,7 @@ async def test_thread_handlers_commit_through_the_loop() -> None:
     ("value", "why"),
     [
         ("", "empty"),
-        ("x" * (MAX_CHECKPOINT_BYTES + 1), "over the limit"),
+        ("x" * (MAX_METADATA_BYTES + 1), "over the limit"),
         ("é" * 2049, "4098 bytes"),
     ],
 )
@@ -192,11 +192,11 @@ async def test_values_that_cannot_be_stored_are_refused_before_sending(
 
 
 def test_the_largest_value_is_accepted() -> None:
-    assert check_value("x" * MAX_CHECKPOINT_BYTES)
+    assert check_value("x" * MAX_METADATA_BYTES)
 
 
 def test_the_largest_value_for_a_key_is_accepted_and_one_more_byte_is_not() -> None:
-    limit = MAX_CHECKPOINT_BYTES - len(slot_header(3))
+    limit = MAX_METADATA_BYTES - len(slot_header(3))
     assert check_value("x" * limit, 3)
     with pytest.raises(CheckpointError, match=f"over the limit of {limit} for key 3"):
         check_value("x" * (limit + 1), 3)
