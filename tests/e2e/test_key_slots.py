@@ -4,6 +4,7 @@ and one daemon is SIGKILLed; on the embedded coordinator and on Tansu."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,8 +18,10 @@ from typing import Any
 import pytest
 
 from tests.e2e.members import backend as run_backend
+from workgroup.kafka.messages import CommitPartition, CommitTopic
 from workgroup.runtime.events import read_events
-from workgroup.runtime.slots import slot_of
+from workgroup.runtime.legacy import AdminOffsets
+from workgroup.runtime.slots import legacy_lease_topic, slot_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSION_MS = {"embedded": 3_000, "tansu": 3_000}
@@ -46,10 +49,10 @@ class Daemons:
         staged.replace(self.keys_file)  # a reader never sees half a list
         return time.time()
 
-    def start(self) -> subprocess.Popen[bytes]:
+    def start(self, *extra: str) -> subprocess.Popen[bytes]:
         argv = [
             sys.executable, "-m", "workgroup", "run", "tests.e2e.apps.keyed_slots:app",
-            "--bootstrap", self.bootstrap, "--log-format", "json",
+            "--bootstrap", self.bootstrap, "--log-format", "json", *extra,
         ]  # fmt: skip
         env = {
             **os.environ,
@@ -216,3 +219,35 @@ def test_slots_follow_keys_through_catalog_changes_and_a_kill(daemons: Daemons) 
     for start in starts:
         if start["time"] > first_commit[start["key"]]:
             assert start["checkpoint"] is not None, f"{start['key']} lost its checkpoint"
+
+
+async def commit_legacy(bootstrap: str, tokens: dict[int, tuple[int, str]]) -> None:
+    offsets = AdminOffsets(bootstrap, GROUP)
+    try:
+        partitions = tuple(CommitPartition(i, t, value) for i, (t, value) in tokens.items())
+        await offsets.commit([CommitTopic(legacy_lease_topic(GROUP), partitions)])
+    finally:
+        await offsets.close()
+
+
+def test_workgroup_run_refuses_legacy_state_then_migrates_it_when_asked(tmp_path: Path) -> None:
+    with run_backend("embedded") as bootstrap:
+        daemons = Daemons("embedded", bootstrap, tmp_path)
+        try:
+            daemons.set_keys(KEYS[:3])
+            asyncio.run(commit_legacy(bootstrap, {0: (5, "k00:40"), 1: (2, "k01:7")}))
+            refused = daemons.start()
+            assert refused.wait(30) == 2
+            lines = [e for e in daemons.log_events() if e.get("event") == "lease.legacy_layout"]
+            assert len(lines) == 1
+            assert "--migrate-lease-layout" in lines[0]["fix"]
+            assert not daemons.records()  # no handler started
+
+            daemons.start("--migrate-lease-layout")
+            daemons.wait_for("every key", running_since(KEYS[:3], 0))
+            starts = {r["key"]: r for r in daemons.records() if r["event"] == "started"}
+            assert (starts["k00"]["token"], starts["k00"]["checkpoint"]) == (6, "k00:40")
+            assert (starts["k01"]["token"], starts["k01"]["checkpoint"]) == (3, "k01:7")
+            assert (starts["k02"]["token"], starts["k02"]["checkpoint"]) == (1, None)
+        finally:
+            daemons.close()
