@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit.runtime.test_lease import FakeStore
-from workgroup.errors import ConfigError
+from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.protocol.catalog import CatalogEntry
 from workgroup.runtime.app import Settings
 from workgroup.runtime.errors import CheckpointError, SlotMismatchError
@@ -259,3 +259,37 @@ async def test_every_catalog_read_asks_for_the_topics_of_its_keys() -> None:
         {slot_of(GROUP, "a").topic, slot_of(GROUP, "b").topic},
         {slot_of(GROUP, k).topic for k in "abc"},
     ]
+
+
+class FailingOnceTopics(KnownTopics):
+    """A broker whose first topic creation fails (e.g. a timeout)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.existing: set[str] = set()
+
+    async def ensure(self, topics: object) -> None:
+        wanted = set(topics)  # type: ignore[call-overload]
+        self.asked.append(wanted)
+        if len(self.asked) == 1:
+            raise WorkgroupError("CreateTopics timed out", retriable=True)
+        self.existing |= wanted
+
+    def known(self, topic: str) -> bool:
+        return topic in self.existing
+
+
+async def test_an_assignment_creates_the_topics_a_failed_catalog_read_left_missing() -> None:
+    runner = await make_runner(CatalogSource(["a", "b"]))
+    topics = FailingOnceTopics()
+    runner._topics = topics  # type: ignore[assignment]
+    with capture_logs() as logs:
+        await runner._read_catalog()
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["lease.topic_failed"]
+    await runner._assigned((("shard", "a"),), generation=1)
+    try:
+        # Asked again for the assigned key's topic before its handler started.
+        assert topics.asked[1] == {slot_of(GROUP, "a").topic}
+        assert topics.known(slot_of(GROUP, "a").topic)
+    finally:
+        await runner.stop_all("lost")
