@@ -216,6 +216,7 @@ class MemberMachine:
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             session_timeout_ms=config.session_timeout_ms,
             rebalance_timeout_ms=config.rebalance_timeout_ms,
+            margin_ms=config.effective_session_margin_ms,
         )
         self._leader_round: _LeaderRound | None = None
         #: The last assignment said the leader withheld resources: a follow-up is due.
