@@ -587,7 +587,7 @@ class MemberMachine:
                 member_id=self.member_id,
                 generation=self.generation,
             )
-            self._lose("no heartbeat succeeded within the session timeout")
+            self._lose("no heartbeat succeeded within the session timeout, less the margin")
             self._generation = self._generation.reset()
             self._coordinator_lost(now, "session timed out")
             return
