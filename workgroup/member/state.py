@@ -51,8 +51,9 @@ Rules:
    (the machine's, the only retry policy); ``connect_timeout_ms`` bounds the
    search for the first coordinator (then FATAL, CoordinatorUnavailableError).
 4. Session: if no heartbeat sent at time *t* succeeded and ``t + session
-   timeout`` passes, the coordinator has evicted this member by now, so its
-   resources are reported lost (before anyone else can be handed them).
+   timeout`` less the session margin passes, the coordinator may evict this
+   member at any moment, so its resources are reported lost (a margin before
+   anyone else can be handed them), and it rejoins to learn where it stands.
    A JoinGroup or SyncGroup in flight does not extend this: the coordinator
    keeps a member whose request it holds, but a request lost on its way (a
    partition) keeps nothing, and until an answer comes the member cannot tell
