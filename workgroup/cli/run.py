@@ -67,6 +67,20 @@ from workgroup.runtime.daemon import load_app, run_app
 @click.option("--session-timeout-ms", type=int, default=None)
 @click.option("--heartbeat-interval-ms", type=int, default=None)
 @click.option(
+    "--session-margin-ms",
+    type=int,
+    default=None,
+    help="End leases this long before the session can end on the coordinator "
+    "(default: a tenth of the session, at least 500 ms).",
+)
+@click.option(
+    "--request-timeout-ms",
+    type=int,
+    default=None,
+    help="Time limit of a coordinator lookup and of lease commits "
+    "(default: the session timeout, at most 30 s).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
@@ -91,6 +105,8 @@ def command(
     migrate_lease_layout: bool | None,
     session_timeout_ms: int | None,
     heartbeat_interval_ms: int | None,
+    session_margin_ms: int | None,
+    request_timeout_ms: int | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -110,6 +126,8 @@ def command(
             "migrate_lease_layout": migrate_lease_layout,
             "session_timeout_ms": session_timeout_ms,
             "heartbeat_interval_ms": heartbeat_interval_ms,
+            "session_margin_ms": session_margin_ms,
+            "request_timeout_ms": request_timeout_ms,
         },
         environ=os.environ,
         config_file=config_file,

@@ -19,6 +19,8 @@ SETTING_TYPES: dict[str, type] = {
     "session_timeout_ms": int,
     "heartbeat_interval_ms": int,
     "rebalance_timeout_ms": int,
+    "session_margin_ms": int,
+    "request_timeout_ms": int,
     "grace_ms": int,
     "resource_poll_interval_ms": int,
     "event_log": str,

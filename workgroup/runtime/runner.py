@@ -99,6 +99,8 @@ class GroupRunner:
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=settings.heartbeat_ms(),
             rebalance_timeout_ms=settings.rebalance_timeout_ms,
+            session_margin_ms=settings.session_margin_ms,
+            request_timeout_ms=settings.request_timeout_ms,
             resources=self._read_catalog,
             resource_poll_interval_ms=settings.resource_poll_interval_ms,
             kinds=kinds,
