@@ -13,7 +13,9 @@ and a real ``workgroup coordinator`` on loopback, session timeout 6 s:
   committed), then RSS and CPU over ``--rest-s`` seconds at rest, and heartbeat
   punctuality: the gaps between the heartbeats each member sent (its
   ``member.heartbeat`` debug events, timestamped when the request was made), and
-  any ``member.starved`` or ``member.session_lost`` warning.
+  any ``member.starved`` or ``member.session_lost`` warning.  Then ``--add``
+  resources are added to its catalog: the time from the change until every new
+  handler runs (including the wait for the next catalog read, every 5 s).
 
 The rolling-bounce share (dynamic cooperative vs eager) is
 ``benchmarks/rolling_bounce.py``'s.  Usage::
@@ -57,11 +59,15 @@ class Daemons:
         self.events = workdir / "events.jsonl"
         self.workdir = workdir
         self.items = items
+        self.items_file = workdir / "items"
+        self.items_file.write_text(str(items))
         self.processes: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> subprocess.Popen[bytes]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WORKGROUP_")}
         env.update(FAILOVER_OUT=str(self.out), FAILOVER_ITEMS=str(self.items), PYTHONUNBUFFERED="1")
+        if self.items:
+            env["FAILOVER_ITEMS_FILE"] = str(self.items_file)
         argv = [sys.executable, "-m", "workgroup", "run", "benchmarks.apps.failover_app:app"]
         argv += ["--bootstrap", self.bootstrap, "--log-level", self.log_level]
         argv += ["--log-format", "json"]
@@ -136,8 +142,15 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def idle_resources(bootstrap: str, items: int, rest_s: float) -> dict[str, Any]:
-    result: dict[str, Any] = {"items": items}
+def count_lines(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with path.open() as lines:
+        return sum(1 for _ in lines)
+
+
+def idle_resources(bootstrap: str, items: int, rest_s: float, add: int = 0) -> dict[str, Any]:
+    result: dict[str, Any] = {"items": items, "added": add}
     with tempfile.TemporaryDirectory() as tmp:
         daemons = Daemons(bootstrap, Path(tmp), items=items, log_level="debug")
         acquired = 0
@@ -158,6 +171,17 @@ def idle_resources(bootstrap: str, items: int, rest_s: float) -> dict[str, Any]:
             rest_to = time.time()
             result["cpu_percent_at_rest"] = 100 * (cpu_s(daemon.pid) - cpu_before) / rest_s
             result["rss_mb"] = rss_mb(daemon.pid)
+            if add:
+                added_at = time.time()
+                daemons.items_file.write_text(str(items + add))
+                while count_lines(daemons.events) < items + 1 + add:
+                    if time.time() - added_at > 600:
+                        raise RuntimeError(f"the {add} added leases were not all taken")
+                    time.sleep(0.02)
+                done_at = time.time()
+                read_at = float(Path(f"{daemons.items_file}.read").read_text())
+                result["added_started_s"] = done_at - added_at
+                result["added_after_read_s"] = done_at - read_at
         finally:
             daemons.close()
         beats: dict[str, list[float]] = {}
@@ -203,6 +227,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--rest-s", type=float, default=30.0)
+    parser.add_argument("--add", type=int, default=1_000, help="resources added after the rest")
     parser.add_argument("--skip", default="", help="comma-separated: term,kill,idle")
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
@@ -217,7 +242,7 @@ def main() -> None:
             report["sigkill_s"] = failover(server.bootstrap, args.trials, signal.SIGKILL)
     if "idle" not in skip:
         with coordinator() as server:
-            report["idle"] = idle_resources(server.bootstrap, args.items, args.rest_s)
+            report["idle"] = idle_resources(server.bootstrap, args.items, args.rest_s, args.add)
     print("failover (session timeout 6 s, heartbeat 500 ms, embedded coordinator)")
     print(f"{'measure':<34} │  median   │   max     │  n  │ target")
     if "sigterm_s" in report:
@@ -229,6 +254,12 @@ def main() -> None:
         print(f"\none daemon, {idle['items']:,} idle resources + 1 leader")
         print(f"  all leases taken in    {idle['all_started_s']:.2f} s")
         print(f"  RSS                    {idle['rss_mb']:.0f} MB (target < 300 MB)")
+        if idle.get("added"):
+            print(
+                f"  {idle['added']:,} added: all run {idle['added_after_read_s']:.2f} s after "
+                f"the catalog read that saw them ({idle['added_started_s']:.2f} s after the "
+                "change; the catalog is read every 5 s)"
+            )
         print(f"  CPU at rest            {idle['cpu_percent_at_rest']:.1f} % of a core")
         print(
             f"  heartbeats sent        {idle['heartbeats']} over {args.rest_s:.0f} s (2 groups), "

@@ -2,7 +2,10 @@
 
 ``FAILOVER_OUT``: a file where the leader appends ``{"pid", "time", "token"}``
 when it becomes active (its first action).  ``FAILOVER_ITEMS``: how many idle
-``item`` resources the app also owns (0: none).
+``item`` resources the app also owns (0: none); ``FAILOVER_ITEMS_FILE``: a file
+holding that number instead, re-read with the catalog (to add resources); the
+wall-clock time of the first read that sees a new number is written to
+``<FAILOVER_ITEMS_FILE>.read``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import workgroup
 
 app = workgroup.App("failover", session_timeout_ms=6_000, grace_ms=0)
 ITEMS = int(os.environ.get("FAILOVER_ITEMS", "0"))
+ITEMS_FILE = os.environ.get("FAILOVER_ITEMS_FILE")
 
 
 def record(line: str) -> None:
@@ -33,6 +37,15 @@ if ITEMS:
 
     @app.resources("item")
     def items() -> list[int]:
+        if ITEMS_FILE:
+            with open(ITEMS_FILE, encoding="utf-8") as count:
+                n = int(count.read())
+            if n != ITEMS:
+                seen = ITEMS_FILE + ".read"
+                if not os.path.exists(seen):
+                    with open(seen, "w", encoding="utf-8") as out:
+                        out.write(str(time.time()))
+            return list(range(n))
         return list(range(ITEMS))
 
     @app.worker("item")

@@ -168,6 +168,8 @@ def test_no_common_protocol_is_fatal(members: Members) -> None:
         (["--assignor", "no-such-assignor"], "no-such-assignor"),
         (["--rebalance", "cooperative", "--assignor", "range"], "not sticky enough"),
         (["--heartbeat-interval-ms", "5000", "--session-timeout-ms", "3000"], "heartbeat"),
+        (["--session-margin-ms", "4001"], "must leave two heartbeat intervals"),
+        (["--request-timeout-ms", "0"], "request timeout must be > 0"),
     ],
 )
 def test_bad_options_exit_2_without_events(args: list[str], message: str) -> None:

@@ -140,3 +140,67 @@ async def test_members_ride_out_delays_drops_and_cuts(proxy: FaultProxy) -> None
         await asyncio.sleep(2)
         await settled(a, b, owned={a: 3, b: 3})
         assert proxy.stats.frames_dropped > 0
+
+
+SILENT_SESSION_MS = 3_000
+
+
+async def silenced_then_healed(fault: str = "drop", request_timeout_ms: int | None = None) -> float:
+    """Silence the network for three sessions, then heal; returns how long after
+    the heal the member owned its shards again.  ``fault``: ``"drop"`` (every
+    request frame is lost) or ``"blackhole"`` (every byte is held until the heal);
+    either way the connections stay open and nothing answers."""
+    port = free_port()
+    with run_coordinator(
+        "--advertised-listener",
+        f"127.0.0.1:{port}",
+        "--initial-rebalance-delay-ms",
+        "0",
+        "--min-session-timeout-ms",
+        str(SILENT_SESSION_MS),
+    ) as coordinator:
+        async with FaultProxy(coordinator.bootstrap, listen_port=port, seed=11) as proxy:
+            recorder = Recorder()
+            a = GroupMember(
+                proxy.bootstrap,
+                "p-silent",
+                [Protocol.of("cooperative-sticky")],
+                resources=SHARDS,
+                client_id="p-silent-a",
+                session_timeout_ms=SILENT_SESSION_MS,
+                heartbeat_interval_ms=500,
+                rebalance_timeout_ms=10_000,
+                request_timeout_ms=request_timeout_ms,
+                on_lost=recorder.lost,
+            )
+            async with a:
+                await settled(a, owned={a: 6})
+                silenced_at = time.monotonic()
+                if fault == "drop":
+                    proxy.drop(1.0)
+                else:
+                    proxy.blackhole()
+                while recorder.lost_at is None:
+                    assert time.monotonic() - silenced_at < SILENT_SESSION_MS / 1000 + 2
+                    await asyncio.sleep(0.02)
+                # The member gave its shards up before its session could end.
+                assert recorder.lost_at - silenced_at < SILENT_SESSION_MS / 1000
+                await asyncio.sleep(3 * SILENT_SESSION_MS / 1000)
+                assert not a.assignment
+                assert (proxy.stats.frames_dropped > 0) == (fault == "drop")
+                healed_at = time.monotonic()
+                proxy.heal()
+                await settled(a, owned={a: 6}, timeout_s=60)
+                return time.monotonic() - healed_at
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["drop", "blackhole"])
+async def test_a_silenced_member_resumes_within_a_session_of_the_heal(fault: str) -> None:
+    """Each lookup times out after the request timeout (by default the session) and
+    gives its connection up, so the member is back about a session after the
+    network heals, not after a fixed 30 s."""
+    resumed_s = await silenced_then_healed(fault)
+    # At most: the lookup in flight times out (a session), the back-off (at most
+    # 1 s), a new connection, JoinGroup and SyncGroup.
+    assert resumed_s < SILENT_SESSION_MS / 1000 + 4.0, resumed_s

@@ -389,7 +389,7 @@ async def test_lease_topics_are_looked_for_with_the_credentials(
 
     topics = LeaseTopics(server.bootstrap, client_id="t", security=sasl("SCRAM-SHA-256", "alice"))
     with capture_logs() as logs:
-        await topics.ensure("workgroup-leases.orders", 3)  # the admin client authenticates
+        await topics.ensure(["workgroup-leases.orders.0"])  # the admin client authenticates
     assert [e["event"] for e in logs if e["event"].startswith("lease.")] == [
         "lease.topics_not_needed"
     ]

@@ -250,6 +250,19 @@ def _text(record: dict[str, Any]) -> str:
 @click.option("--rebalance-timeout-ms", type=int, default=60_000, show_default=True)
 @click.option("--heartbeat-interval-ms", type=int, default=3_000, show_default=True)
 @click.option(
+    "--session-margin-ms",
+    type=int,
+    default=None,
+    help="Report resources lost this long before the session can end on the coordinator "
+    "[default: a tenth of the session, at least 500 ms].",
+)
+@click.option(
+    "--request-timeout-ms",
+    type=int,
+    default=None,
+    help="Time limit of a coordinator lookup [default: the session timeout, at most 30 s].",
+)
+@click.option(
     "--connect-timeout-ms",
     type=click.IntRange(min=1),
     default=None,
@@ -290,6 +303,8 @@ def command(
     session_timeout_ms: int,
     rebalance_timeout_ms: int,
     heartbeat_interval_ms: int,
+    session_margin_ms: int | None,
+    request_timeout_ms: int | None,
     connect_timeout_ms: int | None,
     metadata_version: int,
     events_style: Literal["json", "text"],
@@ -315,6 +330,8 @@ def command(
         session_timeout_ms=session_timeout_ms,
         rebalance_timeout_ms=rebalance_timeout_ms,
         heartbeat_interval_ms=heartbeat_interval_ms,
+        session_margin_ms=session_margin_ms,
+        request_timeout_ms=request_timeout_ms,
         connect_timeout_ms=connect_timeout_ms,
         resources=catalog,
         on_assigned=writer.callback("assigned"),

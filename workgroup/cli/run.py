@@ -57,8 +57,29 @@ from workgroup.runtime.daemon import load_app, run_app
     help="A static member leaves the group when stopped (scale-down): its resources "
     "move at once instead of waiting for its session to expire.",
 )
+@click.option(
+    "--migrate-lease-layout",
+    is_flag=True,
+    default=None,
+    help="Copy lease state of the legacy position-based layout to the key slots "
+    "(every daemon of the group stopped first); without it such state is refused.",
+)
 @click.option("--session-timeout-ms", type=int, default=None)
 @click.option("--heartbeat-interval-ms", type=int, default=None)
+@click.option(
+    "--session-margin-ms",
+    type=int,
+    default=None,
+    help="End leases this long before the session can end on the coordinator "
+    "(default: a tenth of the session, at least 500 ms).",
+)
+@click.option(
+    "--request-timeout-ms",
+    type=int,
+    default=None,
+    help="Time limit of a coordinator lookup and of lease commits "
+    "(default: the session timeout, at most 30 s).",
+)
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
@@ -81,8 +102,11 @@ def command(
     grace_ms: int | None,
     metrics_port: int | None,
     leave_on_stop: bool | None,
+    migrate_lease_layout: bool | None,
     session_timeout_ms: int | None,
     heartbeat_interval_ms: int | None,
+    session_margin_ms: int | None,
+    request_timeout_ms: int | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -99,8 +123,11 @@ def command(
             "grace_ms": grace_ms,
             "metrics_port": metrics_port,
             "leave_on_stop": leave_on_stop,
+            "migrate_lease_layout": migrate_lease_layout,
             "session_timeout_ms": session_timeout_ms,
             "heartbeat_interval_ms": heartbeat_interval_ms,
+            "session_margin_ms": session_margin_ms,
+            "request_timeout_ms": request_timeout_ms,
         },
         environ=os.environ,
         config_file=config_file,

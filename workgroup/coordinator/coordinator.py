@@ -1190,8 +1190,9 @@ class GroupCoordinator:
 
     def _delete_group(self, group: Group) -> None:
         group.transition_to(GroupState.DEAD)
-        del self._groups[group.group_id]
+        # Timers first: they look the group up to find its members' session timers.
         self._drop_group_timers(group.group_id)
+        del self._groups[group.group_id]
         tombstones = self._offsets.delete_group(group.group_id)
         stored = self._stored_group(group)
         self._out.append(

@@ -11,13 +11,89 @@ from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
 #: Time between a request and its response that the coordinator may hold a JoinGroup
 #: beyond the rebalance timeout (Kafka's client adds 5 s too).
 JOIN_TIMEOUT_MARGIN_MS = 5_000
+#: The default session margin: this share of the session, or at least
+#: ``MIN_SESSION_MARGIN_MS`` where two heartbeat intervals of session remain.
+SESSION_MARGIN_SHARE = 0.1
+MIN_SESSION_MARGIN_MS = 500
+#: The default request timeout is the session timeout, within these bounds.
+MIN_REQUEST_TIMEOUT_MS = 1_000
+MAX_REQUEST_TIMEOUT_MS = 30_000
+
+
+def max_session_margin_ms(
+    *, session_timeout_ms: int, rebalance_timeout_ms: int, heartbeat_interval_ms: int
+) -> int:
+    """The largest session margin that leaves two heartbeat intervals of the session
+    and of the rebalance timeout (:class:`MemberConfig`, rule 1)."""
+    shortest = min(session_timeout_ms, rebalance_timeout_ms)
+    return max(0, shortest - 2 * heartbeat_interval_ms)
+
+
+def default_session_margin_ms(
+    *, session_timeout_ms: int, rebalance_timeout_ms: int, heartbeat_interval_ms: int
+) -> int:
+    """A tenth of the session or 500 ms, whichever is larger, within the largest
+    margin allowed (:class:`MemberConfig`, rule 1)."""
+    share = int(session_timeout_ms * SESSION_MARGIN_SHARE)
+    largest = max_session_margin_ms(
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        heartbeat_interval_ms=heartbeat_interval_ms,
+    )
+    return min(max(share, MIN_SESSION_MARGIN_MS), largest)
+
+
+def check_session_margin(
+    margin_ms: int,
+    *,
+    session_timeout_ms: int,
+    rebalance_timeout_ms: int,
+    heartbeat_interval_ms: int,
+) -> None:
+    """:class:`ConfigError` unless ``margin_ms`` is allowed (:class:`MemberConfig`, rule 1)."""
+    if margin_ms < 0:
+        raise ConfigError(f"session margin must be >= 0, got {margin_ms} ms")
+    largest = max_session_margin_ms(
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        heartbeat_interval_ms=heartbeat_interval_ms,
+    )
+    if margin_ms > largest:
+        raise ConfigError(
+            f"session margin ({margin_ms} ms) must leave two heartbeat intervals "
+            f"(2 x {heartbeat_interval_ms} ms) of the session ({session_timeout_ms} ms) "
+            f"and of the rebalance timeout ({rebalance_timeout_ms} ms): at most {largest} ms"
+        )
+
+
+def default_request_timeout_ms(session_timeout_ms: int) -> int:
+    """The session timeout, between 1 s and 30 s (:class:`MemberConfig`, rule 2)."""
+    return min(max(session_timeout_ms, MIN_REQUEST_TIMEOUT_MS), MAX_REQUEST_TIMEOUT_MS)
 
 
 @dataclass(frozen=True)
 class MemberConfig:
     """What one member asks of its group: the group, its protocols (most preferred
     first), static membership, the timeouts it joins with, its retry back-off, and
-    what it tells the leader about itself (kinds, rack, capacity, tags)."""
+    what it tells the leader about itself (kinds, rack, capacity, tags).
+
+    Rules:
+
+    1. The session margin: the member reports its resources lost this long
+       before its session (or, with a JoinGroup/SyncGroup in flight, the
+       rebalance timeout) can end on the coordinator, so that its handlers stop
+       before anyone else's start even when its clock, its event loop or a
+       thread handler runs a little late.  It must leave at least two heartbeat
+       intervals of the session and of the rebalance timeout, so that in normal
+       operation a heartbeat (and one retry) proves the session first.
+       Default (``None``): a tenth of the session or 500 ms, whichever is
+       larger, reduced to what leaves those two intervals.
+    2. The request timeout bounds the coordinator lookup, OffsetCommit and
+       OffsetFetch; a connection that silently lost a request is given up
+       after it.  Default (``None``): the session timeout, between 1 s and 30 s.
+       Heartbeats time out after the session, JoinGroup and SyncGroup after the
+       rebalance timeout plus ``JOIN_TIMEOUT_MARGIN_MS``.
+    """
 
     group_id: str
     protocols: Sequence[Protocol]
@@ -40,6 +116,10 @@ class MemberConfig:
     #: As leader, how long a departed member's resources wait before they are
     #: handed to others (:mod:`workgroup.member.delay`); 0: at once.
     reassign_delay_ms: int = 0
+    #: Lose resources this long before the session can end (rule 1); ``None``: default.
+    session_margin_ms: int | None = None
+    #: Time limit of a lookup, OffsetCommit and OffsetFetch (rule 2); ``None``: default.
+    request_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not self.group_id:
@@ -71,10 +151,39 @@ class MemberConfig:
             raise ConfigError(
                 f"connect timeout must be > 0 or None, got {self.connect_timeout_ms} ms"
             )
+        if self.request_timeout_ms is not None and self.request_timeout_ms <= 0:
+            raise ConfigError(
+                f"request timeout must be > 0 or None, got {self.request_timeout_ms} ms"
+            )
+        if self.session_margin_ms is not None:
+            check_session_margin(
+                self.session_margin_ms,
+                session_timeout_ms=self.session_timeout_ms,
+                rebalance_timeout_ms=self.rebalance_timeout_ms,
+                heartbeat_interval_ms=self.heartbeat_interval_ms,
+            )
 
     @property
     def protocol_type(self) -> str:
         return self.protocols[0].type if self.protocols else DEFAULT_PROTOCOL_TYPE
+
+    @property
+    def effective_session_margin_ms(self) -> int:
+        """The session margin in force (rule 1)."""
+        if self.session_margin_ms is not None:
+            return self.session_margin_ms
+        return default_session_margin_ms(
+            session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=self.rebalance_timeout_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+        )
+
+    @property
+    def effective_request_timeout_ms(self) -> int:
+        """The request timeout in force (rule 2)."""
+        if self.request_timeout_ms is not None:
+            return self.request_timeout_ms
+        return default_request_timeout_ms(self.session_timeout_ms)
 
     @property
     def join_timeout_ms(self) -> int:
@@ -82,4 +191,15 @@ class MemberConfig:
         return self.rebalance_timeout_ms + JOIN_TIMEOUT_MARGIN_MS
 
 
-__all__ = ["JOIN_TIMEOUT_MARGIN_MS", "MemberConfig"]
+__all__ = [
+    "JOIN_TIMEOUT_MARGIN_MS",
+    "MAX_REQUEST_TIMEOUT_MS",
+    "MIN_REQUEST_TIMEOUT_MS",
+    "MIN_SESSION_MARGIN_MS",
+    "SESSION_MARGIN_SHARE",
+    "MemberConfig",
+    "check_session_margin",
+    "default_request_timeout_ms",
+    "default_session_margin_ms",
+    "max_session_margin_ms",
+]

@@ -195,6 +195,11 @@ class CoordinatorConnection:
     to the broker already connected), and when the coordinator is that broker — a
     single broker, the embedded coordinator — the same connection carries the group
     requests.  Otherwise it is replaced by a connection to the coordinator.
+
+    A request that times out gives its connection up (Kafka's client does the
+    same): a connection that silently lost a request, or its answer, would
+    otherwise be reused until the operating system noticed, and answers on one
+    connection come in order.
     """
 
     def __init__(
@@ -217,8 +222,16 @@ class CoordinatorConnection:
         #: Node id of the coordinator that ``_conn`` leads to; ``None`` during a lookup.
         self.coordinator: int | None = None
 
-    async def find(self, group_id: str) -> int:
+    async def find(self, group_id: str, timeout_s: float | None = None) -> int:
         """Ask a broker for the group's coordinator and connect to it; its node id."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._find(group_id)
+        except TimeoutError:
+            self._drop()
+            raise
+
+    async def _find(self, group_id: str) -> int:
         self.coordinator = None
         self._close_beside()
         conn = self._conn if self._conn is not None and self._conn.connected() else None
@@ -238,23 +251,39 @@ class CoordinatorConnection:
         self.coordinator = node
         return node
 
-    async def send(self, request: Any) -> Any:
+    async def send(
+        self, request: Any, timeout_s: float | None = None, *, give_up_on_timeout: bool = True
+    ) -> Any:
+        """Send ``request`` to the coordinator; ``give_up_on_timeout=False`` keeps the
+        connection when it times out (a request that may wait behind a held one)."""
         conn = self._conn
         if self.coordinator is None or conn is None or not conn.connected():
             raise CoordinatorUnavailableError("not connected to the coordinator")
-        return await conn.send(request)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await conn.send(request)
+        except TimeoutError:
+            if give_up_on_timeout and conn is self._conn:
+                self._drop()
+            raise
 
-    async def send_beside(self, request: Any) -> Any:
+    async def send_beside(self, request: Any, timeout_s: float | None = None) -> Any:
         """Send ``request`` to the coordinator on the second connection: the first
         is busy with a request the coordinator holds (answers come in order)."""
         conn = self._conn
         if self.coordinator is None or conn is None or not conn.connected():
             raise CoordinatorUnavailableError("not connected to the coordinator")
         beside = self._beside
-        if beside is None or not beside.connected():
-            self._close_beside()
-            beside = self._beside = await self._connect(conn.host, conn.port)
-        return await beside.send(request)
+        try:
+            async with asyncio.timeout(timeout_s):
+                if beside is None or not beside.connected():
+                    self._close_beside()
+                    beside = self._beside = await self._connect(conn.host, conn.port)
+                return await beside.send(request)
+        except TimeoutError:
+            if beside is not None and beside is self._beside:
+                self._close_beside()
+            raise
 
     def _close_beside(self) -> None:
         if self._beside is not None:
@@ -354,7 +383,13 @@ class GroupMember:
             ``None``: dynamic membership.
         session_timeout_ms: How long the coordinator keeps the member without a
             heartbeat; the member reports its resources lost once it can no
-            longer prove its session.
+            longer prove its session (``session_margin_ms`` before it can end).
+        session_margin_ms: How long before its session can end on the
+            coordinator the member reports its resources lost, so that its
+            handlers stop before another member's start.  ``None`` (the
+            default): a tenth of the session or 500 ms, whichever is larger, as
+            long as two heartbeat intervals of the session remain
+            (:class:`~workgroup.member.config.MemberConfig`, rule 1).
         rebalance_timeout_ms: How long a rebalance may wait for this member to
             rejoin (its revocations included).
         heartbeat_interval_ms: Time between heartbeats (below the session timeout).
@@ -386,8 +421,11 @@ class GroupMember:
             :meth:`start`; every failed attempt before is logged as a warning.
             ``None`` (the default): keep trying.
         resource_poll_interval_ms: How often a callable ``resources`` is read.
-        request_timeout_ms: Time limit of the coordinator lookup and of each
-            request (JoinGroup and SyncGroup get the rebalance timeout).
+        request_timeout_ms: Time limit of the coordinator lookup, OffsetCommit
+            and OffsetFetch; a connection that lost a request is replaced after
+            it.  ``None`` (the default): the session timeout, at most 30 s.
+            Heartbeats time out after the session, JoinGroup and SyncGroup after
+            the rebalance timeout.
         close_timeout_ms: How long :meth:`close` waits for revocations and the
             LeaveGroup.
         security: TLS and SASL settings for a cluster that requires them
@@ -426,10 +464,11 @@ class GroupMember:
         retry_backoff_ms: int = 100,
         connect_timeout_ms: int | None = None,
         resource_poll_interval_ms: int = 5_000,
-        request_timeout_ms: int = 30_000,
+        request_timeout_ms: int | None = None,
         close_timeout_ms: int = 30_000,
         security: Security = PLAINTEXT,
         reassign_delay_ms: int = 0,
+        session_margin_ms: int | None = None,
     ) -> None:
         self.config = MemberConfig(
             group_id=group_id,
@@ -446,9 +485,11 @@ class GroupMember:
             user_data=user_data,
             tags=dict(tags or {}),
             reassign_delay_ms=reassign_delay_ms,
+            session_margin_ms=session_margin_ms,
+            request_timeout_ms=request_timeout_ms,
         )
-        if resource_poll_interval_ms <= 0 or close_timeout_ms <= 0 or request_timeout_ms <= 0:
-            raise ConfigError("poll interval, request and close timeouts must be > 0")
+        if resource_poll_interval_ms <= 0 or close_timeout_ms <= 0:
+            raise ConfigError("poll interval and close timeout must be > 0")
         if on_callback_error not in get_args(CallbackErrorPolicy):
             raise ConfigError(
                 f"on_callback_error must be one of {', '.join(get_args(CallbackErrorPolicy))}, "
@@ -460,10 +501,12 @@ class GroupMember:
             client_id=self._client_id,
             # aiokafka applies one timeout to every request of a connection; the
             # JoinGroup may be held for the whole rebalance timeout.
-            request_timeout_ms=max(self.config.join_timeout_ms, request_timeout_ms),
+            request_timeout_ms=max(
+                self.config.join_timeout_ms, self.config.effective_request_timeout_ms
+            ),
             security=security,
         )
-        self._lookup_timeout_s = request_timeout_ms / 1000
+        self._lookup_timeout_s = self.config.effective_request_timeout_ms / 1000
         self._source = resources
         self._callbacks: dict[str, Callback | None] = {
             "on_assigned": on_assigned,
@@ -721,8 +764,11 @@ class GroupMember:
     async def _request(self, request: OffsetCommit | OffsetFetch) -> GroupResult:
         what = type(request).__name__
         try:
-            async with asyncio.timeout(self._lookup_timeout_s):
-                response = await self._connection.send(KioRequest(request))
+            # It may wait behind a JoinGroup the coordinator holds on the same
+            # connection: its timeout says nothing about the connection.
+            response = await self._connection.send(
+                KioRequest(request), self._lookup_timeout_s, give_up_on_timeout=False
+            )
             return to_result(request, response)
         except asyncio.CancelledError:
             raise
@@ -871,8 +917,7 @@ class GroupMember:
     async def _lookup(self) -> int:
         what = f"finding the coordinator of group {self.config.group_id!r}"
         try:
-            async with asyncio.timeout(self._lookup_timeout_s):
-                node_id = await self._connection.find(self.config.group_id)
+            node_id = await self._connection.find(self.config.group_id, self._lookup_timeout_s)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -888,11 +933,11 @@ class GroupMember:
         what = type(action.request).__name__
         request = KioRequest(action.request)
         try:
-            async with asyncio.timeout(action.timeout_ms / 1000):
-                if action.beside_held:
-                    response = await self._connection.send_beside(request)
-                else:
-                    response = await self._connection.send(request)
+            timeout_s = action.timeout_ms / 1000
+            if action.beside_held:
+                response = await self._connection.send_beside(request, timeout_s)
+            else:
+                response = await self._connection.send(request, timeout_s)
             result = to_result(action.request, response)
         except asyncio.CancelledError:
             raise

@@ -30,6 +30,10 @@ Rules:
    heartbeat or SyncGroup answered NONE (no round had begun), or of the last
    JoinGroup answered (its round began after it).  A member that owns
    nothing has nothing at stake and is not bound by this (the machine's rule).
+   Both bounds come ``margin_ms`` early (the session margin): the member's
+   clock starts when it sends and the coordinator's when it receives, which is
+   the right order but no gap; the margin is the gap, for a late timer, a
+   starved event loop or a thread handler that is slow to stop.
 4. Starvation: an event later than the machine's own deadline by more than
    ``min(heartbeat interval, session timeout / 3)`` means the process was
    frozen or its event loop starved; answers read from then on may be
@@ -53,6 +57,8 @@ class HeartbeatTimer:
     heartbeat_interval_ms: int
     session_timeout_ms: int
     rebalance_timeout_ms: int
+    #: The session counts as over this long before it can end on the coordinator.
+    margin_ms: int = 0
     #: When the next heartbeat is due (``None``: none planned).
     next_at: int | None = None
     #: Heartbeats failed in a row with a retriable error.
@@ -121,13 +127,14 @@ class HeartbeatTimer:
 
     def session_end(self, *, rebalancing: bool = False) -> int | None:
         """When the coordinator may have evicted the member, from what is known for
-        sure (rule 3); ``rebalancing``: a JoinGroup or SyncGroup is in flight."""
+        sure, less the margin (rule 3); ``rebalancing``: a JoinGroup or SyncGroup
+        is in flight."""
         if self.alive_since is None:
             return None
         end = self.alive_since + self.session_timeout_ms
         if rebalancing and self.round_floor is not None:
             end = min(end, self.round_floor + self.rebalance_timeout_ms)
-        return end
+        return end - self.margin_ms
 
     # --- rule 4: starvation ---------------------------------------------------------
 

@@ -51,8 +51,9 @@ Rules:
    (the machine's, the only retry policy); ``connect_timeout_ms`` bounds the
    search for the first coordinator (then FATAL, CoordinatorUnavailableError).
 4. Session: if no heartbeat sent at time *t* succeeded and ``t + session
-   timeout`` passes, the coordinator has evicted this member by now, so its
-   resources are reported lost (before anyone else can be handed them).
+   timeout`` less the session margin passes, the coordinator may evict this
+   member at any moment, so its resources are reported lost (a margin before
+   anyone else can be handed them), and it rejoins to learn where it stands.
    A JoinGroup or SyncGroup in flight does not extend this: the coordinator
    keeps a member whose request it holds, but a request lost on its way (a
    partition) keeps nothing, and until an answer comes the member cannot tell
@@ -216,6 +217,7 @@ class MemberMachine:
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             session_timeout_ms=config.session_timeout_ms,
             rebalance_timeout_ms=config.rebalance_timeout_ms,
+            margin_ms=config.effective_session_margin_ms,
         )
         self._leader_round: _LeaderRound | None = None
         #: The last assignment said the leader withheld resources: a follow-up is due.
@@ -586,7 +588,7 @@ class MemberMachine:
                 member_id=self.member_id,
                 generation=self.generation,
             )
-            self._lose("no heartbeat succeeded within the session timeout")
+            self._lose("no heartbeat succeeded within the session timeout, less the margin")
             self._generation = self._generation.reset()
             self._coordinator_lost(now, "session timed out")
             return

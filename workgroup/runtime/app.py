@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeVar
 
 from workgroup.assignors.registry import get_assignor
 from workgroup.errors import ConfigError
+from workgroup.member.config import check_session_margin
 from workgroup.protocol.catalog import CatalogEntry
 from workgroup.runtime.handlers import Handler, RestartPolicy
 from workgroup.security import Security
@@ -44,6 +45,12 @@ class Settings:
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int | None = None
     rebalance_timeout_ms: int = 60_000
+    #: Members end their leases this long before their session can end on the
+    #: coordinator (``None``: a tenth of the session, at least 500 ms).
+    session_margin_ms: int | None = None
+    #: Time limit of a coordinator lookup and of lease commits and fetches
+    #: (``None``: the session timeout, at most 30 s).
+    request_timeout_ms: int | None = None
     grace_ms: int = 10_000
     resource_poll_interval_ms: int = 5_000
     event_log: str | None = None
@@ -59,6 +66,9 @@ class Settings:
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    #: Copy lease state of the legacy (position) layout to the key slots at start
+    #: (see :mod:`workgroup.runtime.legacy`); without it such state is refused.
+    migrate_lease_layout: bool = False
 
     def security(self) -> Security:
         """TLS and SASL for the cluster (validated: :class:`ConfigError`)."""
@@ -93,6 +103,15 @@ class Settings:
             )
         if self.rebalance_timeout_ms <= 0 or self.resource_poll_interval_ms <= 0:
             raise ConfigError("rebalance_timeout_ms and resource_poll_interval_ms must be > 0")
+        if self.session_margin_ms is not None:
+            check_session_margin(
+                self.session_margin_ms,
+                session_timeout_ms=self.session_timeout_ms,
+                rebalance_timeout_ms=self.rebalance_timeout_ms,
+                heartbeat_interval_ms=self.heartbeat_ms(),
+            )
+        if self.request_timeout_ms is not None and self.request_timeout_ms <= 0:
+            raise ConfigError(f"request_timeout_ms must be > 0, got {self.request_timeout_ms}")
         if self.grace_ms < 0:
             raise ConfigError(f"grace_ms must be >= 0, got {self.grace_ms}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
@@ -135,6 +154,13 @@ class App:
             (``None``: the local default, ``127.0.0.1:9092``).
         session_timeout_ms, heartbeat_interval_ms, rebalance_timeout_ms: The
             members' timing (heartbeat default: a third of the session).
+        session_margin_ms: Members end their leases this long before their
+            session can end on the coordinator, so that a cut-off process stops
+            its handlers before another process starts them (default: a tenth
+            of the session, at least 500 ms, leaving two heartbeat intervals).
+        request_timeout_ms: Time limit of a coordinator lookup and of lease
+            commits and fetches; a connection that lost a request is replaced
+            after it (default: the session timeout, at most 30 s).
         grace_ms: Default time a revoked handler gets to finish its step.
         instance_id: Static membership: a stable id per process (the daemon's
             ``--instance-id``).
@@ -152,6 +178,8 @@ class App:
         instance_id: str | None = None,
         resource_poll_interval_ms: int = 5_000,
         event_log: str | None = None,
+        session_margin_ms: int | None = None,
+        request_timeout_ms: int | None = None,
     ) -> None:
         _check_name(name, "app name")
         self.name = name
@@ -161,6 +189,8 @@ class App:
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
             rebalance_timeout_ms=rebalance_timeout_ms,
+            session_margin_ms=session_margin_ms,
+            request_timeout_ms=request_timeout_ms,
             grace_ms=grace_ms,
             resource_poll_interval_ms=resource_poll_interval_ms,
             event_log=event_log,

@@ -19,6 +19,8 @@ SETTING_TYPES: dict[str, type] = {
     "session_timeout_ms": int,
     "heartbeat_interval_ms": int,
     "rebalance_timeout_ms": int,
+    "session_margin_ms": int,
+    "request_timeout_ms": int,
     "grace_ms": int,
     "resource_poll_interval_ms": int,
     "event_log": str,
@@ -32,6 +34,7 @@ SETTING_TYPES: dict[str, type] = {
     "ssl_cafile": str,
     "ssl_certfile": str,
     "ssl_keyfile": str,
+    "migrate_lease_layout": bool,
 }
 ENV_PREFIX = "WORKGROUP_"
 _BOOLEANS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}

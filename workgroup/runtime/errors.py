@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from workgroup.errors import WorkgroupError
+from workgroup.errors import ConfigError, WorkgroupError
+from workgroup.types import Key
 
 
 class LeaseLostError(WorkgroupError):
@@ -12,8 +13,29 @@ class LeaseLostError(WorkgroupError):
 
 
 class CheckpointError(WorkgroupError):
-    """A checkpoint value that cannot be stored (empty, or over the 4 KiB limit).
-    Nothing was sent."""
+    """A checkpoint value that cannot be stored (empty, or over the 4 KiB limit
+    less the header naming the key).  Nothing was sent."""
 
 
-__all__ = ["CheckpointError", "LeaseLostError"]
+class SlotMismatchError(WorkgroupError):
+    """A lease's slot names another key, or its header cannot be read: the holder
+    refuses it (its handler does not start, the checkpoint is not read).  Not
+    retriable: the slot's contents will not change by asking again."""
+
+    def __init__(self, key: Key, topic: str, found: Key | None, why: str) -> None:
+        self.key = key
+        self.topic = topic
+        self.found = found
+        super().__init__(
+            f"lease slot {topic} of key {key!r} cannot be used: {why}"
+            + (f" ({found!r})" if found is not None else "")
+        )
+
+
+class LegacyLayoutError(ConfigError):
+    """Lease state written by the position-based layout (partition ``i`` of
+    ``workgroup-leases.<group>`` for catalog key ``i``) was found and migration
+    was not requested, or could not run."""
+
+
+__all__ = ["CheckpointError", "LeaseLostError", "LegacyLayoutError", "SlotMismatchError"]

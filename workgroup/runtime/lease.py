@@ -10,6 +10,10 @@ Rules:
 2. The token is the lease slot's committed offset plus one (see
    :mod:`workgroup.runtime.slots`), committed under the member's generation and
    member id before the handler starts: every change of hands increases it.
+   The slot belongs to the key alone; before committing, ``acquire`` checks that
+   the slot's header names this key (or nothing yet) and otherwise refuses it
+   (``lease.slot_mismatch``, :class:`SlotMismatchError`): the handler does not
+   start and no checkpoint is read.  ``checkpoint`` checks it again.
 3. ``commit`` checks the lease locally first, then
    lets the coordinator check the member: UNKNOWN_MEMBER_ID and
    FENCED_INSTANCE_ID fence the lease for good; ILLEGAL_GENERATION and
@@ -34,8 +38,15 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
 from workgroup.log import get_logger
-from workgroup.runtime.errors import LeaseLostError
-from workgroup.runtime.slots import check_value, read_value
+from workgroup.runtime.errors import CheckpointError, LeaseLostError, SlotMismatchError
+from workgroup.runtime.slots import (
+    MAX_METADATA_BYTES,
+    Slot,
+    check_value,
+    checkpoint_limit,
+    read_slot,
+    slot_header,
+)
 from workgroup.types import Key
 
 log = get_logger(__name__)
@@ -49,14 +60,6 @@ FENCING_ERRORS = frozenset(
 )
 #: Answers during a rebalance: the lease may still be held once it completes.
 REBALANCING_ERRORS = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS})
-
-
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """Where a lease's token and checkpoint are committed."""
-
-    topic: str
-    partition: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +115,9 @@ class Lease:
         self.attributes: Mapping[str, str] = dict(attributes or {})
         self.role: Role = role
         self.token = 0
+        #: The ``Slot(topic, partition)`` this lease uses (a function of the key).
         self.slot = slot
+        self._header = slot_header(key)
         self._store = store
         self._commit_timeout_s = commit_timeout_s
         self._ended = asyncio.Event()
@@ -209,13 +214,19 @@ class Lease:
 
     async def acquire(self) -> int:
         """Take the next token (committed offset + 1) under the member's generation."""
+        if checkpoint_limit(self.key) < 0:
+            raise CheckpointError(
+                f"key {self.key!r} is too long for its lease slot: the header naming it "
+                f"is over {MAX_METADATA_BYTES} bytes (Kafka's offset.metadata.max.bytes)"
+            )
         async for attempt in self._retrying():
             with attempt:
                 if self._ended.is_set():
                     self.assert_held()
                 committed = await self._store.fetch(self.slot)
+                checkpoint = self._read(committed.metadata)
                 token = max(committed.offset, 0) + 1
-                await self._commit_checked(token, committed.metadata)
+                await self._commit_checked(token, self._header + (checkpoint or ""))
                 self.token = token
         log.info(
             "lease.acquired", group=self.group_id, kind=self.kind, key=self.key, token=self.token
@@ -231,7 +242,7 @@ class Lease:
         fenced it, :class:`~workgroup.runtime.errors.CheckpointError` for a value
         that cannot be stored (nothing sent).
         """
-        check_value(value)
+        check_value(value, self.key)
         if self.role == "standby":
             raise WorkgroupError(
                 f"lease {self.kind}/{self.key} is a standby: only the active holder commits"
@@ -240,12 +251,13 @@ class Lease:
         async for attempt in self._retrying(until_grace_ends=True):
             with attempt:
                 self.assert_can_commit()
-                await self._commit_checked(self.token, value)
+                await self._commit_checked(self.token, self._header + value)
 
     async def checkpoint(self) -> str | None:
-        """The last committed checkpoint of the resource, whoever committed it."""
+        """The last committed checkpoint of the resource, whoever committed it
+        (:class:`SlotMismatchError` if the slot names another key)."""
         committed = await self._store.fetch(self.slot)
-        return read_value(committed.metadata)
+        return self._read(committed.metadata)
 
     def commit_sync(self, value: str, timeout_s: float | None = None) -> None:
         """:meth:`commit` from a worker thread (a plain-function handler)."""
@@ -290,6 +302,22 @@ class Lease:
                 log.debug("lease.producer_stop_failed", error=f"{type(exc).__name__}: {exc}")
 
     # --- internals ----------------------------------------------------------------
+
+    def _read(self, metadata: str | None) -> str | None:
+        """The checkpoint in this lease's slot, after checking the slot names its key."""
+        try:
+            return read_slot(metadata, self.key, self.slot)
+        except SlotMismatchError as exc:
+            log.error(
+                "lease.slot_mismatch",
+                group=self.group_id,
+                kind=self.kind,
+                key=self.key,
+                slot=self.slot.topic,
+                found=exc.found,
+                error=str(exc),
+            )
+            raise
 
     def _call_from_thread(self, make: Callable[[], Awaitable[T]], timeout_s: float | None) -> T:
         try:

@@ -7,7 +7,7 @@ import asyncio
 import inspect
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from workgroup.assignors.standby import (
     StandbyAssignor,
@@ -24,14 +24,15 @@ from workgroup.runtime.app import LEADER_KIND, App, ResourceFunction, Settings
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.http import MetricsServer
-from workgroup.runtime.lease import Lease, Slot
+from workgroup.runtime.lease import Lease
+from workgroup.runtime.legacy import AdminOffsets, check_lease_layout
 from workgroup.runtime.local import LOCAL_HOST, LOCAL_PORT, ensure_local_coordinator
 from workgroup.runtime.metrics import RuntimeMetrics
 from workgroup.runtime.producers import ProducerFactory
-from workgroup.runtime.slots import lease_topic
+from workgroup.runtime.slots import Slot, check_group_id, slot_of
 from workgroup.runtime.store import MemberSlotStore
 from workgroup.runtime.topics import LeaseTopics
-from workgroup.types import Resource
+from workgroup.types import Key, Resource
 
 log = get_logger(__name__)
 
@@ -73,8 +74,10 @@ class GroupRunner:
         self._stats = stats
         self._topics = topics
         self._producers = producers
-        self._topic = lease_topic(group_id)
+        check_group_id(group_id)
         self._catalog = FrozenCatalog()
+        #: The slot of every key of the catalog (a function of the key alone).
+        self._slots: dict[Key, Slot] = {}
         self.runs: dict[Resource, HandlerRun] = {}
         self._standbys = standbys
         protocols = [Protocol.of(name) for name in assignors]
@@ -96,6 +99,8 @@ class GroupRunner:
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=settings.heartbeat_ms(),
             rebalance_timeout_ms=settings.rebalance_timeout_ms,
+            session_margin_ms=settings.session_margin_ms,
+            request_timeout_ms=settings.request_timeout_ms,
             resources=self._read_catalog,
             resource_poll_interval_ms=settings.resource_poll_interval_ms,
             kinds=kinds,
@@ -108,9 +113,29 @@ class GroupRunner:
             reassign_delay_ms=reassign_delay_ms,
         )
         self._store = MemberSlotStore(self.member)
+        self._settings = settings
         self._metrics = metrics
         metrics.watch(group_id, self.member)
         self._assigned_at: dict[Resource, float] = {}
+
+    async def check_lease_layout(self) -> None:
+        """Refuse or migrate lease state of the legacy layout (before the member
+        starts: :mod:`workgroup.runtime.legacy`)."""
+        await self._read_catalog()
+        offsets = AdminOffsets(
+            self._settings.bootstrap or DEFAULT_BOOTSTRAP,
+            self.group_id,
+            security=self._settings.security(),
+        )
+        try:
+            await check_lease_layout(
+                offsets,
+                self.group_id,
+                self._catalog.keys.get(self.kind, ()),
+                migrate=self._settings.migrate_lease_layout,
+            )
+        finally:
+            await offsets.close()
 
     async def _read_catalog(self) -> Catalog:
         result = self._source()
@@ -121,32 +146,42 @@ class GroupRunner:
         if self._standbys:
             catalog[standby_kind(self.kind)] = entries
         self._catalog = freeze_catalog(catalog)
-        try:
-            await self._topics.ensure(self._topic, len(self._catalog.keys[self.kind]))
-        except WorkgroupError as exc:
-            # Commits to a missing partition are retried; say why they fail.
-            log.warning(
-                "lease.topic_failed", group=self.group_id, topic=self._topic, error=str(exc)
-            )
+        known = self._slots
+        self._slots = {
+            key: known.get(key) or slot_of(self.group_id, key)
+            for key in self._catalog.keys[self.kind]
+        }
+        await self._ensure_topics(self._slots.values())
         return catalog
 
-    def _slot(self, resource: Resource) -> Slot | None:
-        """The slot of ``resource`` (a standby twin shares its resource's slot)."""
-        kind, key = resource
-        keys = self._catalog.keys.get(active_kind(kind), ())
+    async def _ensure_topics(self, slots: Iterable[Slot]) -> None:
+        """Create the slots' topics that are not known to exist (one request)."""
         try:
-            return Slot(self._topic, keys.index(key))
-        except ValueError:
-            return None
+            await self._topics.ensure(slot.topic for slot in slots)
+        except WorkgroupError as exc:
+            # Commits to a missing topic are retried; say why they fail.
+            log.warning("lease.topic_failed", group=self.group_id, error=str(exc))
+
+    def _slot(self, resource: Resource) -> Slot | None:
+        """The slot of ``resource``'s key (a standby twin shares its resource's
+        slot); ``None`` if the key is not in this process's catalog."""
+        return self._slots.get(resource[1])
 
     async def _assigned(self, resources: tuple[Resource, ...], generation: int) -> None:
+        if any(self._slot(resource) is None for resource in resources):
+            await self._read_catalog()  # the leader's catalog is newer than ours
+        # A topic whose creation failed at the last catalog read: try again now.
+        missing = [
+            slot
+            for slot in map(self._slot, resources)
+            if slot is not None and not self._topics.known(slot.topic)
+        ]
+        if missing:
+            await self._ensure_topics(missing)
         for index, resource in enumerate(resources):
             if index and index % START_SLICE == 0:
                 await asyncio.sleep(0)  # thousands of starts: let heartbeats through
             slot = self._slot(resource)
-            if slot is None:  # the leader's catalog is newer than ours
-                await self._read_catalog()
-                slot = self._slot(resource)
             if slot is None:
                 log.error(
                     "worker.unknown_resource",
@@ -321,6 +356,7 @@ class AppRunner:
         started: list[GroupRunner] = []
         try:
             for group in self.groups:
+                await group.check_lease_layout()
                 await group.member.start()
                 started.append(group)
             stopping = asyncio.create_task(stop.wait())

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from workgroup.coordinator.config import CoordinatorConfig
-from workgroup.coordinator.coordinator import EMPTY_GROUP_CLEANUP_MS
+from workgroup.coordinator.coordinator import EMPTY_GROUP_CLEANUP_MS, TimerKind
+from workgroup.coordinator.group import GroupState
 from workgroup.coordinator.testing import CoordinatorHarness, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import (
@@ -159,3 +160,18 @@ def test_a_group_created_by_a_refused_join_does_not_linger() -> None:
     assert listed(h) == {"g": "Empty"}
     h.advance(EMPTY_GROUP_CLEANUP_MS)
     assert listed(h) == {}
+
+
+def test_deleting_a_group_cancels_its_pending_members_session_timers() -> None:
+    h = harness()
+    pending = h.call(join_request("g", session_timeout_ms=6_000), JoinGroupResult)
+    assert pending.error is ErrorCode.MEMBER_ID_REQUIRED
+    group = h.group("g")
+    assert group.is_pending(pending.member_id)
+    assert group.is_in(GroupState.EMPTY)
+    assert h.coordinator.next_deadline_ms() == 6_000  # the pending member's session
+    result = h.call(DeleteGroups(("g",)), DeleteGroupsResult)
+    assert result.groups[0].error is ErrorCode.NONE
+    assert (TimerKind.SESSION, "g", pending.member_id) not in h.coordinator._timers
+    # Only the offsets-retention sweep is left to wake the coordinator.
+    assert (h.coordinator.next_deadline_ms() or 0) > 6_000

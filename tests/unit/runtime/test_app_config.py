@@ -148,3 +148,26 @@ def test_load_app_imports_from_the_current_directory(
         load_app("no_such_module_here:app")
     with pytest.raises(ConfigError, match="MODULE:APP"):
         load_app("just_a_module")
+
+
+def test_the_session_margin_and_request_timeout_are_settings(tmp_path: Path) -> None:
+    app = workgroup.App("billing", session_timeout_ms=6_000, session_margin_ms=900)
+    assert app.settings.session_margin_ms == 900
+    assert app.settings.request_timeout_ms is None  # the member derives it from the session
+    config = tmp_path / "workgroup.toml"
+    config.write_text("session_margin_ms = 1200\nrequest_timeout_ms = 4000\n")
+    settings = resolve(
+        app.settings,
+        flags={"session_margin_ms": 1_500},
+        environ={"WORKGROUP_REQUEST_TIMEOUT_MS": "5000"},
+        config_file=str(config),
+    )
+    assert settings.session_margin_ms == 1_500
+    assert settings.request_timeout_ms == 5_000
+    # A margin that leaves less than two heartbeat intervals (2 x 500 ms) of the session.
+    with pytest.raises(ConfigError, match="must leave two heartbeat intervals"):
+        resolve(app.settings, flags={"session_margin_ms": 5_001}, environ={}, config_file=None)
+    with pytest.raises(ConfigError, match="request_timeout_ms must be > 0"):
+        resolve(
+            app.settings, flags={}, environ={"WORKGROUP_REQUEST_TIMEOUT_MS": "0"}, config_file=None
+        )

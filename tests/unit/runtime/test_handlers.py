@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from tests.unit.runtime.test_lease import FakeStore, lease
+from tests.unit.runtime.test_lease import HEADER, FakeStore, lease
 from workgroup.runtime.handlers import HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.lease import Lease
 from workgroup.testing import capture_logs
@@ -113,7 +113,7 @@ async def test_plain_functions_run_in_a_thread() -> None:
     await run.stop("revoked", grace_s=2.0)
     assert threads
     assert threads[0] is not threading.main_thread()
-    assert store.commits[-1][2] == "from the thread"
+    assert store.commits[-1][2] == HEADER + "from the thread"
 
 
 async def test_a_blocked_thread_is_reported_and_its_lease_refuses_commits() -> None:

@@ -14,9 +14,12 @@ from tests.unit.runtime import process_handlers
 from tests.unit.runtime.test_lease import SLOT, FakeStore, lease
 from workgroup.runtime.handlers import HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.isolation import ProcessHandler
+from workgroup.runtime.lease import Committed
+from workgroup.runtime.slots import read_value
 from workgroup.testing import capture_logs
 
 pytestmark = pytest.mark.timeout(60)
+NOTHING = Committed(-1, "")
 
 
 def pid_alive(pid: int) -> bool:
@@ -29,9 +32,9 @@ def pid_alive(pid: int) -> bool:
 
 async def wait_committed(store: FakeStore, what: str) -> str:
     async with asyncio.timeout(30):
-        while SLOT not in store.offsets or store.offsets[SLOT].metadata in ("", None):  # noqa: ASYNC110
+        while SLOT not in store.offsets or not read_value(store.offsets[SLOT].metadata):  # noqa: ASYNC110
             await asyncio.sleep(0.02)
-    value = store.offsets[SLOT].metadata
+    value = read_value(store.offsets[SLOT].metadata)
     assert value is not None, what
     return value
 
@@ -87,7 +90,7 @@ async def test_a_failing_child_is_restarted() -> None:
     with capture_logs() as logs:
         run.start()
         async with asyncio.timeout(30):
-            while store.offsets.get(SLOT) is None or store.offsets[SLOT].metadata != "second run":  # noqa: ASYNC110
+            while read_value(store.offsets.get(SLOT, NOTHING).metadata) != "second run":  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
         await run.stop("revoked", grace_s=5.0)
     assert stats.restarts == 1

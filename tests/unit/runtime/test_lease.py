@@ -9,9 +9,11 @@ import pytest
 from workgroup.errors import ErrorCode
 from workgroup.runtime.errors import CheckpointError, LeaseLostError
 from workgroup.runtime.lease import Committed, Lease, Slot
-from workgroup.runtime.slots import MAX_CHECKPOINT_BYTES, check_value, lease_topic
+from workgroup.runtime.slots import MAX_METADATA_BYTES, check_value, slot_header
 
 SLOT = Slot("workgroup-leases.g", 3)
+#: What every commit of ``lease()`` (key 3) starts with.
+HEADER = slot_header(3)
 
 
 class FakeStore:
@@ -50,7 +52,7 @@ async def test_each_acquisition_takes_the_next_token_and_keeps_the_checkpoint() 
     second = lease(store)
     assert await second.acquire() == 2
     assert await second.checkpoint() == "position=10"
-    assert store.offsets[SLOT] == Committed(2, "position=10")
+    assert store.offsets[SLOT] == Committed(2, slot_header(3) + "position=10")
 
 
 async def test_a_fresh_slot_has_no_checkpoint() -> None:
@@ -83,11 +85,11 @@ async def test_a_revoked_lease_commits_during_its_grace_period_only() -> None:
     assert held.grace_left_s is not None
     assert 29 < held.grace_left_s <= 30
     await held.commit("last step")  # the step in flight records where it ended
-    assert store.offsets[SLOT] == Committed(1, "last step")
+    assert store.offsets[SLOT] == Committed(1, HEADER + "last step")
     held._stop_by = 0.0  # the grace period is over
     with pytest.raises(LeaseLostError, match="grace period is over"):
         await held.commit("too late")
-    assert store.offsets[SLOT] == Committed(1, "last step")
+    assert store.offsets[SLOT] == Committed(1, HEADER + "last step")
 
 
 async def test_a_revoked_lease_commits_under_the_generation_it_was_given_up_in() -> None:
@@ -113,7 +115,7 @@ async def test_a_lost_lease_never_commits_even_with_grace() -> None:
     assert not held.can_commit
     with pytest.raises(LeaseLostError, match="lost"):
         await held.commit("zombie")
-    assert store.offsets[SLOT] == Committed(1, "")
+    assert store.offsets[SLOT] == Committed(1, HEADER)
 
 
 @pytest.mark.parametrize(
@@ -128,7 +130,7 @@ async def test_a_commit_the_coordinator_fences_ends_the_lease(code: ErrorCode) -
     with pytest.raises(LeaseLostError, match=code.name):
         await held.commit("zombie write")
     assert held.revoked
-    assert store.offsets[SLOT] == Committed(1, "")
+    assert store.offsets[SLOT] == Committed(1, HEADER)
 
 
 @pytest.mark.parametrize("code", [ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION])
@@ -138,7 +140,7 @@ async def test_a_commit_during_a_rebalance_is_tried_again(code: ErrorCode) -> No
     await held.acquire()
     store.answers = [code, code]
     await held.commit("after the rebalance")
-    assert store.offsets[SLOT] == Committed(1, "after the rebalance")
+    assert store.offsets[SLOT] == Committed(1, HEADER + "after the rebalance")
 
 
 async def test_a_commit_retried_past_its_deadline_raises_the_coordinator_error() -> None:
@@ -174,7 +176,7 @@ async def test_thread_handlers_commit_through_the_loop() -> None:
     ("value", "why"),
     [
         ("", "empty"),
-        ("x" * (MAX_CHECKPOINT_BYTES + 1), "over the limit"),
+        ("x" * (MAX_METADATA_BYTES + 1), "over the limit"),
         ("é" * 2049, "4098 bytes"),
     ],
 )
@@ -190,12 +192,11 @@ async def test_values_that_cannot_be_stored_are_refused_before_sending(
 
 
 def test_the_largest_value_is_accepted() -> None:
-    assert check_value("x" * MAX_CHECKPOINT_BYTES)
+    assert check_value("x" * MAX_METADATA_BYTES)
 
 
-def test_lease_topics_are_valid_kafka_topic_names() -> None:
-    assert lease_topic("billing.shard") == "workgroup-leases.billing.shard"
-    with pytest.raises(ValueError, match="lease topic"):
-        lease_topic("bad group")
-    with pytest.raises(ValueError, match="at most"):
-        lease_topic("g" * 240)
+def test_the_largest_value_for_a_key_is_accepted_and_one_more_byte_is_not() -> None:
+    limit = MAX_METADATA_BYTES - len(slot_header(3))
+    assert check_value("x" * limit, 3)
+    with pytest.raises(CheckpointError, match=f"over the limit of {limit} for key 3"):
+        check_value("x" * (limit + 1), 3)
