@@ -44,9 +44,12 @@ def test_guarantees_hold_under_random_faults(tmp_path: Path) -> None:
     took = time.monotonic() - began
     print(
         f"survived {figures['faults']} fault events in {took:.0f} s, 0 violations; "
-        f"{figures['commits']} commits; {figures['recoveries']} recoveries after a kill, "
-        f"median {figures['recovery_median_s']:.2f} s, max {figures['recovery_max_s']:.2f} s; "
-        f"{figures['zombies_fenced']} zombie holders fenced"
+        f"{figures['commits']} commits in {figures['handler_runs']} handler runs; "
+        f"{figures['list_changes']} list changes; {figures['slow_stops']} graceful stops "
+        f"with slow handlers; {figures['recoveries']} recoveries after a kill, "
+        f"median {figures['recovery_median_s']:.2f} s, max {figures['recovery_max_s']:.2f} s "
+        f"({figures['recoveries_not_bounded']} not bounded: out of the list, or another "
+        f"fault overlapped); {figures['zombies_fenced']} zombie holders fenced"
     )
     print("faults:", ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
     assert figures["faults"] == EVENTS
