@@ -1300,9 +1300,6 @@ class MemberMachine:
             self._report_revoked(revoked, self.generation)
         added = self._owned.assign(data.assigned, self.generation)
         self._callback("on_assigned", added, self.generation)
-        if self._handing_over and self._owned.releasing:
-            # Each release asks for a round; one may have come during this one.
-            self._request_rejoin("closing: handing released resources over")
         log.info(
             "member.assigned",
             group=self.config.group_id,

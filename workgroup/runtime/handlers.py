@@ -4,7 +4,9 @@ Rules:
 
 1. The handler starts once the lease has its token (see :meth:`Lease.acquire`).
    A coroutine function runs as a task in the event loop; a plain function in a
-   worker thread, so blocking work does not hold up heartbeats.
+   thread of its own (a daemon thread, not the event loop's default executor:
+   a dozen blocking handlers would take all its workers, and the member's
+   assignor and callbacks wait there), so blocking work holds up nothing.
 2. A handler that returns is done: the resource stays owned, nothing runs on it
    until it moves.  A handler that raises is logged in one line
    (``worker.failed``) and started again after an exponential back-off, while
@@ -27,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -228,13 +232,43 @@ class HandlerRun:
         if inspect.iscoroutinefunction(self._handler) or inspect.iscoroutinefunction(call):
             await self._handler(self.lease)
             return
-        result = await asyncio.to_thread(self._in_thread)
+        result = await self._in_own_thread()
         if inspect.isawaitable(result):
             await result
 
-    def _in_thread(self) -> Any:
-        # Cleared by the thread itself: cancelling the awaiting task does not stop it.
+    async def _in_own_thread(self) -> Any:
+        """Run the handler in a daemon thread of its own (rule 1); the result."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        context = contextvars.copy_context()
+
+        def settle(outcome: Callable[[], Any]) -> None:
+            if not future.done():  # cancelled: the grace period was over
+                outcome()
+
+        def target() -> None:
+            try:
+                result = context.run(self._in_thread)
+            except BaseException as exc:
+                error = exc
+                answer = lambda: settle(lambda: future.set_exception(error))  # noqa: E731
+            else:
+                answer = lambda: settle(lambda: future.set_result(result))  # noqa: E731
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(answer)
+
+        # Set before the thread starts, cleared by the thread itself: cancelling
+        # the awaiting task does not stop it.
         self._thread_running = True
+        name = f"workgroup-handler-{self.lease.kind}/{self.lease.key}"
+        try:
+            threading.Thread(target=target, name=name, daemon=True).start()
+        except BaseException:
+            self._thread_running = False
+            raise
+        return await future
+
+    def _in_thread(self) -> Any:
         try:
             return self._handler(self.lease)
         finally:
