@@ -319,3 +319,27 @@ def test_a_thread_that_outlives_the_stop_ends_with_the_process_before_its_shard_
         assert_no_overlap({k: [r for r in v if r[0] != victim.pid] for k, v in intervals.items()})
     finally:
         daemons.close()
+
+
+def test_a_grace_period_that_cannot_fit_in_the_rebalance_timeout_is_refused_at_start() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workgroup",
+            "run",
+            "tests.e2e.apps.slow_stop:app",
+            "--grace-ms",
+            "60000",
+        ],  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SLOW_STOP_OUT": os.devnull, "SLOW_STOP_ARMED": os.devnull},
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "grace_ms (60000)" in lines[0]
+    assert f"rebalance_timeout_ms ({int(GRACE_S * 1000) + 15_000})" in lines[0]
