@@ -322,16 +322,9 @@ def test_a_thread_that_outlives_the_stop_ends_with_the_process_before_its_shard_
 
 
 def test_a_grace_period_that_cannot_fit_in_the_rebalance_timeout_is_refused_at_start() -> None:
+    argv = [sys.executable, "-m", "workgroup", "run", "tests.e2e.apps.slow_stop:app"]
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "workgroup",
-            "run",
-            "tests.e2e.apps.slow_stop:app",
-            "--grace-ms",
-            "60000",
-        ],  # fmt: skip
+        [*argv, "--grace-ms", "60000"],
         cwd=ROOT,
         capture_output=True,
         text=True,
