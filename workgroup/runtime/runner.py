@@ -234,7 +234,15 @@ class GroupRunner:
             self.member.release_done(idle)
 
     async def _stop_and_release(self, resource: Resource, run: HandlerRun, generation: int) -> None:
-        await run.stop("revoked", self._grace_s, generation=generation)
+        try:
+            await run.stop("revoked", self._grace_s, generation=generation)
+        except Exception as exc:  # closing the lease failed: the handler still stops
+            log.error(
+                "worker.stop_failed",
+                group=self.group_id,
+                key=resource[1],
+                error=f"{type(exc).__name__}: {exc}",
+            )
         await run.wait_finished()  # a thread that outlived its grace, a child being reaped
         if self.stopping.get(resource) is not run:
             return  # lost meanwhile (rule 3), or handed back (rule 4)
