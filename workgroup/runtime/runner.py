@@ -12,9 +12,9 @@ Rules:
    resource claimed until the thread returns (``worker.outlived_grace`` again
    every ``OUTLIVED_LOG_EVERY_S``).  When the process stops with such a thread,
    the member stops without LeaveGroup after its close timeout (grace +
-   ``STOP_MARGIN_MS``), and the daemon ends the process, which ends the thread
-   (``app.threads_abandoned``): the coordinator hands the resource out only
-   after the session expired, when the thread is gone.
+   ``STOP_MARGIN_MS``, at least 10 s), and the daemon ends the process, which
+   ends the thread (``app.threads_abandoned``): the coordinator hands the
+   resource out only after the session expired, when the thread is gone.
 3. A lost resource (session expired, fatal error) is stopped at once, including
    one still stopping after its revocation; nothing is released for it.
 4. A resource handed back while its old handler still stops gets a new handler
@@ -126,8 +126,9 @@ class GroupRunner:
             on_revoked=self._revoked,
             on_lost=self._lost,
             on_callback_error="fail",
-            # Rule 2: every handler gets its grace and the cancellation margin.
-            close_timeout_ms=int(grace_s * 1000) + STOP_MARGIN_MS,
+            # Rule 2: every handler gets its grace and the cancellation margin
+            # (and the hand-over rounds at least 10 s).
+            close_timeout_ms=max(int(grace_s * 1000) + STOP_MARGIN_MS, 10_000),
             security=settings.security(),
             reassign_delay_ms=reassign_delay_ms,
             confirm_release=True,
