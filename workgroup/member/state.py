@@ -119,9 +119,11 @@ Rules:
    what is left is lost.  With ``confirm_release``, a
    member that will leave under a cooperative protocol (not alone, no
    reassignment delay) closes by revoking everything at once and rejoining
-   tagged as leaving, taking nothing: each resource moves in the round after
-   its own release, and the member leaves once nothing is releasing (never
-   with a JoinGroup or SyncGroup of its own in flight, rule 7).  A loss drops
+   tagged as leaving, taking nothing (the JoinGroup waits up to
+   ``RELEASE_WINDOW_MS`` for releases, so that prompt ones move in its round):
+   each resource moves in the round after its own release, and the member
+   leaves once nothing is releasing (never with a JoinGroup or SyncGroup of its
+   own in flight, rule 7) — at once if everything was released in the window.  A loss drops
    what is releasing too (reported in ``on_lost`` with ``confirm_release``).
 """
 
@@ -190,6 +192,11 @@ from workgroup.protocol.protocol import Protocol, RebalanceMode
 from workgroup.types import Resource, sorted_resources
 
 log = get_logger(__name__)
+
+#: A closing member's hand-over JoinGroup waits this long for its revoked
+#: resources' releases (or less, once nothing is releasing): what is released by
+#: then goes to others in the first round instead of the next (rule 9).
+RELEASE_WINDOW_MS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -570,7 +577,11 @@ class MemberMachine:
             )
             if self.owned:
                 self._revoke(sorted_resources(self.owned), self.generation)
-            self._request_rejoin("closing: handing resources over first")
+            if self.state is State.STABLE:
+                self._to_joining(now, "closing: handing resources over first", immediately=True)
+                self._join_at = now + RELEASE_WINDOW_MS
+            else:
+                self._request_rejoin("closing: handing resources over first")
             return self._drain(now)
         if not self._confirm_release and self._may_hand_over():
             # Rule 7: a rebalance in which this member takes nothing, so that the
@@ -1023,6 +1034,8 @@ class MemberMachine:
         done = self._owned.released(resources)
         if not done:
             return
+        if self._handing_over and not self._owned.releasing:
+            self._join_at = 0  # the release window is over (RELEASE_WINDOW_MS)
         log.info(
             "member.released",
             group=self.config.group_id,

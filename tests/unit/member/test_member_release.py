@@ -22,7 +22,7 @@ from workgroup.kafka.messages import (
 from workgroup.member.actions import Action, Closed, InvokeCallback, SendRequest
 from workgroup.member.config import MemberConfig
 from workgroup.member.leader import LEAVING_TAG, plan_round, withholding_claims
-from workgroup.member.state import MemberMachine
+from workgroup.member.state import RELEASE_WINDOW_MS, MemberMachine
 from workgroup.member.transitions import State
 from workgroup.protocol import AssignmentData, BinaryCodec, MemberMetadata, Protocol
 
@@ -205,33 +205,48 @@ def test_a_cooperative_member_reports_what_it_releases_and_the_leader_withholds_
 
 def test_a_closing_cooperative_member_hands_each_resource_over_once_released() -> None:
     m = make()
-    now = to_stable(m)
+    now = to_stable(m, (S0, S1, S2))
     actions = m.close(now + 1)
     assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
-    join = sent(ack_callbacks(m, actions, now + 2))
+    assert not only(ack_callbacks(m, actions, now + 2), SendRequest)
+    # S0's handler stops at once; the JoinGroup waits a moment for such releases.
+    assert m.released(now + 3, [S0]) == []
+    assert m.next_deadline() == now + 1 + RELEASE_WINDOW_MS
+    join = sent(m.tick(now + 1 + RELEASE_WINDOW_MS))
     meta = metadata(join)
     assert dict(meta.tags).get(LEAVING_TAG) == "1"
-    assert meta.owned == (S0, S1)
-    # S0's handler stops at once, S1's takes its grace period.
-    m.released(now + 3, [S0])
-    again = sent(join_and_sync(m, join, now + 4, 6, ()))
-    assert metadata(again).owned == (S1,)  # S0 may go to another member now
-    actions = join_and_sync(m, again, now + 5, 7, ())
+    assert meta.owned == (S1, S2)  # S0 goes to another member in this round
+    # S1's handler stops during the round: the next one hands it out.
+    m.released(now + 200, [S1])
+    again = sent(join_and_sync(m, join, now + 201, 6, ()))
+    assert metadata(again).owned == (S2,)
+    actions = join_and_sync(m, again, now + 202, 7, ())
     assert m.state is State.STABLE
-    assert m.releasing == {S1}
+    assert m.releasing == {S2}
     assert not only(actions, SendRequest)
-    # Heartbeats go on for as long as S1's handler takes, beyond the session.
-    now, other = heartbeat_until(m, now + 5, now + 12_000)
+    # S2's handler takes its grace period: heartbeats go on, beyond the session.
+    now, other = heartbeat_until(m, now + 202, now + 12_000)
     assert not [a for a in other if isinstance(a, SendRequest)]
-    leave = sent(m.released(now + 1, [S1]))
+    leave = sent(m.released(now + 1, [S2]))
+    assert isinstance(leave.request, LeaveGroup)
+
+
+def test_a_closing_member_whose_handlers_all_stop_at_once_just_leaves() -> None:
+    m = make()
+    now = to_stable(m)
+    actions = m.close(now + 1)
+    assert not only(ack_callbacks(m, actions, now + 2), SendRequest)
+    assert not only(m.released(now + 3, [S0]), SendRequest)
+    leave = sent(m.released(now + 4, [S1]))  # nothing to withhold: no round needed
     assert isinstance(leave.request, LeaveGroup)
 
 
 def test_a_closing_member_takes_nothing_it_is_handed() -> None:
     m = make()
     now = to_stable(m)
-    join = sent(ack_callbacks(m, m.close(now + 1), now + 2))
-    actions = join_and_sync(m, join, now + 3, 6, (S0, S2))  # a leader that ignored the tag
+    ack_callbacks(m, m.close(now + 1), now + 2)
+    join = sent(m.tick(now + 1 + RELEASE_WINDOW_MS))
+    actions = join_and_sync(m, join, now + 200, 6, (S0, S2))  # a leader that ignored the tag
     assert not [c for c in only(actions, InvokeCallback) if c.kind == "on_assigned"]
     assert m.owned == frozenset()
     assert m.releasing == {S0, S1}
