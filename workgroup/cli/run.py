@@ -134,5 +134,5 @@ def command(
     )
     if settings.bootstrap is not None:
         parse_bootstrap(settings.bootstrap)
-    app.check()
+    app.check(settings)
     run_app(app, settings)

@@ -434,6 +434,11 @@ class GroupMember:
             that left wait before they go to others, so that a restarted process
             (a new member) gets them back without moving anything else (Kafka
             Connect's scheduled rebalance delay; :mod:`workgroup.member.delay`).
+        confirm_release: A revoked resource stays claimed (no other member gets
+            it) until :meth:`release_done` names it, not only until
+            ``on_revoked`` returns: work that stops in the background releases
+            each resource on its own (the state machine's rule 9).  A closing
+            member heartbeats until every revoked resource was released.
 
     Raises:
         ConfigError: A setting that cannot work.
@@ -469,6 +474,7 @@ class GroupMember:
         security: Security = PLAINTEXT,
         reassign_delay_ms: int = 0,
         session_margin_ms: int | None = None,
+        confirm_release: bool = False,
     ) -> None:
         self.config = MemberConfig(
             group_id=group_id,
@@ -517,6 +523,7 @@ class GroupMember:
         self._log_tracebacks = log_tracebacks
         self._poll_s = resource_poll_interval_ms / 1000
         self._close_timeout_s = close_timeout_ms / 1000
+        self._confirm_release = confirm_release
         self._machine: MemberMachine | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         #: Loops that run until cancelled (callbacks, resource polling).
@@ -527,10 +534,6 @@ class GroupMember:
         self._callback_queue: asyncio.Queue[InvokeCallback] = asyncio.Queue()
         #: The callback running now (its ``owned`` is :attr:`assignment` meanwhile).
         self._running_callback: InvokeCallback | None = None
-        #: Cleared while a closing static member takes its connection down: its
-        #: revocation waits for that (see close()).
-        self._callbacks_open = asyncio.Event()
-        self._callbacks_open.set()
         #: The fatal error, once the application may see it (after the describe
         #: that completes an InconsistentProtocolError).
         self._fatal: WorkgroupError | None = None
@@ -633,7 +636,7 @@ class GroupMember:
             raise WorkgroupError("the member was already started")
         self._started = True
         catalog = await self._read_source()
-        self._machine = MemberMachine(self.config, catalog)
+        self._machine = MemberMachine(self.config, catalog, confirm_release=self._confirm_release)
         self._services.add(self._spawn(self._run_callbacks(), "callbacks"))
         if self._source is not None and callable(self._source):
             self._services.add(self._spawn(self._poll_source(), "resources"))
@@ -714,6 +717,18 @@ class GroupMember:
         assert self._machine is not None
         self._feed(self._machine.request_rejoin(monotonic_ms(), reason))
 
+    @property
+    def releasing(self) -> frozenset[Resource]:
+        """Revoked resources not yet released (see ``confirm_release``)."""
+        return self._machine.releasing if self._machine else frozenset()
+
+    def release_done(self, resources: Iterable[Resource]) -> None:
+        """The work on revoked ``resources`` has stopped: another member may get
+        them now (with ``confirm_release``; others are ignored)."""
+        machine = self._machine
+        if machine is not None and not self._closed.is_set():
+            self._feed(machine.released(monotonic_ms(), resources))
+
     async def refresh_resources(self) -> None:
         """Read the resource source now (the leader rebalances if it changed)."""
         if self._machine is None:
@@ -780,41 +795,34 @@ class GroupMember:
     async def close(self, *, leave: bool | None = None) -> None:
         """Revoke, leave (dynamic members) and release every connection.
 
-        Callbacks already due (a revocation, the loss after a fatal error) run
-        first, for up to ``close_timeout_ms``.  ``leave=True`` makes a static
-        member leave the group too (scale-down: its resources move at once
-        instead of waiting for its session to expire).
+        The member heartbeats until the revocation callbacks have returned and
+        (with ``confirm_release``) every revoked resource was released, for up to
+        ``close_timeout_ms``; then it leaves.  A static member sends no
+        LeaveGroup (its instance id keeps its place for a restart) unless
+        ``leave=True`` (scale-down: its resources move at once instead of
+        waiting for its session to expire).  Out of time, it stops without
+        LeaveGroup: what it has not released moves only once its session
+        expires (``member.close_timed_out``).
         """
         if not self._started:
             return
         machine = self._machine
         if machine is not None and not self._closed.is_set():
-            # A static member sends no LeaveGroup, and nobody else can be handed its
-            # resources before its session expires or its instance id joins again
-            # (after this returns): it keeps them, and its work running, until its
-            # requests and connection are down, so a restart leaves them unowned as
-            # briefly as possible.  A dynamic member must revoke before it leaves.
-            revoke_last = (self.config.instance_id is not None and not leave) and machine.state in (
-                State.FINDING_COORDINATOR,
-                State.JOINING,
-                State.ASSIGNING,
-                State.SYNCING,
-                State.STABLE,
-            )
-            if revoke_last:
-                self._callbacks_open.clear()
             self._feed(machine.close(monotonic_ms(), leave=leave))
-            if revoke_last:
-                try:
-                    await self._stop_requests()
-                    await self._connection.close()
-                finally:
-                    self._callbacks_open.set()
-            with contextlib.suppress(TimeoutError):
+            try:
                 async with asyncio.timeout(self._close_timeout_s):
                     await self._closed.wait()
                     # A FATAL member closes at once; its on_lost may still be queued.
                     await self._callback_queue.join()
+            except TimeoutError:
+                log.error(
+                    "member.close_timed_out",
+                    group=self.config.group_id,
+                    releasing=len(machine.releasing),
+                    timeout_s=self._close_timeout_s,
+                    why="stopping without LeaveGroup: the unreleased resources move "
+                    "once the session expires",
+                )
         self._closed.set()
         self._changed.set()
         self._wake.set()
@@ -834,13 +842,6 @@ class GroupMember:
     def _require_started(self) -> None:
         if not self._started:
             raise WorkgroupError("the member is not started (use async with, or start())")
-
-    async def _stop_requests(self) -> None:
-        """Cancel the lookups, requests and assignor runs in flight."""
-        requests = [t for t in self._tasks if not t.done() and t not in self._services]
-        for task in requests:
-            task.cancel()
-        await asyncio.gather(*requests, return_exceptions=True)
 
     # --- the loop -----------------------------------------------------------
 
@@ -984,7 +985,6 @@ class GroupMember:
         while True:
             action = await self._callback_queue.get()
             try:
-                await self._callbacks_open.wait()
                 failure = await self._invoke(action)
                 if failure is not None:
                     self._callback_failed(machine, action, failure)

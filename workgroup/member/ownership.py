@@ -1,8 +1,18 @@
-"""What a member owns: the resources, the generation they were assigned in, and
-what an eager rebalance made it revoke.
+"""What a member owns: the resources, the generation they were assigned in,
+what it is still releasing, and what an eager rebalance made it revoke.
 
 Every change goes through one method that returns what changed, so the machine
 reports each change (callbacks, logs) exactly once.  Sans-I/O.
+
+Rules:
+
+1. A revoked resource is *releasing* until the application says its work on it
+   stopped (:meth:`Ownership.released`): it is no longer owned, but a
+   cooperative member still reports it as owned, so that a leader withholds it
+   from everyone else meanwhile.
+2. A releasing resource assigned to the member again is owned again (it is
+   reported as added: its work starts again once the old work has stopped).
+3. Losing everything (:meth:`Ownership.lose`) drops what is releasing too.
 """
 
 from __future__ import annotations
@@ -21,13 +31,37 @@ class Ownership:
         self.resources: frozenset[Resource] = frozenset()
         #: The generation ``resources`` were assigned in (``-1``: nothing owned).
         self.generation = NO_GENERATION_ID
+        #: Revoked, the application not yet done with them (rule 1).
+        self.releasing: frozenset[Resource] = frozenset()
+        self._releasing_generation = NO_GENERATION_ID
         # What an eager rebalance revoked, and its generation: eager metadata
         # reports it so that sticky assignors keep it in place (as Kafka's
         # StickyAssignor does through its user data).
         self._eager_previous: tuple[tuple[Resource, ...], int] = ((), NO_GENERATION_ID)
 
     def __bool__(self) -> bool:
-        return bool(self.resources)
+        """Something is owned or still releasing."""
+        return bool(self.resources or self.releasing)
+
+    def start_release(self, resources: Iterable[Resource]) -> tuple[Resource, ...]:
+        """Revoke ``resources``: no longer owned, releasing until :meth:`released`;
+        returns those that were owned, in resource order."""
+        generation = self.generation
+        gone = self.give_up(resources)
+        if gone:
+            self.releasing = self.releasing | set(gone)
+            self._releasing_generation = max(self._releasing_generation, generation)
+        return gone
+
+    def released(self, resources: Iterable[Resource]) -> tuple[Resource, ...]:
+        """The application stopped working on ``resources``; returns those that
+        were releasing, in resource order."""
+        done = sorted_resources(self.releasing & frozenset(resources))
+        if done:
+            self.releasing = self.releasing - set(done)
+            if not self.releasing:
+                self._releasing_generation = NO_GENERATION_ID
+        return done
 
     def give_up(self, resources: Iterable[Resource]) -> tuple[Resource, ...]:
         """Stop owning ``resources`` (revoked or released); returns those that were
@@ -44,17 +78,21 @@ class Ownership:
         metadata; returns what was owned and its generation."""
         owned = (sorted_resources(self.resources), self.generation)
         self._eager_previous = owned
-        self.give_up(self.resources)
+        self.start_release(self.resources)
         return owned
 
-    def lose(self) -> tuple[tuple[Resource, ...], int]:
+    def lose(self) -> tuple[tuple[Resource, ...], tuple[Resource, ...], int]:
         """Everything is lost (no revocation: it may be someone else's already);
-        returns what was owned and its generation.  Nothing is reported from it."""
-        owned = (sorted_resources(self.resources), self.generation)
+        returns what was owned, what was releasing, and the generation.  Nothing
+        is reported from it."""
+        generation = max(self.generation, self._releasing_generation)
+        lost = (sorted_resources(self.resources), sorted_resources(self.releasing), generation)
         self.resources = frozenset()
         self.generation = NO_GENERATION_ID
+        self.releasing = frozenset()
+        self._releasing_generation = NO_GENERATION_ID
         self._eager_previous = ((), NO_GENERATION_ID)
-        return owned
+        return lost
 
     def assign(self, assigned: Iterable[Resource], generation: int) -> tuple[Resource, ...]:
         """Own ``assigned`` from ``generation`` on (give up first what it leaves
@@ -62,15 +100,20 @@ class Ownership:
         ordered = tuple(assigned)
         added = tuple(r for r in ordered if r not in self.resources)
         self.resources = frozenset(ordered)
+        self.released(self.resources)  # owned again (rule 2)
         self.generation = generation if ordered else NO_GENERATION_ID
         self._eager_previous = ((), NO_GENERATION_ID)
         return added
 
     def report(self, mode: RebalanceMode) -> tuple[tuple[Resource, ...], int]:
         """What the member's metadata says it owns, and the generation: cooperative
-        members what they own, eager members what the last rebalance revoked."""
+        members what they own and what they are still releasing (rule 1), eager
+        members what the last rebalance revoked."""
         if mode == "cooperative":
-            return sorted_resources(self.resources), self.generation
+            if not self.releasing:
+                return sorted_resources(self.resources), self.generation
+            generation = max(self.generation, self._releasing_generation)
+            return sorted_resources(self.resources | self.releasing), generation
         return self._eager_previous
 
 

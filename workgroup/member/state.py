@@ -30,8 +30,9 @@ Rules:
 2. At most one JoinGroup or SyncGroup is in flight, and at most one Heartbeat.
    Heartbeats are sent only with a valid generation and no JoinGroup/SyncGroup
    in flight (the coordinator holds those, and they keep the session alive),
-   every ``heartbeat_interval_ms`` — also while callbacks run: the machine never
-   waits for a callback except before it sends a JoinGroup or LeaveGroup.  While
+   every ``heartbeat_interval_ms`` — also while callbacks run and while closing
+   (rule 9): the machine never waits for a callback except before it sends a
+   JoinGroup or LeaveGroup.  While
    the last assignment says a follow-up round is due, every 100 ms: the
    revoking members start it, the others must notice it to join it.
 3. Errors, as Kafka's clients handle them:
@@ -81,7 +82,8 @@ Rules:
 6. Version probing: the leader encodes assignments with the highest metadata
    version every member supports and says so; a member whose metadata used
    another version re-encodes with that one and rejoins.
-7. Close: a member that will leave, stable under a cooperative protocol,
+7. Close (without ``confirm_release``; with it, rule 9): a member that will
+   leave, stable under a cooperative protocol,
    owning something, not alone in the group and without a reassignment delay
    (which keeps its resources for a restart instead), first hands over: it
    rejoins tagged as leaving, takes nothing, keeps working until the round
@@ -92,8 +94,8 @@ Rules:
    whose leader left before syncing waits on it (Tansu never recovers), so it
    waits for the answer, syncs if it leads, and leaves after (the session rules
    bound the wait by the rebalance timeout).  Otherwise owned resources are
-   revoked (lost, if the generation is no longer valid); dynamic members then
-   send LeaveGroup, static members do not (their instance id keeps their place
+   revoked (lost, if the generation is no longer valid); once released (rule
+   9) dynamic members send LeaveGroup, static members do not (their instance id keeps their place
    until the session times out) unless closed with ``leave=True`` (scale-down:
    LeaveGroup with the instance id).  ``fail``: what is owned is lost, dynamic
    members send LeaveGroup, then FATAL.
@@ -104,6 +106,26 @@ Rules:
    far: resources of kinds the member does not take, or (when the leader used
    the same catalog) not in its catalog, are dropped and logged
    (``member.assignment_foreign``), never handed to the application.
+9. Release: a revoked resource is *releasing* until the application's work on
+   it has stopped — until its ``on_revoked`` callback returns, or, for a
+   machine built with ``confirm_release=True`` (the runtime), until
+   :meth:`MemberMachine.released` names it, each resource on its own.  A
+   cooperative member reports releasing resources as owned, so the leader
+   withholds them; a release after the JoinGroup that reported it asks for
+   another round, which hands it out.  Eager members send no JoinGroup while
+   anything is releasing (they heartbeat meanwhile; the rebalance timeout
+   bounds the wait, so the runtime refuses a grace period that cannot fit).
+   LEAVING heartbeats while a callback runs or anything is releasing, and sends
+   LeaveGroup (or closes) only afterwards; if the session ends all the same,
+   what is left is lost.  With ``confirm_release``, a
+   member that will leave under a cooperative protocol (not alone, no
+   reassignment delay) closes by revoking everything at once and rejoining
+   tagged as leaving, taking nothing (the JoinGroup waits up to
+   ``RELEASE_WINDOW_MS`` for releases, so that prompt ones move in its round):
+   each resource moves in the round after its own release, and the member
+   leaves once nothing is releasing (never with a JoinGroup or SyncGroup of its
+   own in flight, rule 7) — at once if everything was released in the window.  A loss drops
+   what is releasing too (reported in ``on_lost`` with ``confirm_release``).
 """
 
 from __future__ import annotations
@@ -172,6 +194,11 @@ from workgroup.types import Resource, sorted_resources
 
 log = get_logger(__name__)
 
+#: A closing member's hand-over JoinGroup waits this long for its revoked
+#: resources' releases (or less, once nothing is releasing): what is released by
+#: then goes to others in the first round instead of the next (rule 9).
+RELEASE_WINDOW_MS = 100
+
 
 @dataclass(frozen=True, slots=True)
 class _LeaderRound:
@@ -187,8 +214,17 @@ class _LeaderRound:
 class MemberMachine:
     """One member's view of its group (see the module docstring for the rules)."""
 
-    def __init__(self, config: MemberConfig, catalog: Catalog | None = None) -> None:
+    def __init__(
+        self,
+        config: MemberConfig,
+        catalog: Catalog | None = None,
+        *,
+        confirm_release: bool = False,
+    ) -> None:
         self.config = config
+        #: Revoked resources stay releasing until :meth:`released` (rule 9), not
+        #: only until their ``on_revoked`` callback returns.
+        self._confirm_release = confirm_release
         self._state = State.UNJOINED
         self._generation = NO_GENERATION
         self.leader_id = ""
@@ -208,6 +244,11 @@ class MemberMachine:
         self._next_id = 0
         self._pending = InFlight()
         self._callbacks: set[int] = set()
+        #: on_revoked callbacks running, and what they revoke (released when they
+        #: return unless the application confirms each release: rule 9).
+        self._revoking: dict[int, tuple[Resource, ...]] = {}
+        #: Closing by handing over while revoked resources are released (rule 9).
+        self._handing_over = False
         self._lookup = CoordinatorLookup(config.connect_timeout_ms, self._backoff)
         #: Rejoin wanted (reason), acted on once no callback is running.
         self._rejoin_reason: str | None = None
@@ -259,6 +300,11 @@ class MemberMachine:
         return self._owned.resources
 
     @property
+    def releasing(self) -> frozenset[Resource]:
+        """Revoked resources whose work has not stopped yet (rule 9)."""
+        return self._owned.releasing
+
+    @property
     def owned_generation(self) -> int:
         """The generation :attr:`owned` was assigned in (``-1``: nothing owned)."""
         return self._owned.generation
@@ -270,7 +316,8 @@ class MemberMachine:
 
     @property
     def _departing_tag(self) -> dict[str, str]:
-        return {LEAVING_TAG: "1"} if self._departing_until is not None else {}
+        departing = self._departing_until is not None or self._handing_over
+        return {LEAVING_TAG: "1"} if departing else {}
 
     @property
     def is_leader(self) -> bool:
@@ -286,6 +333,7 @@ class MemberMachine:
             and not self._callbacks
             and self._rejoin_reason is None
             and not self._follow_up_pending
+            and not self._owned.releasing
         )
 
     @property
@@ -316,6 +364,7 @@ class MemberMachine:
             and self._lookup.known
             and not self._callbacks
             and not self._pending.rebalancing
+            and not (self._rebalance_mode == "eager" and self._owned.releasing)
         ):
             candidates.append(self._join_at)
         if self._heartbeat.next_at is not None and self._may_heartbeat():
@@ -398,6 +447,9 @@ class MemberMachine:
             return self._drain(now)
         if pending.kind == "leave":
             self._finish_close()
+        elif self.state is State.LEAVING:
+            # Rule 9: keep trying until the session rules give up.
+            self._heartbeat.failed(now, self._backoff)
         elif pending.beside_held and pending.kind == "heartbeat" and error.retriable:
             # The second connection failed: no proof, but the held request goes on.
             self._heartbeat.failed(now, self._backoff)
@@ -411,8 +463,21 @@ class MemberMachine:
     def callback_done(self, now: int, callback_id: int) -> list[Action]:
         self._observe(now)
         self._callbacks.discard(callback_id)
-        if self.state is State.LEAVING and not self._callbacks:
-            self._send_leave_or_close(now)
+        revoked = self._revoking.pop(callback_id, ())
+        if revoked and not self._confirm_release:
+            self._release(revoked)
+        if self.state is State.LEAVING:
+            self._maybe_finish_leaving(now)
+        return self._drain(now)
+
+    def released(self, now: int, resources: Iterable[Resource]) -> list[Action]:
+        """The application stopped working on revoked ``resources`` (rule 9): they
+        may go to another member now.  Others are ignored."""
+        self._observe(now)
+        if self.state not in (State.CLOSED, State.FATAL):
+            self._release(resources)
+            if self.state is State.LEAVING:
+                self._maybe_finish_leaving(now)
         return self._drain(now)
 
     def assignment_done(
@@ -500,9 +565,27 @@ class MemberMachine:
         if self.state in (State.UNJOINED, State.FATAL):
             self._finish_close()
             return self._drain(now)
-        if self._departing_until is not None:
+        if self._departing_until is not None or self._handing_over:
             return self._drain(now)  # already handing over
-        if self._may_hand_over():
+        if self._confirm_release and self._may_hand_over_releasing():
+            # Rule 9: revoke everything now; each resource goes to another member
+            # in the round after its work stopped, the slowest holds back no other.
+            self._handing_over = True
+            log.info(
+                "member.handing_over",
+                group=self.config.group_id,
+                member_id=self.member_id,
+                count=len(self.owned),
+            )
+            if self.owned:
+                self._revoke(sorted_resources(self.owned), self.generation)
+            if self.state is State.STABLE:
+                self._to_joining(now, "closing: handing resources over first", immediately=True)
+                self._join_at = now + RELEASE_WINDOW_MS
+            else:
+                self._request_rejoin("closing: handing resources over first")
+            return self._drain(now)
+        if not self._confirm_release and self._may_hand_over():
             # Rule 7: a rebalance in which this member takes nothing, so that the
             # others get its resources (cooperatively) while it still works on them.
             self._departing_until = now + self._hand_over_ms()
@@ -532,6 +615,19 @@ class MemberMachine:
             and self._rebalance_mode == "cooperative"
         )
 
+    def _may_hand_over_releasing(self) -> bool:
+        alone = self.is_leader and self._group_size == 1
+        return (
+            self._leave_on_close
+            and not alone
+            and self.config.reassign_delay_ms == 0
+            and self.state in (State.STABLE, State.JOINING, State.ASSIGNING, State.SYNCING)
+            and bool(self._owned)
+            and self._generation.is_valid
+            and self._lookup.known
+            and self._rebalance_mode == "cooperative"
+        )
+
     def _hand_over_ms(self) -> int:
         """How long a hand-over may take before the member just leaves: enough for
         the others to notice the rebalance at a heartbeat, and the two rounds."""
@@ -546,15 +642,25 @@ class MemberMachine:
 
     def _leave_now(self, now: int) -> None:
         self._departing_until = None
+        self._handing_over = False
         self._pending.clear()
         self._leader_round = None
-        if self.owned:
+        if self._owned:
             if self._generation.is_valid:
                 self._revoke(sorted_resources(self.owned), self.generation)
             else:
                 self._lose("closing without a valid generation")
         self._enter(State.LEAVING)
-        if not self._callbacks:
+        # Heartbeats go on while anything is releasing (rule 9), on their schedule.
+        self._heartbeat.expedited = False
+        if self._heartbeat.next_at is None:
+            self._heartbeat.schedule(now)
+        self._maybe_finish_leaving(now)
+        self._progress_leaving(now)
+
+    def _maybe_finish_leaving(self, now: int) -> None:
+        """LEAVING: leave (or close) once no callback runs and nothing is releasing."""
+        if not self._callbacks and not self._owned.releasing:
             self._send_leave_or_close(now)
 
     # --- progress -----------------------------------------------------------
@@ -573,7 +679,10 @@ class MemberMachine:
         return out
 
     def _progress(self, now: int) -> None:
-        if self.state in (State.CLOSED, State.FATAL, State.UNJOINED, State.LEAVING):
+        if self.state is State.LEAVING:
+            self._progress_leaving(now)
+            return
+        if self.state in (State.CLOSED, State.FATAL, State.UNJOINED):
             return
         session_end = self._session_end()
         if session_end is not None and now >= session_end and self._pending.rebalancing:
@@ -607,6 +716,17 @@ class MemberMachine:
             # Handed over (or out of time: revoke what is left): leave.
             self._leave_now(now)
             return
+        if (
+            self._handing_over
+            and not self._owned
+            and not self._callbacks
+            and not self._pending.rebalancing
+            and self.state is not State.ASSIGNING
+        ):
+            # Everything released (rule 9); never with a round of its own in flight
+            # (its answer may name this member leader: rule 7).
+            self._leave_now(now)
+            return
         delay_over = self._delay.next_at
         if (
             self.state is State.STABLE
@@ -629,9 +749,41 @@ class MemberMachine:
             return
         if self.state is State.JOINING:
             self._maybe_send_join(now)
+            session_end = self._session_end()
+            if session_end is not None and now >= session_end and self._pending.rebalancing:
+                # The JoinGroup just sent binds the session to the round floor
+                # (heartbeat.py, rule 3), which may be past already.
+                self._lose("no answer proved the session in time")
         due = self._heartbeat.next_at
         if self._may_heartbeat() and due is not None and now >= due:
             self._send_heartbeat(now)
+
+    def _progress_leaving(self, now: int) -> None:
+        """LEAVING (rule 9): heartbeat while callbacks run or resources are
+        releasing, so that the session outlives them; a session that ends all the
+        same loses what is left and closes without LeaveGroup."""
+        if self._leave_sent or self.state is not State.LEAVING:
+            return
+        session_end = self._session_end()
+        if session_end is not None and now >= session_end:
+            log.warning(
+                "member.session_lost",
+                group=self.config.group_id,
+                member_id=self.member_id,
+                generation=self.generation,
+                while_closing=True,
+            )
+            self._session_ended_while_leaving()
+            self._maybe_finish_leaving(now)
+            return
+        due = self._heartbeat.next_at
+        if self._may_heartbeat() and due is not None and now >= due:
+            self._send_heartbeat(now)
+
+    def _session_ended_while_leaving(self) -> None:
+        self._lose("the session ended while closing")
+        self._generation = self._generation.reset()
+        self._heartbeat.forget_proof()
 
     def _connect_deadline(self) -> int | None:
         """When to give up finding the first coordinator (``connect_timeout_ms``)."""
@@ -649,7 +801,10 @@ class MemberMachine:
         if self._pending.rebalancing:
             # Rule 4: beside a held JoinGroup/SyncGroup, only answered heartbeats
             # prove the session; they matter only while something is owned.
-            return bool(self.owned) and self.state in (State.JOINING, State.SYNCING)
+            return bool(self._owned) and self.state in (State.JOINING, State.SYNCING)
+        if self.state is State.LEAVING:
+            # Rule 9: until the last callback returned and the last release came.
+            return not self._leave_sent and bool(self._callbacks or self._owned.releasing)
         return self.state in (State.JOINING, State.ASSIGNING, State.STABLE)
 
     def _session_end(self) -> int | None:
@@ -660,9 +815,14 @@ class MemberMachine:
             State.JOINING,
             State.SYNCING,
             State.FINDING_COORDINATOR,
+            State.LEAVING,
         ):
             return None
-        if self._pending.rebalancing and not self.owned:
+        if self.state is State.LEAVING and (
+            self._leave_sent or not (self._callbacks or self._owned.releasing)
+        ):
+            return None
+        if self._pending.rebalancing and not self._owned:
             return None  # the coordinator holds the request; nothing is at stake
         return self._heartbeat.session_end(rebalancing=self._pending.rebalancing)
 
@@ -716,6 +876,8 @@ class MemberMachine:
             or self._callbacks
             or now < self._join_at
             or self._pending.rebalancing
+            # Eager: nothing may be owned by anyone while the group rebalances (rule 9).
+            or (self._rebalance_mode == "eager" and self._owned.releasing)
         ):
             return
         try:
@@ -854,9 +1016,12 @@ class MemberMachine:
         self._out.append(InvokeCallback(self._next_id, kind, resources, gen, self.owned))
 
     def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
-        self._report_revoked(self._owned.give_up(resources), generation)
+        self._report_revoked(self._owned.start_release(resources), generation)
 
     def _report_revoked(self, resources: tuple[Resource, ...], generation: int) -> None:
+        """``resources`` are releasing: tell the application (rule 9)."""
+        if not resources:
+            return
         log.info(
             "member.revoking",
             group=self.config.group_id,
@@ -864,11 +1029,42 @@ class MemberMachine:
             generation=generation,
         )
         self._callback("on_revoked", resources, generation)
+        self._revoking[self._next_id] = resources
+
+    def _release(self, resources: Iterable[Resource]) -> None:
+        """Revoked resources whose work stopped: no longer reported (rule 9)."""
+        done = self._owned.released(resources)
+        if not done:
+            return
+        if self._handing_over and not self._owned.releasing:
+            self._join_at = 0  # the release window is over (RELEASE_WINDOW_MS)
+        log.info(
+            "member.released",
+            group=self.config.group_id,
+            count=len(done),
+            releasing=len(self._owned.releasing),
+        )
+        # A cooperative JoinGroup already sent reported them: the round after it
+        # hands them out (a JoinGroup not yet sent leaves them out anyway).
+        if (
+            self._confirm_release
+            and self._rebalance_mode == "cooperative"
+            and (
+                self.state in (State.STABLE, State.ASSIGNING, State.SYNCING)
+                or (self.state is State.JOINING and self._pending.rebalancing)
+            )
+        ):
+            self._request_rejoin(f"released {len(done)} revoked resources")
 
     def _lose(self, reason: str) -> None:
         if not self._owned:
             return
-        lost, generation = self._owned.lose()
+        owned, releasing, generation = self._owned.lose()
+        # Work still stopping on revoked resources must stop at once too; without
+        # confirmed releases their on_revoked callbacks still run and say so.
+        lost = sorted_resources({*owned, *releasing}) if self._confirm_release else owned
+        if not lost:
+            return
         log.warning(
             "member.resources_lost",
             group=self.config.group_id,
@@ -1109,9 +1305,12 @@ class MemberMachine:
         self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
         self._follow_up_pending = data.pending
         data = self._without_foreign_resources(data)
+        if self._handing_over and data.assigned:
+            # Closing (rule 9): take nothing; the next round hands it to others.
+            data = replace(data, assigned=(), rejoin=True)
         assigned = frozenset(data.assigned)
         # Two changes, each reported with what is owned right after it.
-        revoked = self._owned.give_up(self.owned - assigned)
+        revoked = self._owned.start_release(self.owned - assigned)
         if revoked:
             self._report_revoked(revoked, self.generation)
         added = self._owned.assign(data.assigned, self.generation)
@@ -1149,6 +1348,9 @@ class MemberMachine:
         if not self._generation.answers_to(pending.generation):
             return
         code = result.error
+        if self.state is State.LEAVING:
+            self._on_leaving_heartbeat(now, pending, code)
+            return
         if code is ErrorCode.NONE:
             self._heartbeat.succeeded()
             self._proved_alive(now, pending)
@@ -1161,6 +1363,21 @@ class MemberMachine:
         elif self._common_error(now, code, "Heartbeat"):
             return
         else:
+            self._heartbeat.failed(now, self._backoff)
+
+    def _on_leaving_heartbeat(self, now: int, pending: Pending, code: ErrorCode) -> None:
+        """LEAVING (rule 9): a heartbeat only keeps the session; the member no
+        longer rejoins, so a lost membership ends it (what is left is lost)."""
+        if code in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS):
+            self._heartbeat.succeeded()
+            self._proved_alive(now, pending)
+        elif code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION) or (
+            code in _FATAL_CODES
+        ):
+            log.warning("member.session_lost", group=self.config.group_id, error=code.name)
+            self._session_ended_while_leaving()
+            self._maybe_finish_leaving(now)
+        else:  # coordinator moved or busy: retry; the session rules bound it
             self._heartbeat.failed(now, self._backoff)
 
     # --- the leader's part ----------------------------------------------------

@@ -33,6 +33,11 @@ Isolation = Literal["process"] | None
 DEFAULT_MAX_HEARTBEAT_MS = 500
 #: The resource kind of a leader's group (its one key is the leader's name).
 LEADER_KIND = "leader"
+#: Time beyond a handler's grace period for its cancellation (a task unwinding,
+#: a child process terminated then killed) and the member's release.  A grace
+#: period plus this must fit in the rebalance timeout: an eager rebalance, or one
+#: that meets a closing member, waits that long for the revocation to end.
+STOP_MARGIN_MS = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +119,7 @@ class Settings:
             raise ConfigError(f"request_timeout_ms must be > 0, got {self.request_timeout_ms}")
         if self.grace_ms < 0:
             raise ConfigError(f"grace_ms must be >= 0, got {self.grace_ms}")
+        check_grace(self.grace_ms, self.rebalance_timeout_ms, "grace_ms")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be 0-65535, got {self.metrics_port}")
         self.security()
@@ -329,8 +335,16 @@ class App:
     def group_id(self, name: str) -> str:
         return f"{self.name}.{name}"
 
-    def check(self) -> None:
-        """Raise :class:`ConfigError` if the app cannot run as declared."""
+    def check(self, settings: Settings | None = None) -> None:
+        """Raise :class:`ConfigError` if the app cannot run as declared (with
+        ``settings``, default the app's own: every grace period fits in the
+        rebalance timeout)."""
+        limit_ms = (settings or self.settings).rebalance_timeout_ms
+        for worker in self.workers.values():
+            if worker.grace_ms is not None:
+                check_grace(worker.grace_ms, limit_ms, f"worker {worker.kind!r} grace_ms")
+        for leader in self.leaders.values():
+            check_grace(leader.grace_ms, limit_ms, f"leader {leader.name!r} grace_ms")
         if not self.workers and not self.leaders:
             raise ConfigError(f"app {self.name!r} declares no @app.worker and no @app.leader")
         missing = sorted(set(self.workers) - set(self.sources))
@@ -355,6 +369,17 @@ class App:
     def _check_free(self, name: str) -> None:
         if name in self.workers or name in self.leaders:
             raise ConfigError(f"{name!r} is declared twice (worker kinds and leaders share names)")
+
+
+def check_grace(grace_ms: int, rebalance_timeout_ms: int, what: str) -> None:
+    """A grace period, plus the cancellation margin, must fit in the rebalance
+    timeout: a rebalance waits that long for a revoked handler to stop."""
+    if grace_ms + STOP_MARGIN_MS > rebalance_timeout_ms:
+        raise ConfigError(
+            f"{what} ({grace_ms}) plus {STOP_MARGIN_MS} ms to cancel the handler must fit in "
+            f"rebalance_timeout_ms ({rebalance_timeout_ms}): raise rebalance_timeout_ms to at "
+            f"least {grace_ms + STOP_MARGIN_MS} or shorten the grace period"
+        )
 
 
 def _check_isolation(isolation: object) -> None:

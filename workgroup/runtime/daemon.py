@@ -1,8 +1,23 @@
-"""Running an app as a process: signals, exit codes, importing ``module:app``."""
+"""Running an app as a process: signals, exit codes, importing ``module:app``.
+
+Rules:
+
+1. The first SIGINT or SIGTERM stops the app gracefully: each handler gets its
+   grace period, each member keeps its session until its revoked resources are
+   released, then leaves (dynamic members, ``--leave-on-stop``) or just stops
+   (static members keep their place for a restart).  A second signal exits at
+   once (status 130), nothing revoked.
+2. A handler thread still running after the stop (it outlived its grace period
+   and the member's close timeout) cannot be stopped and would keep the process
+   alive: the daemon logs ``app.threads_abandoned`` and ends the process, which
+   ends the thread.  Its member sent no LeaveGroup, so its resource moves only
+   when the session expires, after the thread is gone.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import signal
@@ -56,11 +71,29 @@ async def serve_until_signalled(app: App, settings: Settings) -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
+    runner = AppRunner(app, settings)
     try:
-        await AppRunner(app, settings).run(stop)
+        await runner.run(stop)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
+        threads = [r for group in runner.groups for r in group.running_threads()]
+        if threads:  # rule 2
+            log.error(
+                "app.threads_abandoned",
+                app=app.name,
+                count=len(threads),
+                first=[f"{kind}/{key}" for kind, key in threads[:3]],
+                why="handler threads outlived their grace period; ending the process ends them",
+            )
+            _flush_and_exit(0 if sys.exc_info()[0] is None else 1)
+
+
+def _flush_and_exit(status: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 def run_app(app: App, settings: Settings) -> None:

@@ -4,7 +4,9 @@ Rules:
 
 1. The handler starts once the lease has its token (see :meth:`Lease.acquire`).
    A coroutine function runs as a task in the event loop; a plain function in a
-   worker thread, so blocking work does not hold up heartbeats.
+   thread of its own (a daemon thread, not the event loop's default executor:
+   a dozen blocking handlers would take all its workers, and the member's
+   assignor and callbacks wait there), so blocking work holds up nothing.
 2. A handler that returns is done: the resource stays owned, nothing runs on it
    until it moves.  A handler that raises is logged in one line
    (``worker.failed``) and started again after an exponential back-off, while
@@ -14,13 +16,22 @@ Rules:
    task is cancelled.  A thread cannot be killed: a plain function that
    outlives the grace period is reported (``worker.outlived_grace``), and its
    lease refuses every commit.
+4. :meth:`HandlerRun.wait_finished` returns only once nothing runs any more:
+   the task is done (a child process reaped, see ``isolation.py``) and no
+   thread runs the handler.  A thread that outlived its grace period is
+   reported again every ``OUTLIVED_LOG_EVERY_S`` with how long it has run on;
+   the resource is not released before it ends (the runner's rule).
+5. A run started ``after`` another run of the same resource (handed back while
+   the old one was still stopping) takes its lease only once that one finished.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +46,11 @@ from workgroup.runtime.lease import Lease
 log = get_logger(__name__)
 
 Handler = Callable[[Lease], Awaitable[Any] | Any]
+
+#: How often a thread that outlived its grace period is reported again (rule 4).
+OUTLIVED_LOG_EVERY_S = 10.0
+#: How often :meth:`HandlerRun.wait_finished` looks whether the thread ended.
+THREAD_POLL_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +93,10 @@ class HandlerRun:
         restart: RestartPolicy,
         stats: HandlerStats,
         on_acquired: Callable[[Lease], None] | None = None,
+        after: HandlerRun | None = None,
     ) -> None:
         self.lease = lease
+        self._after = after
         self._handler = handler
         self._name = name
         self._restart = restart
@@ -103,6 +121,52 @@ class HandlerRun:
         finally:
             await self.lease.close()
 
+    @property
+    def thread_running(self) -> bool:
+        """A worker thread still runs the (plain function) handler."""
+        return self._thread_running
+
+    @property
+    def finished(self) -> bool:
+        """Nothing runs any more (rule 4)."""
+        task_done = self._task is None or self._task.done()
+        return task_done and not self._thread_running
+
+    async def wait_finished(self) -> None:
+        """Return once nothing runs any more (rule 4); call after :meth:`stop`."""
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.wait({task})
+        if not self._thread_running:
+            return
+        loop = asyncio.get_running_loop()
+        since = loop.time()
+        reported = since
+        while self._thread_running:
+            await asyncio.sleep(THREAD_POLL_S)
+            if loop.time() - reported >= OUTLIVED_LOG_EVERY_S:
+                reported = loop.time()
+                log.warning(
+                    "worker.outlived_grace",
+                    handler=self._name,
+                    kind=self.lease.kind,
+                    key=self.lease.key,
+                    outlived_s=round(reported - since, 1),
+                    why="a thread cannot be stopped: the resource is released when it returns",
+                )
+        log.info(
+            "worker.thread_ended",
+            handler=self._name,
+            kind=self.lease.kind,
+            key=self.lease.key,
+            after_s=round(loop.time() - since, 1),
+        )
+
+    def cut_short(self) -> None:
+        """Cancel the handler now (its resource was lost while it was stopping)."""
+        if self._task is not None:
+            self._task.cancel()
+
     async def _stop_task(self, grace_s: float) -> None:
         task = self._task
         if task is None or task.done():
@@ -123,6 +187,9 @@ class HandlerRun:
 
     async def _main(self) -> None:
         lease = self.lease
+        if self._after is not None:
+            await self._after.wait_finished()  # rule 5
+            self._after = None
         try:
             if lease.role == "active":  # a standby takes no token
                 await lease.acquire()
@@ -165,13 +232,43 @@ class HandlerRun:
         if inspect.iscoroutinefunction(self._handler) or inspect.iscoroutinefunction(call):
             await self._handler(self.lease)
             return
-        result = await asyncio.to_thread(self._in_thread)
+        result = await self._in_own_thread()
         if inspect.isawaitable(result):
             await result
 
-    def _in_thread(self) -> Any:
-        # Cleared by the thread itself: cancelling the awaiting task does not stop it.
+    async def _in_own_thread(self) -> Any:
+        """Run the handler in a daemon thread of its own (rule 1); the result."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        context = contextvars.copy_context()
+
+        def settle(outcome: Callable[[], Any]) -> None:
+            if not future.done():  # cancelled: the grace period was over
+                outcome()
+
+        def target() -> None:
+            try:
+                result = context.run(self._in_thread)
+            except BaseException as exc:
+                error = exc
+                answer = lambda: settle(lambda: future.set_exception(error))  # noqa: E731
+            else:
+                answer = lambda: settle(lambda: future.set_result(result))  # noqa: E731
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(answer)
+
+        # Set before the thread starts, cleared by the thread itself: cancelling
+        # the awaiting task does not stop it.
         self._thread_running = True
+        name = f"workgroup-handler-{self.lease.kind}/{self.lease.key}"
+        try:
+            threading.Thread(target=target, name=name, daemon=True).start()
+        except BaseException:
+            self._thread_running = False
+            raise
+        return await future
+
+    def _in_thread(self) -> Any:
         try:
             return self._handler(self.lease)
         finally:

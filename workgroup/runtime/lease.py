@@ -21,9 +21,10 @@ Rules:
    again (with back-off) while the lease is held, up to ``commit_timeout_s``.
 4. A *revoked* lease may still commit during its grace period, so that the
    step in flight can record where it ended (as a Kafka consumer commits in
-   ``onPartitionsRevoked``): the resource moves only once the handler has
-   returned, and the coordinator still checks the member.  A lost or fenced
-   lease never sends.
+   ``onPartitionsRevoked``): the resource moves only once its handler has
+   finished (returned, cancelled at the end of the grace period, its thread
+   returned, its child process reaped; see the runner's rules), and the
+   coordinator still checks the member.  A lost or fenced lease never sends.
 """
 
 from __future__ import annotations

@@ -1,5 +1,25 @@
 """Running an :class:`~workgroup.runtime.app.App`: one group member per worker kind
-and per leader, a lease and a handler per owned resource."""
+and per leader, a lease and a handler per owned resource.
+
+Rules:
+
+1. A revoked resource is released to the group (``GroupMember.release_done``)
+   only once its own handler has finished: returned, or cancelled at the end of
+   its grace period and its task done (a child process reaped).  Each resource
+   on its own: a slow handler holds back no other resource.  Until then the
+   member keeps claiming it, so no other member starts it.
+2. A plain-function handler whose thread outlives its grace period keeps its
+   resource claimed until the thread returns (``worker.outlived_grace`` again
+   every ``OUTLIVED_LOG_EVERY_S``).  When the process stops with such a thread,
+   the member stops without LeaveGroup after its close timeout (grace +
+   ``STOP_MARGIN_MS``, at least 10 s), and the daemon ends the process, which
+   ends the thread (``app.threads_abandoned``): the coordinator hands the
+   resource out only after the session expired, when the thread is gone.
+3. A lost resource (session expired, fatal error) is stopped at once, including
+   one still stopping after its revocation; nothing is released for it.
+4. A resource handed back while its old handler still stops gets a new handler
+   that starts once the old one has finished.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +40,7 @@ from workgroup.log import get_logger
 from workgroup.member.driver import GroupMember
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
 from workgroup.protocol.protocol import Protocol
-from workgroup.runtime.app import LEADER_KIND, App, ResourceFunction, Settings
+from workgroup.runtime.app import LEADER_KIND, STOP_MARGIN_MS, App, ResourceFunction, Settings
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.http import MetricsServer
@@ -79,6 +99,9 @@ class GroupRunner:
         #: The slot of every key of the catalog (a function of the key alone).
         self._slots: dict[Key, Slot] = {}
         self.runs: dict[Resource, HandlerRun] = {}
+        #: Revoked, their handlers still stopping (rule 1).
+        self.stopping: dict[Resource, HandlerRun] = {}
+        self._releases: set[asyncio.Task[None]] = set()
         self._standbys = standbys
         protocols = [Protocol.of(name) for name in assignors]
         kinds = [kind]
@@ -108,9 +131,12 @@ class GroupRunner:
             on_revoked=self._revoked,
             on_lost=self._lost,
             on_callback_error="fail",
-            close_timeout_ms=max(int(grace_s * 1000) + 5_000, 10_000),
+            # Rule 2: every handler gets its grace and the cancellation margin
+            # (and the hand-over rounds at least 10 s).
+            close_timeout_ms=max(int(grace_s * 1000) + STOP_MARGIN_MS, 10_000),
             security=settings.security(),
             reassign_delay_ms=reassign_delay_ms,
+            confirm_release=True,
         )
         self._store = MemberSlotStore(self.member)
         self._settings = settings
@@ -211,6 +237,7 @@ class GroupRunner:
                 restart=self._restart,
                 stats=self._stats,
                 on_acquired=self._record_acquired,
+                after=self.stopping.pop(resource, None),  # rule 4
             )
             self.runs[resource] = run
             run.start()
@@ -224,9 +251,47 @@ class GroupRunner:
             self._events.record("acquired", self.group_id, lease.kind, lease.key, lease.token)
 
     async def _revoked(self, resources: tuple[Resource, ...], generation: int) -> None:
-        await self._stop(resources, "revoked", self._grace_s, generation)
+        """Stop each revoked handler in the background; release each resource
+        once its own handler has finished (rule 1)."""
+        idle: list[Resource] = []
+        for resource in resources:
+            run = self.runs.pop(resource, None)
+            if run is None:
+                idle.append(resource)  # nothing was started for it
+                continue
+            self.stopping[resource] = run
+            task = asyncio.create_task(
+                self._stop_and_release(resource, run, generation),
+                name=f"workgroup-release-{resource[0]}/{resource[1]}",
+            )
+            self._releases.add(task)
+            task.add_done_callback(self._releases.discard)
+        if idle:
+            self.member.release_done(idle)
+
+    async def _stop_and_release(self, resource: Resource, run: HandlerRun, generation: int) -> None:
+        try:
+            await run.stop("revoked", self._grace_s, generation=generation)
+        except Exception as exc:  # closing the lease failed: the handler still stops
+            log.error(
+                "worker.stop_failed",
+                group=self.group_id,
+                key=resource[1],
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        await run.wait_finished()  # a thread that outlived its grace, a child being reaped
+        if self.stopping.get(resource) is not run:
+            return  # lost meanwhile (rule 3), or handed back (rule 4)
+        del self.stopping[resource]
+        self._ended(resource, run, "revoked")
+        self.member.release_done((resource,))
 
     async def _lost(self, resources: tuple[Resource, ...], generation: int) -> None:
+        for resource in resources:
+            stopping = self.stopping.pop(resource, None)
+            if stopping is not None:  # rule 3
+                stopping.cut_short()
+                self._ended(resource, stopping, "lost")
         await self._stop(resources, "lost", 0.0)
 
     async def _stop(
@@ -241,30 +306,46 @@ class GroupRunner:
             generation = self.member.generation  # stopping: the current one
         await asyncio.gather(*(run.stop(event, grace_s, generation=generation) for _, run in runs))
         for resource, run in runs:
-            self._assigned_at.pop(resource, None)
-            if run.started:
-                self._metrics.lease_ended(self.group_id, run.lease.kind, run.lease.role)
-            if self._events is not None and run.lease.token and run.lease.role == "active":
-                self._events.record(
-                    "revoked" if event == "revoked" else "lost",
-                    self.group_id,
-                    run.lease.kind,
-                    run.lease.key,
-                    run.lease.token,
-                )
+            self._ended(resource, run, event)
+
+    def _ended(self, resource: Resource, run: HandlerRun, event: str) -> None:
+        self._assigned_at.pop(resource, None)
+        if run.started:
+            self._metrics.lease_ended(self.group_id, run.lease.kind, run.lease.role)
+        if self._events is not None and run.lease.token and run.lease.role == "active":
+            self._events.record(
+                "revoked" if event == "revoked" else "lost",
+                self.group_id,
+                run.lease.kind,
+                run.lease.key,
+                run.lease.token,
+            )
 
     def _resource_kind(self, lease: Lease) -> str:
         return standby_kind(lease.kind) if lease.role == "standby" else lease.kind
 
     async def stop_all(self, why: str) -> None:
         await self._stop(tuple(self.runs), "lost" if why == "lost" else "revoked", self._grace_s)
+        # Revoked handlers the member stopped waiting for (rule 2): cancel what can be.
+        for run in self.stopping.values():
+            run.cut_short()
+        if self._releases:
+            await asyncio.wait(self._releases, timeout=1.0)
+        for task in list(self._releases):  # only threads still run: abandoned
+            task.cancel()
+        await asyncio.gather(*self._releases, return_exceptions=True)
+
+    def running_threads(self) -> list[Resource]:
+        """Resources whose handler thread still runs (it cannot be stopped)."""
+        runs = [*self.runs.items(), *self.stopping.items()]
+        return [resource for resource, run in runs if run.thread_running]
 
 
 class AppRunner:
     """Runs every group of an app until asked to stop."""
 
     def __init__(self, app: App, settings: Settings) -> None:
-        app.check()
+        app.check(settings)
         self.app = app
         self.settings = settings
         self.metrics = RuntimeMetrics()

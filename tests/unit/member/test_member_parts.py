@@ -28,6 +28,8 @@ def test_cooperative_reports_what_is_owned_eager_what_was_revoked() -> None:
     assert owned.report("cooperative") == ((A, B), 5)
     assert owned.report("eager") == ((), -1)
     assert owned.give_up_before_eager_join() == ((A, B), 5)
+    assert owned.releasing == {A, B}  # until the application stopped their work
+    assert owned.released([A, B]) == (A, B)
     assert not owned
     assert owned.report("eager") == ((A, B), 5)
     assert owned.report("cooperative") == ((), -1)
@@ -40,7 +42,7 @@ def test_lose_forgets_the_eager_report_too() -> None:
     owned.assign([A], 2)
     owned.give_up_before_eager_join()
     owned.assign([B], 3)
-    assert owned.lose() == ((B,), 3)
+    assert owned.lose() == ((B,), (A,), 3)
     assert owned.report("eager") == ((), -1)
     assert not owned
 
@@ -116,3 +118,19 @@ def test_in_flight_requests_answer_once_and_know_what_the_coordinator_holds() ->
     requests.clear()
     assert requests.pop(1) is None
     assert not requests.has("heartbeat", "join", "sync", "leave")
+
+
+def test_releasing_resources_are_reported_until_released_and_owned_again_if_reassigned() -> None:
+    owned = Ownership()
+    owned.assign([A, B, C], 4)
+    assert owned.start_release([A, B]) == (A, B)
+    assert owned.resources == {C}
+    assert owned.releasing == {A, B}
+    assert owned.report("cooperative") == ((A, B, C), 4)  # still claimed: withheld
+    assert owned.released([A, C]) == (A,)  # C is owned, not releasing
+    assert owned.report("cooperative") == ((B, C), 4)
+    assert owned.assign([B, C], 5) == (B,)  # handed back: owned again
+    assert not owned.releasing
+    owned.start_release([B])
+    assert owned.lose() == ((C,), (B,), 5)
+    assert not owned

@@ -8,6 +8,7 @@ import pytest
 
 import workgroup
 from workgroup.errors import ConfigError
+from workgroup.runtime.app import Settings
 from workgroup.runtime.config import resolve
 from workgroup.runtime.daemon import load_app
 
@@ -171,3 +172,23 @@ def test_the_session_margin_and_request_timeout_are_settings(tmp_path: Path) -> 
         resolve(
             app.settings, flags={}, environ={"WORKGROUP_REQUEST_TIMEOUT_MS": "0"}, config_file=None
         )
+
+
+def test_a_grace_period_must_fit_in_the_rebalance_timeout_with_the_cancellation_margin() -> None:
+    # Longer than the session (the default) is fine: the member heartbeats meanwhile.
+    settings = Settings(session_timeout_ms=6_000, grace_ms=10_000).validated()
+    assert settings.grace_ms > settings.session_timeout_ms
+    with pytest.raises(ConfigError, match=r"grace_ms \(56000\).*rebalance_timeout_ms \(60000\)"):
+        Settings(grace_ms=56_000).validated()
+    app = workgroup.App("billing", rebalance_timeout_ms=20_000)
+
+    @app.resources("invoice")
+    def invoices() -> list[str]:
+        return ["a"]
+
+    @app.worker("invoice", grace_ms=16_000)
+    async def handle(lease: workgroup.Lease) -> None: ...
+
+    with pytest.raises(ConfigError, match=r"worker 'invoice' grace_ms \(16000\)"):
+        app.check()
+    app.check(app.settings.with_overrides(rebalance_timeout_ms=21_000))

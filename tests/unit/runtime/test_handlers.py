@@ -131,3 +131,60 @@ async def test_a_blocked_thread_is_reported_and_its_lease_refuses_commits() -> N
     release.set()
     assert any(e["event"] == "worker.outlived_grace" for e in logs)
     assert held.revoked
+
+
+async def test_a_thread_past_its_grace_period_is_finished_only_when_it_returns() -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def handler(lease: Lease) -> None:
+        started.set()
+        release.wait(10)
+
+    run = run_of(lease(FakeStore()), handler)
+    run.start()
+    assert await asyncio.to_thread(started.wait, 5)
+    assert threading.current_thread().daemon is False  # the loop's own thread
+    handler_threads = [t for t in threading.enumerate() if t.name.startswith("workgroup-handler")]
+    assert handler_threads
+    assert all(t.daemon for t in handler_threads)  # the process may end with them
+    await run.stop("revoked", grace_s=0.05)
+    assert run.thread_running
+    assert not run.finished
+    finished = asyncio.create_task(run.wait_finished())
+    await asyncio.sleep(0.1)
+    assert not finished.done()  # the resource may not be released yet
+    release.set()
+    await asyncio.wait_for(finished, 5)
+    assert run.finished
+
+
+async def test_a_run_handed_back_starts_only_after_the_old_run_finished() -> None:
+    events: list[str] = []
+    old_started, new_started = asyncio.Event(), asyncio.Event()
+
+    async def slow(lease: Lease) -> None:
+        events.append("old start")
+        old_started.set()
+        try:
+            await lease.wait_revoked()
+            await asyncio.sleep(0.2)  # its step, within the grace period
+        finally:
+            events.append("old end")
+
+    async def handler(lease: Lease) -> None:
+        events.append("new start")
+        new_started.set()
+        await lease.wait_revoked()
+
+    store = FakeStore()
+    old = run_of(lease(store), slow)
+    old.start()
+    await asyncio.wait_for(old_started.wait(), 5)
+    stopping = asyncio.create_task(old.stop("revoked", grace_s=1.0))
+    new = HandlerRun(lease(store), handler, name="g", restart=FAST, stats=HandlerStats(), after=old)
+    new.start()
+    await stopping
+    await asyncio.wait_for(new_started.wait(), 5)
+    assert events == ["old start", "old end", "new start"]
+    await new.stop("revoked", grace_s=1.0)

@@ -1,0 +1,286 @@
+"""Per-resource release (the member machine's rule 9), with a fake clock.
+
+A revoked resource stays claimed until the application says its work stopped;
+a closing member heartbeats meanwhile and leaves only after the last release.
+"""
+
+from __future__ import annotations
+
+from member_sim import StickyTestAssignor
+
+from workgroup.errors import ErrorCode
+from workgroup.kafka.messages import (
+    Heartbeat,
+    HeartbeatResult,
+    JoinGroup,
+    JoinGroupResult,
+    LeaveGroup,
+    LeaveGroupResult,
+    SyncGroup,
+    SyncGroupResult,
+)
+from workgroup.member.actions import Action, Closed, InvokeCallback, SendRequest
+from workgroup.member.config import MemberConfig
+from workgroup.member.leader import LEAVING_TAG, plan_round, withholding_claims
+from workgroup.member.state import RELEASE_WINDOW_MS, MemberMachine
+from workgroup.member.transitions import State
+from workgroup.protocol import AssignmentData, BinaryCodec, MemberMetadata, Protocol
+
+COOPERATIVE = Protocol("sticky", StickyTestAssignor())
+EAGER = Protocol("sticky", StickyTestAssignor(), rebalance="eager")
+CODEC = BinaryCodec()
+CATALOG = {"shard": list(range(6))}
+S0, S1, S2 = ("shard", 0), ("shard", 1), ("shard", 2)
+SESSION_MS = 6_000
+HEARTBEAT_MS = 1_000
+
+
+def make(protocol: Protocol = COOPERATIVE, **kwargs: object) -> MemberMachine:
+    options: dict[str, object] = {
+        "group_id": "g",
+        "protocols": [protocol],
+        "session_timeout_ms": SESSION_MS,
+        "rebalance_timeout_ms": 30_000,
+        "heartbeat_interval_ms": HEARTBEAT_MS,
+    }
+    options.update(kwargs)
+    config = MemberConfig(**options)  # type: ignore[arg-type]
+    return MemberMachine(config, CATALOG, confirm_release=True)
+
+
+def only(actions: list[Action], kind: type) -> list:  # type: ignore[type-arg]
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def sent(actions: list[Action]) -> SendRequest:
+    requests = only(actions, SendRequest)
+    assert len(requests) == 1, actions
+    return requests[0]
+
+
+def ack_callbacks(m: MemberMachine, actions: list[Action], now: int) -> list[Action]:
+    out: list[Action] = []
+    for cb in only(actions, InvokeCallback):
+        out += m.callback_done(now, cb.callback_id)
+    return out
+
+
+def join_and_sync(
+    m: MemberMachine, join: SendRequest, now: int, generation: int, assigned: tuple, **data: object
+) -> list[Action]:
+    actions = m.response(
+        now,
+        join.request_id,
+        JoinGroupResult(ErrorCode.NONE, generation, "workgroup", "sticky.v1", "leader-1", "me-1"),
+    )
+    sync = sent(actions)
+    assert isinstance(sync.request, SyncGroup)
+    blob = CODEC.encode_assignment(
+        AssignmentData(assigned=assigned, generation=generation, **data)  # type: ignore[arg-type]
+    )
+    return m.response(now, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob))
+
+
+def to_stable(m: MemberMachine, owned: tuple = (S0, S1)) -> int:
+    join = sent(m.start(0) + m.coordinator_found(1))
+    ack_callbacks(m, join_and_sync(m, join, 2, 5, owned), 3)
+    assert m.state is State.STABLE
+    return 3
+
+
+def metadata(join: SendRequest) -> MemberMetadata:
+    assert isinstance(join.request, JoinGroup)
+    return CODEC.decode_metadata(join.request.protocols[0][1]).value
+
+
+def heartbeat_until(m: MemberMachine, now: int, until: int) -> tuple[int, list[Action]]:
+    """Answer every heartbeat (NONE) up to ``until``; returns the time and the
+    other actions."""
+    other: list[Action] = []
+    while (next_at := m.next_deadline()) is not None and next_at <= until:
+        now = next_at
+        for action in m.tick(now):
+            if isinstance(action, SendRequest) and isinstance(action.request, Heartbeat):
+                other += m.response(now, action.request_id, HeartbeatResult(ErrorCode.NONE))
+            else:
+                other.append(action)
+    return now, other
+
+
+def test_a_static_member_closing_heartbeats_until_released_then_stops_without_leave() -> None:
+    m = make(instance_id="w-1")
+    now = to_stable(m)
+    actions = m.close(now + 1)
+    (revoked,) = only(actions, InvokeCallback)
+    assert revoked.kind == "on_revoked"
+    assert ack_callbacks(m, actions, now + 2) == []  # the callback returned: still releasing
+    assert m.state is State.LEAVING
+    assert m.releasing == {S0, S1}
+    # The grace period (10 s) is longer than the session (6 s): heartbeats keep it.
+    now, other = heartbeat_until(m, now + 2, now + 10_000)
+    assert other == []
+    assert m.state is State.LEAVING
+    assert only(m.released(now + 1, [S0]), Closed) == []  # one at a time
+    done = m.released(now + 2, [S1])
+    assert only(done, Closed)
+    assert not only(done, SendRequest)  # a static member keeps its place
+
+
+def test_a_dynamic_eager_member_leaves_after_the_last_release() -> None:
+    m = make(EAGER)
+    now = to_stable(m)
+    actions = m.close(now + 1)
+    ack_callbacks(m, actions, now + 2)
+    now, other = heartbeat_until(m, now + 2, now + 8_000)
+    assert other == []
+    assert not only(m.released(now, [S1]), SendRequest)
+    leave = sent(m.released(now + 1, [S0]))
+    assert isinstance(leave.request, LeaveGroup)
+    assert only(m.response(now + 2, leave.request_id, LeaveGroupResult(ErrorCode.NONE)), Closed)
+
+
+def test_a_session_that_ends_while_closing_loses_what_is_still_releasing() -> None:
+    m = make(instance_id="w-1")
+    now = to_stable(m)
+    ack_callbacks(m, m.close(now + 1), now + 2)
+    lost: list[InvokeCallback] = []
+    while not lost:  # no heartbeat is ever answered
+        next_at = m.next_deadline()
+        assert next_at is not None
+        now = next_at
+        lost = [c for c in only(m.tick(now), InvokeCallback) if c.kind == "on_lost"]
+    assert set(lost[0].resources) == {S0, S1}
+    assert now <= 3 + SESSION_MS
+    assert only(ack_callbacks(m, lost, now), Closed)
+
+
+def test_an_eager_member_sends_no_join_while_anything_is_releasing() -> None:
+    m = make(EAGER)
+    now = to_stable(m)
+    hb = sent(m.tick(now + HEARTBEAT_MS))
+    actions = m.response(
+        now + HEARTBEAT_MS, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS)
+    )
+    now += HEARTBEAT_MS
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
+    assert ack_callbacks(m, actions, now) == []
+    now, other = heartbeat_until(m, now, now + 5_000)
+    assert not [a for a in other if isinstance(a, SendRequest)]  # no JoinGroup
+    join = sent(m.released(now, [S0, S1]))
+    assert isinstance(join.request, JoinGroup)
+    assert metadata(join).owned == (S0, S1)  # eager: what it revoked, for stickiness
+
+
+def test_a_cooperative_member_reports_what_it_releases_and_the_leader_withholds_it() -> None:
+    m = make()
+    now = to_stable(m, (S0, S1, S2))
+    # Scale-up: the new assignment takes S2 away (another member joined).
+    hb = sent(m.tick(now + HEARTBEAT_MS))
+    now += HEARTBEAT_MS
+    join = sent(m.response(now, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS)))
+    actions = join_and_sync(m, join, now + 1, 6, (S0, S1))
+    (revoked,) = only(actions, InvokeCallback)
+    assert revoked.kind == "on_revoked"
+    assert revoked.resources == (S2,)
+    follow_up = sent(ack_callbacks(m, actions, now + 2))  # no wait for the handler
+    assert isinstance(follow_up.request, JoinGroup)
+    claims = metadata(follow_up)
+    assert claims.owned == (S0, S1, S2)  # S2 still claimed while its handler stops
+    # The leader withholds S2 from the newcomer while this member claims it.
+    plan = plan_round(
+        ["me-1", "new-1"],
+        {"me-1": [S0, S1], "new-1": [S2]},
+        withholding_claims("cooperative", {"me-1": claims, "new-1": MemberMetadata()}),
+    )
+    assert plan.withheld["new-1"] == (S2,)
+    assert plan.assigned["new-1"] == ()
+    # The handler stops while the follow-up round runs: another round hands it out.
+    assert m.released(now + 3, [S2]) == []
+    actions = join_and_sync(m, follow_up, now + 4, 7, (S0, S1))
+    again = sent(actions)
+    assert isinstance(again.request, JoinGroup)
+    assert metadata(again).owned == (S0, S1)
+    assert not m.settled
+
+
+def test_a_closing_cooperative_member_hands_each_resource_over_once_released() -> None:
+    m = make()
+    now = to_stable(m, (S0, S1, S2))
+    actions = m.close(now + 1)
+    assert [c.kind for c in only(actions, InvokeCallback)] == ["on_revoked"]
+    assert not only(ack_callbacks(m, actions, now + 2), SendRequest)
+    # S0's handler stops at once; the JoinGroup waits a moment for such releases.
+    assert m.released(now + 3, [S0]) == []
+    assert m.next_deadline() == now + 1 + RELEASE_WINDOW_MS
+    join = sent(m.tick(now + 1 + RELEASE_WINDOW_MS))
+    meta = metadata(join)
+    assert dict(meta.tags).get(LEAVING_TAG) == "1"
+    assert meta.owned == (S1, S2)  # S0 goes to another member in this round
+    # S1's handler stops during the round: the next one hands it out.
+    m.released(now + 200, [S1])
+    again = sent(join_and_sync(m, join, now + 201, 6, ()))
+    assert metadata(again).owned == (S2,)
+    actions = join_and_sync(m, again, now + 202, 7, ())
+    assert m.state is State.STABLE
+    assert m.releasing == {S2}
+    assert not only(actions, SendRequest)
+    # S2's handler takes its grace period: heartbeats go on, beyond the session.
+    now, other = heartbeat_until(m, now + 202, now + 12_000)
+    assert not [a for a in other if isinstance(a, SendRequest)]
+    leave = sent(m.released(now + 1, [S2]))
+    assert isinstance(leave.request, LeaveGroup)
+
+
+def test_a_closing_member_whose_handlers_all_stop_at_once_just_leaves() -> None:
+    m = make()
+    now = to_stable(m)
+    actions = m.close(now + 1)
+    assert not only(ack_callbacks(m, actions, now + 2), SendRequest)
+    assert not only(m.released(now + 3, [S0]), SendRequest)
+    leave = sent(m.released(now + 4, [S1]))  # nothing to withhold: no round needed
+    assert isinstance(leave.request, LeaveGroup)
+
+
+def test_a_closing_member_takes_nothing_it_is_handed() -> None:
+    m = make()
+    now = to_stable(m)
+    ack_callbacks(m, m.close(now + 1), now + 2)
+    join = sent(m.tick(now + 1 + RELEASE_WINDOW_MS))
+    actions = join_and_sync(m, join, now + 200, 6, (S0, S2))  # a leader that ignored the tag
+    assert not [c for c in only(actions, InvokeCallback) if c.kind == "on_assigned"]
+    assert m.owned == frozenset()
+    assert m.releasing == {S0, S1}
+
+
+def test_a_resource_handed_back_while_releasing_is_owned_again() -> None:
+    m = make()
+    now = to_stable(m, (S0, S1, S2))
+    hb = sent(m.tick(now + HEARTBEAT_MS))
+    now += HEARTBEAT_MS
+    join = sent(m.response(now, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS)))
+    follow_up = sent(ack_callbacks(m, join_and_sync(m, join, now + 1, 6, (S0, S1)), now + 2))
+    actions = join_and_sync(m, follow_up, now + 3, 7, (S0, S1, S2))
+    (assigned,) = only(actions, InvokeCallback)
+    assert assigned.kind == "on_assigned"
+    assert assigned.resources == (S2,)
+    assert m.releasing == frozenset()
+    assert m.released(now + 4, [S2]) == []  # the old handler's release changes nothing
+    assert m.owned == {S0, S1, S2}
+
+
+def test_without_confirmed_releases_the_callback_return_releases() -> None:
+    config = MemberConfig(
+        group_id="g",
+        protocols=(EAGER,),
+        session_timeout_ms=SESSION_MS,
+        rebalance_timeout_ms=30_000,
+        heartbeat_interval_ms=HEARTBEAT_MS,
+    )
+    m = MemberMachine(config, CATALOG)
+    now = to_stable(m)
+    actions = m.close(now + 1)
+    now, other = heartbeat_until(m, now + 1, now + 8_000)  # the callback runs long
+    assert not [a for a in other if isinstance(a, SendRequest)]
+    assert m.state is State.LEAVING
+    leave = sent(ack_callbacks(m, actions, now))
+    assert isinstance(leave.request, LeaveGroup)
