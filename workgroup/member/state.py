@@ -111,17 +111,20 @@ Rules:
    machine built with ``confirm_release=True`` (the runtime), until
    :meth:`MemberMachine.released` names it, each resource on its own.  A
    cooperative member reports releasing resources as owned, so the leader
-   withholds them; a release after the JoinGroup that reported it asks for
-   another round, which hands it out.  Eager members send no JoinGroup while
-   anything is releasing (they heartbeat meanwhile; the rebalance timeout
-   bounds the wait, so the runtime refuses a grace period that cannot fit).
+   withholds them; its JoinGroup waits up to ``RELEASE_WINDOW_MS`` after a
+   revocation for the releases (less once nothing is releasing), so that prompt
+   handlers' resources go out in that round, and a release after the JoinGroup
+   that reported it asks for another round, which hands it out.  Eager
+   members send no JoinGroup while anything is releasing (they heartbeat
+   meanwhile; the rebalance timeout bounds the wait, so the runtime refuses a
+   grace period that cannot fit).
    LEAVING heartbeats while a callback runs or anything is releasing, and sends
    LeaveGroup (or closes) only afterwards; if the session ends all the same,
    what is left is lost.  With ``confirm_release``, a
    member that will leave under a cooperative protocol (not alone, no
    reassignment delay) closes by revoking everything at once and rejoining
-   tagged as leaving, taking nothing (the JoinGroup waits up to
-   ``RELEASE_WINDOW_MS`` for releases, so that prompt ones move in its round):
+   tagged as leaving, taking nothing (its JoinGroup waits for releases like
+   any other, so that prompt ones move in its round):
    each resource moves in the round after its own release, and the member
    leaves once nothing is releasing (never with a JoinGroup or SyncGroup of its
    own in flight, rule 7) — at once if everything was released in the window.  A loss drops
@@ -194,9 +197,10 @@ from workgroup.types import Resource, sorted_resources
 
 log = get_logger(__name__)
 
-#: A closing member's hand-over JoinGroup waits this long for its revoked
-#: resources' releases (or less, once nothing is releasing): what is released by
-#: then goes to others in the first round instead of the next (rule 9).
+#: A cooperative JoinGroup (a follow-up round, a closing member's hand-over)
+#: waits up to this long after a revocation for its resources' releases (less,
+#: once nothing is releasing): what is released by then goes to others in that
+#: round instead of one more (rule 9).
 RELEASE_WINDOW_MS = 100
 
 
@@ -253,6 +257,8 @@ class MemberMachine:
         #: Rejoin wanted (reason), acted on once no callback is running.
         self._rejoin_reason: str | None = None
         self._join_at = 0
+        #: A cooperative JoinGroup waits until then for releases (rule 9).
+        self._release_window_until = 0
         self._join_failures = 0
         self._heartbeat = HeartbeatTimer(
             heartbeat_interval_ms=config.heartbeat_interval_ms,
@@ -366,7 +372,7 @@ class MemberMachine:
             and not self._pending.rebalancing
             and not (self._rebalance_mode == "eager" and self._owned.releasing)
         ):
-            candidates.append(self._join_at)
+            candidates.append(self._join_ready_at())
         if self._heartbeat.next_at is not None and self._may_heartbeat():
             candidates.append(self._heartbeat.next_at)
         session_end = self._session_end()
@@ -581,7 +587,6 @@ class MemberMachine:
                 self._revoke(sorted_resources(self.owned), self.generation)
             if self.state is State.STABLE:
                 self._to_joining(now, "closing: handing resources over first", immediately=True)
-                self._join_at = now + RELEASE_WINDOW_MS
             else:
                 self._request_rejoin("closing: handing resources over first")
             return self._drain(now)
@@ -861,6 +866,13 @@ class MemberMachine:
             return "cooperative"
         return "eager"
 
+    def _join_ready_at(self) -> int:
+        """When the next JoinGroup may go: after the back-off, and within the
+        release window only once nothing is releasing any more (rule 9)."""
+        if self._owned.releasing:
+            return max(self._join_at, self._release_window_until)
+        return self._join_at
+
     def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
         self._enter(State.JOINING)
         self._leader_round = None
@@ -874,7 +886,7 @@ class MemberMachine:
         if (
             not self._lookup.known
             or self._callbacks
-            or now < self._join_at
+            or now < self._join_ready_at()
             or self._pending.rebalancing
             # Eager: nothing may be owned by anyone while the group rebalances (rule 9).
             or (self._rebalance_mode == "eager" and self._owned.releasing)
@@ -1030,14 +1042,14 @@ class MemberMachine:
         )
         self._callback("on_revoked", resources, generation)
         self._revoking[self._next_id] = resources
+        if self._confirm_release:
+            self._release_window_until = self._heartbeat.last_seen + RELEASE_WINDOW_MS
 
     def _release(self, resources: Iterable[Resource]) -> None:
         """Revoked resources whose work stopped: no longer reported (rule 9)."""
         done = self._owned.released(resources)
         if not done:
             return
-        if self._handing_over and not self._owned.releasing:
-            self._join_at = 0  # the release window is over (RELEASE_WINDOW_MS)
         log.info(
             "member.released",
             group=self.config.group_id,

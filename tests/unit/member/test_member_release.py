@@ -182,7 +182,10 @@ def test_a_cooperative_member_reports_what_it_releases_and_the_leader_withholds_
     (revoked,) = only(actions, InvokeCallback)
     assert revoked.kind == "on_revoked"
     assert revoked.resources == (S2,)
-    follow_up = sent(ack_callbacks(m, actions, now + 2))  # no wait for the handler
+    # The follow-up round waits a moment for prompt releases, not for a slow one.
+    assert not only(ack_callbacks(m, actions, now + 2), SendRequest)
+    assert m.next_deadline() == now + 1 + RELEASE_WINDOW_MS
+    follow_up = sent(m.tick(now + 1 + RELEASE_WINDOW_MS))
     assert isinstance(follow_up.request, JoinGroup)
     claims = metadata(follow_up)
     assert claims.owned == (S0, S1, S2)  # S2 still claimed while its handler stops
@@ -195,12 +198,30 @@ def test_a_cooperative_member_reports_what_it_releases_and_the_leader_withholds_
     assert plan.withheld["new-1"] == (S2,)
     assert plan.assigned["new-1"] == ()
     # The handler stops while the follow-up round runs: another round hands it out.
-    assert m.released(now + 3, [S2]) == []
-    actions = join_and_sync(m, follow_up, now + 4, 7, (S0, S1))
+    assert m.released(now + 200, [S2]) == []
+    actions = join_and_sync(m, follow_up, now + 201, 7, (S0, S1))
     again = sent(actions)
     assert isinstance(again.request, JoinGroup)
     assert metadata(again).owned == (S0, S1)
     assert not m.settled
+
+
+def test_a_prompt_release_goes_out_in_the_follow_up_round_itself() -> None:
+    m = make()
+    now = to_stable(m, (S0, S1, S2))
+    hb = sent(m.tick(now + HEARTBEAT_MS))
+    now += HEARTBEAT_MS
+    join = sent(m.response(now, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS)))
+    actions = join_and_sync(m, join, now + 1, 6, (S0, S1))
+    assert not only(ack_callbacks(m, actions, now + 2), SendRequest)
+    # The handler stops within the window: the JoinGroup goes at once, without S2,
+    # so the leader hands S2 out in this round, not in one more.
+    follow_up = sent(m.released(now + 40, [S2]))
+    assert isinstance(follow_up.request, JoinGroup)
+    assert metadata(follow_up).owned == (S0, S1)
+    actions = join_and_sync(m, follow_up, now + 41, 7, (S0, S1))
+    assert not only(actions, SendRequest)
+    assert m.settled
 
 
 def test_a_closing_cooperative_member_hands_each_resource_over_once_released() -> None:
@@ -258,7 +279,11 @@ def test_a_resource_handed_back_while_releasing_is_owned_again() -> None:
     hb = sent(m.tick(now + HEARTBEAT_MS))
     now += HEARTBEAT_MS
     join = sent(m.response(now, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS)))
-    follow_up = sent(ack_callbacks(m, join_and_sync(m, join, now + 1, 6, (S0, S1)), now + 2))
+    assert not only(
+        ack_callbacks(m, join_and_sync(m, join, now + 1, 6, (S0, S1)), now + 2), SendRequest
+    )
+    follow_up = sent(m.tick(now + 1 + RELEASE_WINDOW_MS))  # S2's handler is slow
+    now += RELEASE_WINDOW_MS
     actions = join_and_sync(m, follow_up, now + 3, 7, (S0, S1, S2))
     (assigned,) = only(actions, InvokeCallback)
     assert assigned.kind == "on_assigned"
