@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from workgroup import log as wlog
+from workgroup.cli.options import configure_logging, log_options
 from workgroup.coordinator.acl import GroupAcl
 from workgroup.coordinator.config import DEFAULT_INITIAL_REBALANCE_DELAY_MS, CoordinatorConfig
 from workgroup.coordinator.sasl import (
@@ -169,13 +170,6 @@ def format_address(host: str, port: int) -> str:
     "exists, so with --unknown-topics they never form groups here.",
 )
 @click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-    default="info",
-    show_default=True,
-    help="Level of the structured log on stderr.",
-)
-@click.option(
     "--max-connections",
     type=click.IntRange(min=1),
     default=2**31 - 1,
@@ -250,7 +244,7 @@ def format_address(host: str, port: int) -> str:
     help="Group ACL (TOML): which principals may join, commit to, describe or "
     "delete which groups. Without it every authenticated principal may do everything.",
 )
-@click.option("--log-json", is_flag=True, help="Log JSON lines to stderr.")
+@log_options(level="info", log_format="console")
 def command(
     listen: str,
     advertised_listener: str | None,
@@ -275,10 +269,10 @@ def command(
     sasl_mechanisms: tuple[SaslMechanism, ...],
     failed_authentication_delay_ms: int,
     acl_file: Path | None,
-    log_json: bool,
+    log_format: str,
 ) -> None:
     """Run the embedded group coordinator (Kafka's classic group protocol)."""
-    wlog.configure(log_level, json=log_json)
+    configure_logging(log_level, log_format)
     host, port = parse_listen(listen)
     if tls_cert is None and (tls_key is not None or tls_client_ca is not None):
         raise ConfigError("--tls-key and --tls-client-ca need --tls-cert")
