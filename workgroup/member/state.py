@@ -979,7 +979,8 @@ class MemberMachine:
             previous_generation=previous_generation,
             protocol=protocol.wire_name,
             leader=self.is_leader,
-            members=len(result.members),
+            # Only the leader is told the members: a follower's count would read as 0.
+            **({"members": len(result.members)} if self.is_leader else {}),
         )
         if self.is_leader and not result.skip_assignment:
             self._start_assignment(now, protocol, result)
