@@ -5,7 +5,9 @@ Rules:
 * one spelling everywhere: ``--log-level`` and ``--log-format [auto|console|json]``
   (auto: readable lines on a terminal, JSON lines otherwise);
 * ``--log-json``, the older spelling of ``--log-format json``, stays as a hidden alias;
-* logs go to stderr, so stdout stays the command's output.
+* logs go to stderr, so stdout stays the command's output;
+* tables on a terminal fit its width; piped, they are never wrapped or cut (full
+  member ids for ``grep`` and friends).
 """
 
 from __future__ import annotations
@@ -15,12 +17,22 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
 
 from workgroup import log as wlog
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 LOG_FORMATS = ("auto", "console", "json")
+#: The width of tables written to a pipe or a file: wide enough never to wrap.
+PIPED_WIDTH = 10_000
+
+
+def console() -> Console:
+    """A console for stdout: the terminal's width, or unlimited when piped."""
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=PIPED_WIDTH, soft_wrap=True)
 
 
 def log_options(*, level: str = "info", log_format: str = "auto") -> Callable[[F], F]:
@@ -72,4 +84,4 @@ def configure_logging(log_level: str, log_format: str) -> bool:
     return json_logs
 
 
-__all__ = ["LOG_FORMATS", "configure_logging", "log_options"]
+__all__ = ["LOG_FORMATS", "PIPED_WIDTH", "configure_logging", "console", "log_options"]
