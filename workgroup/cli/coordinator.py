@@ -26,6 +26,7 @@ from workgroup.coordinator.server import CoordinatorServer
 from workgroup.coordinator.store import Store, data_dir_problem
 from workgroup.coordinator.tls import TlsSettings
 from workgroup.errors import ConfigError, StoreError
+from workgroup.runtime.local import local_status, stop_local_coordinator
 
 _DEFAULTS = CoordinatorConfig()
 
@@ -79,11 +80,37 @@ def check_exposure(host: str, insecure: bool, *, tls: bool = False, sasl: bool =
     wlog.get_logger("workgroup.cli.coordinator").warning("coordinator.insecure_listener", host=host)
 
 
+def _local(stop: bool) -> None:
+    """``--status`` / ``--stop`` of the auto-started local coordinator."""
+    if stop:
+        click.echo(stop_local_coordinator())
+        return
+    status = local_status()
+    for line in status.lines():
+        click.echo(line)
+    if not status.running:
+        sys.exit(1)
+
+
 def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @click.command(name="coordinator")
+@click.option(
+    "--status",
+    "show_status",
+    is_flag=True,
+    help="Print the state of the local coordinator that 'workgroup run' starts when "
+    "nothing answers at 127.0.0.1:9092 (pid, address, log, settings) and exit: 0 "
+    "running, 1 not running.",
+)
+@click.option(
+    "--stop",
+    "stop_local",
+    is_flag=True,
+    help="Stop that local coordinator (SIGTERM) and exit.",
+)
 @click.option(
     "--listen",
     default="127.0.0.1:9092",
@@ -270,8 +297,17 @@ def command(
     failed_authentication_delay_ms: int,
     acl_file: Path | None,
     log_format: str,
+    show_status: bool,
+    stop_local: bool,
 ) -> None:
-    """Run the embedded group coordinator (Kafka's classic group protocol)."""
+    """Run the embedded group coordinator (Kafka's classic group protocol).
+
+    With --status or --stop: show or stop the local coordinator that 'workgroup run'
+    started ($WORKGROUP_STATE_DIR, default ~/.local/state/workgroup).
+    """
+    if show_status or stop_local:
+        _local(stop_local)
+        return
     configure_logging(log_level, log_format)
     host, port = parse_listen(listen)
     if tls_cert is None and (tls_key is not None or tls_client_ca is not None):
