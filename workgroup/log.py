@@ -84,12 +84,37 @@ def _to_logging(logger: WrappedLogger, method_name: str, event_dict: EventDict) 
     return (LogEvent(event_dict),), kwargs
 
 
+#: The name of this process in every event (``process``), unless the event's
+#: context binds one (:func:`set_process`).
+_process: list[str | None] = [None]
+
+
+def set_process(name: str | None) -> None:
+    """Name the process in every event from now on (``None``: stop naming it).
+
+    The daemon's runner calls it with its identity; a context binding
+    (``structlog.contextvars``) of ``process`` wins over it.
+    """
+    _process[0] = name
+
+
+def process_name() -> str | None:
+    return _process[0]
+
+
+def _add_process(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    if _process[0] is not None:
+        event_dict.setdefault("process", _process[0])
+    return event_dict
+
+
 #: The processors every workgroup logger runs (one list, shared by reference, so
 #: that :func:`workgroup.testing.capture_logs` can swap its contents).
 PROCESSORS: list[Processor] = [
     # First: a disabled level costs one ``isEnabledFor`` call and nothing else.
     structlog.stdlib.filter_by_level,
     structlog.contextvars.merge_contextvars,
+    _add_process,
     _to_logging,
 ]
 

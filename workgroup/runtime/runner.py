@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 
 import structlog
 
+from workgroup import log as wlog
 from workgroup.assignors.standby import (
     StandbyAssignor,
     active_kind,
@@ -35,8 +36,10 @@ from workgroup.runtime.slots import Slot, check_group_id, slot_of
 from workgroup.runtime.store import MemberSlotStore
 from workgroup.runtime.topics import LeaseTopics
 from workgroup.runtime.watch import (
+    client_id_of,
     process_identity,
     release_identity,
+    report_replaced,
     wait_for_bootstrap,
     watch,
 )
@@ -309,7 +312,7 @@ class AppRunner:
         #: This runner's name in client ids, logs, the event log and metrics.
         self.identity = identity = process_identity(settings.instance_id)
         #: The Kafka client id of every group member and admin client of the runner.
-        self.client_id = client_id = f"workgroup-{identity}"
+        self.client_id = client_id = client_id_of(identity, settings.instance_id)
         self.metrics.identify(identity, app.name, settings.instance_id)
         self.events = OwnershipLog(settings.event_log, identity) if settings.event_log else None
         grace_s = settings.grace_ms / 1000
@@ -371,11 +374,18 @@ class AppRunner:
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set; raise the first member's fatal error (or the
         watch's: :mod:`workgroup.runtime.watch`)."""
+        # The first runner names the process in every line (signal handlers'
+        # too); a context binding names each runner's own tasks.
+        named = wlog.process_name() is None
+        if named:
+            wlog.set_process(self.identity)
         try:
             with structlog.contextvars.bound_contextvars(process=self.identity):
                 await self._run(stop)
         finally:
             release_identity(self.identity)
+            if named:
+                wlog.set_process(None)
 
     async def _run(self, stop: asyncio.Event) -> None:
         log.info(
@@ -401,6 +411,13 @@ class AppRunner:
                     f"cannot serve metrics on {self.settings.metrics_host}:"
                     f"{self.settings.metrics_port}: {exc.strerror or exc}"
                 ) from exc
+        if self.settings.instance_id is not None and self.groups:
+            await report_replaced(
+                self.settings.bootstrap or DEFAULT_BOOTSTRAP,
+                self.groups[0].group_id,
+                self.settings.instance_id,
+                security=self.settings.security(),
+            )
         started: list[GroupRunner] = []
         try:
             for group in self.groups:

@@ -4,10 +4,16 @@ coordinator answers, and whether anyone still reads its output.
 Rules:
 
 * one identity per runner: the instance id when given, else ``HOST-PID`` (a
-  second runner in the same process gets ``HOST-PID-2``); it makes the Kafka
-  client id (``workgroup-<identity>``) of every group member and admin client,
-  the ``process`` field of every log line, the ``member`` of the event log and
-  the ``workgroup_process_info`` metric;
+  second runner in the same process gets ``HOST-PID-2``); it is the ``process``
+  field of every log line, the ``member`` of the event log and a label of the
+  ``workgroup_process_info`` metric, and makes the Kafka client id of every
+  group member and admin client: ``workgroup-HOST-PID``, or
+  ``workgroup-INSTANCE@HOST-PID`` for a static member (the pid is in it, so that
+  a process that takes over an instance id can tell whose place it takes);
+* a static member looks at its first group before joining: a member with its
+  instance id is the process it replaces (``app.replacing``: running, stopped,
+  or on another host).  Kafka and the embedded coordinator describe members;
+  Tansu does not, and then nothing is said;
 * at start, nothing answering at the bootstrap address is said in one line with
   a hint (``app.coordinator_unreachable``); without ``connect_timeout_ms`` the
   daemon exits 1 at once, with it it waits that long (one line per 30 s);
@@ -19,7 +25,7 @@ Rules:
   handlers fail and restart unseen on every ``print``.
 
 :class:`Unreachable` is sans-I/O (times in ms, passed in); the asyncio loop in
-:func:`watch` polls once a second.
+:func:`watch` looks at the output every 200 ms and at the groups every second.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import select
 import socket
 import sys
@@ -40,13 +47,17 @@ from workgroup.log import get_logger
 from workgroup.member.driver import parse_bootstrap
 from workgroup.member.errors import CoordinatorUnavailableError
 from workgroup.runtime.local import answers
+from workgroup.security import PLAINTEXT, Security
 
 log = get_logger(__name__)
 
 #: How often a long outage is reported (one line each time).
 REPORT_EVERY_MS = 30_000
-#: How often the watch looks (group states, output pipes).
-POLL_S = 1.0
+#: How often the watch looks at the output pipes (one poll(2) call each: cheap,
+#: and each handler ``print`` into a closed pipe fails meanwhile).
+POLL_S = 0.2
+#: How often it looks at the groups' coordinators.
+GROUPS_EVERY = 5
 #: Exit status of a daemon whose stdout or stderr was closed (as Python's own
 #: status when flushing stdout fails at exit).
 OUTPUT_CLOSED_EXIT = 120
@@ -66,6 +77,81 @@ def process_identity(instance_id: str | None) -> str:
                 _identities.add(candidate)
                 return candidate
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def client_id_of(identity: str, instance_id: str | None) -> str:
+    """The Kafka client id of a runner (see the module's rules)."""
+    if instance_id is None:
+        return f"workgroup-{identity}"
+    return f"workgroup-{identity}@{socket.gethostname()}-{os.getpid()}"
+
+
+_STATIC_CLIENT_ID = re.compile(r"^workgroup-(?P<instance>.*)@(?P<host>.+)-(?P<pid>\d+)$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def report_replaced(
+    bootstrap: str,
+    group_id: str,
+    instance_id: str,
+    *,
+    security: Security = PLAINTEXT,
+    timeout_s: float = 5.0,
+) -> str | None:
+    """Log ``app.replacing`` when ``group_id`` has a member with ``instance_id``
+    (before this process joins); return what it says (``None``: nothing seen)."""
+    from workgroup.admin import describe_group  # the admin client: only when static
+
+    try:
+        description = await describe_group(
+            bootstrap, group_id, security=security, timeout_s=timeout_s
+        )
+    except WorkgroupError as exc:  # a new group, or describe refused: nothing to say
+        log.debug("app.replacing_unknown", group=group_id, error=str(exc))
+        return None
+    holder = next((m for m in description.members if m.instance_id == instance_id), None)
+    if holder is None:
+        return None
+    found = _STATIC_CLIENT_ID.match(holder.client_id)
+    pid = None if found is None else int(found["pid"])
+    running: bool | None = None  # not knowable from here
+    if found is None or pid is None:
+        what = f"replaces member {holder.member_id} ({holder.client_id}, {holder.client_host})"
+    elif found["host"] != socket.gethostname():
+        what = (
+            f"replaces the process {pid} on host {found['host']}: if it still runs, "
+            "the coordinator fences it and it exits 1"
+        )
+    elif pid != os.getpid() and _alive(pid):
+        running = True
+        what = (
+            f"replaces the running process {pid} with the same instance id: the "
+            "coordinator fences it and it exits 1"
+        )
+    else:
+        running = False
+        what = f"takes the place of its previous run (process {pid}, no longer running)"
+    report = log.info if running is False else log.warning
+    report(
+        "app.replacing",
+        group=group_id,
+        instance_id=instance_id,
+        previous_member=holder.member_id,
+        previous_client=holder.client_id,
+        previous_pid=pid,
+        previous_running=running,
+        what=what,
+    )
+    return what
 
 
 def release_identity(identity: str) -> None:
@@ -184,7 +270,9 @@ async def watch(
     """Poll until the daemon must stop; return why (the error it exits with)."""
     loop = asyncio.get_running_loop()
     tracker = Unreachable(unreachable_timeout_ms)
+    tick = 0
     while True:
+        tick += 1
         await asyncio.sleep(POLL_S)
         closed = outputs()
         if closed is not None:
@@ -195,6 +283,8 @@ async def watch(
                 why=f"the reader of {closed} exited (e.g. '| head'): stopping",
             )
             return OutputClosedError(f"{closed} was closed by its reader; stopped")
+        if tick % GROUPS_EVERY:
+            continue
         now = int(loop.time() * 1000)
         groups = looking()
         verdict = tracker.observe(now, groups)
@@ -218,9 +308,11 @@ __all__ = [
     "OUTPUT_CLOSED_EXIT",
     "OutputClosedError",
     "Unreachable",
+    "client_id_of",
     "closed_output",
     "process_identity",
     "release_identity",
+    "report_replaced",
     "unreachable_hint",
     "wait_for_bootstrap",
     "watch",
