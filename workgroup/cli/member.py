@@ -246,9 +246,27 @@ def _text(record: dict[str, Any]) -> str:
     "the protocol's assignor supports it, eager otherwise).",
 )
 @click.option("--instance-id", default=None, help="Static membership: a stable instance id.")
-@click.option("--session-timeout-ms", type=int, default=10_000, show_default=True)
-@click.option("--rebalance-timeout-ms", type=int, default=60_000, show_default=True)
-@click.option("--heartbeat-interval-ms", type=int, default=3_000, show_default=True)
+@click.option(
+    "--session-timeout-ms",
+    type=int,
+    default=10_000,
+    show_default=True,
+    help="How long the coordinator waits for a heartbeat before it evicts the member.",
+)
+@click.option(
+    "--rebalance-timeout-ms",
+    type=int,
+    default=60_000,
+    show_default=True,
+    help="How long the coordinator waits for every member to rejoin in a rebalance.",
+)
+@click.option(
+    "--heartbeat-interval-ms",
+    type=int,
+    default=3_000,
+    show_default=True,
+    help="Time between heartbeats (below the session timeout).",
+)
 @click.option(
     "--session-margin-ms",
     type=int,

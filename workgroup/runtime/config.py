@@ -120,8 +120,10 @@ def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]
     for name in sorted(environ):
         if not name.startswith(ENV_PREFIX) or name in valid or name.startswith(PLUGIN_PREFIXES):
             continue
-        close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-        unknown.append((name, close[0] if close else None))
+        # Compared without the prefix, which every candidate shares.
+        suffixes = {v.removeprefix(ENV_PREFIX): v for v in valid}
+        close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), suffixes, n=1)
+        unknown.append((name, suffixes[close[0]] if close else None))
     return unknown
 
 

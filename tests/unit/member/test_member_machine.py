@@ -1124,3 +1124,24 @@ def test_fenced_instance_names_the_instance_id() -> None:
     message = fatal_join(ErrorCode.FENCED_INSTANCE_ID, instance_id="worker-7")
     assert "'worker-7'" in message
     assert "another process runs with" in message
+
+
+def test_member_joined_counts_members_only_where_it_knows_them() -> None:
+    """A follower is not told the members: its line has no ``members=0``."""
+    with capture_logs() as logs:
+        to_stable(make())
+    (follower,) = [e for e in logs if e["event"] == "member.joined"]
+    assert follower["leader"] is False
+    assert "members" not in follower
+    m = make()
+    with capture_logs() as logs:
+        join = sent(m.start(0) + m.coordinator_found(1))
+        mine = join.request.protocols[0][1]
+        members = (JoinedMember("me", None, mine), JoinedMember("other", None, mine))
+        m.response(
+            2,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 1, "workgroup", "sticky.v1", "me", "me", members),
+        )
+    (leader,) = [e for e in logs if e["event"] == "member.joined"]
+    assert (leader["leader"], leader["members"]) == (True, 2)
