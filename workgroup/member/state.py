@@ -364,10 +364,13 @@ class MemberMachine:
             if retry_in_ms is None:
                 self._fail(now, error)
             else:
-                log.warning(
+                attempt = self._lookup.failures
+                # Attempts 1, 2, 4, 8...: an outage is said without a line per retry.
+                report = log.warning if attempt & (attempt - 1) == 0 else log.debug
+                report(
                     "member.coordinator_unavailable",
                     group=self.config.group_id,
-                    attempt=self._lookup.failures,
+                    attempt=attempt,
                     retry_in_ms=retry_in_ms,
                     error=str(error),
                 )
