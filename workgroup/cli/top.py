@@ -1,10 +1,14 @@
 """``workgroup top GROUP``: a live view of a group (members, what each owns,
-generation) and the rebalances seen while watching.  Ctrl-C ends it."""
+generation) and the rebalances seen while watching.  Ctrl-C ends it.
+
+``--once`` prints one view and exits: 0, or 1 when the group could not be
+described (the error is in the view), as ``describe`` does."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +117,8 @@ def command(
     if once:
         asyncio.run(_poll(group, bootstrap, security, watch))
         console().print(watch.view(history=False))
+        if watch.last is None:
+            sys.exit(1)  # nothing to show: as describe, exit 1
         return
 
     async def loop() -> None:
