@@ -68,6 +68,7 @@ from workgroup.testing.servers import (
     run_tansu,
     tansu_binary,
 )
+from workgroup.testing.signals import interrupt_on_termination
 
 # Kafka API keys and the error codes the members react to.
 API_JOIN_GROUP = 11
@@ -1764,4 +1765,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # SIGTERM and SIGHUP (timeout, CI, a closed terminal) clean up as Ctrl-C does.
+    with interrupt_on_termination():
+        sys.exit(main())

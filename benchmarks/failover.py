@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from workgroup.testing import run_coordinator
+from workgroup.testing.signals import interrupt_on_termination
 
 ROOT = Path(__file__).resolve().parents[1]
 SESSION_S = 6.0
@@ -279,4 +280,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # SIGTERM and SIGHUP (timeout, CI, a closed terminal) clean up as Ctrl-C does.
+    with interrupt_on_termination():
+        main()

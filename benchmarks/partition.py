@@ -27,6 +27,7 @@ from rich.table import Table
 
 from workgroup import GroupMember, Protocol, Resource
 from workgroup.testing import FaultProxy, free_port, run_coordinator
+from workgroup.testing.signals import interrupt_on_termination
 
 SHARDS = {"shard": range(6)}
 
@@ -151,4 +152,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # SIGTERM and SIGHUP (timeout, CI, a closed terminal) clean up as Ctrl-C does.
+    with interrupt_on_termination():
+        main()

@@ -76,6 +76,7 @@ from workgroup.testing.servers import (  # noqa: E402
     run_coordinator,
     run_tansu,
 )
+from workgroup.testing.signals import interrupt_on_termination  # noqa: E402
 
 KIND = "r"
 TOPIC = "bounce"
@@ -1015,4 +1016,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # SIGTERM and SIGHUP (timeout, CI, a closed terminal) clean up as Ctrl-C does.
+    with interrupt_on_termination():
+        sys.exit(main())

@@ -42,6 +42,7 @@ from examples.sharded_etl.cluster import EtlCluster  # noqa: E402
 from examples.sharded_etl.feed import Feeder  # noqa: E402
 from examples.sharded_etl.verify import verify  # noqa: E402
 from workgroup.testing import run_coordinator  # noqa: E402
+from workgroup.testing.signals import interrupt_on_termination  # noqa: E402
 
 SHARDS = 4
 FILES_PER_BATCH = 25  # per shard; the baseline takes SHARDS times as many per batch
@@ -253,4 +254,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # SIGTERM and SIGHUP (timeout, CI, a closed terminal) clean up as Ctrl-C does.
+    with interrupt_on_termination():
+        main()

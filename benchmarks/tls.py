@@ -51,6 +51,7 @@ from tests.wire.raw_client import (
 )
 from workgroup.coordinator.scram import Credentials, verifiers
 from workgroup.testing.servers import ServerProcess, run_coordinator
+from workgroup.testing.signals import interrupt_on_termination
 
 PASSWORD = "bench-password"
 
@@ -283,4 +284,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # SIGTERM and SIGHUP (timeout, CI, a closed terminal) clean up as Ctrl-C does.
+    with interrupt_on_termination():
+        main()

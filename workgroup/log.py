@@ -19,6 +19,13 @@ fields.  Nothing is configured at import time, so:
       import workgroup.log
       workgroup.log.configure("info")             # or configure("debug", json=True)
 
+:func:`configure` also routes the records of aiokafka (which workgroup drives)
+through the same handler, so ``json=True`` output is JSON only: aiokafka's
+warnings and errors become lines with ``logger="aiokafka.<module>"``.  Its
+"Unable connect to" errors are dropped below debug level: workgroup says the
+same once per report (``member.coordinator_unavailable``,
+``app.coordinator_unreachable``) with a hint.
+
 workgroup never calls ``structlog.configure``: the application's structlog
 configuration stays the application's.  Tests capture events with
 :func:`workgroup.testing.capture_logs`.
@@ -35,6 +42,8 @@ from structlog.typing import EventDict, Processor, WrappedLogger
 
 #: The top of workgroup's logger hierarchy.
 ROOT_LOGGER = "workgroup"
+#: Libraries whose records :func:`configure` routes through workgroup's handler.
+ROUTED_LOGGERS = ("aiokafka",)
 
 #: Event keys passed to ``logging`` as arguments rather than rendered as fields.
 _RECORD_KEYS = ("exc_info", "stack_info")
@@ -75,12 +84,37 @@ def _to_logging(logger: WrappedLogger, method_name: str, event_dict: EventDict) 
     return (LogEvent(event_dict),), kwargs
 
 
+#: The name of this process in every event (``process``), unless the event's
+#: context binds one (:func:`set_process`).
+_process: list[str | None] = [None]
+
+
+def set_process(name: str | None) -> None:
+    """Name the process in every event from now on (``None``: stop naming it).
+
+    The daemon's runner calls it with its identity; a context binding
+    (``structlog.contextvars``) of ``process`` wins over it.
+    """
+    _process[0] = name
+
+
+def process_name() -> str | None:
+    return _process[0]
+
+
+def _add_process(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    if _process[0] is not None:
+        event_dict.setdefault("process", _process[0])
+    return event_dict
+
+
 #: The processors every workgroup logger runs (one list, shared by reference, so
 #: that :func:`workgroup.testing.capture_logs` can swap its contents).
 PROCESSORS: list[Processor] = [
     # First: a disabled level costs one ``isEnabledFor`` call and nothing else.
     structlog.stdlib.filter_by_level,
     structlog.contextvars.merge_contextvars,
+    _add_process,
     _to_logging,
 ]
 
@@ -98,13 +132,29 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler :func:`configure` installs (so that a second call replaces it)."""
 
 
+def _drop_connection_noise(record: logging.LogRecord) -> bool:
+    """aiokafka logs one error per refused connection; workgroup reports those itself."""
+    if not record.name.startswith("aiokafka"):
+        return True
+    return not (record.levelno > logging.DEBUG and str(record.msg).startswith("Unable connect to"))
+
+
+def _add_logger_name(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    """Name the library of a routed record (workgroup's own carry their event name)."""
+    record = event_dict.get("_record")
+    if record is not None and not record.name.startswith(ROOT_LOGGER):
+        event_dict["logger"] = record.name
+    return event_dict
+
+
 def configure(level: str = "info", *, json: bool = False) -> None:
     """Log workgroup's events at ``level`` and above to stderr: readable lines, or
     JSON objects (one per line) with ``json=True``.
 
     ``level`` is ``"debug"``, ``"info"``, ``"warning"`` or ``"error"``.  Only the
-    ``workgroup`` loggers are configured (other libraries' logging is left as it
-    is); calling it again replaces the previous settings.  Lines carry an ISO
+    ``workgroup`` and ``aiokafka`` loggers are configured (aiokafka's at warning
+    and above; other libraries' logging is left as it is); calling it again
+    replaces the previous settings.  Lines carry an ISO
     timestamp (UTC), the level, the event name and its fields.
     """
     numeric = logging.getLevelName(level.upper())
@@ -127,14 +177,21 @@ def configure(level: str = "info", *, json: bool = False) -> None:
                 *stamp,
                 *renderer,
             ],
-            # Records logged through ``logging`` directly under "workgroup.".
-            foreign_pre_chain=stamp,
+            # Records logged through ``logging`` directly (aiokafka's, and any
+            # under "workgroup." that bypass structlog).
+            foreign_pre_chain=[_add_logger_name, *stamp],
         )
     )
+    handler.addFilter(_drop_connection_noise)
     root = logging.getLogger(ROOT_LOGGER)
-    for old in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
-        root.removeHandler(old)
-    root.addHandler(handler)
+    for name in (ROOT_LOGGER, *ROUTED_LOGGERS):
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if isinstance(h, _StderrHandler)]:
+            logger.removeHandler(old)
+        logger.addHandler(handler)
+        # The application's own handlers (if any) would print every event a second time.
+        logger.propagate = False
     root.setLevel(numeric)
-    # The application's own handlers (if any) would print every event a second time.
-    root.propagate = False
+    # aiokafka's info lines are about its internals; its warnings matter.
+    for name in ROUTED_LOGGERS:
+        logging.getLogger(name).setLevel(max(numeric, logging.WARNING))

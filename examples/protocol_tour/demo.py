@@ -46,6 +46,7 @@ from rich.table import Table
 
 from workgroup.protocol.metadata import BinaryCodec
 from workgroup.testing import ServerProcess, ServerStartError, run_coordinator
+from workgroup.testing.signals import interrupt_on_termination
 
 GROUP = "demo"
 KIND = "shard"
@@ -623,4 +624,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # SIGTERM and SIGHUP (timeout, CI, a closed terminal) clean up as Ctrl-C does.
+    with interrupt_on_termination():
+        sys.exit(main())

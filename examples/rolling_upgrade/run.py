@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workgroup.testing import run_coordinator
+from workgroup.testing.signals import interrupt_on_termination
 
 RELEASES = {
     1: ("cooperative-sticky:1",),
@@ -124,7 +125,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # the members were stopped on the way out
-        sys.exit(130)
+    # SIGTERM and SIGHUP (timeout, CI, a closed terminal) clean up as Ctrl-C does.
+    with interrupt_on_termination():
+        try:
+            sys.exit(main())
+        except KeyboardInterrupt:  # the members were stopped on the way out
+            sys.exit(130)

@@ -25,6 +25,8 @@ from workgroup.runtime.events import read_events
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "examples.sharded_etl.app:app"
+#: A daemon exits when no coordinator answered for this long (the demo's is gone).
+UNREACHABLE_TIMEOUT_MS = 30_000
 
 
 @dataclass
@@ -88,6 +90,8 @@ class EtlCluster:
             "--bootstrap", self.bootstrap, "--instance-id", name,
             "--event-log", str(self.events_dir / f"{name}.jsonl"),
             "--log-format", "json", "--grace-ms", "10000",
+            # Orphaned (the demo killed with SIGKILL): exit once the coordinator is gone.
+            "--unreachable-timeout-ms", str(UNREACHABLE_TIMEOUT_MS),
         ]  # fmt: skip
         env = {
             **os.environ,

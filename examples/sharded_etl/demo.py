@@ -31,6 +31,7 @@ from examples.sharded_etl.cluster import EtlCluster
 from examples.sharded_etl.feed import Feeder
 from examples.sharded_etl.report import figures, table_rows, write_html
 from examples.sharded_etl.verify import verify
+from workgroup.testing.signals import interrupt_on_termination
 
 console = Console(highlight=False)
 
@@ -189,7 +190,9 @@ def show_owners(cluster: EtlCluster, started: float) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # every process the demo started is stopped on the way out
-        sys.exit(130)
+    # SIGTERM and SIGHUP (timeout, CI, a closed terminal) clean up as Ctrl-C does.
+    with interrupt_on_termination():
+        try:
+            sys.exit(main())
+        except KeyboardInterrupt:  # every process the demo started is stopped on the way out
+            sys.exit(130)

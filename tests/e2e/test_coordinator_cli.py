@@ -111,7 +111,7 @@ def test_help_documents_the_defaults() -> None:
         "--group-max-size",
         "--max-request-bytes",
         "--log-level",
-        "--log-json",
+        "--log-format",
     ):
         assert option in text
     assert "[default: 6000]" in text

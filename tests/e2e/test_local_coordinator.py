@@ -3,6 +3,7 @@ durable, and one for daemons that start at the same time."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -51,3 +52,47 @@ def test_daemons_starting_together_end_up_with_one_detached_coordinator(tmp_path
         deadline = time.monotonic() + 10
         while answers("127.0.0.1", port) and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+def test_coordinator_status_and_stop_show_and_stop_the_auto_started_one(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "WORKGROUP_STATE_DIR": str(tmp_path)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "workgroup", "coordinator", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    before = cli("--status")
+    assert before.returncode == 1
+    assert before.stdout.splitlines()[0] == "local coordinator: not running"
+    started = subprocess.run(
+        [sys.executable, "-c", START, str(port), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    pid = int(started.stdout.strip())
+    try:
+        status = cli("--status")
+        assert status.returncode == 0, status.stdout + status.stderr
+        lines = status.stdout.splitlines()
+        assert lines[0] == f"local coordinator: running (pid {pid})"
+        assert f"address: 127.0.0.1:{port} (answers)" in lines
+        assert f"log: {tmp_path / 'coordinator.log'}" in lines
+        assert "settings: --min-session-timeout-ms 1000 --log-level info" in lines
+        assert "stop it: workgroup coordinator --stop" in lines
+        stopped = cli("--stop")
+        assert stopped.returncode == 0
+        assert stopped.stdout.strip() == f"local coordinator (pid {pid}): stopped"
+        assert not answers("127.0.0.1", port)
+        assert cli("--status").returncode == 1
+        assert cli("--stop").stdout.startswith("local coordinator: not running")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)

@@ -169,3 +169,41 @@ def test_an_application_using_structlogs_processor_formatter_gets_the_fields() -
         "group": "g",
         "level": "info",
     }
+
+
+def test_configure_routes_aiokafka_records_so_json_output_is_json_only() -> None:
+    done = run_python(
+        "import logging, workgroup.log\n"
+        "workgroup.log.configure('info', json=True)\n"
+        "logging.getLogger('aiokafka.conn').info('connected (internals)')\n"
+        "logging.getLogger('aiokafka.conn').error('Unable connect to \"127.0.0.1:1\": refused')\n"
+        "logging.getLogger('aiokafka.producer').warning('metadata for %s is stale', 'topic-a')\n"
+        + LOG_THREE_LEVELS
+    )
+    events = [json.loads(line) for line in done.stderr.splitlines()]  # every line is JSON
+    routed = [e for e in events if e.get("logger", "").startswith("aiokafka")]
+    # Its info lines are internals; its per-connection errors are workgroup's to report.
+    assert [(e["logger"], e["level"], e["event"]) for e in routed] == [
+        ("aiokafka.producer", "warning", "metadata for topic-a is stale")
+    ]
+    assert "timestamp" in routed[0]
+    assert [e["event"] for e in events if "logger" not in e] == ["example.joined", "example.slow"]
+
+
+def test_the_process_name_is_in_every_event_once_set(records: list[logging.LogRecord]) -> None:
+    from workgroup.log import set_process
+
+    log = get_logger("workgroup.tests.log")
+    set_process("vm-42")
+    try:
+        log.info("example.named")
+        with structlog.contextvars.bound_contextvars(process="etl-1"):
+            log.info("example.bound")  # a runner's own tasks: its binding wins
+    finally:
+        set_process(None)
+    log.info("example.unnamed")
+    assert [r.getMessage() for r in records] == [
+        "example.named process=vm-42",
+        "example.bound process=etl-1",
+        "example.unnamed",
+    ]

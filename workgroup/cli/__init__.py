@@ -32,7 +32,7 @@ class _Group(click.Group):
             sys.exit(exc.exit_code)
 
 
-@click.group(cls=_Group)
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="workgroup")
 def main() -> None:
     """Hand resources to a pool of workers over Kafka's group protocol."""

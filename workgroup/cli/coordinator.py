@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from workgroup import log as wlog
+from workgroup.cli.options import configure_logging, log_options
 from workgroup.coordinator.acl import GroupAcl
 from workgroup.coordinator.config import DEFAULT_INITIAL_REBALANCE_DELAY_MS, CoordinatorConfig
 from workgroup.coordinator.sasl import (
@@ -25,6 +26,7 @@ from workgroup.coordinator.server import CoordinatorServer
 from workgroup.coordinator.store import Store, data_dir_problem
 from workgroup.coordinator.tls import TlsSettings
 from workgroup.errors import ConfigError, StoreError
+from workgroup.runtime.local import local_status, stop_local_coordinator
 
 _DEFAULTS = CoordinatorConfig()
 
@@ -78,11 +80,37 @@ def check_exposure(host: str, insecure: bool, *, tls: bool = False, sasl: bool =
     wlog.get_logger("workgroup.cli.coordinator").warning("coordinator.insecure_listener", host=host)
 
 
+def _local(stop: bool) -> None:
+    """``--status`` / ``--stop`` of the auto-started local coordinator."""
+    if stop:
+        click.echo(stop_local_coordinator())
+        return
+    status = local_status()
+    for line in status.lines():
+        click.echo(line)
+    if not status.running:
+        sys.exit(1)
+
+
 def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @click.command(name="coordinator")
+@click.option(
+    "--status",
+    "show_status",
+    is_flag=True,
+    help="Print the state of the local coordinator that 'workgroup run' starts when "
+    "nothing answers at 127.0.0.1:9092 (pid, address, log, settings) and exit: 0 "
+    "running, 1 not running.",
+)
+@click.option(
+    "--stop",
+    "stop_local",
+    is_flag=True,
+    help="Stop that local coordinator (SIGTERM) and exit.",
+)
 @click.option(
     "--listen",
     default="127.0.0.1:9092",
@@ -169,13 +197,6 @@ def format_address(host: str, port: int) -> str:
     "exists, so with --unknown-topics they never form groups here.",
 )
 @click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-    default="info",
-    show_default=True,
-    help="Level of the structured log on stderr.",
-)
-@click.option(
     "--max-connections",
     type=click.IntRange(min=1),
     default=2**31 - 1,
@@ -250,7 +271,7 @@ def format_address(host: str, port: int) -> str:
     help="Group ACL (TOML): which principals may join, commit to, describe or "
     "delete which groups. Without it every authenticated principal may do everything.",
 )
-@click.option("--log-json", is_flag=True, help="Log JSON lines to stderr.")
+@log_options(level="info", log_format="console")
 def command(
     listen: str,
     advertised_listener: str | None,
@@ -275,10 +296,19 @@ def command(
     sasl_mechanisms: tuple[SaslMechanism, ...],
     failed_authentication_delay_ms: int,
     acl_file: Path | None,
-    log_json: bool,
+    log_format: str,
+    show_status: bool,
+    stop_local: bool,
 ) -> None:
-    """Run the embedded group coordinator (Kafka's classic group protocol)."""
-    wlog.configure(log_level, json=log_json)
+    """Run the embedded group coordinator (Kafka's classic group protocol).
+
+    With --status or --stop: show or stop the local coordinator that 'workgroup run'
+    started ($WORKGROUP_STATE_DIR, default ~/.local/state/workgroup).
+    """
+    if show_status or stop_local:
+        _local(stop_local)
+        return
+    configure_logging(log_level, log_format)
     host, port = parse_listen(listen)
     if tls_cert is None and (tls_key is not None or tls_client_ca is not None):
         raise ConfigError("--tls-key and --tls-client-ca need --tls-cert")

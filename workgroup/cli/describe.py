@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from workgroup.admin import GroupDescription, describe_group
 from workgroup.cli.connection import config_option, security_from
+from workgroup.cli.options import configure_logging, console, log_options
 from workgroup.member.driver import parse_bootstrap
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -54,12 +54,22 @@ def render(description: GroupDescription) -> Table:
 @click.argument("group")
 @click.option("--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, help="HOST:PORT[,...]")
 @config_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--timeout-s", type=float, default=10.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
+@click.option(
+    "--timeout-s", type=float, default=10.0, show_default=True, help="Give up after this long."
+)
+@log_options(level="warning")
 def command(
-    group: str, bootstrap: str, config_file: Path | None, as_json: bool, timeout_s: float
+    group: str,
+    bootstrap: str,
+    config_file: Path | None,
+    as_json: bool,
+    timeout_s: float,
+    log_level: str,
+    log_format: str,
 ) -> None:
     """Describe GROUP: state, protocol, members and their assignments."""
+    configure_logging(log_level, log_format)
     parse_bootstrap(bootstrap)
     security = security_from(config_file)
     description = asyncio.run(
@@ -68,4 +78,4 @@ def command(
     if as_json:
         click.echo(json.dumps(description.as_json()))
     else:
-        Console().print(render(description))
+        console().print(render(description))

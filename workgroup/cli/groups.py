@@ -1,4 +1,8 @@
-"""``workgroup list``: the groups a coordinator (or every bootstrap broker) knows."""
+"""``workgroup list``: the groups a coordinator (or every bootstrap broker) knows.
+
+``--json`` prints one JSON document, a list of ``{"group", "protocol_type",
+"state"}`` (as ``describe --json`` prints one document).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,11 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from workgroup.admin import list_groups
 from workgroup.cli.connection import config_option, security_from
+from workgroup.cli.options import configure_logging, console, log_options
 from workgroup.member.driver import parse_bootstrap
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -20,18 +24,33 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 @click.command("list")
 @click.option("--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, help="HOST:PORT[,...]")
 @config_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
-@click.option("--timeout-s", type=float, default=10.0, show_default=True)
-def command(bootstrap: str, config_file: Path | None, as_json: bool, timeout_s: float) -> None:
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON document (a list) instead of a table."
+)
+@click.option(
+    "--timeout-s", type=float, default=10.0, show_default=True, help="Give up after this long."
+)
+@log_options(level="warning")
+def command(
+    bootstrap: str,
+    config_file: Path | None,
+    as_json: bool,
+    timeout_s: float,
+    log_level: str,
+    log_format: str,
+) -> None:
     """List the groups: id, protocol type and state."""
+    configure_logging(log_level, log_format)
     parse_bootstrap(bootstrap)
     security = security_from(config_file)
     groups = asyncio.run(list_groups(bootstrap, security=security, timeout_s=timeout_s))
     if as_json:
-        for group in groups:
-            click.echo(json.dumps(group.as_json()))
+        click.echo(json.dumps([group.as_json() for group in groups]))
+        return
+    if not groups:
+        click.echo(f"no groups at {bootstrap}")
         return
     table = Table("group", "protocol type", "state")
     for group in groups:
         table.add_row(group.group, group.protocol_type or "-", group.state or "-")
-    Console().print(table)
+    console().print(table)

@@ -39,8 +39,8 @@ from typing import Any, Literal
 
 import click
 
-from workgroup import log as wlog
 from workgroup.assignors.registry import available, get_assignor
+from workgroup.cli.options import configure_logging, log_options
 from workgroup.errors import ConfigError, CoordinatorError, WorkgroupError
 from workgroup.member.driver import GroupMember
 from workgroup.member.errors import MemberClosedError
@@ -246,9 +246,27 @@ def _text(record: dict[str, Any]) -> str:
     "the protocol's assignor supports it, eager otherwise).",
 )
 @click.option("--instance-id", default=None, help="Static membership: a stable instance id.")
-@click.option("--session-timeout-ms", type=int, default=10_000, show_default=True)
-@click.option("--rebalance-timeout-ms", type=int, default=60_000, show_default=True)
-@click.option("--heartbeat-interval-ms", type=int, default=3_000, show_default=True)
+@click.option(
+    "--session-timeout-ms",
+    type=int,
+    default=10_000,
+    show_default=True,
+    help="How long the coordinator waits for a heartbeat before it evicts the member.",
+)
+@click.option(
+    "--rebalance-timeout-ms",
+    type=int,
+    default=60_000,
+    show_default=True,
+    help="How long the coordinator waits for every member to rejoin in a rebalance.",
+)
+@click.option(
+    "--heartbeat-interval-ms",
+    type=int,
+    default=3_000,
+    show_default=True,
+    help="Time between heartbeats (below the session timeout).",
+)
 @click.option(
     "--session-margin-ms",
     type=int,
@@ -284,14 +302,7 @@ def _text(record: dict[str, Any]) -> str:
     show_default=True,
     help="Format of the event lines on stdout.",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-    default="warning",
-    show_default=True,
-    help="Level of the structured log on stderr.",
-)
-@click.option("--log-json", is_flag=True, help="Log JSON lines to stderr.")
+@log_options(level="warning", log_format="console")
 def command(
     bootstrap: str,
     group_id: str,
@@ -309,14 +320,14 @@ def command(
     metadata_version: int,
     events_style: Literal["json", "text"],
     log_level: str,
-    log_json: bool,
+    log_format: str,
 ) -> None:
     """Run one group member until SIGTERM/SIGINT, printing one line per event."""
     # A stop requested while starting up is honoured once the loop runs.
     early_signals: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, _frame: early_signals.append(received))
-    wlog.configure(log_level, json=log_json)
+    configure_logging(log_level, log_format)
     catalog = parse_resources(resource_specs)
     protocols = build_protocols(
         [parse_protocol(p) for p in protocol_specs], assignor, rebalance, metadata_version

@@ -6,8 +6,13 @@ settings (flags, then ``WORKGROUP_*`` variables, then ``--config`` /
 SIGINT: the first stops taking work, revokes everything within the grace
 period, leaves the group (a static member keeps its place until its session
 expires, unless ``--leave-on-stop``) and exits 0; a second exits at once with
-status 130.  Bad settings exit 2 before anything runs; a fatal member error
-exits 1.
+status 130.
+
+Exit status (the README lists them too): 0 stopped by a signal; 1 a fatal error
+(no coordinator answers, another process took over the instance id, the
+connect or unreachable timeout passed, ...); 2 bad settings or a bad
+``MODULE:APP``, before anything runs; 120 stdout or stderr was closed (a
+``| head`` that ended); 130 a second signal.
 
 Logs go to stderr: readable lines on a terminal, JSON lines otherwise
 (``--log-format``).
@@ -16,11 +21,10 @@ Logs go to stderr: readable lines on a terminal, JSON lines otherwise
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
-from workgroup import log as wlog
+from workgroup.cli.options import configure_logging, log_options
 from workgroup.member.driver import parse_bootstrap
 from workgroup.runtime.config import resolve
 from workgroup.runtime.daemon import load_app, run_app
@@ -28,8 +32,19 @@ from workgroup.runtime.daemon import load_app, run_app
 
 @click.command("run")
 @click.argument("target", metavar="MODULE:APP")
-@click.option("--bootstrap", default=None, help="Coordinator or Kafka bootstrap, HOST:PORT[,...].")
-@click.option("--instance-id", default=None, help="Static membership: a stable id per process.")
+@click.option(
+    "--bootstrap",
+    default=None,
+    help="Coordinator or Kafka bootstrap, HOST:PORT[,...]. Default: 127.0.0.1:9092, "
+    "where a local coordinator is started if nothing answers (see "
+    "'workgroup coordinator --status').",
+)
+@click.option(
+    "--instance-id",
+    default=None,
+    help="Static membership: a stable id per process (also its name in logs, "
+    "client ids (workgroup-ID) and the event log; default: HOST-PID).",
+)
 @click.option(
     "--config",
     "config_file",
@@ -64,8 +79,33 @@ from workgroup.runtime.daemon import load_app, run_app
     help="Copy lease state of the legacy position-based layout to the key slots "
     "(every daemon of the group stopped first); without it such state is refused.",
 )
-@click.option("--session-timeout-ms", type=int, default=None)
-@click.option("--heartbeat-interval-ms", type=int, default=None)
+@click.option(
+    "--session-timeout-ms",
+    type=int,
+    default=None,
+    help="How long the coordinator waits for a heartbeat before it moves this "
+    "process's resources elsewhere [default: 10000].",
+)
+@click.option(
+    "--heartbeat-interval-ms",
+    type=int,
+    default=None,
+    help="Time between heartbeats [default: a third of the session, at most 500].",
+)
+@click.option(
+    "--connect-timeout-ms",
+    type=int,
+    default=None,
+    help="At start, wait this long for something to answer at the bootstrap address "
+    "before exiting 1 [default: exit 1 at once if nothing answers].",
+)
+@click.option(
+    "--unreachable-timeout-ms",
+    type=int,
+    default=None,
+    help="Exit 1 when no coordinator has been reachable for this long while running "
+    "[default: never; a line is logged every 30 s].",
+)
 @click.option(
     "--session-margin-ms",
     type=int,
@@ -80,19 +120,7 @@ from workgroup.runtime.daemon import load_app, run_app
     help="Time limit of a coordinator lookup and of lease commits "
     "(default: the session timeout, at most 30 s).",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-    default="info",
-    show_default=True,
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(["auto", "console", "json"]),
-    default="auto",
-    show_default=True,
-    help="auto: console on a terminal, JSON lines otherwise.",
-)
+@log_options(level="info", log_format="auto")
 def command(
     target: str,
     bootstrap: str | None,
@@ -107,12 +135,13 @@ def command(
     heartbeat_interval_ms: int | None,
     session_margin_ms: int | None,
     request_timeout_ms: int | None,
+    connect_timeout_ms: int | None,
+    unreachable_timeout_ms: int | None,
     log_level: str,
     log_format: str,
 ) -> None:
     """Run the workers and leaders of MODULE:APP until SIGTERM/SIGINT."""
-    json_logs = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
-    wlog.configure(log_level, json=json_logs)
+    configure_logging(log_level, log_format)
     app = load_app(target)
     settings = resolve(
         app.settings,
@@ -128,6 +157,8 @@ def command(
             "heartbeat_interval_ms": heartbeat_interval_ms,
             "session_margin_ms": session_margin_ms,
             "request_timeout_ms": request_timeout_ms,
+            "connect_timeout_ms": connect_timeout_ms,
+            "unreachable_timeout_ms": unreachable_timeout_ms,
         },
         environ=os.environ,
         config_file=config_file,

@@ -1,10 +1,14 @@
 """``workgroup top GROUP``: a live view of a group (members, what each owns,
-generation) and the rebalances seen while watching.  Ctrl-C ends it."""
+generation) and the rebalances seen while watching.  Ctrl-C ends it.
+
+``--once`` prints one view and exits: 0, or 1 when the group could not be
+described (the error is in the view), as ``describe`` does."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +22,7 @@ from rich.text import Text
 from workgroup.admin import GroupDescription, describe_group
 from workgroup.cli.connection import config_option, security_from
 from workgroup.cli.describe import DEFAULT_BOOTSTRAP, render
+from workgroup.cli.options import configure_logging, console, log_options
 from workgroup.errors import WorkgroupError
 from workgroup.member.driver import parse_bootstrap
 from workgroup.security import Security
@@ -44,16 +49,23 @@ class Watch:
             self.last = description
         self.error = error
 
-    def view(self) -> Stack:
+    def view(self, *, history: bool = True) -> Stack:
+        """The group's table and, unless ``history=False`` (one poll: ``--once``),
+        the rebalances seen while watching."""
         parts: list[Table | Text] = []
         if self.last is not None:
             parts.append(render(self.last))
         if self.error:
             parts.append(Text(f"error: {self.error}", style="red"))
-        history = Table("time", "change", title="recent rebalances", title_justify="left")
+        if not history:
+            return Stack(*parts)
+        if not self.changes:
+            parts.append(Text("no rebalances yet (since this view started)"))
+            return Stack(*parts)
+        table = Table("time", "change", title="recent rebalances", title_justify="left")
         for at, change in self.changes:
-            history.add_row(time.strftime("%H:%M:%S", time.localtime(at)), change)
-        parts.append(history)
+            table.add_row(time.strftime("%H:%M:%S", time.localtime(at)), change)
+        parts.append(table)
         return Stack(*parts)
 
 
@@ -87,22 +99,30 @@ async def _poll(group: str, bootstrap: str, security: Security, watch: Watch) ->
 @config_option
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds per poll.")
 @click.option("--once", is_flag=True, help="Print one view and exit.")
+@log_options(level="warning")
 def command(
-    group: str, bootstrap: str, config_file: Path | None, interval: float, once: bool
+    group: str,
+    bootstrap: str,
+    config_file: Path | None,
+    interval: float,
+    once: bool,
+    log_level: str,
+    log_format: str,
 ) -> None:
     """Watch GROUP live: members, ownership, rebalances."""
+    configure_logging(log_level, log_format)
     parse_bootstrap(bootstrap)
     security = security_from(config_file)
     watch = Watch()
     if once:
         asyncio.run(_poll(group, bootstrap, security, watch))
-        from rich.console import Console
-
-        Console().print(watch.view())
+        console().print(watch.view(history=False))
+        if watch.last is None:
+            sys.exit(1)  # nothing to show: as describe, exit 1
         return
 
     async def loop() -> None:
-        with Live(watch.view(), refresh_per_second=4, screen=False) as live:
+        with Live(watch.view(), console=console(), refresh_per_second=4, screen=False) as live:
             while True:
                 await _poll(group, bootstrap, security, watch)
                 live.update(watch.view())

@@ -419,10 +419,13 @@ class MemberMachine:
             if retry_in_ms is None:
                 self._fail(now, error)
             else:
-                log.warning(
+                attempt = self._lookup.failures
+                # Attempts 1, 2, 4, 8...: an outage is said without a line per retry.
+                report = log.warning if attempt & (attempt - 1) == 0 else log.debug
+                report(
                     "member.coordinator_unavailable",
                     group=self.config.group_id,
-                    attempt=self._lookup.failures,
+                    attempt=attempt,
                     retry_in_ms=retry_in_ms,
                     error=str(error),
                 )
@@ -1187,7 +1190,8 @@ class MemberMachine:
             previous_generation=previous_generation,
             protocol=protocol.wire_name,
             leader=self.is_leader,
-            members=len(result.members),
+            # Only the leader is told the members: a follower's count would read as 0.
+            **({"members": len(result.members)} if self.is_leader else {}),
         )
         if self.is_leader and not result.skip_assignment:
             self._start_assignment(now, protocol, result)

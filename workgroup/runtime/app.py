@@ -56,6 +56,12 @@ class Settings:
     #: Time limit of a coordinator lookup and of lease commits and fetches
     #: (``None``: the session timeout, at most 30 s).
     request_timeout_ms: int | None = None
+    #: Give up (exit 1) when nothing answers at the bootstrap address within this
+    #: long at start (``None``: one attempt, then exit 1 with a hint).
+    connect_timeout_ms: int | None = None
+    #: Give up (exit 1) when no coordinator has been reachable for this long
+    #: while running (``None``: never; a line is logged every 30 s meanwhile).
+    unreachable_timeout_ms: int | None = None
     grace_ms: int = 10_000
     resource_poll_interval_ms: int = 5_000
     event_log: str | None = None
@@ -117,6 +123,10 @@ class Settings:
             )
         if self.request_timeout_ms is not None and self.request_timeout_ms <= 0:
             raise ConfigError(f"request_timeout_ms must be > 0, got {self.request_timeout_ms}")
+        for name in ("connect_timeout_ms", "unreachable_timeout_ms"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{name} must be > 0, got {value}")
         if self.grace_ms < 0:
             raise ConfigError(f"grace_ms must be >= 0, got {self.grace_ms}")
         check_grace(self.grace_ms, self.rebalance_timeout_ms, "grace_ms")

@@ -1,8 +1,18 @@
 """The daemon's settings: flags, then ``WORKGROUP_*`` environment variables, then a
-TOML file, then what the app declares, in that order of precedence."""
+TOML file, then what the app declares, in that order of precedence.
+
+Rules:
+
+* a ``WORKGROUP_*`` variable that is neither a setting nor one of the other
+  variables workgroup reads (:data:`OTHER_VARIABLES`, ``WORKGROUP_SPARK_*``) is
+  reported with a warning naming the closest valid one: a misspelt variable
+  must not be ignored silently;
+* a bad value of a known setting is a :class:`ConfigError` (exit 2).
+"""
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -10,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from workgroup.errors import ConfigError
+from workgroup.log import get_logger
 from workgroup.runtime.app import Settings
 
 #: Setting name -> type, for the file and the environment.
@@ -21,6 +32,8 @@ SETTING_TYPES: dict[str, type] = {
     "rebalance_timeout_ms": int,
     "session_margin_ms": int,
     "request_timeout_ms": int,
+    "connect_timeout_ms": int,
+    "unreachable_timeout_ms": int,
     "grace_ms": int,
     "resource_poll_interval_ms": int,
     "event_log": str,
@@ -37,6 +50,18 @@ SETTING_TYPES: dict[str, type] = {
     "migrate_lease_layout": bool,
 }
 ENV_PREFIX = "WORKGROUP_"
+#: ``WORKGROUP_*`` variables that are not settings but are read elsewhere.
+OTHER_VARIABLES = frozenset(
+    {
+        "WORKGROUP_CONFIG",  # the TOML file (``--config``)
+        "WORKGROUP_STATE_DIR",  # the auto-started coordinator's directory
+        "WORKGROUP_HANDLER_KEY",  # process-isolated handlers
+    }
+)
+#: Prefixes of variables that plugins read (``WORKGROUP_SPARK_MASTER``).
+PLUGIN_PREFIXES = ("WORKGROUP_SPARK_",)
+
+log = get_logger(__name__)
 _BOOLEANS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 _TYPE_NAMES = {int: "an integer", str: "a string", bool: "true or false"}
 
@@ -82,6 +107,37 @@ def read_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
+def setting_variables() -> list[str]:
+    """Every ``WORKGROUP_*`` variable workgroup itself reads."""
+    return [ENV_PREFIX + name.upper() for name in SETTING_TYPES] + sorted(OTHER_VARIABLES)
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """``WORKGROUP_*`` variables nobody reads, each with the closest valid name
+    (``None`` when nothing is close)."""
+    valid = setting_variables()
+    unknown = []
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or name in valid or name.startswith(PLUGIN_PREFIXES):
+            continue
+        # Compared without the prefix, which every candidate shares.
+        suffixes = {v.removeprefix(ENV_PREFIX): v for v in valid}
+        close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), suffixes, n=1)
+        unknown.append((name, suffixes[close[0]] if close else None))
+    return unknown
+
+
+def warn_unknown_variables(environ: Mapping[str, str]) -> None:
+    """Log ``config.unknown_variable`` once per variable nobody reads."""
+    for name, closest in unknown_variables(environ):
+        log.warning(
+            "config.unknown_variable",
+            variable=name,
+            closest=closest,
+            hint=f"did you mean {closest}?" if closest else "not a workgroup setting; ignored",
+        )
+
+
 def resolve(
     declared: Settings,
     *,
@@ -90,6 +146,7 @@ def resolve(
     config_file: str | None,
 ) -> Settings:
     """The settings the daemon runs with (see the module docstring for precedence)."""
+    warn_unknown_variables(environ)
     merged: dict[str, Any] = {}
     path = config_file or environ.get(ENV_PREFIX + "CONFIG") or None
     if path:
@@ -114,4 +171,13 @@ def _typed(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     return values
 
 
-__all__ = ["ENV_PREFIX", "SETTING_TYPES", "read_environment", "read_file", "resolve"]
+__all__ = [
+    "ENV_PREFIX",
+    "OTHER_VARIABLES",
+    "SETTING_TYPES",
+    "read_environment",
+    "read_file",
+    "resolve",
+    "unknown_variables",
+    "warn_unknown_variables",
+]

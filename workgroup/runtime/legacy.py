@@ -91,12 +91,13 @@ class AdminOffsets:
         *,
         security: Security = PLAINTEXT,
         timeout_s: float = 30.0,
+        client_id: str = "workgroup-lease-layout",
     ) -> None:
         self._group_id = group_id
         self._timeout_s = timeout_s
         self._connection = CoordinatorConnection(
             bootstrap,
-            client_id="workgroup-lease-layout",
+            client_id=client_id,
             request_timeout_ms=int(timeout_s * 1000),
             security=security,
         )

@@ -5,21 +5,35 @@ daemon starts ``workgroup coordinator`` as a detached process (its own session:
 killing or stopping any daemon leaves it running) with a durable data directory,
 ``$WORKGROUP_STATE_DIR`` or ``~/.local/state/workgroup``.  A lock file in that
 directory serialises daemons starting at the same time, so that they end up with
-one coordinator: each checks again for one under the lock.  Stop it with
-``kill $(cat <state dir>/coordinator.pid)``.
+one coordinator: each checks again for one under the lock.
+
+Rules:
+
+* it runs ``workgroup coordinator`` with :data:`LOCAL_SETTINGS` (sessions down to
+  one second, where Kafka's minimum is six, so that tests and demos fail over
+  fast); its log is ``<state dir>/coordinator.log``;
+* ``<state dir>/coordinator.json`` says what was started (pid, address, data
+  directory, log, settings); ``coordinator.pid`` holds the pid alone;
+* ``workgroup coordinator --status`` prints what is known of it and
+  ``workgroup coordinator --stop`` stops it (SIGTERM, only a process whose
+  command line is a workgroup coordinator: a pid may have been reused).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from workgroup.log import get_logger
 from workgroup.member.errors import CoordinatorUnavailableError
@@ -32,6 +46,10 @@ STARTUP_TIMEOUT_S = 15.0
 LOCK_TIMEOUT_S = 30.0
 #: The local coordinator accepts sessions down to one second (Kafka: six).
 MIN_SESSION_TIMEOUT_MS = 1000
+#: The flags the local coordinator runs with, besides its address and directory.
+LOCAL_SETTINGS = ("--min-session-timeout-ms", str(MIN_SESSION_TIMEOUT_MS), "--log-level", "info")
+#: How long ``stop_local_coordinator`` waits for the process to exit.
+STOP_TIMEOUT_S = 15.0
 
 
 def state_dir() -> Path:
@@ -86,8 +104,7 @@ def ensure_local_coordinator(
         log_path = directory / "coordinator.log"
         with log_path.open("ab") as sink:
             argv = [sys.executable, "-m", "workgroup", "coordinator", "--listen", f"{host}:{port}"]
-            argv += ["--data-dir", str(data), "--log-level", "info"]
-            argv += ["--min-session-timeout-ms", str(MIN_SESSION_TIMEOUT_MS)]
+            argv += ["--data-dir", str(data), *LOCAL_SETTINGS]
             process = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -106,6 +123,15 @@ def ensure_local_coordinator(
                 )
             time.sleep(0.05)
         (directory / "coordinator.pid").write_text(f"{process.pid}\n")
+        record = {
+            "pid": process.pid,
+            "address": f"{host}:{port}",
+            "data_dir": str(data),
+            "log": str(log_path),
+            "argv": argv,
+            "started": time.time(),
+        }
+        (directory / "coordinator.json").write_text(json.dumps(record) + "\n")
     log.info(
         "app.coordinator_started",
         address=f"{host}:{port}",
@@ -116,4 +142,99 @@ def ensure_local_coordinator(
     return process.pid
 
 
-__all__ = ["answers", "ensure_local_coordinator", "state_dir"]
+@dataclass(frozen=True)
+class LocalStatus:
+    """What is known of the auto-started coordinator."""
+
+    directory: Path
+    #: The pid it was started with (``None``: never started from this directory).
+    pid: int | None
+    #: That pid is a running workgroup coordinator.
+    running: bool
+    address: str
+    #: Something accepts connections at ``address`` (perhaps another process).
+    answering: bool
+    record: dict[str, Any]
+
+    def lines(self) -> list[str]:
+        """The status as ``workgroup coordinator --status`` prints it."""
+        state = "running" if self.running else "not running"
+        out = [f"local coordinator: {state}" + (f" (pid {self.pid})" if self.pid else "")]
+        out.append(
+            f"address: {self.address} ({'answers' if self.answering else 'nothing answers'})"
+        )
+        if self.answering and not self.running:
+            out.append("  (something else answers there: not started by a workgroup daemon)")
+        out.append(f"state directory: {self.directory}")
+        for key in ("data_dir", "log"):
+            if key in self.record:
+                out.append(f"{key.replace('_', ' ')}: {self.record[key]}")
+        out.append(f"settings: {' '.join(LOCAL_SETTINGS)}")
+        if self.running:
+            out.append("stop it: workgroup coordinator --stop")
+        return out
+
+
+def _is_local_coordinator(pid: int) -> bool:
+    """Whether ``pid`` runs ``workgroup coordinator`` (a stale pid may be anything)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True  # no /proc: trust the pid file
+    return b"workgroup" in argv and b"coordinator" in argv
+
+
+def local_status(directory: Path | None = None) -> LocalStatus:
+    """The auto-started coordinator's status (reads its files, probes its address)."""
+    directory = directory or state_dir()
+    record: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        record = json.loads((directory / "coordinator.json").read_text())
+    pid: int | None = record.get("pid")
+    if pid is None:
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((directory / "coordinator.pid").read_text().strip())
+    address = str(record.get("address", f"{LOCAL_HOST}:{LOCAL_PORT}"))
+    host, _, port = address.rpartition(":")
+    return LocalStatus(
+        directory=directory,
+        pid=pid,
+        running=pid is not None and _is_local_coordinator(pid),
+        address=address,
+        answering=answers(host, int(port)),
+        record=record,
+    )
+
+
+def stop_local_coordinator(directory: Path | None = None, timeout_s: float = STOP_TIMEOUT_S) -> str:
+    """Stop the auto-started coordinator (SIGTERM, then wait); what happened, in words."""
+    status = local_status(directory)
+    if status.pid is None or not status.running:
+        return f"local coordinator: not running (state directory {status.directory})"
+    os.kill(status.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _is_local_coordinator(status.pid):
+        if time.monotonic() > deadline:
+            return (
+                f"local coordinator (pid {status.pid}): still running {timeout_s:g} s after SIGTERM"
+            )
+        time.sleep(0.05)
+    for name in ("coordinator.pid", "coordinator.json"):
+        with contextlib.suppress(OSError):
+            (status.directory / name).unlink()
+    return f"local coordinator (pid {status.pid}): stopped"
+
+
+__all__ = [
+    "LOCAL_SETTINGS",
+    "LocalStatus",
+    "answers",
+    "ensure_local_coordinator",
+    "local_status",
+    "state_dir",
+    "stop_local_coordinator",
+]

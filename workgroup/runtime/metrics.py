@@ -10,6 +10,7 @@
 | ``workgroup_handler_restarts_total`` | counter | group |
 | ``workgroup_handler_failures_total`` | counter | group |
 | ``workgroup_lease_acquire_seconds`` | histogram: assignment to token committed | group |
+| ``workgroup_process_info`` | info: always 1 | identity, app, instance_id, host, pid |
 
 How long a resource had no owner at all is not something one process can see;
 :func:`workgroup.runtime.events.unowned_seconds` computes it from the ownership
@@ -18,9 +19,11 @@ event logs of every process.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import generate_latest
 
 from workgroup.clock import monotonic_ms
@@ -69,7 +72,24 @@ class RuntimeMetrics:
             buckets=ACQUIRE_BUCKETS,
             registry=r,
         )
+        self.process = Info(
+            "workgroup_process",
+            "This process: the identity in its client ids, logs and event log",
+            registry=r,
+        )
         self._members: dict[str, GroupMember] = {}
+
+    def identify(self, identity: str, app: str, instance_id: str | None) -> None:
+        """Publish the runner's identity (``workgroup_process_info``)."""
+        self.process.info(
+            {
+                "identity": identity,
+                "app": app,
+                "instance_id": instance_id or "",
+                "host": socket.gethostname(),
+                "pid": str(os.getpid()),
+            }
+        )
 
     def watch(self, group: str, member: GroupMember) -> None:
         """Follow ``member``'s rebalances and stability."""

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import socket
 import time
 from collections.abc import Iterable, Sequence
 
+import structlog
+
+from workgroup import log as wlog
 from workgroup.assignors.standby import (
     StandbyAssignor,
     active_kind,
@@ -38,6 +40,7 @@ from workgroup.assignors.standby import (
 from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.driver import GroupMember
+from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
 from workgroup.protocol.protocol import Protocol
 from workgroup.runtime.app import LEADER_KIND, STOP_MARGIN_MS, App, ResourceFunction, Settings
@@ -52,6 +55,14 @@ from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.slots import Slot, check_group_id, slot_of
 from workgroup.runtime.store import MemberSlotStore
 from workgroup.runtime.topics import LeaseTopics
+from workgroup.runtime.watch import (
+    client_id_of,
+    process_identity,
+    release_identity,
+    report_replaced,
+    wait_for_bootstrap,
+    watch,
+)
 from workgroup.types import Key, Resource
 
 log = get_logger(__name__)
@@ -83,6 +94,7 @@ class GroupRunner:
         metrics: RuntimeMetrics,
         standbys: int = 0,
         reassign_delay_ms: int = 0,
+        client_id: str | None = None,
     ) -> None:
         self.group_id = group_id
         self.kind = kind
@@ -124,6 +136,8 @@ class GroupRunner:
             rebalance_timeout_ms=settings.rebalance_timeout_ms,
             session_margin_ms=settings.session_margin_ms,
             request_timeout_ms=settings.request_timeout_ms,
+            connect_timeout_ms=settings.connect_timeout_ms,
+            client_id=client_id,
             resources=self._read_catalog,
             resource_poll_interval_ms=settings.resource_poll_interval_ms,
             kinds=kinds,
@@ -143,6 +157,9 @@ class GroupRunner:
         self._metrics = metrics
         metrics.watch(group_id, self.member)
         self._assigned_at: dict[Resource, float] = {}
+        #: Whether the last catalog read was empty (``None``: not read yet).
+        self._was_empty: bool | None = None
+        self._client_id = client_id
 
     async def check_lease_layout(self) -> None:
         """Refuse or migrate lease state of the legacy layout (before the member
@@ -152,6 +169,7 @@ class GroupRunner:
             self._settings.bootstrap or DEFAULT_BOOTSTRAP,
             self.group_id,
             security=self._settings.security(),
+            client_id=self._client_id or "workgroup-lease-layout",
         )
         try:
             await check_lease_layout(
@@ -172,6 +190,7 @@ class GroupRunner:
         if self._standbys:
             catalog[standby_kind(self.kind)] = entries
         self._catalog = freeze_catalog(catalog)
+        self._say_if_empty(not entries)
         known = self._slots
         self._slots = {
             key: known.get(key) or slot_of(self.group_id, key)
@@ -180,11 +199,27 @@ class GroupRunner:
         await self._ensure_topics(self._slots.values())
         return catalog
 
+    def _say_if_empty(self, empty: bool) -> None:
+        """One line when the catalog becomes empty (not one per poll)."""
+        if empty and self._was_empty is not True:
+            log.info(
+                "group.no_resources",
+                group=self.group_id,
+                kind=self.kind,
+                why="the resource function returned nothing: the group has nothing to hand out",
+            )
+        self._was_empty = empty
+
     async def _ensure_topics(self, slots: Iterable[Slot]) -> None:
         """Create the slots' topics that are not known to exist (one request)."""
         try:
             await self._topics.ensure(slot.topic for slot in slots)
         except WorkgroupError as exc:
+            if self.member.state is State.FINDING_COORDINATOR:
+                # No coordinator either: the member's own lines say so; the
+                # topics are created at the first assignment once it is back.
+                log.debug("lease.topic_deferred", group=self.group_id, error=str(exc))
+                return
             # Commits to a missing topic are retried; say why they fail.
             log.warning("lease.topic_failed", group=self.group_id, error=str(exc))
 
@@ -355,15 +390,19 @@ class AppRunner:
         self.metrics_server: MetricsServer | None = None
         #: Handler counters per group.
         self.stats: dict[str, HandlerStats] = {}
-        member_name = settings.instance_id or f"{socket.gethostname()}-{id(self):x}"
-        self.events = OwnershipLog(settings.event_log, member_name) if settings.event_log else None
+        #: This runner's name in client ids, logs, the event log and metrics.
+        self.identity = identity = process_identity(settings.instance_id)
+        #: The Kafka client id of every group member and admin client of the runner.
+        self.client_id = client_id = client_id_of(identity, settings.instance_id)
+        self.metrics.identify(identity, app.name, settings.instance_id)
+        self.events = OwnershipLog(settings.event_log, identity) if settings.event_log else None
         grace_s = settings.grace_ms / 1000
         security = settings.security()
-        self.producers = ProducerFactory(settings.bootstrap or DEFAULT_BOOTSTRAP, security=security)
+        self.producers = ProducerFactory(
+            settings.bootstrap or DEFAULT_BOOTSTRAP, security=security, client_id=client_id
+        )
         self.topics = LeaseTopics(
-            settings.bootstrap or DEFAULT_BOOTSTRAP,
-            client_id=f"workgroup-{app.name}-admin",
-            security=security,
+            settings.bootstrap or DEFAULT_BOOTSTRAP, client_id=client_id, security=security
         )
         self.groups = [
             GroupRunner(
@@ -382,6 +421,7 @@ class AppRunner:
                 metrics=self.metrics,
                 standbys=spec.standbys,
                 reassign_delay_ms=spec.reassign_delay_ms,
+                client_id=client_id,
             )
             for spec in app.workers.values()
         ] + [
@@ -399,6 +439,7 @@ class AppRunner:
                 topics=self.topics,
                 producers=self.producers,
                 metrics=self.metrics,
+                client_id=client_id,
             )
             for spec in app.leaders.values()
         ]
@@ -412,7 +453,22 @@ class AppRunner:
         return stats
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Run until ``stop`` is set; raise the first member's fatal error."""
+        """Run until ``stop`` is set; raise the first member's fatal error (or the
+        watch's: :mod:`workgroup.runtime.watch`)."""
+        # The first runner names the process in every line (signal handlers'
+        # too); a context binding names each runner's own tasks.
+        named = wlog.process_name() is None
+        if named:
+            wlog.set_process(self.identity)
+        try:
+            with structlog.contextvars.bound_contextvars(process=self.identity):
+                await self._run(stop)
+        finally:
+            release_identity(self.identity)
+            if named:
+                wlog.set_process(None)
+
+    async def _run(self, stop: asyncio.Event) -> None:
         log.info(
             "app.starting",
             app=self.app.name,
@@ -422,6 +478,8 @@ class AppRunner:
         )
         if self.settings.bootstrap is None:
             await asyncio.to_thread(ensure_local_coordinator)
+        else:
+            await wait_for_bootstrap(self.settings.bootstrap, self.settings.connect_timeout_ms)
         server = self.metrics_server = None
         if self.settings.metrics_port is not None:
             server = self.metrics_server = MetricsServer(
@@ -434,6 +492,13 @@ class AppRunner:
                     f"cannot serve metrics on {self.settings.metrics_host}:"
                     f"{self.settings.metrics_port}: {exc.strerror or exc}"
                 ) from exc
+        if self.settings.instance_id is not None and self.groups:
+            await report_replaced(
+                self.settings.bootstrap or DEFAULT_BOOTSTRAP,
+                self.groups[0].group_id,
+                self.settings.instance_id,
+                security=self.settings.security(),
+            )
         started: list[GroupRunner] = []
         try:
             for group in self.groups:
@@ -442,15 +507,20 @@ class AppRunner:
                 started.append(group)
             stopping = asyncio.create_task(stop.wait())
             failures = [asyncio.create_task(g.member.wait_closed()) for g in started]
+            watching = asyncio.create_task(self._watch(started))
             try:
-                await asyncio.wait([stopping, *failures], return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    [stopping, watching, *failures], return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
-                for task in (stopping, *failures):
+                for task in (stopping, watching, *failures):
                     task.cancel()
-                await asyncio.gather(stopping, *failures, return_exceptions=True)
+                await asyncio.gather(stopping, watching, *failures, return_exceptions=True)
             failed = next((g.member.error for g in started if g.member.error), None)
             if failed is not None:
                 raise failed
+            if watching.done() and not watching.cancelled():
+                raise watching.result()
         finally:
             log.info("app.stopping", app=self.app.name)
             leave = True if self.settings.leave_on_stop else None
@@ -465,6 +535,16 @@ class AppRunner:
                 await server.close()
             await self._clean_up()
             log.info("app.stopped", app=self.app.name)
+
+    async def _watch(self, groups: Sequence[GroupRunner]) -> WorkgroupError:
+        def looking() -> list[str]:
+            return [g.group_id for g in groups if g.member.state is State.FINDING_COORDINATOR]
+
+        return await watch(
+            looking,
+            self.settings.bootstrap or DEFAULT_BOOTSTRAP,
+            self.settings.unreachable_timeout_ms,
+        )
 
     async def _clean_up(self) -> None:
         for cleanup in self.app.cleanups:

@@ -19,6 +19,7 @@ from workgroup.testing.servers import (
     run_tansu,
     tansu_binary,
 )
+from workgroup.testing.signals import interrupt_on_termination
 
 __all__ = [
     "FaultProxy",
@@ -32,6 +33,7 @@ __all__ = [
     "capture_logs",
     "check_ownership",
     "free_port",
+    "interrupt_on_termination",
     "random_schedule",
     "read_log",
     "run_coordinator",

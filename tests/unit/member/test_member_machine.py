@@ -996,19 +996,23 @@ def test_connect_timeout_does_not_apply_after_the_first_coordinator() -> None:
     assert m.error is None
 
 
-def test_each_failed_lookup_is_a_warning() -> None:
+def test_failed_lookups_are_warnings_at_attempts_1_2_4_8_and_debug_between() -> None:
+    """An outage is said, and said again less and less often: not one line per retry."""
     m = make(retry_backoff_ms=100)
     m.start(0)
+    now = 1
     with capture_logs() as logs:
-        m.find_coordinator_failed(1, CoordinatorUnavailableError("connection refused"))
-        only(m.tick(101), FindCoordinator)
-        m.find_coordinator_failed(102, CoordinatorUnavailableError("connection refused"))
-    warnings = [e for e in logs if e["event"] == "member.coordinator_unavailable"]
-    assert [(e["log_level"], e["attempt"], e["retry_in_ms"]) for e in warnings] == [
-        ("warning", 1, 100),
-        ("warning", 2, 200),
-    ]
-    assert all(e["group"] == "g" and e["error"] == "connection refused" for e in warnings)
+        for _ in range(9):
+            m.find_coordinator_failed(now, CoordinatorUnavailableError("connection refused"))
+            now = m.next_deadline() or now
+            assert only(m.tick(now), FindCoordinator)
+    lines = [e for e in logs if e["event"] == "member.coordinator_unavailable"]
+    assert [e["attempt"] for e in lines] == list(range(1, 10))
+    warned = [e["attempt"] for e in lines if e["log_level"] == "warning"]
+    assert warned == [1, 2, 4, 8]
+    assert {e["log_level"] for e in lines if e["attempt"] not in warned} == {"debug"}
+    assert [e["retry_in_ms"] for e in lines[:2]] == [100, 200]
+    assert all(e["group"] == "g" and e["error"] == "connection refused" for e in lines)
 
 
 def test_fail_reports_resources_lost_and_a_dynamic_member_leaves() -> None:
@@ -1125,3 +1129,24 @@ def test_fenced_instance_names_the_instance_id() -> None:
     message = fatal_join(ErrorCode.FENCED_INSTANCE_ID, instance_id="worker-7")
     assert "'worker-7'" in message
     assert "another process runs with" in message
+
+
+def test_member_joined_counts_members_only_where_it_knows_them() -> None:
+    """A follower is not told the members: its line has no ``members=0``."""
+    with capture_logs() as logs:
+        to_stable(make())
+    (follower,) = [e for e in logs if e["event"] == "member.joined"]
+    assert follower["leader"] is False
+    assert "members" not in follower
+    m = make()
+    with capture_logs() as logs:
+        join = sent(m.start(0) + m.coordinator_found(1))
+        mine = join.request.protocols[0][1]
+        members = (JoinedMember("me", None, mine), JoinedMember("other", None, mine))
+        m.response(
+            2,
+            join.request_id,
+            JoinGroupResult(ErrorCode.NONE, 1, "workgroup", "sticky.v1", "me", "me", members),
+        )
+    (leader,) = [e for e in logs if e["event"] == "member.joined"]
+    assert (leader["leader"], leader["members"]) == (True, 2)

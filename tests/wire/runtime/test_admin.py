@@ -87,9 +87,15 @@ async def test_describe_a_workgroup_group(backend: Backend, request: pytest.Fixt
         assert table.exit_code == 0
         assert group in table.output
         assert "shard:" in table.output
+        # Piped: one row per member, its id whole (not wrapped at 80 columns).
+        for m in (a, b):
+            assert len(m.member_id) > 30
+            assert sum(m.member_id in line for line in table.output.splitlines()) == 1
         top = await cli(["top", group, "--bootstrap", backend.bootstrap, "--once"])
         assert top.exit_code == 0, top.output
-        assert "recent rebalances" in top.output
+        # One poll sees no rebalance: no empty "recent rebalances" table.
+        assert "recent rebalances" not in top.output
+        assert a.member_id in top.output
 
 
 async def test_describe_a_kafka_consumer_group(
@@ -151,13 +157,20 @@ async def test_list_and_unknown_groups(backend: Backend) -> None:
             assert listed[group].protocol_type == "workgroup"
             result = await cli(["list", "--bootstrap", backend.bootstrap, "--json"])
             assert result.exit_code == 0
-            assert any(json.loads(line)["group"] == group for line in result.output.splitlines())
+            # One JSON document, as describe --json prints.
+            assert any(entry["group"] == group for entry in json.loads(result.output))
     if backend.name == "embedded":
         with pytest.raises(GroupNotFoundError):
             await describe_group(backend.bootstrap, "no-such-group-here")
         result = await cli(["describe", "no-such-group-here", "--bootstrap", backend.bootstrap])
         assert result.exit_code == 1
         assert "no group 'no-such-group-here'" in result.output
+
+
+def test_top_once_exits_1_when_nothing_answers() -> None:
+    result = CliRunner().invoke(main, ["top", "g", "--once", "--bootstrap", "127.0.0.1:1"])
+    assert result.exit_code == 1
+    assert "error: describing group 'g'" in result.output
 
 
 def test_bad_addresses_exit_2() -> None:
