@@ -114,8 +114,10 @@ Rules:
    withholds them; its JoinGroup waits up to ``RELEASE_WINDOW_MS`` after a
    revocation for the releases (less once nothing is releasing), so that prompt
    handlers' resources go out in that round, and a release after the JoinGroup
-   that reported it asks for another round, which hands it out.  Eager
-   members send no JoinGroup while anything is releasing (they heartbeat
+   that reported it asks for another round, which hands it out.  With
+   ``confirm_release`` no round is asked for a resource while it is releasing
+   (the leader would only withhold it again, round after round): its release
+   asks for the round.  Eager members send no JoinGroup while anything is releasing (they heartbeat
    meanwhile; the rebalance timeout bounds the wait, so the runtime refuses a
    grace period that cannot fit).
    LEAVING heartbeats while a callback runs or anything is releasing, and sends
@@ -1355,7 +1357,12 @@ class MemberMachine:
             self._request_rejoin(f"metadata version {used} -> {common}")
         # data.revoked: what the leader withheld on our account because our JoinGroup
         # claimed it; we may have lost it since, but others still wait for the round.
-        if (revoked or data.revoked) and protocol.mode == "cooperative":
+        # What is still releasing here asks for that round itself once released
+        # (rule 9): a round now would withhold it again, round after round.
+        handed_back = {*revoked, *data.revoked}
+        if self._confirm_release:
+            handed_back -= self._owned.releasing
+        if handed_back and protocol.mode == "cooperative":
             self._request_rejoin("follow-up round after revoking resources")
         if data.rejoin:
             self._request_rejoin("the leader asked for another round")
