@@ -170,17 +170,18 @@ def user_frames(exc: BaseException, *, limit: int = 8) -> str:
     ``ValueError`` raised by ``int()``), so that the line is never empty.
     """
     frames = traceback.extract_tb(exc.__traceback__)
-    mine = [f for f in frames if not _is_library(f.filename)]
+    mine = [f for f in frames if is_user_frame(f.filename)]
     if not mine and frames:
         mine = [frames[-1]]
     lines = traceback.format_list(mine[-limit:])
     return "".join(lines).rstrip("\n")
 
 
-def _is_library(filename: str) -> bool:
+def is_user_frame(filename: str) -> bool:
+    """Whether a frame of ``filename`` is the user's code (see :func:`user_frames`)."""
     if filename.startswith("<"):
-        return filename.startswith("<frozen")
-    return str(Path(filename).resolve()).startswith(_NOT_USER_DIRS)
+        return not filename.startswith("<frozen")
+    return not str(Path(filename).resolve()).startswith(_NOT_USER_DIRS)
 
 
 def describe_error(exc: BaseException) -> str:

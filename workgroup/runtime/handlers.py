@@ -396,7 +396,20 @@ class HandlerRun:
         if exc is not None and (self.failures_in_row == 1 or changed):
             fields["exception"] = user_frames(exc)  # the frames once, not each time
         log.error("worker.failed", **fields)
-        if self.failures_in_row == self._restart.max_failures and self._on_failing is not None:
+        if self.failures_in_row != self._restart.max_failures:
+            return
+        if self._restart.on_failure == "retry":
+            log.error(
+                "worker.failing",
+                handler=self._name,
+                kind=self.lease.kind,
+                key=self.lease.key,
+                failures=self.failures_in_row,
+                error=error,
+                what="on_failure='retry' goes on restarting it; /healthz answers 503 until "
+                "it runs without failing (on_failure='release' would move it elsewhere)",
+            )
+        if self._on_failing is not None:
             self._on_failing(self)
 
     async def _sleep_unless_revoked(self, seconds: float) -> None:

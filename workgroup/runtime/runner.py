@@ -65,6 +65,7 @@ from workgroup.runtime.http import MetricsServer
 from workgroup.runtime.lease import Lease
 from workgroup.runtime.legacy import AdminOffsets, check_lease_layout
 from workgroup.runtime.local import LOCAL_HOST, LOCAL_PORT, ensure_local_coordinator
+from workgroup.runtime.loopwatch import LoopWatch
 from workgroup.runtime.metrics import RuntimeMetrics
 from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.slots import Slot, check_group_id, slot_of
@@ -598,6 +599,8 @@ class AppRunner:
                 security=self.settings.security(),
             )
         started: list[GroupRunner] = []
+        loop_watch = LoopWatch()
+        loop_watch.start()
         try:
             for group in self.groups:
                 await group.check_lease_layout()
@@ -622,6 +625,7 @@ class AppRunner:
             if watching.done() and not watching.cancelled():
                 raise watching.result()
         finally:
+            loop_watch.stop()
             log.info("app.stopping", app=self.app.name)
             leave = True if self.settings.leave_on_stop else None
             await asyncio.gather(
