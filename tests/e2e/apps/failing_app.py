@@ -28,22 +28,22 @@ blocked: set[str] = set()
 def shards() -> list[str]:
     flag = os.environ.get("SOURCE_FAILS")
     if flag and Path(flag).exists():
-        password = "hunter2-source"  # noqa: S105 (a local that must not be printed)
+        password = "hunter2-source"
         raise RuntimeError(f"cannot list shards (connecting with {len(password)} chars)")
     return os.environ.get("FAIL_KEYS_ALL", "alpha,beta").split(",")
 
 
 @app.worker("shard", restart_backoff_ms=50, max_restart_backoff_ms=200)
 async def work(lease: workgroup.Lease) -> None:
-    secret = "hunter2-handler"  # noqa: S105 (a local that must not be printed)
+    secret = "hunter2-handler"
     if lease.key in os.environ.get("FAIL_KEYS", "").split(","):
         raise ValueError(f"bad record in {lease.key} ({len(secret)})")
     if lease.key in os.environ.get("BLOCK_KEYS", "").split(",") and lease.key not in blocked:
         blocked.add(lease.key)
-        time.sleep(float(os.environ.get("BLOCK_S", "3")))  # the mistake
+        time.sleep(float(os.environ.get("BLOCK_S", "3")))  # noqa: ASYNC251 (the mistake)
     log = os.environ.get("WORK_LOG")
     while True:
         if log:
-            with open(log, "a", encoding="utf-8") as out:
+            with open(log, "a", encoding="utf-8") as out:  # noqa: ASYNC230 (tiny)
                 out.write(f"{lease.key} {os.getpid()}\n")
         await asyncio.sleep(0.1)
