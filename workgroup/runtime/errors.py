@@ -38,18 +38,16 @@ class ResourceFunctionError(ConfigError):
     other error in the app's declarations; while running the member keeps its
     last list and reports it (``member.resource_source_failed``)."""
 
-    def __init__(self, group: str, function: str, error: str, frames: str) -> None:
+    def __init__(
+        self, group: str, function: str, error: str, frames: str, *, what: str = "failed"
+    ) -> None:
         self.group = group
         self.function = function
         self.error = error
         self.frames = frames
-        first = f"group {group!r}: the resource function {function} failed: {error}"
-        super().__init__(first + (f"\n{frames}" if frames else ""), retriable=True)
-
-    @property
-    def summary(self) -> str:
-        """The first line alone (the frames are logged apart)."""
-        return f"group {self.group!r}: the resource function {self.function} failed: {self.error}"
+        #: The first line alone (the frames are logged apart).
+        self.summary = f"group {group!r}: the resource function {function} {what}: {error}"
+        super().__init__(self.summary + (f"\n{frames}" if frames else ""), retriable=True)
 
 
 class HandlerFailedError(WorkgroupError):

@@ -202,22 +202,33 @@ class GroupRunner:
             await offsets.close()
 
     async def _read_catalog(self) -> Catalog:
+        function = _function_name(self._source)
         try:
             result = self._source()
             if inspect.isawaitable(result):
                 result = await result
-            entries = list(result)
         except Exception as exc:
             raise ResourceFunctionError(
-                self.group_id,
-                _function_name(self._source),
-                wlog.describe_error(exc),
-                wlog.user_frames(exc),
+                self.group_id, function, wlog.describe_error(exc), wlog.user_frames(exc)
             ) from exc
+        if result is None or isinstance(result, str | bytes) or not isinstance(result, Iterable):
+            raise ResourceFunctionError(
+                self.group_id,
+                function,
+                f"expected a list of keys (str or int), got {type(result).__name__}",
+                "",
+                what="returned no list",
+            )
+        entries = list(result)
         catalog: dict[str, Sequence[CatalogEntry]] = {self.kind: entries}
         if self._standbys:
             catalog[standby_kind(self.kind)] = entries
-        self._catalog = freeze_catalog(catalog)
+        try:
+            self._catalog = freeze_catalog(catalog)
+        except ConfigError as exc:  # a duplicate, a key neither str nor int
+            raise ResourceFunctionError(
+                self.group_id, function, str(exc), "", what="returned a bad list"
+            ) from exc
         self._say_if_empty(not entries)
         known = self._slots
         self._slots = {
@@ -664,6 +675,8 @@ class AppRunner:
 
 def _function_name(function: object) -> str:
     """``billing.list_shards`` (module and qualified name), for error messages."""
+    if not hasattr(function, "__qualname__"):  # a callable object: its class
+        function = type(function)
     module = getattr(function, "__module__", None)
     name = getattr(function, "__qualname__", None) or repr(function)
     return f"{module}.{name}" if module else name
