@@ -166,13 +166,11 @@ def user_frames(exc: BaseException, *, limit: int = 8) -> str:
     """The frames of ``exc``'s traceback that are the user's code (not workgroup's,
     the standard library's or an installed package's), as Python prints them:
     ``File "app.py", line 12, in list_shards`` and the source line.  Never local
-    variables.  The innermost frame is kept even if it is nobody's (a
-    ``ValueError`` raised by ``int()``), so that the line is never empty.
+    variables.  Empty when no frame is the user's (workgroup's own frames say
+    nothing about the user's code).
     """
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if is_user_frame(f.filename)]
-    if not mine and frames:
-        mine = [frames[-1]]
     lines = traceback.format_list(mine[-limit:])
     return "".join(lines).rstrip("\n")
 

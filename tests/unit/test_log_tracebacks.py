@@ -79,3 +79,18 @@ def test_user_frames_keep_the_users_code_and_drop_workgroups_and_librarys() -> N
 def test_an_error_without_a_message_is_named_by_its_type() -> None:
     assert describe_error(KeyError()) == "KeyError"
     assert describe_error(TimeoutError()) == "TimeoutError"
+
+
+def test_no_user_frame_means_no_frames_rather_than_a_librarys() -> None:
+    import asyncio
+
+    async def library_only() -> BaseException | None:
+        # A task's exception: its traceback holds the standard library's frames alone.
+        task = asyncio.create_task(asyncio.wait_for(asyncio.Event().wait(), 0.001))
+        await asyncio.wait({task})
+        return task.exception()
+
+    error = asyncio.run(library_only())
+    assert isinstance(error, TimeoutError)
+    assert error.__traceback__ is not None
+    assert user_frames(error) == ""

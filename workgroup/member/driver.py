@@ -1083,13 +1083,14 @@ class GroupMember:
                 error = getattr(exc, "summary", None) or describe_error(exc)
                 if error != last_error:
                     last_error = error
+                    frames = getattr(exc, "frames", None) or user_frames(exc)
                     log.error(
                         "member.resource_source_failed",
                         group=self.config.group_id,
                         error=error,
                         failures=failures,
-                        exception=getattr(exc, "frames", None) or user_frames(exc),
                         hint="the member keeps its last list of resources",
+                        **({"exception": frames} if frames else {}),
                     )
                 elif failures & (failures - 1) == 0:  # 2, 4, 8, ...
                     log.error(

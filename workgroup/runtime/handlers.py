@@ -394,7 +394,10 @@ class HandlerRun:
         if not (self._restart.on_failure != "retry" and self.failing):
             fields["restart_in_s"] = round(self._wait(state), 3)
         if exc is not None and (self.failures_in_row == 1 or changed):
-            fields["exception"] = user_frames(exc)  # the frames once, not each time
+            # The frames once, not each time (a child process sends its own).
+            frames = getattr(exc, "frames", None) or user_frames(exc)
+            if frames:
+                fields["exception"] = frames
         log.error("worker.failed", **fields)
         if self.failures_in_row != self._restart.max_failures:
             return
