@@ -14,7 +14,8 @@ Rules:
    still blocked: the task that runs (a handler's task is named
    ``workgroup-handler-KIND/KEY``), the user's innermost frame of the loop's
    thread (``where``: file, line, function, source line; never local
-   variables), and the fix.  When the loop runs again,
+   variables), and the fix; when no task runs, the process itself was held
+   up, and the hint says so instead.  When the loop runs again,
    ``app.event_loop_unblocked`` says how long the stall lasted.
 2. Cheap: one ``call_later`` per interval on the loop, one sleeping thread;
    nothing is sampled unless a stall is seen.
@@ -42,6 +43,11 @@ HINT = (
     "other one, heartbeats included: make the handler a plain def (it then runs "
     "in a thread of its own), or call the blocking code with "
     "'await asyncio.to_thread(...)'"
+)
+
+STARVED_HINT = (
+    "no task was running: the process itself was held up (an overloaded machine, "
+    "a paused process, a long garbage collection), or a callback blocked"
 )
 
 
@@ -97,7 +103,9 @@ class LoopWatch:
             task=task.get_name() if task is not None else None,
             handler=_handler_of(task),
             where=_user_code(frame),
-            hint=HINT,
+            # No task runs: the loop waits in its selector, so nothing in the
+            # process blocks it; the process itself did not get to run.
+            hint=HINT if task is not None else STARVED_HINT,
         )
 
 
@@ -122,4 +130,4 @@ def _user_code(frame: FrameType | None) -> str | None:
     return f"{last.filename}:{last.lineno} in {last.name}: {(last.line or '').strip()}"
 
 
-__all__ = ["CHECK_EVERY_S", "HINT", "REPORT_AFTER_MS", "LoopWatch"]
+__all__ = ["CHECK_EVERY_S", "HINT", "REPORT_AFTER_MS", "STARVED_HINT", "LoopWatch"]
