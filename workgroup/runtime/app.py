@@ -9,6 +9,7 @@ leaders (a leader is a group with one resource).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -261,9 +262,11 @@ class App:
         Keys keep their positions: a key's checkpoint slot is its index in the
         list, so add new keys at the end (as Kafka adds partitions).
         """
+        _check_called(kind, "resources", "shard")
         _check_name(kind, "kind")
 
         def register(function: F) -> F:
+            _check_signature(function, 0, f"resources of kind {kind!r}")
             if kind in self.sources:
                 raise ConfigError(f"resources of kind {kind!r} are declared twice")
             self.sources[kind] = function
@@ -315,6 +318,7 @@ class App:
         group keeps ``"old"`` until every member offers ``"new"``), then
         ``"new"`` alone.
         """
+        _check_called(kind, "worker", "shard")
         _check_name(kind, "kind")
         assignors = (assignor,) if isinstance(assignor, str) else tuple(assignor)
         if not assignors or len(set(assignors)) != len(assignors):
@@ -337,6 +341,7 @@ class App:
         _check_isolation(isolation)
 
         def register(function: F) -> F:
+            _check_signature(function, 1, f"worker {kind!r}")
             self._check_free(kind)
             self.workers[kind] = WorkerSpec(
                 kind,
@@ -365,6 +370,7 @@ class App:
         """Run the decorated function in one process of the group at a time
         (``isolation``, ``on_failure`` and ``max_failures`` as for :meth:`worker`:
         ``"release"`` hands the leadership to another process)."""
+        _check_called(name, "leader", "publisher")
         _check_name(name, "leader name")
         if grace_ms < 0:
             raise ConfigError(f"grace_ms must be >= 0, got {grace_ms}")
@@ -372,6 +378,7 @@ class App:
         _check_isolation(isolation)
 
         def register(function: F) -> F:
+            _check_signature(function, 1, f"leader {name!r}")
             self._check_free(name)
             self.leaders[name] = LeaderSpec(
                 name, _isolated(function, isolation), grace_ms, on_failure, max_failures
@@ -468,6 +475,37 @@ def _check_own_failure_policy(what: str, on_failure: object, max_failures: objec
         )
     except ConfigError as exc:
         raise ConfigError(f"{what}: {exc}") from None
+
+
+def _check_called(name: object, decorator: str, example: str) -> None:
+    """``@app.worker`` without its kind hands the function over as the kind."""
+    if callable(name):
+        raise ConfigError(
+            f"@app.{decorator} needs a name: @app.{decorator}({example!r}), "
+            f"not @app.{decorator} alone (on {getattr(name, '__qualname__', name)!r})"
+        )
+
+
+def _check_signature(function: object, arguments: int, what: str) -> None:
+    """A handler takes the lease; a resource function takes nothing: said at
+    declaration, not at every call."""
+    if not callable(function):
+        raise ConfigError(f"{what}: {function!r} is not a function")
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a signature: trust it
+        return
+    try:
+        signature.bind(*([None] * arguments))
+    except TypeError:
+        name = getattr(function, "__qualname__", repr(function))
+        short = getattr(function, "__name__", "handler")
+        shown = signature.replace(return_annotation=inspect.Signature.empty)
+        wanted = "one argument, the lease" if arguments else "no arguments"
+        raise ConfigError(
+            f"{what}: {name}{shown} must take {wanted}"
+            + (f" (def {short}(lease): ...)" if arguments else "")
+        ) from None
 
 
 def _check_isolation(isolation: object) -> None:
