@@ -34,7 +34,11 @@ configuration stays the application's.  Tests capture events with
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import sysconfig
+import traceback
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -139,6 +143,51 @@ def _drop_connection_noise(record: logging.LogRecord) -> bool:
     return not (record.levelno > logging.DEBUG and str(record.msg).startswith("Unable connect to"))
 
 
+def _traceback_without_locals(sio: Any, exc_info: Any) -> None:
+    """Render a traceback as Python does: frames and source lines, never local
+    variables (structlog's rich default shows them, and they can hold secrets)."""
+    structlog.dev.plain_traceback(sio, exc_info)
+
+
+#: Directories whose frames are not the user's: workgroup itself, the standard
+#: library (asyncio, threading) and installed packages (click, tenacity, aiokafka).
+_NOT_USER_DIRS = tuple(
+    str(Path(p).resolve()) + os.sep
+    for p in {
+        str(Path(__file__).resolve().parent),
+        sysconfig.get_paths()["stdlib"],
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+    }
+)
+
+
+def user_frames(exc: BaseException, *, limit: int = 8) -> str:
+    """The frames of ``exc``'s traceback that are the user's code (not workgroup's,
+    the standard library's or an installed package's), as Python prints them:
+    ``File "app.py", line 12, in list_shards`` and the source line.  Never local
+    variables.  Empty when no frame is the user's (workgroup's own frames say
+    nothing about the user's code).
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if is_user_frame(f.filename)]
+    lines = traceback.format_list(mine[-limit:])
+    return "".join(lines).rstrip("\n")
+
+
+def is_user_frame(filename: str) -> bool:
+    """Whether a frame of ``filename`` is the user's code (see :func:`user_frames`)."""
+    if filename.startswith("<"):
+        return not filename.startswith("<frozen")
+    return not str(Path(filename).resolve()).startswith(_NOT_USER_DIRS)
+
+
+def describe_error(exc: BaseException) -> str:
+    """``ValueError: bad record in beta`` (the type alone if it says nothing)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _add_logger_name(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
     """Name the library of a routed record (workgroup's own carry their event name)."""
     record = event_dict.get("_record")
@@ -163,7 +212,11 @@ def configure(level: str = "info", *, json: bool = False) -> None:
     renderer: list[Processor] = (
         [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
         if json
-        else [structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())]
+        else [
+            structlog.dev.ConsoleRenderer(
+                colors=sys.stderr.isatty(), exception_formatter=_traceback_without_locals
+            )
+        ]
     )
     stamp: list[Processor] = [
         structlog.stdlib.add_log_level,

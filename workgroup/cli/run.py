@@ -10,9 +10,10 @@ status 130.
 
 Exit status (the README lists them too): 0 stopped by a signal; 1 a fatal error
 (no coordinator answers, another process took over the instance id, the
-connect or unreachable timeout passed, ...); 2 bad settings or a bad
-``MODULE:APP``, before anything runs; 120 stdout or stderr was closed (a
-``| head`` that ended); 130 a second signal.
+connect or unreachable timeout passed, ...); 2 bad settings, a bad
+``MODULE:APP`` or a resource function that raises, before anything runs; 3 a
+handler failed ``max_failures`` times in a row under ``on_failure="stop"``;
+120 stdout or stderr was closed (a ``| head`` that ended); 130 a second signal.
 
 Logs go to stderr: readable lines on a terminal, JSON lines otherwise
 (``--log-format``).
@@ -120,6 +121,21 @@ from workgroup.runtime.daemon import load_app, run_app
     help="Time limit of a coordinator lookup and of lease commits "
     "(default: the session timeout, at most 30 s).",
 )
+@click.option(
+    "--on-failure",
+    type=click.Choice(["retry", "release", "stop"]),
+    default=None,
+    help="What a handler that failed --max-failures times in a row gets, unless its "
+    "decorator says: retry (go on restarting it), release (give the resource to "
+    "another process; this one refuses it for 5 minutes) or stop (stop the daemon, "
+    "exit 3). /healthz answers 503 while a handler is failing [default: retry].",
+)
+@click.option(
+    "--max-failures",
+    type=int,
+    default=None,
+    help="Failures in a row after which a handler is failing (see --on-failure) [default: 5].",
+)
 @log_options(level="info", log_format="auto")
 def command(
     target: str,
@@ -137,6 +153,8 @@ def command(
     request_timeout_ms: int | None,
     connect_timeout_ms: int | None,
     unreachable_timeout_ms: int | None,
+    on_failure: str | None,
+    max_failures: int | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -159,6 +177,8 @@ def command(
             "request_timeout_ms": request_timeout_ms,
             "connect_timeout_ms": connect_timeout_ms,
             "unreachable_timeout_ms": unreachable_timeout_ms,
+            "on_failure": on_failure,
+            "max_failures": max_failures,
         },
         environ=os.environ,
         config_file=config_file,

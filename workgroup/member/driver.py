@@ -64,7 +64,7 @@ from workgroup.kafka.messages import (
     OffsetFetchGroup,
     OffsetFetchResult,
 )
-from workgroup.log import get_logger
+from workgroup.log import describe_error, get_logger, user_frames
 from workgroup.member.actions import (
     Action,
     Closed,
@@ -729,6 +729,14 @@ class GroupMember:
         if machine is not None and not self._closed.is_set():
             self._feed(machine.released(monotonic_ms(), resources))
 
+    def refuse(self, resources: Iterable[Resource], for_ms: int, reason: str) -> None:
+        """Give up ``resources`` (no callback) and refuse them for ``for_ms``:
+        the leader hands them to another member that takes their kind, if any
+        (the state machine's rule 10)."""
+        machine = self._machine
+        if machine is not None and not self._closed.is_set():
+            self._feed(machine.refuse(monotonic_ms(), resources, for_ms, reason))
+
     async def refresh_resources(self) -> None:
         """Read the resource source now (the leader rebalances if it changed)."""
         if self._machine is None:
@@ -1057,11 +1065,46 @@ class GroupMember:
         return catalog
 
     async def _poll_source(self) -> None:
+        """Re-read the resource source every poll interval.  A failure is logged
+        once in full (the user's frames, never local variables), then as one
+        line with the count at the 2nd, 4th, 8th... failure in a row, again in
+        full when the error changes, and ``member.resource_source_recovered``
+        once it reads again; the member keeps its last list meanwhile."""
+        failures = 0
+        last_error: str | None = None
         while True:
             await asyncio.sleep(self._poll_s)
             try:
                 await self.refresh_resources()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("member.resource_source_failed")
+            except Exception as exc:
+                failures += 1
+                error = getattr(exc, "summary", None) or describe_error(exc)
+                if error != last_error:
+                    last_error = error
+                    frames = getattr(exc, "frames", None) or user_frames(exc)
+                    log.error(
+                        "member.resource_source_failed",
+                        group=self.config.group_id,
+                        error=error,
+                        failures=failures,
+                        hint="the member keeps its last list of resources",
+                        **({"exception": frames} if frames else {}),
+                    )
+                elif failures & (failures - 1) == 0:  # 2, 4, 8, ...
+                    log.error(
+                        "member.resource_source_failing",
+                        group=self.config.group_id,
+                        error=error,
+                        failures=failures,
+                    )
+            else:
+                if failures:
+                    log.info(
+                        "member.resource_source_recovered",
+                        group=self.config.group_id,
+                        failures=failures,
+                    )
+                failures = 0
+                last_error = None

@@ -25,6 +25,7 @@ Nothing here logs: the functions return what they found and the caller reports i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import repeat
@@ -46,6 +47,11 @@ MAX_ROUNDS = 10
 #: Metadata tag of a member that is closing: it takes nothing this round, so its
 #: resources go to the others while it still works on them (see state.py).
 LEAVING_TAG = "workgroup.leaving"
+#: Metadata tag of a member that refuses some resources for a while (a handler
+#: that kept failing there, ``on_failure="release"``): a JSON list of
+#: ``[kind, key]`` pairs.  The leader moves them to another member that takes
+#: their kind (:func:`apply_refusals`).
+REFUSES_TAG = "workgroup.refuses"
 
 
 # --- reading the members ---------------------------------------------------------
@@ -426,15 +432,73 @@ def simulate_rebalance(
     return Rebalance(tuple(rounds), converged, before.ignored, first)
 
 
+# --- refusals --------------------------------------------------------------------------
+
+
+def encode_refusals(resources: Iterable[Resource]) -> str:
+    """The :data:`REFUSES_TAG` value of ``resources``."""
+    return json.dumps(sorted(([kind, key] for kind, key in resources), key=repr))
+
+
+def decode_refusals(tags: Iterable[tuple[str, str]]) -> frozenset[Resource]:
+    """The resources a member's tags refuse (nothing if the tag is unreadable)."""
+    raw = dict(tags).get(REFUSES_TAG)
+    if not raw:
+        return frozenset()
+    try:
+        pairs = json.loads(raw)
+        return frozenset((str(kind), key) for kind, key in pairs)
+    except (ValueError, TypeError):
+        return frozenset()
+
+
+def apply_refusals(
+    target: Assignment,
+    members: Mapping[str, MemberInfo],
+    refusals: Mapping[str, frozenset[Resource]],
+) -> Assignment:
+    """Move each resource the assignor gave a member that refuses it to the
+    member taking its kind that has the fewest resources and does not refuse it
+    (nor hold it already).  When no other member can take it, it stays where the
+    assignor put it: a resource nobody else can run is better run than idle.
+    The assignor stays pure and unaware; this is the leader's last step, as the
+    reassignment delay is.
+    """
+    if not any(refusals.values()):
+        return target
+    out = {member_id: list(resources) for member_id, resources in target.items()}
+    for member_id, refused in sorted(refusals.items()):
+        mine = out.get(member_id, [])
+        for resource in [r for r in mine if r in refused]:
+            candidates = [
+                other
+                for other, info in members.items()
+                if other != member_id
+                and resource[0] in info.kinds
+                and resource not in refusals.get(other, frozenset())
+                and resource not in out.get(other, [])
+            ]
+            if not candidates:
+                continue
+            chosen = min(candidates, key=lambda other: (len(out.get(other, [])), other))
+            mine.remove(resource)
+            out.setdefault(chosen, []).append(resource)
+    return out
+
+
 __all__ = [
     "MAX_ROUNDS",
+    "REFUSES_TAG",
     "Ignored",
     "LeaderInput",
     "MembersRead",
     "Rebalance",
     "RoundPlan",
+    "apply_refusals",
     "build_input",
+    "decode_refusals",
     "encode_assignments",
+    "encode_refusals",
     "plan_round",
     "read_members",
     "simulate_rebalance",

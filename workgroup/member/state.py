@@ -131,6 +131,11 @@ Rules:
    leaves once nothing is releasing (never with a JoinGroup or SyncGroup of its
    own in flight, rule 7) — at once if everything was released in the window.  A loss drops
    what is releasing too (reported in ``on_lost`` with ``confirm_release``).
+10. Refusal: :meth:`MemberMachine.refuse` releases resources (rule 8) and
+   names them in the member's metadata (tag ``workgroup.refuses``) until the
+   refusal ends.  The leader moves a refused resource from the assignor's
+   target to the member taking its kind with the fewest resources that does
+   not refuse it; if there is none, it stays (run rather than idle).
 """
 
 from __future__ import annotations
@@ -138,7 +143,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from workgroup.assignors.base import Assignment
+from workgroup.assignors.base import Assignment, MemberInfo
 from workgroup.errors import (
     ErrorCode,
     ProtocolError,
@@ -181,9 +186,13 @@ from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generat
 from workgroup.member.heartbeat import HeartbeatTimer
 from workgroup.member.leader import (
     LEAVING_TAG,
+    REFUSES_TAG,
     MembersRead,
+    apply_refusals,
     build_input,
+    decode_refusals,
     encode_assignments,
+    encode_refusals,
     plan_round,
     read_members,
     withholding_claims,
@@ -215,6 +224,8 @@ class _LeaderRound:
     read: MembersRead
     resources: int
     catalog_hash: bytes
+    #: The members as the assignor saw them (which kinds each takes).
+    infos: Mapping[str, MemberInfo]
 
 
 class MemberMachine:
@@ -278,6 +289,10 @@ class MemberMachine:
         #: only when told (scale-down, KIP-812), else they keep their place.
         self._leave_on_close = config.instance_id is None
         self._delay = ReassignDelay(config.reassign_delay_ms)
+        #: Resources this member refuses, until when (rule 10).
+        self._refused: dict[Resource, int] = {}
+        #: The newest ``now`` seen (refusals end by it).
+        self._now = 0
         #: Closing by handing over first (rule 7): give up by this time at the latest.
         self._departing_until: int | None = None
         self._group_size: int | None = None
@@ -326,6 +341,11 @@ class MemberMachine:
     def _departing_tag(self) -> dict[str, str]:
         departing = self._departing_until is not None or self._handing_over
         return {LEAVING_TAG: "1"} if departing else {}
+
+    @property
+    def _refuses_tag(self) -> dict[str, str]:
+        self._refused = {r: until for r, until in self._refused.items() if until > self._now}
+        return {REFUSES_TAG: encode_refusals(self._refused)} if self._refused else {}
 
     @property
     def is_leader(self) -> bool:
@@ -553,6 +573,22 @@ class MemberMachine:
             self._request_rejoin(f"released {len(released)} resources: {reason}")
         return self._drain(now)
 
+    def refuse(
+        self, now: int, resources: Iterable[Resource], for_ms: int, reason: str
+    ) -> list[Action]:
+        """Give up ``resources`` as :meth:`release` does and refuse them for
+        ``for_ms`` (rule 10): the leader hands them to another member."""
+        self._observe(now)
+        resources = tuple(resources)
+        for resource in resources:
+            self._refused[resource] = now + for_ms
+        return self.release(now, resources, reason)
+
+    @property
+    def refused(self) -> frozenset[Resource]:
+        """What this member refuses now (rule 10)."""
+        return frozenset(r for r, until in self._refused.items() if until > self._now)
+
     def fail(self, now: int, error: WorkgroupError) -> list[Action]:
         """The application stops the member as failed: what it owns is reported
         lost, a dynamic member leaves the group, and the member enters FATAL."""
@@ -678,6 +714,7 @@ class MemberMachine:
     def _observe(self, now: int) -> None:
         """Notice when the machine ran long after its deadline (frozen process,
         starved event loop): answers that arrive now may be arbitrarily old."""
+        self._now = max(self._now, now)
         late_ms = self._heartbeat.observe(now)
         if late_ms is not None:
             log.warning("member.starved", late_ms=late_ms)
@@ -924,7 +961,9 @@ class MemberMachine:
             instance_id=self.config.instance_id,
             user_data=self.config.user_data,
             catalog_hash=self._catalog_hash,
-            tags=tuple(sorted({**self.config.tags, **self._departing_tag}.items())),
+            tags=tuple(
+                sorted({**self.config.tags, **self._departing_tag, **self._refuses_tag}.items())
+            ),
         )
         return protocol.codec.encode_metadata(meta, self._used_versions[protocol.wire_name])
 
@@ -1441,6 +1480,7 @@ class MemberMachine:
             read=read,
             resources=self._frozen.size,
             catalog_hash=self._catalog_hash,
+            infos=prepared.input.members,
         )
         self._enter(State.ASSIGNING)
         self._out.append(
@@ -1457,6 +1497,14 @@ class MemberMachine:
             member_ids,
             target,
             (r for meta in round_.read.metadata.values() for r in meta.owned),
+        )
+        target = apply_refusals(  # rule 10
+            target,
+            round_.infos,
+            {
+                member_id: decode_refusals(meta.tags)
+                for member_id, meta in round_.read.metadata.items()
+            },
         )
         plan = plan_round(member_ids, target, claims)
         out = encode_assignments(

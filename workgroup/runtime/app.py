@@ -9,6 +9,7 @@ leaders (a leader is a group with one resource).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,7 +19,13 @@ from workgroup.assignors.registry import get_assignor
 from workgroup.errors import ConfigError
 from workgroup.member.config import check_session_margin
 from workgroup.protocol.catalog import CatalogEntry
-from workgroup.runtime.handlers import Handler, RestartPolicy
+from workgroup.runtime.handlers import (
+    DEFAULT_MAX_FAILURES,
+    ON_FAILURE_CHOICES,
+    Handler,
+    OnFailure,
+    RestartPolicy,
+)
 from workgroup.security import Security
 
 #: A resource function: the keys of one kind, plain or async.
@@ -80,6 +87,12 @@ class Settings:
     #: Copy lease state of the legacy (position) layout to the key slots at start
     #: (see :mod:`workgroup.runtime.legacy`); without it such state is refused.
     migrate_lease_layout: bool = False
+    #: What a handler that failed ``max_failures`` times in a row gets, unless its
+    #: ``@app.worker``/``@app.leader`` says: ``"retry"`` (go on), ``"release"``
+    #: (give the resource to another process, refused here for a while) or
+    #: ``"stop"`` (stop the daemon, exit 3).  /healthz says 503 from then on.
+    on_failure: str = "retry"
+    max_failures: int = DEFAULT_MAX_FAILURES
 
     def security(self) -> Security:
         """TLS and SASL for the cluster (validated: :class:`ConfigError`)."""
@@ -130,6 +143,7 @@ class Settings:
         if self.grace_ms < 0:
             raise ConfigError(f"grace_ms must be >= 0, got {self.grace_ms}")
         check_grace(self.grace_ms, self.rebalance_timeout_ms, "grace_ms")
+        check_failure_policy(self.on_failure, self.max_failures)
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be 0-65535, got {self.metrics_port}")
         self.security()
@@ -152,6 +166,9 @@ class WorkerSpec:
     restart: RestartPolicy
     standbys: int = 0
     reassign_delay_ms: int = 0
+    #: ``None``: the app-wide setting (``Settings.on_failure``, ``max_failures``).
+    on_failure: OnFailure | None = None
+    max_failures: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +176,24 @@ class LeaderSpec:
     name: str
     handler: Handler
     grace_ms: int
+    on_failure: OnFailure | None = None
+    max_failures: int | None = None
+
+
+def failure_policy(
+    restart: RestartPolicy,
+    on_failure: OnFailure | None,
+    max_failures: int | None,
+    settings: Settings,
+) -> RestartPolicy:
+    """``restart`` with a handler's own failure policy, or the app-wide one."""
+    policy = on_failure or settings.on_failure
+    assert policy in ON_FAILURE_CHOICES  # checked when declared and when validated
+    return replace(
+        restart,
+        on_failure=policy,
+        max_failures=max_failures if max_failures is not None else settings.max_failures,
+    )
 
 
 class App:
@@ -227,9 +262,11 @@ class App:
         Keys keep their positions: a key's checkpoint slot is its index in the
         list, so add new keys at the end (as Kafka adds partitions).
         """
+        _check_called(kind, "resources", "shard")
         _check_name(kind, "kind")
 
         def register(function: F) -> F:
+            _check_signature(function, 0, f"resources of kind {kind!r}")
             if kind in self.sources:
                 raise ConfigError(f"resources of kind {kind!r} are declared twice")
             self.sources[kind] = function
@@ -248,6 +285,8 @@ class App:
         standbys: int = 0,
         isolation: Isolation = None,
         reassign_delay_ms: int = 0,
+        on_failure: OnFailure | None = None,
+        max_failures: int | None = None,
     ) -> Callable[[F], F]:
         """Run the decorated function once per owned resource of ``kind``, with its
         :class:`~workgroup.Lease`; see :mod:`workgroup.runtime.handlers` for
@@ -266,11 +305,20 @@ class App:
         long before they move, so that a restarted process gets them back
         without churn (:mod:`workgroup.member.delay`).
 
+        ``on_failure`` and ``max_failures``: once the handler failed
+        ``max_failures`` times in a row on a resource, ``"retry"`` goes on
+        restarting it, ``"release"`` gives the resource to another process
+        (this one refuses it for ``RELEASE_REFUSE_MS``), ``"stop"`` stops the
+        daemon (exit 3); ``None``: the app-wide settings of the same names
+        (default ``"retry"`` after 5).  Either way the failing handler is on
+        ``/healthz`` (503) and ``workgroup_failing_handlers``.
+
         ``assignor`` may list several names in preference order, to change the
         assignor in a rolling restart: deploy ``["new", "old"]`` everywhere (the
         group keeps ``"old"`` until every member offers ``"new"``), then
         ``"new"`` alone.
         """
+        _check_called(kind, "worker", "shard")
         _check_name(kind, "kind")
         assignors = (assignor,) if isinstance(assignor, str) else tuple(assignor)
         if not assignors or len(set(assignors)) != len(assignors):
@@ -288,10 +336,12 @@ class App:
             raise ConfigError(f"standbys must be an integer >= 0, got {standbys!r}")
         if reassign_delay_ms < 0:
             raise ConfigError(f"reassign_delay_ms must be >= 0, got {reassign_delay_ms}")
+        _check_own_failure_policy(f"worker {kind!r}", on_failure, max_failures)
 
         _check_isolation(isolation)
 
         def register(function: F) -> F:
+            _check_signature(function, 1, f"worker {kind!r}")
             self._check_free(kind)
             self.workers[kind] = WorkerSpec(
                 kind,
@@ -301,24 +351,38 @@ class App:
                 RestartPolicy(restart_backoff_ms / 1000, max_restart_backoff_ms / 1000),
                 standbys,
                 reassign_delay_ms,
+                on_failure,
+                max_failures,
             )
             return function
 
         return register
 
     def leader(
-        self, name: str, *, grace_ms: int = 0, isolation: Isolation = None
+        self,
+        name: str,
+        *,
+        grace_ms: int = 0,
+        isolation: Isolation = None,
+        on_failure: OnFailure | None = None,
+        max_failures: int | None = None,
     ) -> Callable[[F], F]:
         """Run the decorated function in one process of the group at a time
-        (``isolation`` as for :meth:`worker`)."""
+        (``isolation``, ``on_failure`` and ``max_failures`` as for :meth:`worker`:
+        ``"release"`` hands the leadership to another process)."""
+        _check_called(name, "leader", "publisher")
         _check_name(name, "leader name")
         if grace_ms < 0:
             raise ConfigError(f"grace_ms must be >= 0, got {grace_ms}")
+        _check_own_failure_policy(f"leader {name!r}", on_failure, max_failures)
         _check_isolation(isolation)
 
         def register(function: F) -> F:
+            _check_signature(function, 1, f"leader {name!r}")
             self._check_free(name)
-            self.leaders[name] = LeaderSpec(name, _isolated(function, isolation), grace_ms)
+            self.leaders[name] = LeaderSpec(
+                name, _isolated(function, isolation), grace_ms, on_failure, max_failures
+            )
             return function
 
         return register
@@ -390,6 +454,58 @@ def check_grace(grace_ms: int, rebalance_timeout_ms: int, what: str) -> None:
             f"rebalance_timeout_ms ({rebalance_timeout_ms}): raise rebalance_timeout_ms to at "
             f"least {grace_ms + STOP_MARGIN_MS} or shorten the grace period"
         )
+
+
+def check_failure_policy(on_failure: object, max_failures: object) -> None:
+    """A bad ``on_failure`` or ``max_failures`` is a :class:`ConfigError`."""
+    if on_failure not in ON_FAILURE_CHOICES:
+        raise ConfigError(
+            f"on_failure must be one of {', '.join(map(repr, ON_FAILURE_CHOICES))}, "
+            f"got {on_failure!r}"
+        )
+    if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < 1:
+        raise ConfigError(f"max_failures must be an integer >= 1, got {max_failures!r}")
+
+
+def _check_own_failure_policy(what: str, on_failure: object, max_failures: object) -> None:
+    try:
+        check_failure_policy(
+            "retry" if on_failure is None else on_failure,
+            1 if max_failures is None else max_failures,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+
+
+def _check_called(name: object, decorator: str, example: str) -> None:
+    """``@app.worker`` without its kind hands the function over as the kind."""
+    if callable(name):
+        raise ConfigError(
+            f"@app.{decorator} needs a name: @app.{decorator}({example!r}), "
+            f"not @app.{decorator} alone (on {getattr(name, '__qualname__', name)!r})"
+        )
+
+
+def _check_signature(function: object, arguments: int, what: str) -> None:
+    """A handler takes the lease; a resource function takes nothing: said at
+    declaration, not at every call."""
+    if not callable(function):
+        raise ConfigError(f"{what}: {function!r} is not a function")
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a signature: trust it
+        return
+    try:
+        signature.bind(*([None] * arguments))
+    except TypeError:
+        name = getattr(function, "__qualname__", repr(function))
+        short = getattr(function, "__name__", "handler")
+        shown = signature.replace(return_annotation=inspect.Signature.empty)
+        wanted = "one argument, the lease" if arguments else "no arguments"
+        raise ConfigError(
+            f"{what}: {name}{shown} must take {wanted}"
+            + (f" (def {short}(lease): ...)" if arguments else "")
+        ) from None
 
 
 def _check_isolation(isolation: object) -> None:

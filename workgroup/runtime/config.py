@@ -48,6 +48,8 @@ SETTING_TYPES: dict[str, type] = {
     "ssl_certfile": str,
     "ssl_keyfile": str,
     "migrate_lease_layout": bool,
+    "on_failure": str,
+    "max_failures": int,
 }
 ENV_PREFIX = "WORKGROUP_"
 #: ``WORKGROUP_*`` variables that are not settings but are read elsewhere.

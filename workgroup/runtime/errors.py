@@ -32,10 +32,42 @@ class SlotMismatchError(WorkgroupError):
         )
 
 
+class ResourceFunctionError(ConfigError):
+    """An app's resource function raised (or returned something that is not a
+    list of keys).  At start it ends ``workgroup run`` with exit 2, like any
+    other error in the app's declarations; while running the member keeps its
+    last list and reports it (``member.resource_source_failed``)."""
+
+    def __init__(
+        self, group: str, function: str, error: str, frames: str, *, what: str = "failed"
+    ) -> None:
+        self.group = group
+        self.function = function
+        self.error = error
+        self.frames = frames
+        #: The first line alone (the frames are logged apart).
+        self.summary = f"group {group!r}: the resource function {function} {what}: {error}"
+        super().__init__(self.summary + (f"\n{frames}" if frames else ""), retriable=True)
+
+
+class HandlerFailedError(WorkgroupError):
+    """A handler failed ``max_failures`` times in a row under
+    ``on_failure="stop"``: the daemon stops (exit 3)."""
+
+    exit_code = 3
+
+
 class LegacyLayoutError(ConfigError):
     """Lease state written by the position-based layout (partition ``i`` of
     ``workgroup-leases.<group>`` for catalog key ``i``) was found and migration
     was not requested, or could not run."""
 
 
-__all__ = ["CheckpointError", "LeaseLostError", "LegacyLayoutError", "SlotMismatchError"]
+__all__ = [
+    "CheckpointError",
+    "HandlerFailedError",
+    "LeaseLostError",
+    "LegacyLayoutError",
+    "ResourceFunctionError",
+    "SlotMismatchError",
+]

@@ -8,9 +8,17 @@ Rules:
    a dozen blocking handlers would take all its workers, and the member's
    assignor and callbacks wait there), so blocking work holds up nothing.
 2. A handler that returns is done: the resource stays owned, nothing runs on it
-   until it moves.  A handler that raises is logged in one line
-   (``worker.failed``) and started again after an exponential back-off, while
-   the lease is held.  :class:`LeaseLostError` ends it without a restart.
+   until it moves.  A handler that raises is started again after an
+   exponential back-off, while the lease is held.  :class:`LeaseLostError` ends
+   it without a restart.  Its first failure in a row (and a failure with
+   another error) is logged with the user's frames (``worker.failed``, field
+   ``exception``; never local variables), later ones in one line with the
+   count (``failures``).  An attempt that runs ``healthy_after_s`` without
+   failing ends the row.  Once a handler failed ``max_failures`` times in a
+   row it is *failing* (``on_failing``: metrics, ``/healthz``), and
+   ``on_failure`` decides: ``"retry"`` goes on restarting it, ``"release"``
+   and ``"stop"`` stop restarting it and hand it to ``on_gave_up`` (the runner
+   gives the resource away or stops the daemon).
 3. Stopping (revocation, loss, shutdown) ends the lease first, so the handler
    sees ``lease.revoked``; it may finish its step within ``grace_s``, then its
    task is cancelled.  A thread cannot be killed: a plain function that
@@ -34,12 +42,12 @@ import inspect
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
 from workgroup.errors import WorkgroupError
-from workgroup.log import get_logger
+from workgroup.log import describe_error, get_logger, user_frames
 from workgroup.runtime.errors import LeaseLostError
 from workgroup.runtime.lease import Lease
 
@@ -53,12 +61,25 @@ OUTLIVED_LOG_EVERY_S = 10.0
 THREAD_POLL_S = 0.05
 
 
+#: What happens once a handler failed ``max_failures`` times in a row.
+OnFailure = Literal["retry", "release", "stop"]
+ON_FAILURE_CHOICES: tuple[OnFailure, ...] = ("retry", "release", "stop")
+#: Default of ``max_failures``.
+DEFAULT_MAX_FAILURES = 5
+#: An attempt that ran this long without failing ends a row of failures.
+HEALTHY_AFTER_S = 60.0
+
+
 @dataclass(frozen=True, slots=True)
 class RestartPolicy:
-    """Back-off between restarts of a failing handler."""
+    """Back-off between restarts of a failing handler, and what to do once it
+    failed ``max_failures`` times in a row (rule 2)."""
 
     initial_s: float = 0.1
     max_s: float = 30.0
+    on_failure: OnFailure = "retry"
+    max_failures: int = DEFAULT_MAX_FAILURES
+    healthy_after_s: float = HEALTHY_AFTER_S
 
 
 @dataclass(slots=True)
@@ -94,6 +115,8 @@ class HandlerRun:
         stats: HandlerStats,
         on_acquired: Callable[[Lease], None] | None = None,
         after: HandlerRun | None = None,
+        on_failing: Callable[[HandlerRun], None] | None = None,
+        on_gave_up: Callable[[HandlerRun], None] | None = None,
     ) -> None:
         self.lease = lease
         self._after = after
@@ -106,6 +129,16 @@ class HandlerRun:
         self._thread_running = False
         #: The lease was taken and the handler started.
         self.started = False
+        self._on_failing = on_failing
+        self._on_gave_up = on_gave_up
+        #: Failures in a row (rule 2), and the last one's error.
+        self.failures_in_row = 0
+        self.last_error: str | None = None
+        #: Restarts stopped under ``on_failure="release"`` or ``"stop"``.
+        self.gave_up = False
+        self._attempt = 0
+        self._healthy_timer: asyncio.TimerHandle | None = None
+        self._wait = wait_exponential(multiplier=restart.initial_s, max=restart.max_s)
 
     def start(self) -> None:
         self._task = asyncio.create_task(
@@ -212,20 +245,82 @@ class HandlerRun:
             self._on_acquired(lease)
         retrying = AsyncRetrying(
             retry=retry_if_exception(self._restartable),
-            wait=wait_exponential(multiplier=self._restart.initial_s, max=self._restart.max_s),
+            wait=self._wait,
+            stop=self._gives_up,
             sleep=self._sleep_unless_revoked,
-            before_sleep=self._log_failure,
+            after=self._log_failure,
             reraise=True,
         )
-        with contextlib.suppress(LeaseLostError):
-            async for attempt in retrying:
-                with attempt:
-                    if lease.revoked:
-                        return
-                    if attempt.retry_state.attempt_number > 1:
-                        self._stats.restarted()
-                    await self._call()
+        try:
+            with contextlib.suppress(LeaseLostError):
+                async for attempt in retrying:
+                    with attempt:
+                        if lease.revoked:
+                            return
+                        if attempt.retry_state.attempt_number > 1:
+                            self._stats.restarted()
+                        self._attempt_started()
+                        await self._call()
+        except Exception:
+            if not self.gave_up:
+                raise
+            log.error(
+                "worker.gave_up",
+                handler=self._name,
+                kind=lease.kind,
+                key=lease.key,
+                failures=self.failures_in_row,
+                on_failure=self._restart.on_failure,
+                error=self.last_error,
+            )
+            if self._on_gave_up is not None:
+                self._on_gave_up(self)
+            return
+        finally:
+            self._cancel_healthy_timer()
         log.debug("worker.returned", handler=self._name, kind=lease.kind, key=lease.key)
+
+    def _attempt_started(self) -> None:
+        """An attempt that runs ``healthy_after_s`` ends the row of failures."""
+        self._attempt += 1
+        self._cancel_healthy_timer()
+        if self.failures_in_row:
+            attempt = self._attempt
+            self._healthy_timer = asyncio.get_running_loop().call_later(
+                self._restart.healthy_after_s, self._ran_healthy, attempt
+            )
+
+    def _ran_healthy(self, attempt: int) -> None:
+        if attempt != self._attempt or not self.failures_in_row:
+            return
+        failing = self.failing
+        log.info(
+            "worker.recovered",
+            handler=self._name,
+            kind=self.lease.kind,
+            key=self.lease.key,
+            after_failures=self.failures_in_row,
+        )
+        self.failures_in_row = 0
+        self.last_error = None
+        if failing and self._on_failing is not None:
+            self._on_failing(self)
+
+    def _cancel_healthy_timer(self) -> None:
+        if self._healthy_timer is not None:
+            self._healthy_timer.cancel()
+            self._healthy_timer = None
+
+    @property
+    def failing(self) -> bool:
+        """It failed ``max_failures`` times in a row (rule 2)."""
+        return self.failures_in_row >= self._restart.max_failures
+
+    def _gives_up(self, state: RetryCallState) -> bool:
+        if self._restart.on_failure == "retry" or not self.failing:
+            return False
+        self.gave_up = True
+        return True
 
     async def _call(self) -> None:
         call = getattr(self._handler, "__call__", None)  # noqa: B004 (async __call__)
@@ -280,23 +375,57 @@ class HandlerRun:
         return not self.lease.revoked
 
     def _log_failure(self, state: RetryCallState) -> None:
+        """After each failure that may be retried (rule 2): count, log, report."""
         self._stats.failed()
+        self._cancel_healthy_timer()
         outcome = state.outcome
         exc = outcome.exception() if outcome is not None else None
-        wait = state.next_action.sleep if state.next_action is not None else 0.0
-        log.error(
-            "worker.failed",
-            handler=self._name,
-            kind=self.lease.kind,
-            key=self.lease.key,
-            error=f"{type(exc).__name__}: {exc}",
-            attempt=state.attempt_number,
-            restart_in_s=round(wait, 3),
-        )
+        error = describe_error(exc) if exc is not None else "unknown error"
+        self.failures_in_row += 1
+        changed = error != self.last_error
+        self.last_error = error
+        fields: dict[str, Any] = {
+            "handler": self._name,
+            "kind": self.lease.kind,
+            "key": self.lease.key,
+            "error": error,
+            "failures": self.failures_in_row,
+        }
+        if not (self._restart.on_failure != "retry" and self.failing):
+            fields["restart_in_s"] = round(self._wait(state), 3)
+        if exc is not None and (self.failures_in_row == 1 or changed):
+            # The frames once, not each time (a child process sends its own).
+            frames = getattr(exc, "frames", None) or user_frames(exc)
+            if frames:
+                fields["exception"] = frames
+        log.error("worker.failed", **fields)
+        if self.failures_in_row != self._restart.max_failures:
+            return
+        if self._restart.on_failure == "retry":
+            log.error(
+                "worker.failing",
+                handler=self._name,
+                kind=self.lease.kind,
+                key=self.lease.key,
+                failures=self.failures_in_row,
+                error=error,
+                what="on_failure='retry' goes on restarting it; /healthz answers 503 until "
+                "it runs without failing (on_failure='release' would move it elsewhere)",
+            )
+        if self._on_failing is not None:
+            self._on_failing(self)
 
     async def _sleep_unless_revoked(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.lease.wait_revoked(), seconds)
 
 
-__all__ = ["Handler", "HandlerRun", "HandlerStats", "RestartPolicy"]
+__all__ = [
+    "DEFAULT_MAX_FAILURES",
+    "ON_FAILURE_CHOICES",
+    "Handler",
+    "HandlerRun",
+    "HandlerStats",
+    "OnFailure",
+    "RestartPolicy",
+]

@@ -1,8 +1,10 @@
 """``/metrics`` and ``/healthz`` over HTTP/1.1, on asyncio (no web framework).
 
 ``GET /metrics``: the Prometheus text format.  ``GET /healthz``: 200 ``ok``
-while every member of the app is settled, else 503 with one line per group that
-is not (for Kubernetes probes).  Other paths: 404; other methods: 405; a request
+while every member of the app is settled and no handler is failing, else 503
+with one line per group that is not settled and per failing handler
+(``billing.shards: handler of shards/beta failed 5 times in a row: ValueError:
+bad record in beta``), for Kubernetes probes.  Other paths: 404; other methods: 405; a request
 that is not HTTP: 400.  Each connection serves one request and closes.
 """
 

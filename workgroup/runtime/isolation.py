@@ -38,7 +38,7 @@ from typing import Any
 import cloudpickle
 
 from workgroup.errors import WorkgroupError
-from workgroup.log import get_logger
+from workgroup.log import get_logger, user_frames
 from workgroup.runtime.errors import LeaseLostError
 from workgroup.runtime.lease import Lease, Role
 from workgroup.types import Key
@@ -64,7 +64,12 @@ def sign(payload: bytes, key: bytes) -> bytes:
 
 
 class HandlerFailed(WorkgroupError):
-    """The handler raised in its child process (the message is the child's error)."""
+    """The handler raised in its child process (the message is the child's error,
+    ``frames`` the user's frames there, see :func:`workgroup.log.user_frames`)."""
+
+    def __init__(self, message: str, frames: str = "") -> None:
+        super().__init__(message)
+        self.frames = frames
 
 
 class ProcessLease:
@@ -173,7 +178,7 @@ def _child_main(conn: Connection, payload: bytes, signature: bytes, fields: dict
     except LeaseLostError:
         pass
     except BaseException as exc:  # reported to the parent, which restarts it
-        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        conn.send(("failed", f"{type(exc).__name__}: {exc}", user_frames(exc)))
         return
     conn.send(("done",))
 
@@ -242,7 +247,7 @@ class ProcessHandler:
                 if message[0] == "done":
                     return
                 if message[0] == "failed":
-                    raise HandlerFailed(message[1])
+                    raise HandlerFailed(message[1], message[2] if len(message) > 2 else "")
                 raise HandlerFailed(f"the handler's process exited ({process.exitcode})")
         finally:
             watcher.cancel()

@@ -9,6 +9,7 @@
 | ``workgroup_heartbeat_age_seconds`` | gauge: since the newest proof of the session | group |
 | ``workgroup_handler_restarts_total`` | counter | group |
 | ``workgroup_handler_failures_total`` | counter | group |
+| ``workgroup_failing_handlers`` | gauge: failed ``max_failures`` times in a row | group |
 | ``workgroup_lease_acquire_seconds`` | histogram: assignment to token committed | group |
 | ``workgroup_process_info`` | info: always 1 | identity, app, instance_id, host, pid |
 
@@ -28,6 +29,7 @@ from prometheus_client.exposition import generate_latest
 
 from workgroup.clock import monotonic_ms
 from workgroup.member.driver import GroupMember
+from workgroup.types import Resource
 
 REBALANCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 ACQUIRE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
@@ -65,6 +67,12 @@ class RuntimeMetrics:
         self.failures = Counter(
             "workgroup_handler_failures", "Handler failures", ["group"], registry=r
         )
+        self.failing = Gauge(
+            "workgroup_failing_handlers",
+            "Handlers that failed max_failures times in a row (also on /healthz)",
+            ["group"],
+            registry=r,
+        )
         self.acquire_seconds = Histogram(
             "workgroup_lease_acquire_seconds",
             "From assignment to the lease's token committed",
@@ -78,6 +86,8 @@ class RuntimeMetrics:
             registry=r,
         )
         self._members: dict[str, GroupMember] = {}
+        #: ``(group, resource) -> "failed N times in a row: error"``.
+        self._failing: dict[tuple[str, Resource], str] = {}
 
     def identify(self, identity: str, app: str, instance_id: str | None) -> None:
         """Publish the runner's identity (``workgroup_process_info``)."""
@@ -128,9 +138,24 @@ class RuntimeMetrics:
     def handler_restarted(self, group: str) -> None:
         self.restarts.labels(group).inc()
 
+    def handler_failing(self, group: str, resource: Resource, failures: int, error: str) -> None:
+        """``resource``'s handler failed ``failures`` times in a row (``max_failures``)."""
+        if (group, resource) not in self._failing:
+            self.failing.labels(group).inc()
+        self._failing[group, resource] = f"failed {failures} times in a row: {error}"
+
+    def handler_recovered(self, group: str, resource: Resource) -> None:
+        """It is no longer failing: it ran long enough, or it stopped."""
+        if self._failing.pop((group, resource), None) is not None:
+            self.failing.labels(group).dec()
+
     def unhealthy(self) -> list[str]:
-        """Why the app is not healthy: each group whose member is not settled."""
-        problems = []
+        """Why the app is not healthy: each group whose member is not settled,
+        and each failing handler."""
+        problems = [
+            f"{group}: handler of {kind}/{key} {why}"
+            for (group, (kind, key)), why in sorted(self._failing.items(), key=repr)
+        ]
         for group, member in sorted(self._members.items()):
             if not member.stable:
                 state = member.state.value

@@ -19,6 +19,13 @@ Rules:
    one still stopping after its revocation; nothing is released for it.
 4. A resource handed back while its old handler still stops gets a new handler
    that starts once the old one has finished.
+5. A handler that failed ``max_failures`` times in a row is *failing*: listed
+   by ``/healthz`` (503) and counted by ``workgroup_failing_handlers`` until it
+   recovers or stops.  Under ``on_failure="release"`` its lease ends, and the
+   member gives the resource up and refuses it for ``RELEASE_REFUSE_MS`` (the
+   leader hands it to another process that takes its kind, if there is one);
+   under ``"stop"`` the daemon stops with a :class:`HandlerFailedError`
+   (exit 3).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import structlog
 
@@ -43,13 +50,22 @@ from workgroup.member.driver import GroupMember
 from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
 from workgroup.protocol.protocol import Protocol
-from workgroup.runtime.app import LEADER_KIND, STOP_MARGIN_MS, App, ResourceFunction, Settings
+from workgroup.runtime.app import (
+    LEADER_KIND,
+    STOP_MARGIN_MS,
+    App,
+    ResourceFunction,
+    Settings,
+    failure_policy,
+)
+from workgroup.runtime.errors import HandlerFailedError, ResourceFunctionError
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.http import MetricsServer
 from workgroup.runtime.lease import Lease
 from workgroup.runtime.legacy import AdminOffsets, check_lease_layout
 from workgroup.runtime.local import LOCAL_HOST, LOCAL_PORT, ensure_local_coordinator
+from workgroup.runtime.loopwatch import LoopWatch
 from workgroup.runtime.metrics import RuntimeMetrics
 from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.slots import Slot, check_group_id, slot_of
@@ -69,6 +85,8 @@ log = get_logger(__name__)
 
 #: Handlers started per event-loop pass.
 START_SLICE = 500
+#: How long a process refuses a resource it released after failures (rule 5).
+RELEASE_REFUSE_MS = 5 * 60_000
 #: The embedded coordinator's default address (``workgroup coordinator``).
 DEFAULT_BOOTSTRAP = f"{LOCAL_HOST}:{LOCAL_PORT}"
 
@@ -95,8 +113,10 @@ class GroupRunner:
         standbys: int = 0,
         reassign_delay_ms: int = 0,
         client_id: str | None = None,
+        on_fatal: Callable[[WorkgroupError], None] | None = None,
     ) -> None:
         self.group_id = group_id
+        self._on_fatal = on_fatal
         self.kind = kind
         self._handler = handler
         self._grace_s = grace_s
@@ -182,14 +202,33 @@ class GroupRunner:
             await offsets.close()
 
     async def _read_catalog(self) -> Catalog:
-        result = self._source()
-        if inspect.isawaitable(result):
-            result = await result
+        function = _function_name(self._source)
+        try:
+            result = self._source()
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            raise ResourceFunctionError(
+                self.group_id, function, wlog.describe_error(exc), wlog.user_frames(exc)
+            ) from exc
+        if result is None or isinstance(result, str | bytes) or not isinstance(result, Iterable):
+            raise ResourceFunctionError(
+                self.group_id,
+                function,
+                f"expected a list of keys (str or int), got {type(result).__name__}",
+                "",
+                what="returned no list",
+            )
         entries = list(result)
         catalog: dict[str, Sequence[CatalogEntry]] = {self.kind: entries}
         if self._standbys:
             catalog[standby_kind(self.kind)] = entries
-        self._catalog = freeze_catalog(catalog)
+        try:
+            self._catalog = freeze_catalog(catalog)
+        except ConfigError as exc:  # a duplicate, a key neither str nor int
+            raise ResourceFunctionError(
+                self.group_id, function, str(exc), "", what="returned a bad list"
+            ) from exc
         self._say_if_empty(not entries)
         known = self._slots
         self._slots = {
@@ -273,9 +312,65 @@ class GroupRunner:
                 stats=self._stats,
                 on_acquired=self._record_acquired,
                 after=self.stopping.pop(resource, None),  # rule 4
+                on_failing=self._failing_changed,
+                on_gave_up=self._gave_up,
             )
             self.runs[resource] = run
             run.start()
+
+    def _failing_changed(self, run: HandlerRun) -> None:
+        """Rule 5: a handler became failing, or recovered."""
+        resource = (self._resource_kind(run.lease), run.lease.key)
+        if run.failing:
+            self._metrics.handler_failing(
+                self.group_id, resource, run.failures_in_row, run.last_error or ""
+            )
+        else:
+            self._metrics.handler_recovered(self.group_id, resource)
+
+    def _gave_up(self, run: HandlerRun) -> None:
+        """Rule 5: ``on_failure`` is ``"release"`` or ``"stop"``."""
+        resource = (self._resource_kind(run.lease), run.lease.key)
+        error = run.last_error or "unknown error"
+        if self._restart.on_failure == "stop":
+            self._metrics.handler_recovered(self.group_id, resource)
+            if self._on_fatal is not None:
+                self._on_fatal(
+                    HandlerFailedError(
+                        f"the handler of {self.group_id} {resource[0]}/{resource[1]} failed "
+                        f"{run.failures_in_row} times in a row ({error}); "
+                        "on_failure='stop' stops the daemon"
+                    )
+                )
+            return
+        if self.runs.get(resource) is not run:
+            return  # already revoked or lost
+        del self.runs[resource]
+        log.warning(
+            "worker.released",
+            group=self.group_id,
+            kind=resource[0],
+            key=resource[1],
+            failures=run.failures_in_row,
+            error=error,
+            refused_for_s=RELEASE_REFUSE_MS // 1000,
+            why="on_failure='release': the resource goes to another process, "
+            "and this one refuses it for a while",
+        )
+        task = asyncio.create_task(
+            self._release_failed(resource, run),
+            name=f"workgroup-release-failed-{resource[0]}/{resource[1]}",
+        )
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    async def _release_failed(self, resource: Resource, run: HandlerRun) -> None:
+        try:
+            await run.stop("released after failures", 0.0)
+        finally:
+            self._metrics.handler_recovered(self.group_id, resource)
+            self._ended(resource, run, "revoked")
+            self.member.refuse((resource,), RELEASE_REFUSE_MS, "its handler kept failing")
 
     def _record_acquired(self, lease: Lease) -> None:
         assigned_at = self._assigned_at.pop((self._resource_kind(lease), lease.key), None)
@@ -345,6 +440,8 @@ class GroupRunner:
 
     def _ended(self, resource: Resource, run: HandlerRun, event: str) -> None:
         self._assigned_at.pop(resource, None)
+        if run.failing:
+            self._metrics.handler_recovered(self.group_id, resource)
         if run.started:
             self._metrics.lease_ended(self.group_id, run.lease.kind, run.lease.role)
         if self._events is not None and run.lease.token and run.lease.role == "active":
@@ -390,6 +487,9 @@ class AppRunner:
         self.metrics_server: MetricsServer | None = None
         #: Handler counters per group.
         self.stats: dict[str, HandlerStats] = {}
+        #: The error that stops the app (``on_failure="stop"``).
+        self._failed: WorkgroupError | None = None
+        self._failed_event = asyncio.Event()
         #: This runner's name in client ids, logs, the event log and metrics.
         self.identity = identity = process_identity(settings.instance_id)
         #: The Kafka client id of every group member and admin client of the runner.
@@ -411,7 +511,7 @@ class AppRunner:
                 handler=spec.handler,
                 assignors=spec.assignors,
                 grace_s=(spec.grace_ms if spec.grace_ms is not None else settings.grace_ms) / 1000,
-                restart=spec.restart,
+                restart=failure_policy(spec.restart, spec.on_failure, spec.max_failures, settings),
                 settings=settings,
                 source=app.sources[spec.kind],
                 events=self.events,
@@ -422,6 +522,7 @@ class AppRunner:
                 standbys=spec.standbys,
                 reassign_delay_ms=spec.reassign_delay_ms,
                 client_id=client_id,
+                on_fatal=self._fatal,
             )
             for spec in app.workers.values()
         ] + [
@@ -431,7 +532,9 @@ class AppRunner:
                 handler=spec.handler,
                 assignors=("cooperative-sticky",),
                 grace_s=spec.grace_ms / 1000 if spec.grace_ms is not None else grace_s,
-                restart=RestartPolicy(),
+                restart=failure_policy(
+                    RestartPolicy(), spec.on_failure, spec.max_failures, settings
+                ),
                 settings=settings,
                 source=_one(spec.name),
                 events=self.events,
@@ -440,9 +543,16 @@ class AppRunner:
                 producers=self.producers,
                 metrics=self.metrics,
                 client_id=client_id,
+                on_fatal=self._fatal,
             )
             for spec in app.leaders.values()
         ]
+
+    def _fatal(self, error: WorkgroupError) -> None:
+        """Stop the app with ``error`` (a handler under ``on_failure="stop"``)."""
+        if self._failed is None:
+            self._failed = error
+            self._failed_event.set()
 
     def _stats_for(self, group_id: str) -> HandlerStats:
         stats = HandlerStats(
@@ -500,28 +610,33 @@ class AppRunner:
                 security=self.settings.security(),
             )
         started: list[GroupRunner] = []
+        loop_watch = LoopWatch()
+        loop_watch.start()
         try:
             for group in self.groups:
                 await group.check_lease_layout()
                 await group.member.start()
                 started.append(group)
             stopping = asyncio.create_task(stop.wait())
+            handler_failed = asyncio.create_task(self._failed_event.wait())
             failures = [asyncio.create_task(g.member.wait_closed()) for g in started]
             watching = asyncio.create_task(self._watch(started))
+            waited = (stopping, handler_failed, watching, *failures)
             try:
-                await asyncio.wait(
-                    [stopping, watching, *failures], return_when=asyncio.FIRST_COMPLETED
-                )
+                await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                for task in (stopping, watching, *failures):
+                for task in waited:
                     task.cancel()
-                await asyncio.gather(stopping, watching, *failures, return_exceptions=True)
+                await asyncio.gather(*waited, return_exceptions=True)
             failed = next((g.member.error for g in started if g.member.error), None)
             if failed is not None:
                 raise failed
+            if self._failed is not None:
+                raise self._failed
             if watching.done() and not watching.cancelled():
                 raise watching.result()
         finally:
+            loop_watch.stop()
             log.info("app.stopping", app=self.app.name)
             leave = True if self.settings.leave_on_stop else None
             await asyncio.gather(
@@ -556,6 +671,15 @@ class AppRunner:
                 log.error(
                     "app.cleanup_failed", app=self.app.name, error=f"{type(exc).__name__}: {exc}"
                 )
+
+
+def _function_name(function: object) -> str:
+    """``billing.list_shards`` (module and qualified name), for error messages."""
+    if not hasattr(function, "__qualname__"):  # a callable object: its class
+        function = type(function)
+    module = getattr(function, "__module__", None)
+    name = getattr(function, "__qualname__", None) or repr(function)
+    return f"{module}.{name}" if module else name
 
 
 def _one(name: str) -> ResourceFunction:

@@ -96,6 +96,11 @@ async def test_a_failing_child_is_restarted() -> None:
     assert stats.restarts == 1
     failed = [e for e in logs if e["event"] == "worker.failed"]
     assert failed[0]["error"] == "HandlerFailed: RuntimeError: first run fails"
+    # The user's frames in the child, not the parent's plumbing:
+    assert failed[0]["exception"].splitlines()[-2:] == [
+        f'  File "{process_handlers.__file__}", line 26, in fail_once',
+        '    raise RuntimeError("first run fails")',
+    ]
 
 
 def test_a_handler_whose_signature_does_not_match_is_refused_unopened(
