@@ -230,7 +230,8 @@ class Coordinator:
             self.process = subprocess.Popen(
                 self.argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log
             )
-        deadline = time.monotonic() + 20
+        # A loaded machine can take long to start a Python process.
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with (
                 contextlib.suppress(OSError),
