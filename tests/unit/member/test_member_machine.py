@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from machine_steps import ack_callbacks, only, sent
 from member_sim import StickyTestAssignor
 
 from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
@@ -59,23 +60,6 @@ def make(**kwargs: object) -> MemberMachine:
     }
     options.update(kwargs)
     return MemberMachine(MemberConfig(**options), CATALOG)  # type: ignore[arg-type]
-
-
-def only(actions: list[Action], kind: type) -> list:  # type: ignore[type-arg]
-    return [a for a in actions if isinstance(a, kind)]
-
-
-def sent(actions: list[Action]) -> SendRequest:
-    requests = only(actions, SendRequest)
-    assert len(requests) == 1, actions
-    return requests[0]
-
-
-def ack_callbacks(m: MemberMachine, actions: list[Action], now: int) -> list[Action]:
-    out: list[Action] = []
-    for cb in only(actions, InvokeCallback):
-        out += m.callback_done(now, cb.callback_id)
-    return out
 
 
 def advance(m: MemberMachine, until: int) -> list[Action]:

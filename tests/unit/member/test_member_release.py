@@ -6,6 +6,7 @@ a closing member heartbeats meanwhile and leaves only after the last release.
 
 from __future__ import annotations
 
+from machine_steps import ack_callbacks, only, sent
 from member_sim import StickyTestAssignor
 
 from workgroup.errors import ErrorCode
@@ -46,23 +47,6 @@ def make(protocol: Protocol = COOPERATIVE, **kwargs: object) -> MemberMachine:
     options.update(kwargs)
     config = MemberConfig(**options)  # type: ignore[arg-type]
     return MemberMachine(config, CATALOG, confirm_release=True)
-
-
-def only(actions: list[Action], kind: type) -> list:  # type: ignore[type-arg]
-    return [a for a in actions if isinstance(a, kind)]
-
-
-def sent(actions: list[Action]) -> SendRequest:
-    requests = only(actions, SendRequest)
-    assert len(requests) == 1, actions
-    return requests[0]
-
-
-def ack_callbacks(m: MemberMachine, actions: list[Action], now: int) -> list[Action]:
-    out: list[Action] = []
-    for cb in only(actions, InvokeCallback):
-        out += m.callback_done(now, cb.callback_id)
-    return out
 
 
 def join_and_sync(

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from machine_steps import ack_callbacks as ack
+from machine_steps import only, sent
 from member_sim import StickyTestAssignor
 
 from workgroup.errors import ConfigError, ErrorCode
@@ -41,23 +43,6 @@ def config(**kwargs: object) -> MemberConfig:
     }
     options.update(kwargs)
     return MemberConfig(**options)  # type: ignore[arg-type]
-
-
-def only(actions: list[Action], kind: type) -> list:  # type: ignore[type-arg]
-    return [a for a in actions if isinstance(a, kind)]
-
-
-def sent(actions: list[Action]) -> SendRequest:
-    requests = only(actions, SendRequest)
-    assert len(requests) == 1, actions
-    return requests[0]
-
-
-def ack(m: MemberMachine, actions: list[Action], now: int) -> list[Action]:
-    out: list[Action] = []
-    for callback in only(actions, InvokeCallback):
-        out += m.callback_done(now, callback.callback_id)
-    return out
 
 
 def join_and_sync(m: MemberMachine, join: SendRequest, now: int, generation: int) -> int:
