@@ -23,15 +23,36 @@ from aiokafka.errors import KafkaError
 
 from workgroup.errors import ErrorCode, ProtocolError, WorkgroupError
 from workgroup.kafka.messages import (
+    CommitPartition,
+    CommitTopic,
+    DeleteGroups,
+    DeleteGroupsResult,
     DescribeGroups,
     DescribeGroupsResult,
+    GroupRequest,
+    GroupResult,
     ListGroups,
     ListGroupsResult,
+    OffsetCommit,
+    OffsetCommitResult,
+    OffsetFetch,
+    OffsetFetchGroup,
+    OffsetFetchResult,
 )
 from workgroup.member.driver import CoordinatorConnection, map_kafka_error, parse_bootstrap
 from workgroup.member.wire import KioRequest, to_result
 from workgroup.protocol.metadata import BinaryCodec
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE
+from workgroup.runtime.slots import (
+    LEASE_TOPIC_PREFIX,
+    NO_TOKEN,
+    check_value,
+    decode_metadata,
+    encode_key,
+    same_key,
+    slot_header,
+    slot_of,
+)
 from workgroup.security import PLAINTEXT, Security
 from workgroup.types import Key, sorted_resources
 
@@ -40,6 +61,12 @@ CONSUMER_PROTOCOL_TYPE = "consumer"
 
 class GroupNotFoundError(WorkgroupError):
     """The coordinator knows no such group (DescribeGroups answers it Dead)."""
+
+
+class GroupNotEmptyError(WorkgroupError):
+    """The group has members: deleting it or resetting a checkpoint is refused."""
+
+    exit_code = 3
 
 
 @dataclass(frozen=True)
@@ -127,6 +154,32 @@ def decode_assignment(
     return None, None, f"protocol type {protocol_type!r}: assignment format unknown"
 
 
+async def _ask(
+    bootstrap: str | Sequence[str],
+    group: str,
+    request: GroupRequest,
+    *,
+    security: Security,
+    timeout_s: float,
+    what: str,
+) -> GroupResult:
+    """One request to ``group``'s coordinator, on a connection of its own."""
+    connection = CoordinatorConnection(
+        bootstrap,
+        client_id="workgroup-admin",
+        request_timeout_ms=int(timeout_s * 1000),
+        security=security,
+    )
+    try:
+        async with asyncio.timeout(timeout_s):
+            await connection.find(group)
+            return to_result(request, await connection.send(KioRequest(request)))
+    except (KafkaError, OSError, TimeoutError) as exc:
+        raise map_kafka_error(exc, what) from exc
+    finally:
+        await connection.close()
+
+
 async def describe_group(
     bootstrap: str | Sequence[str],
     group: str,
@@ -135,21 +188,14 @@ async def describe_group(
     timeout_s: float = 10.0,
 ) -> GroupDescription:
     """Describe ``group`` (see the module docstring)."""
-    connection = CoordinatorConnection(
+    result = await _ask(
         bootstrap,
-        client_id="workgroup-admin",
-        request_timeout_ms=int(timeout_s * 1000),
+        group,
+        DescribeGroups((group,)),
         security=security,
+        timeout_s=timeout_s,
+        what=f"describing group {group!r}",
     )
-    request = DescribeGroups((group,))
-    try:
-        async with asyncio.timeout(timeout_s):
-            await connection.find(group)
-            result = to_result(request, await connection.send(KioRequest(request)))
-    except (KafkaError, OSError, TimeoutError) as exc:
-        raise map_kafka_error(exc, f"describing group {group!r}") from exc
-    finally:
-        await connection.close()
     assert isinstance(result, DescribeGroupsResult)
     if len(result.groups) != 1:
         raise ProtocolError(f"DescribeGroups answered {len(result.groups)} groups, asked for 1")
@@ -215,12 +261,194 @@ async def list_groups(
     return [found[name] for name in sorted(found)]
 
 
+@dataclass(frozen=True)
+class LeaseSlot:
+    """One lease slot of a group, read back from its committed offsets.
+
+    ``key`` is the key its header names (``None``: no header, e.g. a broker that
+    keeps no commit metadata, or unreadable: see ``error``); ``token`` the
+    fencing token (the committed offset); ``checkpoint`` the last checkpoint.
+    """
+
+    topic: str
+    key: Key | None
+    token: int
+    checkpoint: str | None
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "topic": self.topic,
+            "key": self.key,
+            "token": self.token,
+            "checkpoint": self.checkpoint,
+        }
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+async def read_lease_slots(
+    bootstrap: str | Sequence[str],
+    group: str,
+    *,
+    security: Security = PLAINTEXT,
+    timeout_s: float = 10.0,
+) -> list[LeaseSlot]:
+    """Every lease slot ``group`` has committed (OffsetFetch of all its offsets),
+    sorted by key.  They outlive the group's members: an empty group keeps them."""
+    request = OffsetFetch(groups=(OffsetFetchGroup(group, None),))
+    result = await _ask(
+        bootstrap,
+        group,
+        request,
+        security=security,
+        timeout_s=timeout_s,
+        what=f"reading the lease slots of group {group!r}",
+    )
+    assert isinstance(result, OffsetFetchResult)
+    fetched = result.groups[0] if len(result.groups) == 1 else None
+    if fetched is None:
+        raise ProtocolError(f"OffsetFetch answered {len(result.groups)} groups, asked for 1")
+    if fetched.error not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+        raise WorkgroupError(
+            f"reading the lease slots of group {group!r}: {fetched.error.name}",
+            retriable=fetched.error.retriable,
+        )
+    prefix = f"{LEASE_TOPIC_PREFIX}{group}."
+    slots = []
+    for topic in fetched.topics:
+        if not topic.name.startswith(prefix):
+            continue  # the legacy layout's topic, or a consumer's offsets
+        for p in topic.partitions:
+            if p.error is not ErrorCode.NONE or p.offset < 0:
+                continue
+            try:
+                contents = decode_metadata(p.metadata)
+            except ValueError as exc:
+                slots.append(LeaseSlot(topic.name, None, p.offset, None, str(exc)))
+                continue
+            error = None
+            if contents.key is not None and slot_of(group, contents.key).topic != topic.name:
+                error = "its header names a key whose slot is another one"
+            slots.append(LeaseSlot(topic.name, contents.key, p.offset, contents.checkpoint, error))
+    return sorted(slots, key=lambda s: (s.key is None, encode_key(s.key or ""), s.topic))
+
+
+async def delete_group(
+    bootstrap: str | Sequence[str],
+    group: str,
+    *,
+    security: Security = PLAINTEXT,
+    timeout_s: float = 10.0,
+) -> None:
+    """Delete ``group`` and its committed offsets (its tokens and checkpoints).
+
+    Coordinators delete only a group without members: :class:`GroupNotEmptyError`
+    otherwise; :class:`GroupNotFoundError` for a group they do not know.
+    """
+    result = await _ask(
+        bootstrap,
+        group,
+        DeleteGroups((group,)),
+        security=security,
+        timeout_s=timeout_s,
+        what=f"deleting group {group!r}",
+    )
+    assert isinstance(result, DeleteGroupsResult)
+    errors = {g.group_id: g.error for g in result.groups}
+    error = errors.get(group, ErrorCode.NONE)
+    if error is ErrorCode.NONE:
+        return
+    if error is ErrorCode.NON_EMPTY_GROUP:
+        raise GroupNotEmptyError(
+            f"group {group!r} has members: stop its daemons first (a coordinator deletes "
+            "only a group without members)"
+        )
+    if error is ErrorCode.GROUP_ID_NOT_FOUND:
+        raise GroupNotFoundError(f"no group {group!r} on this coordinator")
+    raise WorkgroupError(f"deleting group {group!r}: {error.name}", retriable=error.retriable)
+
+
+async def reset_checkpoint(
+    bootstrap: str | Sequence[str],
+    group: str,
+    key: Key,
+    value: str | None,
+    *,
+    force: bool = False,
+    security: Security = PLAINTEXT,
+    timeout_s: float = 10.0,
+) -> LeaseSlot:
+    """Set ``key``'s checkpoint to ``value`` (``None``: clear it); the slot as it
+    was before.
+
+    The token is kept: the next holder takes the next one, as after any
+    hand-over.  Refused while the group has members (their holders would
+    overwrite it, and a holder may be reading it): :class:`GroupNotEmptyError`,
+    unless ``force``; even then a coordinator accepts a commit from outside the
+    group only while it has no members, so ``force`` only skips this check (for
+    members it still lists but that are gone).
+    """
+    if value is not None:
+        check_value(value, key)
+    if not force:
+        try:
+            described = await describe_group(
+                bootstrap, group, security=security, timeout_s=timeout_s
+            )
+        except GroupNotFoundError:
+            described = None
+        if described is not None and described.members:
+            raise GroupNotEmptyError(
+                f"group {group!r} has {len(described.members)} member(s): stop its daemons "
+                "before resetting a checkpoint (or pass --force if they are gone)"
+            )
+    before = {
+        s.key: s
+        for s in await read_lease_slots(bootstrap, group, security=security, timeout_s=timeout_s)
+        if s.key is not None and same_key(s.key, key)
+    }
+    slot = slot_of(group, key)
+    was = before.get(key, LeaseSlot(slot.topic, key, NO_TOKEN, None))
+    metadata = slot_header(key) + (value or "")
+    request = OffsetCommit(
+        group,
+        -1,
+        "",
+        (CommitTopic(slot.topic, (CommitPartition(slot.partition, was.token, metadata),)),),
+    )
+    result = await _ask(
+        bootstrap,
+        group,
+        request,
+        security=security,
+        timeout_s=timeout_s,
+        what=f"resetting the checkpoint of {key!r} in group {group!r}",
+    )
+    assert isinstance(result, OffsetCommitResult)
+    errors = sorted(
+        {p.error.name for t in result.topics for p in t.partitions if p.error is not ErrorCode.NONE}
+    )
+    if errors:
+        raise GroupNotEmptyError(
+            f"the coordinator refused to reset the checkpoint of {key!r} in group {group!r} "
+            f"({', '.join(errors)}): a group with members accepts commits only from them"
+        )
+    return was
+
+
 __all__ = [
     "GroupDescription",
     "GroupListing",
+    "GroupNotEmptyError",
     "GroupNotFoundError",
+    "LeaseSlot",
     "MemberDescription",
     "decode_assignment",
+    "delete_group",
     "describe_group",
     "list_groups",
+    "read_lease_slots",
+    "reset_checkpoint",
 ]

@@ -18,6 +18,8 @@ _SUBCOMMANDS = (
     "run",
     "describe",
     "groups",
+    "delete",
+    "reset",
     "top",
     "plugins",
 )

@@ -2,7 +2,12 @@
 
 ``--json`` prints ``{"group", "state", "protocol_type", "protocol",
 "generation", "leader", "members": [{"member_id", "instance_id", "client_id",
-"client_host", "assignment": {KIND: [KEYS]}}]}`` (see :mod:`workgroup.admin`).
+"client_host", "assignment": {KIND: [KEYS]}}], "resources": [{"kind", "key",
+"owner", "instance_id", "token", "checkpoint"}], "slots_error"}`` (see
+:mod:`workgroup.admin`).  ``resources`` joins the assignments with the lease
+slots the group committed (its tokens and checkpoints, which outlive its
+members): ``owner`` is ``null`` for a resource nobody owns now, ``kind`` is
+``null`` for a slot whose key no member is assigned (a slot names only its key).
 Exit status: 0; 1 when the group does not exist or the coordinator cannot be
 reached; 2 for a malformed address.
 """
@@ -11,15 +16,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
 
-from workgroup.admin import GroupDescription, describe_group
+from workgroup.admin import (
+    GroupDescription,
+    GroupNotFoundError,
+    LeaseSlot,
+    describe_group,
+    read_lease_slots,
+)
 from workgroup.cli.connection import config_option, security_from
 from workgroup.cli.options import configure_logging, console, log_options
+from workgroup.errors import WorkgroupError
 from workgroup.member.driver import parse_bootstrap
+from workgroup.runtime.slots import encode_key, same_key
+from workgroup.security import Security
+from workgroup.types import Key
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -50,6 +67,83 @@ def render(description: GroupDescription) -> Table:
     return table
 
 
+#: Longest checkpoint shown in the table (``--json`` has them whole).
+CHECKPOINT_CHARS = 40
+
+
+@dataclass(frozen=True)
+class ResourceRow:
+    """One resource: who owns it (``None``: nobody) and its lease slot."""
+
+    kind: str | None
+    key: Key
+    owner: str | None
+    instance_id: str | None
+    token: int | None
+    checkpoint: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "key": self.key,
+            "owner": self.owner,
+            "instance_id": self.instance_id,
+            "token": self.token,
+            "checkpoint": self.checkpoint,
+        }
+
+
+def resource_rows(
+    description: GroupDescription | None, slots: list[LeaseSlot]
+) -> list[ResourceRow]:
+    """Every assigned resource and every committed slot, joined by key."""
+    rows: list[ResourceRow] = []
+    unclaimed = [s for s in slots if s.key is not None]
+
+    def take_slot(key: Key) -> LeaseSlot | None:
+        for i, slot in enumerate(unclaimed):
+            if slot.key is not None and same_key(slot.key, key):
+                return unclaimed.pop(i)
+        return None
+
+    for m in description.members if description is not None else []:
+        for kind, keys in sorted((m.assignment or {}).items()):
+            for key in keys:
+                slot = take_slot(key)
+                rows.append(
+                    ResourceRow(
+                        kind,
+                        key,
+                        m.member_id,
+                        m.instance_id,
+                        None if slot is None else slot.token,
+                        None if slot is None else slot.checkpoint,
+                    )
+                )
+    for slot in unclaimed:
+        assert slot.key is not None
+        rows.append(ResourceRow(None, slot.key, None, None, slot.token, slot.checkpoint))
+    return sorted(rows, key=lambda r: (r.owner is None, r.kind or "", encode_key(r.key)))
+
+
+def render_resources(rows: list[ResourceRow]) -> Table:
+    """The resources as a table: owner, token, checkpoint; unowned ones last."""
+    table = Table(
+        title="resources (tokens and checkpoints from the lease slots)", title_justify="left"
+    )
+    for column in ("kind", "key", "owner", "token", "checkpoint"):
+        table.add_column(column)
+    for r in rows:
+        checkpoint = r.checkpoint or "-"
+        if len(checkpoint) > CHECKPOINT_CHARS:
+            checkpoint = checkpoint[: CHECKPOINT_CHARS - 1] + "…"
+        owner = r.instance_id or r.owner if r.owner is not None else "[yellow]nobody[/yellow]"
+        table.add_row(
+            r.kind or "?", str(r.key), owner, "-" if r.token is None else str(r.token), checkpoint
+        )
+    return table
+
+
 @click.command("describe")
 @click.argument("group")
 @click.option("--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, help="HOST:PORT[,...]")
@@ -72,10 +166,47 @@ def command(
     configure_logging(log_level, log_format)
     parse_bootstrap(bootstrap)
     security = security_from(config_file)
-    description = asyncio.run(
-        describe_group(bootstrap, group, security=security, timeout_s=timeout_s)
-    )
+    description, slots, slots_error = asyncio.run(_describe(bootstrap, group, security, timeout_s))
+    rows = resource_rows(description, slots)
     if as_json:
-        click.echo(json.dumps(description.as_json()))
+        if description is None:
+            document: dict[str, Any] = {"group": group, "state": "Empty", "members": []}
+        else:
+            document = description.as_json()
+        document["resources"] = [r.as_json() for r in rows]
+        document["slots_error"] = slots_error
+        click.echo(json.dumps(document))
+        return
+    out = console()
+    if description is None:
+        out.print(f"{group}: no members (its lease slots persist)")
     else:
-        console().print(render(description))
+        out.print(render(description))
+    if rows:
+        out.print(render_resources(rows))
+    unowned = sum(1 for r in rows if r.owner is None)
+    if unowned:
+        out.print(f"{unowned} resource(s) with a lease slot are owned by nobody now")
+    if slots_error is not None:
+        out.print(f"[yellow]lease slots not read: {slots_error}[/yellow]")
+
+
+async def _describe(
+    bootstrap: str, group: str, security: Security, timeout_s: float
+) -> tuple[GroupDescription | None, list[LeaseSlot], str | None]:
+    """The group (``None``: no members and no state the coordinator shows) and
+    its lease slots; a group whose slots alone remain is still described."""
+    try:
+        description: GroupDescription | None = await describe_group(
+            bootstrap, group, security=security, timeout_s=timeout_s
+        )
+    except GroupNotFoundError:
+        description = None
+    try:
+        slots = await read_lease_slots(bootstrap, group, security=security, timeout_s=timeout_s)
+        error = None
+    except WorkgroupError as exc:
+        slots, error = [], str(exc)
+    if description is None and not slots:
+        raise GroupNotFoundError(f"no group {group!r} on this coordinator")
+    return description, slots, error

@@ -35,6 +35,9 @@ from workgroup.errors import ErrorCode, ProtocolError, UnsupportedVersionError
 from workgroup.kafka.messages import (
     CommitPartitionResult,
     CommitTopicResult,
+    DeletedGroup,
+    DeleteGroups,
+    DeleteGroupsResult,
     DescribedGroup,
     DescribedMember,
     DescribeGroups,
@@ -74,6 +77,7 @@ MemberRequest = (
     | OffsetFetch
     | DescribeGroups
     | ListGroups
+    | DeleteGroups
 )
 
 
@@ -99,6 +103,7 @@ _APIS: dict[type, _Api] = {
     # Operators' views (workgroup describe / list): kio decodes every version.
     DescribeGroups: _Api(15, "describe_groups", "DescribeGroupsResponse", range(0, 6), 0),
     ListGroups: _Api(16, "list_groups", "ListGroupsResponse", range(0, 5), 0),
+    DeleteGroups: _Api(42, "delete_groups", "DeleteGroupsResponse", range(0, 3), 0),
 }
 
 
@@ -230,6 +235,9 @@ def build_entity(request: MemberRequest, version: int) -> Any:
     elif isinstance(request, ListGroups):
         cls = mod.ListGroupsRequest
         values = {"states_filter": request.states_filter}
+    elif isinstance(request, DeleteGroups):
+        cls = mod.DeleteGroupsRequest
+        values = {"groups_names": request.group_ids}
     else:
         cls = mod.LeaveGroupRequest
         values = {"group_id": request.group_id}
@@ -408,6 +416,10 @@ def to_result(request: MemberRequest, response: Any) -> GroupResult:
                 )
                 for g in response.groups
             )
+        )
+    if isinstance(request, DeleteGroups):
+        return DeleteGroupsResult(
+            tuple(DeletedGroup(r.group_id, error_code(r.error_code)) for r in response.results)
         )
     if isinstance(request, ListGroups):
         return ListGroupsResult(

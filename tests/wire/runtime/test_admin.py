@@ -78,7 +78,8 @@ async def test_describe_a_workgroup_group(backend: Backend, request: pytest.Fixt
         assert result.exit_code == 0, result.output
         shape = json.loads(result.output)
         assert list(shape) == [
-            "group", "state", "protocol_type", "protocol", "generation", "leader", "members"
+            "group", "state", "protocol_type", "protocol", "generation", "leader", "members",
+            "resources", "slots_error",
         ]  # fmt: skip
         assert list(shape["members"][0]) == [
             "member_id", "instance_id", "client_id", "client_host", "assignment"

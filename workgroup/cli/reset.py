@@ -1,0 +1,81 @@
+"""``workgroup reset GROUP --kind K --key KEY [--to VALUE]``: set or clear one checkpoint.
+
+The resource's token is kept (its next holder takes the next one).  Refused while
+the group has members, unless ``--force`` (for members it still lists but that
+are gone; a coordinator still refuses a commit from outside a group that has
+members).  A key that looks like an integer is the int key (``--str-key`` for
+the string).  Exit status: 0 reset; 3 the group has members; 1 the coordinator
+cannot be reached; 2 a bad value (too long a checkpoint, an empty one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import click
+
+from workgroup.admin import reset_checkpoint
+from workgroup.cli.connection import config_option, security_from
+from workgroup.cli.options import configure_logging, log_options
+from workgroup.member.driver import parse_bootstrap
+from workgroup.runtime.errors import CheckpointError
+from workgroup.runtime.slots import check_value
+from workgroup.types import Key
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+_INT = re.compile(r"-?[0-9]+")
+
+
+def parse_key(text: str, *, as_str: bool = False) -> Key:
+    """``text`` as a resource key: an int if it is one (unless ``as_str``)."""
+    return int(text) if not as_str and _INT.fullmatch(text) else text
+
+
+@click.command("reset")
+@click.argument("group")
+@click.option("--kind", required=True, help="The resource's kind (as the daemons name it).")
+@click.option("--key", "key_text", required=True, help="The resource's key.")
+@click.option("--str-key", is_flag=True, help="Take a numeric KEY as a string, not an int.")
+@click.option("--to", "value", default=None, help="The new checkpoint (default: clear it).")
+@click.option("--force", is_flag=True, help="Skip the check that the group has no members.")
+@click.option("--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, help="HOST:PORT[,...]")
+@config_option
+@click.option(
+    "--timeout-s", type=float, default=10.0, show_default=True, help="Give up after this long."
+)
+@log_options(level="warning")
+def command(
+    group: str,
+    kind: str,
+    key_text: str,
+    str_key: bool,
+    value: str | None,
+    force: bool,
+    bootstrap: str,
+    config_file: Path | None,
+    timeout_s: float,
+    log_level: str,
+    log_format: str,
+) -> None:
+    """Set (--to VALUE) or clear the checkpoint of one resource of GROUP."""
+    configure_logging(log_level, log_format)
+    parse_bootstrap(bootstrap)
+    security = security_from(config_file)
+    key = parse_key(key_text, as_str=str_key)
+    if value is not None:
+        try:
+            check_value(value, key)
+        except CheckpointError as exc:
+            raise click.BadParameter(str(exc), param_hint="--to") from None
+    was = asyncio.run(
+        reset_checkpoint(
+            bootstrap, group, key, value, force=force, security=security, timeout_s=timeout_s
+        )
+    )
+    now = "cleared" if value is None else f"set to {value!r}"
+    click.echo(
+        f"{kind}/{key!r} in group {group!r}: checkpoint {now} (was {was.checkpoint!r}, "
+        f"token {was.token} kept: its next holder takes {was.token + 1})"
+    )
