@@ -81,6 +81,13 @@ from workgroup.runtime.daemon import load_app, run_app
     "(every daemon of the group stopped first); without it such state is refused.",
 )
 @click.option(
+    "--resource-metrics",
+    is_flag=True,
+    default=None,
+    help="Serve a token and a checkpoint-age series per resource held (one series "
+    "per key: mind Prometheus' cardinality).",
+)
+@click.option(
     "--session-timeout-ms",
     type=int,
     default=None,
@@ -147,6 +154,7 @@ def command(
     metrics_port: int | None,
     leave_on_stop: bool | None,
     migrate_lease_layout: bool | None,
+    resource_metrics: bool | None,
     session_timeout_ms: int | None,
     heartbeat_interval_ms: int | None,
     session_margin_ms: int | None,
@@ -171,6 +179,7 @@ def command(
             "metrics_port": metrics_port,
             "leave_on_stop": leave_on_stop,
             "migrate_lease_layout": migrate_lease_layout,
+            "resource_metrics": resource_metrics,
             "session_timeout_ms": session_timeout_ms,
             "heartbeat_interval_ms": heartbeat_interval_ms,
             "session_margin_ms": session_margin_ms,

@@ -87,6 +87,8 @@ class Settings:
     #: Copy lease state of the legacy (position) layout to the key slots at start
     #: (see :mod:`workgroup.runtime.legacy`); without it such state is refused.
     migrate_lease_layout: bool = False
+    #: Per-resource series (token, checkpoint age): one per key held.
+    resource_metrics: bool = False
     #: What a handler that failed ``max_failures`` times in a row gets, unless its
     #: ``@app.worker``/``@app.leader`` says: ``"retry"`` (go on), ``"release"``
     #: (give the resource to another process, refused here for a while) or

@@ -48,6 +48,7 @@ SETTING_TYPES: dict[str, type] = {
     "ssl_certfile": str,
     "ssl_keyfile": str,
     "migrate_lease_layout": bool,
+    "resource_metrics": bool,
     "on_failure": str,
     "max_failures": int,
 }

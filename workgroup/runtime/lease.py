@@ -129,6 +129,7 @@ class Lease:
         self._loop = asyncio.get_running_loop()
         self._producers = producers
         self._producer: Any = None
+        self._last_commit_s: float | None = None
 
     def __repr__(self) -> str:
         state = "held" if self.held else f"ended ({self._why_ended})"
@@ -157,6 +158,12 @@ class Lease:
     def lost(self) -> bool:
         """The lease ended without a hand-over (lost or fenced): stop at once."""
         return self._why_ended is not None and self._why_ended != "revoked"
+
+    @property
+    def last_commit_s(self) -> float | None:
+        """When (``time.monotonic()``) this holder last committed: its token or a
+        checkpoint (``None``: not yet)."""
+        return self._last_commit_s
 
     async def wait_revoked(self) -> None:
         """Return once the lease ended."""
@@ -338,6 +345,7 @@ class Lease:
         generation = None if self.held else self._fence_generation
         error = await self._store.commit(self.slot, offset, metadata, generation=generation)
         if error is ErrorCode.NONE:
+            self._last_commit_s = time.monotonic()
             return
         if error in FENCING_ERRORS:
             self.end(f"fenced by the coordinator ({error.name})")

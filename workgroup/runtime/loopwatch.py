@@ -59,6 +59,7 @@ class LoopWatch:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._touched = time.monotonic()
+        self._last_lag_s = 0.0
         self._stopped = threading.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._thread = threading.Thread(
@@ -74,8 +75,17 @@ class LoopWatch:
         if self._timer is not None:
             self._timer.cancel()
 
+    def lag_s(self) -> float:
+        """How late the loop runs its timers: at its last tick, or now if it is
+        late for the next one (``workgroup_event_loop_lag_seconds``)."""
+        overdue = time.monotonic() - self._touched - CHECK_EVERY_S
+        return max(self._last_lag_s, overdue, 0.0)
+
     def _touch(self) -> None:
-        self._touched = time.monotonic()
+        now = time.monotonic()
+        if self._timer is not None:  # a tick: how late after the one before
+            self._last_lag_s = max(now - self._touched - CHECK_EVERY_S, 0.0)
+        self._touched = now
         if not self._stopped.is_set():
             self._timer = self._loop.call_later(CHECK_EVERY_S, self._touch)
 

@@ -11,7 +11,20 @@
 | ``workgroup_handler_failures_total`` | counter | group |
 | ``workgroup_failing_handlers`` | gauge: failed ``max_failures`` times in a row | group |
 | ``workgroup_lease_acquire_seconds`` | histogram: assignment to token committed | group |
+| ``workgroup_leases_ended_total`` | counter: revoked, lost or fenced | group, kind, reason |
+| ``workgroup_event_loop_lag_seconds`` | gauge: how late the loop runs timers | |
 | ``workgroup_process_info`` | info: always 1 | identity, app, instance_id, host, pid |
+| ``workgroup_lease_token`` | gauge (``resource_metrics``) | group, kind, key |
+| ``workgroup_checkpoint_age_seconds`` | gauge (``resource_metrics``) | group, kind, key |
+
+A lease ends *revoked* (handed over), *lost* (the session is gone) or *fenced*
+(the coordinator refused its commit).  The checkpoint age counts from the
+holder's last commit, its token's included.
+
+Every series of a group exists from the moment the process watches it, at 0
+(owned resources per kind, failures, restarts, ended leases), so alert rules
+and dashboards see a value, not an absent series.  The per-resource series
+are off by default: one series per key can be too many for Prometheus.
 
 How long a resource had no owner at all is not something one process can see;
 :func:`workgroup.runtime.events.unowned_seconds` computes it from the ownership
@@ -20,16 +33,45 @@ event logs of every process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import generate_latest
 
 from workgroup.clock import monotonic_ms
 from workgroup.member.driver import GroupMember
-from workgroup.types import Resource
+from workgroup.types import Key, Resource
+
+#: ``workgroup_leases_ended_total``'s reasons.
+END_REASONS = ("revoked", "lost", "fenced")
+
+
+class LagSource(Protocol):
+    """What reports the event loop's lag (:class:`~workgroup.runtime.loopwatch.LoopWatch`)."""
+
+    def lag_s(self) -> float: ...
+
+
+class HeldLease(Protocol):
+    """What the per-resource series read of a lease."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def key(self) -> Key: ...
+
+    @property
+    def token(self) -> int: ...
+
+    @property
+    def last_commit_s(self) -> float | None: ...
+
 
 REBALANCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 ACQUIRE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
@@ -38,7 +80,8 @@ ACQUIRE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
 class RuntimeMetrics:
     """The app's metrics; groups register their member and report their leases."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, per_resource: bool = False) -> None:
+        self.per_resource = per_resource
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.rebalances = Counter(
@@ -80,6 +123,29 @@ class RuntimeMetrics:
             buckets=ACQUIRE_BUCKETS,
             registry=r,
         )
+        self.leases_ended = Counter(
+            "workgroup_leases_ended",
+            "Leases that ended: revoked (handed over), lost (session gone), fenced",
+            ["group", "kind", "reason"],
+            registry=r,
+        )
+        self.loop_lag = Gauge(
+            "workgroup_event_loop_lag_seconds",
+            "How late the event loop runs its timers (a blocked or starved loop)",
+            registry=r,
+        )
+        self.lease_token = Gauge(
+            "workgroup_lease_token",
+            "Fencing token of each lease held (resource_metrics)",
+            ["group", "kind", "key"],
+            registry=r,
+        )
+        self.checkpoint_age = Gauge(
+            "workgroup_checkpoint_age_seconds",
+            "Seconds since each held lease's last commit (resource_metrics)",
+            ["group", "kind", "key"],
+            registry=r,
+        )
         self.process = Info(
             "workgroup_process",
             "This process: the identity in its client ids, logs and event log",
@@ -101,10 +167,23 @@ class RuntimeMetrics:
             }
         )
 
-    def watch(self, group: str, member: GroupMember) -> None:
-        """Follow ``member``'s rebalances and stability."""
+    def watch_loop(self, source: LagSource) -> None:
+        """Publish the event loop's lag as ``source`` measures it."""
+        self.loop_lag.set_function(source.lag_s)
+
+    def watch(self, group: str, member: GroupMember, kinds: Iterable[str] = ()) -> None:
+        """Follow ``member``'s rebalances and stability; every series of the group
+        starts at 0 for ``kinds``."""
         self._members[group] = member
         self.stable.labels(group).set(0)
+        self.failures.labels(group)
+        self.restarts.labels(group)
+        self.failing.labels(group).set(0)
+        self.rebalances.labels(group)
+        for kind in kinds:
+            self.owned.labels(group, kind, "active").inc(0)
+            for reason in END_REASONS:
+                self.leases_ended.labels(group, kind, reason)
         self.heartbeat_age.labels(group).set_function(_age_of(member))
         unsettled_since: list[int | None] = [monotonic_ms()]
         seen = [member.rebalances]
@@ -124,13 +203,39 @@ class RuntimeMetrics:
 
         member.add_listener(changed)
 
-    def lease_started(self, group: str, kind: str, role: str, acquire_s: float | None) -> None:
+    def lease_started(
+        self,
+        group: str,
+        kind: str,
+        role: str,
+        acquire_s: float | None,
+        lease: HeldLease | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.owned.labels(group, kind, role).inc()
         if acquire_s is not None:
             self.acquire_seconds.labels(group).observe(acquire_s)
+        if self.per_resource and lease is not None and role == "active":
+            key = str(lease.key)
+            self.lease_token.labels(group, kind, key).set(lease.token)
+            held = lease
 
-    def lease_ended(self, group: str, kind: str, role: str) -> None:
+            def age() -> float:
+                last = held.last_commit_s
+                return float("nan") if last is None else max(clock() - last, 0.0)
+
+            self.checkpoint_age.labels(group, kind, key).set_function(age)
+
+    def lease_ended(
+        self, group: str, kind: str, role: str, reason: str = "revoked", key: object = None
+    ) -> None:
         self.owned.labels(group, kind, role).dec()
+        if role == "active":
+            self.leases_ended.labels(group, kind, reason).inc()
+            if self.per_resource and key is not None:
+                for gauge in (self.lease_token, self.checkpoint_age):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(group, kind, str(key))
 
     def handler_failed(self, group: str) -> None:
         self.failures.labels(group).inc()
@@ -175,4 +280,11 @@ def _age_of(member: GroupMember) -> Callable[[], float]:
     return age
 
 
-__all__ = ["RuntimeMetrics"]
+def end_reason(why: str | None) -> str:
+    """A lease's ``end_reason`` as a ``workgroup_leases_ended_total`` reason."""
+    if why is None or why == "revoked":
+        return "revoked"
+    return "fenced" if why.startswith("fenced") else "lost"
+
+
+__all__ = ["END_REASONS", "RuntimeMetrics", "end_reason"]

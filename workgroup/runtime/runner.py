@@ -66,7 +66,7 @@ from workgroup.runtime.lease import Lease
 from workgroup.runtime.legacy import AdminOffsets, check_lease_layout
 from workgroup.runtime.local import LOCAL_HOST, LOCAL_PORT, ensure_local_coordinator
 from workgroup.runtime.loopwatch import LoopWatch
-from workgroup.runtime.metrics import RuntimeMetrics
+from workgroup.runtime.metrics import RuntimeMetrics, end_reason
 from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.slots import Slot, check_group_id, slot_of
 from workgroup.runtime.store import MemberSlotStore
@@ -175,7 +175,7 @@ class GroupRunner:
         self._store = MemberSlotStore(self.member)
         self._settings = settings
         self._metrics = metrics
-        metrics.watch(group_id, self.member)
+        metrics.watch(group_id, self.member, [kind])
         self._assigned_at: dict[Resource, float] = {}
         #: Whether the last catalog read was empty (``None``: not read yet).
         self._was_empty: bool | None = None
@@ -375,7 +375,7 @@ class GroupRunner:
     def _record_acquired(self, lease: Lease) -> None:
         assigned_at = self._assigned_at.pop((self._resource_kind(lease), lease.key), None)
         acquire_s = None if assigned_at is None else time.monotonic() - assigned_at
-        self._metrics.lease_started(self.group_id, lease.kind, lease.role, acquire_s)
+        self._metrics.lease_started(self.group_id, lease.kind, lease.role, acquire_s, lease)
         # The log records exclusive ownership: standby holders are not in it.
         if self._events is not None and lease.role == "active":
             self._events.record("acquired", self.group_id, lease.kind, lease.key, lease.token)
@@ -443,7 +443,13 @@ class GroupRunner:
         if run.failing:
             self._metrics.handler_recovered(self.group_id, resource)
         if run.started:
-            self._metrics.lease_ended(self.group_id, run.lease.kind, run.lease.role)
+            self._metrics.lease_ended(
+                self.group_id,
+                run.lease.kind,
+                run.lease.role,
+                end_reason(run.lease.end_reason),
+                run.lease.key,
+            )
         if self._events is not None and run.lease.token and run.lease.role == "active":
             self._events.record(
                 "revoked" if event == "revoked" else "lost",
@@ -480,7 +486,7 @@ class AppRunner:
         app.check(settings)
         self.app = app
         self.settings = settings
-        self.metrics = RuntimeMetrics()
+        self.metrics = RuntimeMetrics(per_resource=settings.resource_metrics)
         for collector in app.collectors:
             self.metrics.registry.register(collector)
         #: Serving /metrics and /healthz while running (``metrics_port``).
@@ -612,6 +618,7 @@ class AppRunner:
         started: list[GroupRunner] = []
         loop_watch = LoopWatch()
         loop_watch.start()
+        self.metrics.watch_loop(loop_watch)
         try:
             for group in self.groups:
                 await group.check_lease_layout()

@@ -126,3 +126,73 @@ async def test_health_says_which_group_is_not_settled_and_bad_requests_are_answe
         assert (await get(server.port, "/metrics"))[0] == 200
     finally:
         await server.close()
+
+
+async def test_every_series_exists_from_the_start_and_per_resource_series_follow_leases(
+    bootstrap: str,
+) -> None:
+    """Series at 0 before anything happens (alerts see a value, not an absent
+    series); ended leases by reason; the loop's lag; with ``resource_metrics``,
+    each held key's token and checkpoint age, gone once it is handed over."""
+    app = workgroup.App(f"m-{uuid.uuid4().hex[:8]}", grace_ms=100)
+    keys = ["a", "b"]
+
+    @app.resources("shard")
+    def shards() -> list[str]:
+        return list(keys)
+
+    @app.worker("shard")
+    async def work(lease: workgroup.Lease) -> None:
+        await lease.commit("at-1")
+        await lease.wait_revoked()
+
+    settings = Settings(
+        bootstrap=bootstrap,
+        session_timeout_ms=3_000,
+        heartbeat_interval_ms=200,
+        metrics_port=0,
+        grace_ms=100,
+        resource_metrics=True,
+        resource_poll_interval_ms=100,
+    )
+    runner = AppRunner(app, settings)
+    group = f"{app.name}.shard"
+    text = runner.metrics.exposition().decode()
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            while not runner.metrics._members:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+            text = runner.metrics.exposition().decode()
+            # Watched, nothing held yet: every series of the group is there at 0.
+            assert metric(text, "workgroup_owned_resources", group=group, role="active") >= 0
+            assert metric(text, "workgroup_handler_failures_total", group=group) == 0
+            assert metric(text, "workgroup_failing_handlers", group=group) == 0
+            for reason in ("revoked", "lost", "fenced"):
+                assert metric(text, "workgroup_leases_ended_total", group=group, reason=reason) == 0
+            while (
+                runner.metrics.unhealthy()
+                or metric(  # noqa: ASYNC110
+                    runner.metrics.exposition().decode(), "workgroup_owned_resources", group=group
+                )
+                < 2
+            ):
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            assert runner.metrics_server is not None
+            status, text = await get(runner.metrics_server.port, "/metrics")
+            assert status == 200
+            assert metric(text, "workgroup_lease_token", group=group, key="a") >= 1
+            assert 0 <= metric(text, "workgroup_checkpoint_age_seconds", group=group, key="b") < 5
+            assert 0 <= metric(text, "workgroup_event_loop_lag_seconds") < 5
+            # A key leaves the list: its lease ends revoked, its series go.
+            keys.remove("a")
+            while 'key="a"' in runner.metrics.exposition().decode():  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            text = runner.metrics.exposition().decode()
+            assert metric(text, "workgroup_leases_ended_total", group=group, reason="revoked") == 1
+            assert metric(text, "workgroup_lease_token", group=group, key="b") >= 1
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, TIMEOUT_S)
