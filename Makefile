@@ -4,7 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint typecheck test unit demo bench chaos fuzz clean
+.PHONY: venv lint typecheck test unit demo bench chaos fuzz clean system-packages
+
+# Debian packages whose tools the tests run (PACKAGE:COMMAND).
+SYSTEM_PACKAGES := prometheus:promtool systemd:systemd-analyze
 
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,7 +23,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check workgroup tests benchmarks examples plugins
 	$(BIN)/mypy
 
-test: lint
+system-packages:
+	@scripts/system-packages.sh $(SYSTEM_PACKAGES)
+
+test: lint system-packages
 	$(BIN)/python -m pytest -q
 
 demo: $(STAMP)

@@ -12,6 +12,7 @@
 | ``workgroup_failing_handlers`` | gauge: failed ``max_failures`` times in a row | group |
 | ``workgroup_lease_acquire_seconds`` | histogram: assignment to token committed | group |
 | ``workgroup_leases_ended_total`` | counter: revoked, lost or fenced | group, kind, reason |
+| ``workgroup_catalog_resources`` | gauge: resources in the list last read | group, kind |
 | ``workgroup_event_loop_lag_seconds`` | gauge: how late the loop runs timers | |
 | ``workgroup_process_info`` | info: always 1 | identity, app, instance_id, host, pid |
 | ``workgroup_lease_token`` | gauge (``resource_metrics``) | group, kind, key |
@@ -26,6 +27,9 @@ Every series of a group exists from the moment the process watches it, at 0
 and dashboards see a value, not an absent series.  The per-resource series
 are off by default: one series per key can be too many for Prometheus.
 
+Resources nobody owns, across the processes of a group:
+``max by (group) (workgroup_catalog_resources) - sum by (group)
+(workgroup_owned_resources{role="active"})`` (the alert rules in ``deploy/``).
 How long a resource had no owner at all is not something one process can see;
 :func:`workgroup.runtime.events.unowned_seconds` computes it from the ownership
 event logs of every process.
@@ -129,6 +133,12 @@ class RuntimeMetrics:
             ["group", "kind", "reason"],
             registry=r,
         )
+        self.catalog = Gauge(
+            "workgroup_catalog_resources",
+            "Resources in the group's list as this process last read it",
+            ["group", "kind"],
+            registry=r,
+        )
         self.loop_lag = Gauge(
             "workgroup_event_loop_lag_seconds",
             "How late the event loop runs its timers (a blocked or starved loop)",
@@ -202,6 +212,11 @@ class RuntimeMetrics:
                 unsettled_since[0] = monotonic_ms()
 
         member.add_listener(changed)
+
+    def catalog_read(self, group: str, kind: str, count: int) -> None:
+        """The resource list was read: ``count`` resources (every member reads
+        it, so the list's size less the resources owned is what nobody owns)."""
+        self.catalog.labels(group, kind).set(count)
 
     def lease_started(
         self,

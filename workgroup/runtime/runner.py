@@ -230,6 +230,7 @@ class GroupRunner:
                 self.group_id, function, str(exc), "", what="returned a bad list"
             ) from exc
         self._say_if_empty(not entries)
+        self._metrics.catalog_read(self.group_id, self.kind, len(entries))
         known = self._slots
         self._slots = {
             key: known.get(key) or slot_of(self.group_id, key)
