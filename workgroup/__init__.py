@@ -13,6 +13,8 @@ What applications build with, importable from here:
       async with CoordinatorServer(CoordinatorConfig(initial_rebalance_delay_ms=0)) as server:
           async with GroupMember(server.bootstrap, "g", protocols) as member: ...
 
+* owner lookup for routing requests to the process that owns a key:
+  :class:`Directory` (``Directory(bootstrap, group).owner(kind, key)``);
 * the errors (all :class:`WorkgroupError`) and :class:`ErrorCode`.
 
 Logging: :mod:`workgroup.log` (silent unless configured).  Test helpers:
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from workgroup.assignors.registry import get_assignor
     from workgroup.coordinator.config import CoordinatorConfig
     from workgroup.coordinator.server import CoordinatorServer
+    from workgroup.directory import Directory, Owner
     from workgroup.member.driver import GroupMember
     from workgroup.member.errors import (
         AssignorError,
@@ -68,6 +71,8 @@ _LAZY: dict[str, str] = {
     "SlotMismatchError": "workgroup.runtime.errors",
     "LegacyLayoutError": "workgroup.runtime.errors",
     "GroupMember": "workgroup.member.driver",
+    "Directory": "workgroup.directory",
+    "Owner": "workgroup.directory",
     "Protocol": "workgroup.protocol.protocol",
     "ResourceSpec": "workgroup.protocol.catalog",
     "Key": "workgroup.types",
@@ -114,6 +119,7 @@ __all__ = [
     "CoordinatorError",
     "CoordinatorServer",
     "CoordinatorUnavailableError",
+    "Directory",
     "ErrorCode",
     "FencedInstanceError",
     "GroupAuthorizationError",
@@ -128,6 +134,7 @@ __all__ = [
     "MemberClosedError",
     "MemberFatalError",
     "MemberInfo",
+    "Owner",
     "Protocol",
     "ProtocolError",
     "Resource",

@@ -80,6 +80,8 @@ class MemberDescription:
     assignment: dict[str, list[Key]] | None
     assignment_error: str | None = None
     generation: int | None = None
+    #: The member's metadata for the group's protocol (its advertised endpoint).
+    metadata: bytes = field(default=b"", repr=False)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -219,6 +221,7 @@ async def describe_group(
                 assignment,
                 error,
                 generation,
+                m.metadata,
             )
         )
     return GroupDescription(

@@ -20,6 +20,7 @@ _SUBCOMMANDS = (
     "groups",
     "delete",
     "reset",
+    "whois",
     "top",
     "plugins",
 )

@@ -88,6 +88,12 @@ from workgroup.runtime.daemon import load_app, run_app
     "per key: mind Prometheus' cardinality).",
 )
 @click.option(
+    "--advertise",
+    default=None,
+    help="HOST:PORT other services reach this daemon at, published for owner lookup "
+    "(workgroup whois, workgroup.Directory).",
+)
+@click.option(
     "--session-timeout-ms",
     type=int,
     default=None,
@@ -155,6 +161,7 @@ def command(
     leave_on_stop: bool | None,
     migrate_lease_layout: bool | None,
     resource_metrics: bool | None,
+    advertise: str | None,
     session_timeout_ms: int | None,
     heartbeat_interval_ms: int | None,
     session_margin_ms: int | None,
@@ -180,6 +187,7 @@ def command(
             "leave_on_stop": leave_on_stop,
             "migrate_lease_layout": migrate_lease_layout,
             "resource_metrics": resource_metrics,
+            "advertise": advertise,
             "session_timeout_ms": session_timeout_ms,
             "heartbeat_interval_ms": heartbeat_interval_ms,
             "session_margin_ms": session_margin_ms,

@@ -19,6 +19,7 @@ from workgroup.assignors.registry import get_assignor
 from workgroup.errors import ConfigError
 from workgroup.member.config import check_session_margin
 from workgroup.protocol.catalog import CatalogEntry
+from workgroup.protocol.endpoint import check_endpoint
 from workgroup.runtime.handlers import (
     DEFAULT_MAX_FAILURES,
     ON_FAILURE_CHOICES,
@@ -89,6 +90,9 @@ class Settings:
     migrate_lease_layout: bool = False
     #: Per-resource series (token, checkpoint age): one per key held.
     resource_metrics: bool = False
+    #: ``HOST:PORT`` other services reach this daemon at, published in its member
+    #: metadata for owner lookup (:class:`workgroup.Directory`, ``workgroup whois``).
+    advertise: str | None = None
     #: What a handler that failed ``max_failures`` times in a row gets, unless its
     #: ``@app.worker``/``@app.leader`` says: ``"retry"`` (go on), ``"release"``
     #: (give the resource to another process, refused here for a while) or
@@ -416,6 +420,9 @@ class App:
         ``settings``, default the app's own: every grace period fits in the
         rebalance timeout)."""
         limit_ms = (settings or self.settings).rebalance_timeout_ms
+        advertise = (settings or self.settings).advertise
+        if advertise is not None:
+            check_endpoint(advertise)
         for worker in self.workers.values():
             if worker.grace_ms is not None:
                 check_grace(worker.grace_ms, limit_ms, f"worker {worker.kind!r} grace_ms")

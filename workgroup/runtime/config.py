@@ -49,6 +49,7 @@ SETTING_TYPES: dict[str, type] = {
     "ssl_keyfile": str,
     "migrate_lease_layout": bool,
     "resource_metrics": bool,
+    "advertise": str,
     "on_failure": str,
     "max_failures": int,
 }

@@ -49,6 +49,7 @@ from workgroup.log import get_logger
 from workgroup.member.driver import GroupMember
 from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
+from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.protocol import Protocol
 from workgroup.runtime.app import (
     LEADER_KIND,
@@ -171,6 +172,7 @@ class GroupRunner:
             security=settings.security(),
             reassign_delay_ms=reassign_delay_ms,
             confirm_release=True,
+            tags={ENDPOINT_TAG: settings.advertise} if settings.advertise else None,
         )
         self._store = MemberSlotStore(self.member)
         self._settings = settings

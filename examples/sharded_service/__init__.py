@@ -1,0 +1,1 @@
+"""A small HTTP service whose shards are workgroup resources (see service.py)."""
