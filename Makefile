@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 .PHONY: venv lint typecheck test unit demo bench chaos fuzz clean system-packages
 
 # Debian packages whose tools the tests run (PACKAGE:COMMAND).
-SYSTEM_PACKAGES := prometheus:promtool systemd:systemd-analyze
+SYSTEM_PACKAGES := prometheus:promtool systemd:systemd-analyze chromium:chromium
 
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

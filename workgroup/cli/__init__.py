@@ -21,6 +21,7 @@ _SUBCOMMANDS = (
     "delete",
     "reset",
     "whois",
+    "console",
     "top",
     "plugins",
 )

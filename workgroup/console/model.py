@@ -1,0 +1,280 @@
+"""What the console shows, computed from what it reads (no I/O, no clock of its own).
+
+The server (:mod:`workgroup.console.server`) reads every group's description and
+lease slots each refresh and feeds them here with the time; this module keeps
+what must be remembered between refreshes and builds the JSON the page renders.
+
+Rules:
+
+1. A *view* is one JSON document: every group with its members (instance id,
+   host, advertised endpoint, how many resources each owns), its resources
+   (kind, key, role, owner, token, checkpoint and checkpoint age) and how many
+   resources nobody owns now, plus the timeline.
+2. Checkpoint age: a slot's token and checkpoint are remembered with the time
+   they were first seen as they are; the age is the time since.  A slot that has
+   not changed since the console started is shown as at least that old
+   (``age_at_least``): a committed offset carries no time of its own.
+3. Timeline, the coordinator's view: one entry per change of a group's
+   generation or assignments (``rebalance``): the members that joined and left
+   and each resource that moved (from, to; ``null`` for nobody).  The first view
+   of a group is an ``appeared`` entry; a group no longer listed, ``gone``.
+4. Timeline, the daemons' view: ownership events read from event logs
+   (``--event-log``), merged by time.  The timeline keeps the newest
+   :data:`TIMELINE_LIMIT` entries.
+5. Role: resources of a standby kind (``KIND~standby`` style, see
+   :mod:`workgroup.assignors.standby`) are ``standby`` of ``KIND``; every other
+   resource is ``active``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from workgroup.admin import GroupDescription, LeaseSlot
+from workgroup.assignors.standby import STANDBY_SUFFIX, is_standby_kind
+from workgroup.protocol.endpoint import ENDPOINT_TAG
+from workgroup.protocol.metadata import BinaryCodec
+from workgroup.runtime.slots import encode_key
+from workgroup.types import Key
+
+TIMELINE_LIMIT = 500
+
+
+@dataclass
+class _SlotSeen:
+    token: int
+    checkpoint: str | None
+    since: float
+    #: Seen as it is at the console's first read: its age is a lower bound.
+    at_start: bool
+
+
+@dataclass
+class _GroupMemory:
+    #: ``(kind, encoded key) -> member id``.
+    owners: dict[tuple[str, str], str] = field(default_factory=dict)
+    members: dict[str, str] = field(default_factory=dict)  # member id -> name
+    generation: int | None = None
+    slots: dict[str, _SlotSeen] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GroupRead:
+    """One refresh's reading of one group (``description`` ``None``: no members)."""
+
+    group: str
+    description: GroupDescription | None
+    slots: list[LeaseSlot]
+    error: str | None = None
+
+
+class ConsoleModel:
+    """Remembers what the console saw and builds its views (see the rules)."""
+
+    def __init__(self, coordinator: str, started: float) -> None:
+        self.coordinator = coordinator
+        self.started = started
+        self._groups: dict[str, _GroupMemory] = {}
+        self._timeline: deque[dict[str, Any]] = deque(maxlen=TIMELINE_LIMIT)
+        self._codec = BinaryCodec()
+        self._view: dict[str, Any] = {"groups": [], "timeline": []}
+
+    @property
+    def view(self) -> dict[str, Any]:
+        return self._view
+
+    def add_events(self, events: list[dict[str, Any]]) -> None:
+        """Ownership events from daemons' event logs (rule 4)."""
+        for e in events:
+            self._timeline.append(
+                {
+                    "time": e.get("time"),
+                    "source": "event-log",
+                    "group": e.get("group"),
+                    "what": e.get("event"),
+                    "member": e.get("member"),
+                    "kind": e.get("kind"),
+                    "key": e.get("key"),
+                    "token": e.get("token"),
+                }
+            )
+        self._sort_timeline()
+
+    def update(self, reads: list[GroupRead], now: float) -> dict[str, Any]:
+        """Take one refresh's readings; the new view."""
+        listed = {r.group for r in reads}
+        for gone in sorted(set(self._groups) - listed):
+            del self._groups[gone]
+            self._timeline.append(
+                {"time": now, "source": "coordinator", "group": gone, "what": "gone"}
+            )
+        groups = [self._group_view(read, now) for read in sorted(reads, key=lambda r: r.group)]
+        self._sort_timeline()
+        self._view = {
+            "coordinator": self.coordinator,
+            "time": now,
+            "started": self.started,
+            "groups": groups,
+            "timeline": list(self._timeline)[::-1],
+        }
+        return self._view
+
+    def _sort_timeline(self) -> None:
+        ordered = sorted(self._timeline, key=lambda e: e.get("time") or 0.0)
+        self._timeline.clear()
+        self._timeline.extend(ordered)
+
+    def _group_view(self, read: GroupRead, now: float) -> dict[str, Any]:
+        first = read.group not in self._groups
+        memory = self._groups.setdefault(read.group, _GroupMemory())
+        d = read.description
+        members_out = []
+        owners: dict[tuple[str, str], str] = {}
+        names: dict[str, str] = {}
+        resources: list[dict[str, Any]] = []
+        slots = {encode_key(s.key): s for s in read.slots if s.key is not None}
+        ages = self._ages(memory, slots, now, first)
+        claimed: set[str] = set()
+        for m in d.members if d is not None else []:
+            name = m.instance_id or m.member_id
+            names[m.member_id] = name
+            owned = 0
+            for kind, keys in sorted((m.assignment or {}).items()):
+                for key in keys:
+                    owned += 1
+                    encoded = encode_key(key)
+                    owners[kind, encoded] = m.member_id
+                    claimed.add(encoded)
+                    resources.append(
+                        self._resource(kind, key, m.member_id, name, slots.get(encoded), ages)
+                    )
+            members_out.append(
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "name": name,
+                    "client_id": m.client_id,
+                    "host": m.client_host,
+                    "endpoint": self._endpoint(m.metadata),
+                    "owns": owned,
+                    "assignment_error": m.assignment_error,
+                }
+            )
+        for encoded, slot in sorted(slots.items()):
+            if encoded not in claimed and slot.key is not None:
+                resources.append(self._resource(None, slot.key, None, None, slot, ages))
+        if first:
+            self._timeline.append(
+                {
+                    "time": now,
+                    "source": "coordinator",
+                    "group": read.group,
+                    "what": "appeared",
+                    "generation": None if d is None else d.generation,
+                    "members": sorted(names.values()),
+                }
+            )
+        elif owners != memory.owners or set(names) != set(memory.members):
+            self._timeline.append(self._rebalance(read.group, memory, owners, names, d, now))
+        memory.owners, memory.members = owners, names
+        memory.generation = None if d is None else d.generation
+        resources.sort(key=lambda r: (r["owner"] is None, r["kind"] or "", encode_key(r["key"])))
+        return {
+            "group": read.group,
+            "state": "Empty" if d is None else d.state,
+            "protocol_type": None if d is None else d.protocol_type,
+            "protocol": None if d is None else d.protocol,
+            "generation": None if d is None else d.generation,
+            "members": members_out,
+            "resources": resources,
+            "unowned": sum(1 for r in resources if r["owner"] is None),
+            "error": read.error,
+        }
+
+    def _ages(
+        self, memory: _GroupMemory, slots: dict[str, LeaseSlot], now: float, first: bool
+    ) -> dict[str, tuple[float, bool]]:
+        """Rule 2: ``encoded key -> (age in seconds, whether it is a lower bound)``."""
+        out = {}
+        for encoded, slot in slots.items():
+            seen = memory.slots.get(encoded)
+            if seen is None or (seen.token, seen.checkpoint) != (slot.token, slot.checkpoint):
+                # In the group's first reading a slot may be any age: at least this old.
+                seen = _SlotSeen(slot.token, slot.checkpoint, now, seen is None and first)
+                memory.slots[encoded] = seen
+            out[encoded] = (now - seen.since, seen.at_start)
+        for encoded in set(memory.slots) - set(slots):
+            del memory.slots[encoded]
+        return out
+
+    def _resource(
+        self,
+        kind: str | None,
+        key: Key,
+        owner: str | None,
+        name: str | None,
+        slot: LeaseSlot | None,
+        ages: dict[str, tuple[float, bool]],
+    ) -> dict[str, Any]:
+        role = "standby" if kind is not None and is_standby_kind(kind) else "active"
+        shown_kind = kind.removesuffix(STANDBY_SUFFIX) if kind is not None else None
+        age: float | None
+        age, at_least = ages.get(encode_key(key), (None, False))
+        return {
+            "kind": shown_kind,
+            "key": key,
+            "role": role,
+            "owner": owner,
+            "owner_name": name,
+            "token": None if slot is None else slot.token,
+            "checkpoint": None if slot is None else slot.checkpoint,
+            "checkpoint_age_s": age,
+            "age_at_least": at_least,
+        }
+
+    def _rebalance(
+        self,
+        group: str,
+        memory: _GroupMemory,
+        owners: dict[tuple[str, str], str],
+        names: dict[str, str],
+        d: GroupDescription | None,
+        now: float,
+    ) -> dict[str, Any]:
+        everyone = {**memory.members, **names}
+        moved = []
+        for where in sorted(set(owners) | set(memory.owners)):
+            before, after = memory.owners.get(where), owners.get(where)
+            if before != after:
+                moved.append(
+                    {
+                        "kind": where[0],
+                        "key": json.loads(where[1]),
+                        "from": None if before is None else everyone.get(before, before),
+                        "to": None if after is None else everyone.get(after, after),
+                    }
+                )
+        return {
+            "time": now,
+            "source": "coordinator",
+            "group": group,
+            "what": "rebalance",
+            "generation": None if d is None else d.generation,
+            "joined": sorted(names[m] for m in set(names) - set(memory.members)),
+            "left": sorted(memory.members[m] for m in set(memory.members) - set(names)),
+            "moved": moved,
+        }
+
+    def _endpoint(self, metadata: bytes) -> str | None:
+        if not metadata:
+            return None
+        try:
+            return dict(self._codec.decode_metadata(metadata).value.tags).get(ENDPOINT_TAG)
+        except Exception:  # another protocol type's metadata: no endpoint to show
+            return None
+
+
+__all__ = ["TIMELINE_LIMIT", "ConsoleModel", "GroupRead"]

@@ -1,0 +1,174 @@
+// workgroup console: renders the server's summary stream and the shown group's resources.
+"use strict";
+
+const state = { summary: null, selected: null, filter: "", shownVersion: null };
+
+const $ = (id) => document.getElementById(id);
+
+function cell(row, text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text === null || text === undefined ? "–" : String(text);
+  if (cls) td.className = cls;
+  row.appendChild(td);
+  return td;
+}
+
+function age(seconds, atLeast) {
+  if (seconds === null || seconds === undefined) return "–";
+  const s = Math.max(0, Math.round(seconds));
+  const text = s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min` : `${Math.floor(s / 3600)} h`;
+  return atLeast ? `≥ ${text}` : text;
+}
+
+function clock(epoch) {
+  return epoch ? new Date(epoch * 1000).toLocaleTimeString() : "";
+}
+
+function renderGroups(summary) {
+  const body = $("groups").tBodies[0];
+  body.replaceChildren();
+  $("no-groups").hidden = summary.groups.length > 0;
+  for (const g of summary.groups) {
+    const row = document.createElement("tr");
+    row.dataset.group = g.group;
+    if (g.group === state.selected) row.classList.add("selected");
+    cell(row, g.group);
+    cell(row, g.state);
+    cell(row, g.protocol);
+    cell(row, g.generation);
+    cell(row, g.members.length);
+    cell(row, g.resource_count);
+    cell(row, g.unowned, g.unowned > 0 ? "warn" : "");
+    row.addEventListener("click", () => select(g.group));
+    body.appendChild(row);
+  }
+}
+
+function renderMembers(group) {
+  const body = $("members").tBodies[0];
+  body.replaceChildren();
+  for (const m of group.members) {
+    const row = document.createElement("tr");
+    row.dataset.member = m.name;
+    cell(row, m.member_id);
+    cell(row, m.instance_id);
+    cell(row, m.host);
+    cell(row, m.endpoint);
+    cell(row, m.owns);
+    body.appendChild(row);
+  }
+}
+
+function renderResources(page) {
+  const body = $("resources").tBodies[0];
+  body.replaceChildren();
+  for (const r of page.resources) {
+    const row = document.createElement("tr");
+    row.dataset.key = `${r.kind}/${r.key}`;
+    cell(row, r.kind ?? "?");
+    cell(row, r.key);
+    cell(row, r.role);
+    if (r.owner === null) cell(row, "nobody", "nobody");
+    else cell(row, r.owner_name);
+    cell(row, r.token);
+    cell(row, r.checkpoint, "checkpoint").title = r.checkpoint ?? "";
+    cell(row, age(r.checkpoint_age_s, r.age_at_least));
+    body.appendChild(row);
+  }
+  const shown = page.resources.length;
+  $("resource-count").textContent =
+    shown < page.total ? `${shown} of ${page.total} shown` : `${page.total} resources`;
+}
+
+function describe(entry) {
+  if (entry.source === "event-log") {
+    return `${entry.member}: ${entry.what} ${entry.kind}/${entry.key} (token ${entry.token})`;
+  }
+  if (entry.what === "rebalance") {
+    const parts = [`generation ${entry.generation ?? "?"}`];
+    if (entry.joined.length) parts.push(`joined: ${entry.joined.join(", ")}`);
+    if (entry.left.length) parts.push(`left: ${entry.left.join(", ")}`);
+    const moves = entry.moved.map((m) => `${m.kind}/${m.key} ${m.from ?? "nobody"} → ${m.to ?? "nobody"}`);
+    if (moves.length) parts.push(`moved: ${moves.slice(0, 20).join("; ")}${moves.length > 20 ? ` and ${moves.length - 20} more` : ""}`);
+    return parts.join(" · ");
+  }
+  if (entry.what === "appeared") return `members: ${(entry.members || []).join(", ") || "none"}`;
+  return "";
+}
+
+function renderTimeline(summary) {
+  const list = $("timeline");
+  list.replaceChildren();
+  for (const entry of summary.timeline) {
+    const item = document.createElement("li");
+    item.dataset.what = entry.what;
+    if (entry.source === "event-log") item.classList.add("from-log");
+    const when = document.createElement("time");
+    when.textContent = clock(entry.time);
+    const what = document.createElement("span");
+    what.className = "what";
+    what.textContent = `${entry.group} ${entry.what}`;
+    const detail = document.createElement("span");
+    detail.textContent = describe(entry);
+    item.append(when, what, detail);
+    list.appendChild(item);
+  }
+}
+
+async function loadResources() {
+  const group = state.selected;
+  if (!group) return;
+  const query = new URLSearchParams({ q: state.filter, limit: "500" });
+  const reply = await fetch(`/api/groups/${encodeURIComponent(group)}?${query}`);
+  if (!reply.ok) return;
+  const page = await reply.json();
+  if (group === state.selected) renderResources(page);
+}
+
+function renderDetail(summary) {
+  const group = summary.groups.find((g) => g.group === state.selected);
+  $("detail").hidden = !group;
+  if (!group) return;
+  $("detail-title").textContent = `${group.group} · ${group.state} · generation ${group.generation ?? "?"}`;
+  renderMembers(group);
+  loadResources();
+}
+
+function render(summary) {
+  state.summary = summary;
+  $("coordinator").textContent = summary.coordinator;
+  $("updated").textContent = summary.time ? `updated ${clock(summary.time)}` : "";
+  const error = $("error");
+  error.hidden = !summary.error;
+  error.textContent = summary.error ? `coordinator not readable: ${summary.error}` : "";
+  if (!state.selected && summary.groups.length) state.selected = summary.groups[0].group;
+  renderGroups(summary);
+  renderDetail(summary);
+  renderTimeline(summary);
+}
+
+function select(group) {
+  state.selected = group;
+  if (state.summary) render(state.summary);
+}
+
+function connect() {
+  const source = new EventSource("/api/stream");
+  source.onopen = () => {
+    $("status").dataset.state = "live";
+    $("status").textContent = "live";
+  };
+  source.onmessage = (event) => render(JSON.parse(event.data));
+  source.onerror = () => {
+    $("status").dataset.state = "lost";
+    $("status").textContent = "reconnecting…";
+  };
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("filter").addEventListener("input", (event) => {
+    state.filter = event.target.value;
+    loadResources();
+  });
+  connect();
+});
