@@ -82,7 +82,7 @@ class Owner:
 
 @dataclass(frozen=True, slots=True)
 class _Snapshot:
-    #: ``(kind, encoded key) -> Owner``.
+    #: ``(kind, encoded key) -> Owner`` (the encoding keeps ``1`` and ``"1"`` apart).
     owners: dict[tuple[str, str], Owner]
     #: What a change is detected by: the generation and every member's assignment.
     shape: tuple[object, ...]
@@ -118,6 +118,8 @@ class Directory:
         self._snapshot = _Snapshot({}, ())
         self._changed_at: int | None = None
         self._slots: dict[str, LeaseSlot] = {}
+        #: ``(kind, key type, key) -> Owner`` with its token: what :meth:`owner` reads.
+        self._answers: dict[tuple[str, type, Key], Owner] = {}
         self._poller: asyncio.Task[None] | None = None
         self._refreshed = asyncio.Event()
         #: How many times the map changed (a new generation or assignment).
@@ -147,21 +149,11 @@ class Directory:
 
     def owner(self, kind: str, key: Key) -> Owner | None:
         """Who owns ``kind``/``key`` now (``None``: nobody, as last seen)."""
-        found = self._snapshot.owners.get((kind, encode_key(key)))
-        if found is None:
-            return None
-        slot = self._slots.get(encode_key(key))
-        token = None if slot is None else slot.token
-        return found if token == found.token else _with_token(found, token)
+        return self._answers.get((kind, type(key), key))
 
     def owners(self) -> dict[tuple[str, Key], Owner]:
         """Every resource owned now, with its owner."""
-        out = {}
-        for (kind, encoded), found in self._snapshot.owners.items():
-            slot = self._slots.get(encoded)
-            key = _decode_key(encoded)
-            out[kind, key] = _with_token(found, None if slot is None else slot.token)
-        return out
+        return {(kind, key): owner for (kind, _, key), owner in self._answers.items()}
 
     async def wait_changed(self, timeout_s: float | None = None) -> None:
         """Return after the next refresh (whatever it found)."""
@@ -216,6 +208,13 @@ class Directory:
                     )
                     if s.key is not None
                 }
+        self._answers = {}
+        for (kind, encoded), found in self._snapshot.owners.items():
+            slot = self._slots.get(encoded)
+            key = _decode_key(encoded)
+            self._answers[kind, type(key), key] = _with_token(
+                found, None if slot is None else slot.token
+            )
         self.error = None
         self._refreshed.set()
 
