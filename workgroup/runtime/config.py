@@ -28,7 +28,7 @@ import difflib
 import os
 import tomllib
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
@@ -270,24 +270,7 @@ def settings_of(cls: type[Any]) -> tuple[Setting, ...]:
     is neither)."""
     if cls in _SETTINGS_OF:
         return _SETTINGS_OF[cls]
-    found: list[Setting] = []
-    for holder, owner in _holders(cls):
-        hints = get_type_hints(owner)
-        for item in fields(owner):
-            doc = setting_doc(item)
-            if doc is None:
-                if holder or not _is_embedded(hints[item.name]):
-                    raise TypeError(f"{owner.__name__}.{item.name} is not declared by setting()")
-                continue
-            found.append(
-                Setting(
-                    name=doc.name or item.name,
-                    kind=_kind(hints[item.name], f"{owner.__name__}.{item.name}"),
-                    default=item.default,
-                    doc=doc,
-                    path=(*holder, item.name),
-                )
-            )
+    found = list(_declared_fields(cls, ()))
     names = [s.name for s in found]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -296,15 +279,23 @@ def settings_of(cls: type[Any]) -> tuple[Setting, ...]:
     return _SETTINGS_OF[cls]
 
 
-def _holders(cls: type[Any]) -> list[tuple[tuple[str, ...], type[Any]]]:
-    """``cls`` itself, then each dataclass of settings it embeds (one level)."""
-    hints = get_type_hints(cls)
-    embedded = [
-        ((item.name,), hints[item.name])
-        for item in fields(cls)
-        if setting_doc(item) is None and _is_embedded(hints[item.name])
-    ]
-    return [((), cls), *embedded]
+def _declared_fields(owner: type[Any], holder: tuple[str, ...]) -> Iterator[Setting]:
+    hints = get_type_hints(owner)
+    for item in fields(owner):
+        doc, hint = setting_doc(item), hints[item.name]
+        if doc is None and not holder and _is_embedded(hint):
+            assert isinstance(hint, type)
+            yield from _declared_fields(hint, (item.name,))
+        elif doc is None:
+            raise TypeError(f"{owner.__name__}.{item.name} is not declared by setting()")
+        else:
+            yield Setting(
+                name=doc.name or item.name,
+                kind=_kind(hint, f"{owner.__name__}.{item.name}"),
+                default=item.default,
+                doc=doc,
+                path=(*holder, item.name),
+            )
 
 
 def _is_embedded(hint: object) -> bool:
@@ -370,10 +361,12 @@ def setting_variables(table: Sequence[Setting] = SETTINGS) -> list[str]:
     return [s.variable for s in table] + sorted(OTHER_VARIABLES)
 
 
-def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+def unknown_variables(
+    environ: Mapping[str, str], table: Sequence[Setting] = SETTINGS
+) -> list[tuple[str, str | None]]:
     """``WORKGROUP_*`` variables nobody reads, each with the closest valid name
     (``None`` when nothing is close)."""
-    valid = setting_variables()
+    valid = setting_variables(table)
     unknown = []
     for name in sorted(environ):
         if not name.startswith(ENV_PREFIX) or name in valid or name.startswith(PLUGIN_PREFIXES):
@@ -385,9 +378,9 @@ def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]
     return unknown
 
 
-def warn_unknown_variables(environ: Mapping[str, str]) -> None:
+def warn_unknown_variables(environ: Mapping[str, str], table: Sequence[Setting] = SETTINGS) -> None:
     """Log ``config.unknown_variable`` once per variable nobody reads."""
-    for name, closest in unknown_variables(environ):
+    for name, closest in unknown_variables(environ, table):
         log.warning(
             "config.unknown_variable",
             variable=name,
@@ -404,8 +397,8 @@ def resolve(
     config_file: str | None,
 ) -> Settings:
     """The settings the daemon runs with (see the module docstring for precedence)."""
-    warn_unknown_variables(environ)
     table = settings_of(type(declared))
+    warn_unknown_variables(environ, table)
     merged: dict[str, Any] = {}
     path = config_file or environ.get(ENV_PREFIX + "CONFIG") or None
     if path:
