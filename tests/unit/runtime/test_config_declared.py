@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from workgroup.cli import main
 from workgroup.cli import run as cli_run
 from workgroup.cli.run import setting_options
 from workgroup.errors import ConfigError
+from workgroup.runtime.app import App
 from workgroup.runtime.config import (
     SETTINGS,
     Setting,
@@ -235,3 +237,14 @@ def test_unknown_names_stay_one_line_errors(tmp_path: Path) -> None:
     assert unknown_variables({"WORKGROUP_SASL_PASWORD": "x"}) == [
         ("WORKGROUP_SASL_PASWORD", "WORKGROUP_SASL_PASSWORD")
     ]
+
+
+def test_the_apps_keywords_are_settings_with_the_declared_defaults() -> None:
+    declared = {s.name: s.default for s in SETTINGS}
+    keywords = {
+        name: parameter.default
+        for name, parameter in inspect.signature(App).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    assert keywords
+    assert {name: declared.get(name, "not a setting") for name in keywords} == keywords
