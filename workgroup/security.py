@@ -9,11 +9,12 @@ SCRAM-SHA-256 and SCRAM-SHA-512.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from workgroup.errors import ConfigError
+from workgroup.setting import setting
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -23,15 +24,39 @@ SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 class Security:
     """How to reach a cluster (the default: plain TCP, no authentication)."""
 
-    protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: str | None = field(default=None, repr=False)
-    #: CA bundle to verify the brokers (default: the system's).
-    ssl_cafile: str | None = None
-    #: Client certificate and key, for brokers that authenticate clients by TLS.
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
+    # Each field is a setting of the daemon too (``WORKGROUP_SSL_CAFILE``, ...).
+    protocol: str = setting(
+        "PLAINTEXT",
+        "How connections to the cluster are made: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.",
+        choices=get_args(SecurityProtocol),
+        flag=False,
+        name="security_protocol",
+    )
+    sasl_mechanism: str | None = setting(
+        None,
+        "The SASL mechanism (with SASL_*): PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
+        choices=get_args(SaslMechanism),
+        flag=False,
+    )
+    sasl_username: str | None = setting(None, "The SASL user (with SASL_*).", flag=False)
+    sasl_password: str | None = setting(
+        None, "The SASL password (with SASL_*).", flag=False, repr=False
+    )
+    ssl_cafile: str | None = setting(
+        None,
+        "CA bundle to verify the brokers (with SSL or SASL_SSL).",
+        default_text="the system's CAs",
+        flag=False,
+    )
+    ssl_certfile: str | None = setting(
+        None,
+        "Client certificate, for brokers that authenticate clients by TLS (with ssl_keyfile).",
+        default_text="no client certificate",
+        flag=False,
+    )
+    ssl_keyfile: str | None = setting(
+        None, "The client certificate's key (with ssl_certfile).", flag=False
+    )
 
     def __post_init__(self) -> None:
         if self.protocol not in get_args(SecurityProtocol):

@@ -81,7 +81,7 @@ def test_the_daemon_takes_security_from_the_environment_and_checks_it() -> None:
         },
         config_file=None,
     )
-    assert settings.security().sasl_mechanism == "SCRAM-SHA-256"
+    assert settings.security.sasl_mechanism == "SCRAM-SHA-256"
     with pytest.raises(ConfigError, match="needs sasl_username"):
         resolve(
             Settings(),

@@ -15,8 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from workgroup.runtime.app import Settings
-from workgroup.runtime.config import read_environment, read_file
+from workgroup.runtime.config import Settings, read_environment, read_file
 from workgroup.security import Security
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,4 +37,4 @@ def security_from(config_file: Path | None, environ: Mapping[str, str] = os.envi
     """TLS and SASL settings from ``config_file`` and the environment (ConfigError if bad)."""
     values: dict[str, Any] = read_file(config_file) if config_file is not None else {}
     values.update(read_environment(environ))
-    return Settings(**values).security()
+    return Settings().replaced(values).security

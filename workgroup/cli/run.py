@@ -17,35 +17,60 @@ handler failed ``max_failures`` times in a row under ``on_failure="stop"``;
 
 Logs go to stderr: readable lines on a terminal, JSON lines otherwise
 (``--log-format``).
+
+Rules:
+
+* the settings' flags are made from their declarations
+  (:class:`workgroup.runtime.config.Settings`): a flag not given is ``None``,
+  so that the environment, the file or the app decide.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import click
 
 from workgroup.cli.options import configure_logging, log_options
 from workgroup.member.driver import parse_bootstrap
-from workgroup.runtime.config import resolve
+from workgroup.runtime.config import SETTINGS, Setting, resolve
 from workgroup.runtime.daemon import load_app, run_app
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def setting_options(table: Sequence[Setting] = SETTINGS) -> Callable[[F], F]:
+    """A ``--<name>`` option for each setting that has a flag, as declared: its type,
+    its choices and its help (with its default).  An option not given is ``None``:
+    the setting then comes from the environment, the file or the app."""
+
+    def decorate(command: F) -> F:
+        # click lists options in the reverse order of their decoration.
+        for setting in reversed([s for s in table if s.flag]):
+            assert setting.flag is not None
+            kind: dict[str, Any] = {"type": setting.kind}
+            if setting.kind is bool:
+                kind = {"is_flag": True}
+            elif setting.doc.choices:
+                kind = {"type": click.Choice(setting.doc.choices)}
+            elif setting.doc.path:
+                kind = {"type": click.Path(dir_okay=False)}
+            help_text = setting.doc.help
+            if setting.kind is not bool and setting.default_text != "none":
+                help_text += f" Default: {setting.default_text}."
+            command = click.option(
+                setting.flag, setting.name, default=None, help=help_text, **kind
+            )(command)
+        return command
+
+    return decorate
 
 
 @click.command("run")
 @click.argument("target", metavar="MODULE:APP")
-@click.option(
-    "--bootstrap",
-    default=None,
-    help="Coordinator or Kafka bootstrap, HOST:PORT[,...]. Default: 127.0.0.1:9092, "
-    "where a local coordinator is started if nothing answers (see "
-    "'workgroup coordinator --status').",
-)
-@click.option(
-    "--instance-id",
-    default=None,
-    help="Static membership: a stable id per process (also its name in logs, "
-    "client ids (workgroup-ID) and the event log; default: HOST-PID).",
-)
+@setting_options()
 @click.option(
     "--config",
     "config_file",
@@ -53,153 +78,14 @@ from workgroup.runtime.daemon import load_app, run_app
     type=click.Path(dir_okay=False),
     help="TOML file with settings (see the README).",
 )
-@click.option(
-    "--event-log",
-    default=None,
-    type=click.Path(dir_okay=False),
-    help="Append ownership events (JSON lines) to this file.",
-)
-@click.option("--grace-ms", type=int, default=None, help="Grace period of revoked handlers.")
-@click.option(
-    "--metrics-port",
-    type=int,
-    default=None,
-    help="Serve Prometheus /metrics and /healthz on 127.0.0.1:PORT (0: a free port, logged).",
-)
-@click.option(
-    "--leave-on-stop",
-    is_flag=True,
-    default=None,
-    help="A static member leaves the group when stopped (scale-down): its resources "
-    "move at once instead of waiting for its session to expire.",
-)
-@click.option(
-    "--migrate-lease-layout",
-    is_flag=True,
-    default=None,
-    help="Copy lease state of the legacy position-based layout to the key slots "
-    "(every daemon of the group stopped first); without it such state is refused.",
-)
-@click.option(
-    "--resource-metrics",
-    is_flag=True,
-    default=None,
-    help="Serve a token and a checkpoint-age series per resource held (one series "
-    "per key: mind Prometheus' cardinality).",
-)
-@click.option(
-    "--advertise",
-    default=None,
-    help="HOST:PORT other services reach this daemon at, published for owner lookup "
-    "(workgroup whois, workgroup.Directory).",
-)
-@click.option(
-    "--session-timeout-ms",
-    type=int,
-    default=None,
-    help="How long the coordinator waits for a heartbeat before it moves this "
-    "process's resources elsewhere [default: 10000].",
-)
-@click.option(
-    "--heartbeat-interval-ms",
-    type=int,
-    default=None,
-    help="Time between heartbeats [default: a third of the session, at most 500].",
-)
-@click.option(
-    "--connect-timeout-ms",
-    type=int,
-    default=None,
-    help="At start, wait this long for something to answer at the bootstrap address "
-    "before exiting 1 [default: exit 1 at once if nothing answers].",
-)
-@click.option(
-    "--unreachable-timeout-ms",
-    type=int,
-    default=None,
-    help="Exit 1 when no coordinator has been reachable for this long while running "
-    "[default: never; a line is logged every 30 s].",
-)
-@click.option(
-    "--session-margin-ms",
-    type=int,
-    default=None,
-    help="End leases this long before the session can end on the coordinator "
-    "(default: a tenth of the session, at least 500 ms).",
-)
-@click.option(
-    "--request-timeout-ms",
-    type=int,
-    default=None,
-    help="Time limit of a coordinator lookup and of lease commits "
-    "(default: the session timeout, at most 30 s).",
-)
-@click.option(
-    "--on-failure",
-    type=click.Choice(["retry", "release", "stop"]),
-    default=None,
-    help="What a handler that failed --max-failures times in a row gets, unless its "
-    "decorator says: retry (go on restarting it), release (give the resource to "
-    "another process; this one refuses it for 5 minutes) or stop (stop the daemon, "
-    "exit 3). /healthz answers 503 while a handler is failing [default: retry].",
-)
-@click.option(
-    "--max-failures",
-    type=int,
-    default=None,
-    help="Failures in a row after which a handler is failing (see --on-failure) [default: 5].",
-)
 @log_options(level="info", log_format="auto")
 def command(
-    target: str,
-    bootstrap: str | None,
-    instance_id: str | None,
-    config_file: str | None,
-    event_log: str | None,
-    grace_ms: int | None,
-    metrics_port: int | None,
-    leave_on_stop: bool | None,
-    migrate_lease_layout: bool | None,
-    resource_metrics: bool | None,
-    advertise: str | None,
-    session_timeout_ms: int | None,
-    heartbeat_interval_ms: int | None,
-    session_margin_ms: int | None,
-    request_timeout_ms: int | None,
-    connect_timeout_ms: int | None,
-    unreachable_timeout_ms: int | None,
-    on_failure: str | None,
-    max_failures: int | None,
-    log_level: str,
-    log_format: str,
+    target: str, config_file: str | None, log_level: str, log_format: str, **flags: Any
 ) -> None:
     """Run the workers and leaders of MODULE:APP until SIGTERM/SIGINT."""
     configure_logging(log_level, log_format)
     app = load_app(target)
-    settings = resolve(
-        app.settings,
-        flags={
-            "bootstrap": bootstrap,
-            "instance_id": instance_id,
-            "event_log": event_log,
-            "grace_ms": grace_ms,
-            "metrics_port": metrics_port,
-            "leave_on_stop": leave_on_stop,
-            "migrate_lease_layout": migrate_lease_layout,
-            "resource_metrics": resource_metrics,
-            "advertise": advertise,
-            "session_timeout_ms": session_timeout_ms,
-            "heartbeat_interval_ms": heartbeat_interval_ms,
-            "session_margin_ms": session_margin_ms,
-            "request_timeout_ms": request_timeout_ms,
-            "connect_timeout_ms": connect_timeout_ms,
-            "unreachable_timeout_ms": unreachable_timeout_ms,
-            "on_failure": on_failure,
-            "max_failures": max_failures,
-        },
-        environ=os.environ,
-        config_file=config_file,
-    )
+    settings = resolve(app.settings, flags=flags, environ=os.environ, config_file=config_file)
     if settings.bootstrap is not None:
         parse_bootstrap(settings.bootstrap)
     app.check(settings)

@@ -1,9 +1,21 @@
-"""A member's settings (:class:`MemberConfig`), checked when they are made."""
+"""A member's settings (:class:`MemberConfig`), checked when they are made.
+
+Rules:
+
+* :class:`MemberConfig`'s fields are the one declaration of a member's
+  settings; ``GroupMember`` takes them as keyword arguments
+  (:class:`MemberSettings`, their static types, which a test keeps equal to the
+  fields) and builds its config with :func:`member_config`;
+* an unknown keyword is a :class:`TypeError` naming the closest setting, as a
+  misspelt keyword argument of any function would be.
+"""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import TypedDict
 
 from workgroup.errors import ConfigError
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
@@ -96,11 +108,16 @@ class MemberConfig:
     """
 
     group_id: str
+    #: Most preferred first, all of one protocol type.
     protocols: Sequence[Protocol]
+    #: Static membership (KIP-345): a stable id per process; ``None``: dynamic.
     instance_id: str | None = None
     session_timeout_ms: int = 10_000
+    #: How long a rebalance may wait for this member to rejoin (revocations included).
     rebalance_timeout_ms: int = 60_000
     heartbeat_interval_ms: int = 3_000
+    #: The first back-off after a failed lookup or request; it doubles per failure
+    #: up to ``retry_backoff_max_ms``.
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 1_000
     #: Give up (FATAL, :class:`CoordinatorUnavailableError`) if no coordinator was
@@ -122,6 +139,11 @@ class MemberConfig:
     request_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
+        # Frozen copies of what the caller may change (or read once) afterwards.
+        object.__setattr__(self, "protocols", tuple(self.protocols))
+        if self.kinds is not None:
+            object.__setattr__(self, "kinds", tuple(self.kinds))
+        object.__setattr__(self, "tags", dict(self.tags or {}))
         if not self.group_id:
             raise ConfigError("group_id must not be empty")
         if not self.protocols:
@@ -191,6 +213,41 @@ class MemberConfig:
         return self.rebalance_timeout_ms + JOIN_TIMEOUT_MARGIN_MS
 
 
+class MemberSettings(TypedDict, total=False):
+    """:class:`MemberConfig`'s fields but ``group_id`` and ``protocols``, for the
+    static types of ``GroupMember(**settings)`` (documented on the fields)."""
+
+    instance_id: str | None
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    heartbeat_interval_ms: int
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+    connect_timeout_ms: int | None
+    kinds: Iterable[str] | None
+    rack: str | None
+    capacity: float
+    user_data: bytes
+    tags: Mapping[str, str]
+    reassign_delay_ms: int
+    session_margin_ms: int | None
+    request_timeout_ms: int | None
+
+
+def member_config(
+    group_id: str, protocols: Sequence[Protocol], settings: MemberSettings, caller: str
+) -> MemberConfig:
+    """The :class:`MemberConfig` of ``caller``'s arguments (:class:`TypeError` for an
+    unknown keyword, :class:`ConfigError` for a setting that cannot work)."""
+    known = [f.name for f in fields(MemberConfig) if f.name not in ("group_id", "protocols")]
+    for name in settings:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"{caller} got an unexpected keyword argument {name!r}{hint}")
+    return MemberConfig(group_id, protocols, **settings)
+
+
 __all__ = [
     "JOIN_TIMEOUT_MARGIN_MS",
     "MAX_REQUEST_TIMEOUT_MS",
@@ -198,8 +255,10 @@ __all__ = [
     "MIN_SESSION_MARGIN_MS",
     "SESSION_MARGIN_SHARE",
     "MemberConfig",
+    "MemberSettings",
     "check_session_margin",
     "default_request_timeout_ms",
     "default_session_margin_ms",
     "max_session_margin_ms",
+    "member_config",
 ]

@@ -28,7 +28,7 @@ import itertools
 import re
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Unpack, get_args
 
 from aiokafka import errors as aiokafka_errors
 from aiokafka.client import CoordinationType
@@ -74,7 +74,7 @@ from workgroup.member.actions import (
     RunAssignor,
     SendRequest,
 )
-from workgroup.member.config import MemberConfig
+from workgroup.member.config import MemberSettings, member_config
 from workgroup.member.errors import (
     CallbackError,
     CoordinatorUnavailableError,
@@ -450,50 +450,20 @@ class GroupMember:
         group_id: str,
         protocols: Sequence[Protocol],
         *,
-        instance_id: str | None = None,
-        session_timeout_ms: int = 10_000,
-        rebalance_timeout_ms: int = 60_000,
-        heartbeat_interval_ms: int = 3_000,
         resources: ResourceSource | None = None,
         on_assigned: Callback | None = None,
         on_revoked: Callback | None = None,
         on_lost: Callback | None = None,
         on_callback_error: CallbackErrorPolicy = "log",
         log_tracebacks: bool = False,
-        kinds: Iterable[str] | None = None,
-        rack: str | None = None,
-        capacity: float = 1.0,
-        user_data: bytes = b"",
-        tags: Mapping[str, str] | None = None,
         client_id: str | None = None,
-        retry_backoff_ms: int = 100,
-        connect_timeout_ms: int | None = None,
         resource_poll_interval_ms: int = 5_000,
-        request_timeout_ms: int | None = None,
         close_timeout_ms: int = 30_000,
         security: Security = PLAINTEXT,
-        reassign_delay_ms: int = 0,
-        session_margin_ms: int | None = None,
         confirm_release: bool = False,
+        **settings: Unpack[MemberSettings],
     ) -> None:
-        self.config = MemberConfig(
-            group_id=group_id,
-            protocols=tuple(protocols),
-            instance_id=instance_id,
-            session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=rebalance_timeout_ms,
-            heartbeat_interval_ms=heartbeat_interval_ms,
-            retry_backoff_ms=retry_backoff_ms,
-            connect_timeout_ms=connect_timeout_ms,
-            kinds=tuple(kinds) if kinds is not None else None,
-            rack=rack,
-            capacity=capacity,
-            user_data=user_data,
-            tags=dict(tags or {}),
-            reassign_delay_ms=reassign_delay_ms,
-            session_margin_ms=session_margin_ms,
-            request_timeout_ms=request_timeout_ms,
-        )
+        self.config = member_config(group_id, protocols, settings, "GroupMember()")
         if resource_poll_interval_ms <= 0 or close_timeout_ms <= 0:
             raise ConfigError("poll interval and close timeout must be > 0")
         if on_callback_error not in get_args(CallbackErrorPolicy):
@@ -501,7 +471,7 @@ class GroupMember:
                 f"on_callback_error must be one of {', '.join(get_args(CallbackErrorPolicy))}, "
                 f"got {on_callback_error!r}"
             )
-        self._client_id = client_id or f"workgroup-{instance_id or next(_ids)}"
+        self._client_id = client_id or f"workgroup-{self.config.instance_id or next(_ids)}"
         self._connection = CoordinatorConnection(
             bootstrap,
             client_id=self._client_id,

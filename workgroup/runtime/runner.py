@@ -53,12 +53,12 @@ from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.protocol import Protocol
 from workgroup.runtime.app import (
     LEADER_KIND,
-    STOP_MARGIN_MS,
     App,
     ResourceFunction,
     Settings,
     failure_policy,
 )
+from workgroup.runtime.config import STOP_MARGIN_MS
 from workgroup.runtime.errors import HandlerFailedError, ResourceFunctionError
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
@@ -169,10 +169,10 @@ class GroupRunner:
             # Rule 2: every handler gets its grace and the cancellation margin
             # (and the hand-over rounds at least 10 s).
             close_timeout_ms=max(int(grace_s * 1000) + STOP_MARGIN_MS, 10_000),
-            security=settings.security(),
+            security=settings.security,
             reassign_delay_ms=reassign_delay_ms,
             confirm_release=True,
-            tags={ENDPOINT_TAG: settings.advertise} if settings.advertise else None,
+            tags={ENDPOINT_TAG: settings.advertise} if settings.advertise else {},
         )
         self._store = MemberSlotStore(self.member)
         self._settings = settings
@@ -190,7 +190,7 @@ class GroupRunner:
         offsets = AdminOffsets(
             self._settings.bootstrap or DEFAULT_BOOTSTRAP,
             self.group_id,
-            security=self._settings.security(),
+            security=self._settings.security,
             client_id=self._client_id or "workgroup-lease-layout",
         )
         try:
@@ -506,7 +506,7 @@ class AppRunner:
         self.metrics.identify(identity, app.name, settings.instance_id)
         self.events = OwnershipLog(settings.event_log, identity) if settings.event_log else None
         grace_s = settings.grace_ms / 1000
-        security = settings.security()
+        security = settings.security
         self.producers = ProducerFactory(
             settings.bootstrap or DEFAULT_BOOTSTRAP, security=security, client_id=client_id
         )
@@ -616,7 +616,7 @@ class AppRunner:
                 self.settings.bootstrap or DEFAULT_BOOTSTRAP,
                 self.groups[0].group_id,
                 self.settings.instance_id,
-                security=self.settings.security(),
+                security=self.settings.security,
             )
         started: list[GroupRunner] = []
         loop_watch = LoopWatch()

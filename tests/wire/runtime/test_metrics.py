@@ -171,9 +171,9 @@ async def test_every_series_exists_from_the_start_and_per_resource_series_follow
             assert metric(text, "workgroup_failing_handlers", group=group) == 0
             for reason in ("revoked", "lost", "fenced"):
                 assert metric(text, "workgroup_leases_ended_total", group=group, reason=reason) == 0
-            while (
+            while (  # noqa: ASYNC110
                 runner.metrics.unhealthy()
-                or metric(  # noqa: ASYNC110
+                or metric(
                     runner.metrics.exposition().decode(), "workgroup_owned_resources", group=group
                 )
                 < 2
