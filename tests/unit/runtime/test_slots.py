@@ -16,7 +16,7 @@ from workgroup.protocol.catalog import CatalogEntry
 from workgroup.runtime.app import Settings
 from workgroup.runtime.errors import CheckpointError, SlotMismatchError
 from workgroup.runtime.handlers import HandlerRun, HandlerStats, RestartPolicy
-from workgroup.runtime.lease import Committed, Lease
+from workgroup.runtime.lease import Committed, EndReason, Lease
 from workgroup.runtime.metrics import RuntimeMetrics
 from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.runner import GroupRunner
@@ -201,7 +201,7 @@ async def take_and_commit(
     token = await lease.acquire()
     checkpoint = await lease.checkpoint()
     await lease.commit(f"{key}:{token}")
-    lease.end("revoked")
+    lease.end(EndReason.REVOKED)
     return token, checkpoint
 
 
@@ -292,4 +292,4 @@ async def test_an_assignment_creates_the_topics_a_failed_catalog_read_left_missi
         assert topics.asked[1] == {slot_of(GROUP, "a").topic}
         assert topics.known(slot_of(GROUP, "a").topic)
     finally:
-        await runner.stop_all("lost")
+        await runner.stop_all(EndReason.LOST)
