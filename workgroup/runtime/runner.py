@@ -486,6 +486,7 @@ class AppRunner:
     def __init__(self, app: App, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> None:
         app.check(settings)
         self.app = app
+        self._clock = clock
         self.settings = settings
         self.metrics = RuntimeMetrics()
         for collector in app.collectors:
@@ -598,7 +599,9 @@ class AppRunner:
         if self.settings.bootstrap is None:
             await asyncio.to_thread(ensure_local_coordinator)
         else:
-            await wait_for_bootstrap(self.settings.bootstrap, self.settings.connect_timeout_ms)
+            await wait_for_bootstrap(
+                self.settings.bootstrap, self.settings.connect_timeout_ms, clock=self._clock
+            )
         server = self.metrics_server = None
         if self.settings.metrics_port is not None:
             server = self.metrics_server = MetricsServer(
@@ -668,6 +671,7 @@ class AppRunner:
             looking,
             self.settings.bootstrap or DEFAULT_BOOTSTRAP,
             self.settings.unreachable_timeout_ms,
+            clock=self._clock,
         )
 
     async def _clean_up(self) -> None:
