@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
@@ -333,3 +336,62 @@ def test_a_move_the_table_does_not_list_raises() -> None:
         check_transition(LeaseState.LOST, LeaseState.ACTIVE)
     with pytest.raises(IllegalLeaseTransitionError, match="from STANDBY to FENCED"):
         check_transition(LeaseState.STANDBY, LeaseState.FENCED)
+
+
+_OPERATIONS = st.one_of(
+    st.tuples(st.just("acquire"), st.sampled_from([ErrorCode.NONE, ErrorCode.UNKNOWN_MEMBER_ID])),
+    st.tuples(st.just("end"), st.sampled_from(list(EndReason)), st.sampled_from([0.0, 5.0])),
+    st.tuples(
+        st.just("commit"),
+        st.sampled_from(
+            [ErrorCode.NONE, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID]
+        ),
+    ),
+    st.tuples(st.just("advance"), st.sampled_from([1.0, 10.0])),
+)
+
+
+@given(role=st.sampled_from(["active", "standby"]), operations=st.lists(_OPERATIONS, max_size=8))
+@settings(max_examples=200, deadline=None)
+def test_whatever_happens_the_state_and_the_properties_agree(
+    role: str, operations: list[tuple[object, ...]]
+) -> None:
+    """Held, revoked, lost, can_commit and end_reason read one state; a lease
+    that ended is never held again; every move is one the table lists."""
+
+    async def scenario() -> None:
+        store, clock = FakeStore(), FakeClock()
+        held = Lease("g", "shard", 3, slot=SLOT, store=store, role=role, clock=clock)  # type: ignore[arg-type]
+        ended_once = False
+        sent_when_stopped: int | None = None  # sends once it may never send again
+        for operation in operations:
+            before = held.state
+            name = operation[0]
+            with contextlib.suppress(WorkgroupError):
+                if name == "acquire" and held.role == "active" and held.token == 0:
+                    store.answers = [operation[1]]  # type: ignore[list-item]
+                    await held.acquire()
+                elif name == "end":
+                    held.end(operation[1], grace_s=operation[2], detail="x")  # type: ignore[arg-type]
+                elif name == "commit":
+                    store.answers = [operation[1]]  # type: ignore[list-item]
+                    await held.commit("v")
+                elif name == "advance":
+                    clock.advance(operation[1])  # type: ignore[arg-type]
+            after = held.state
+            assert after is before or after in NEXT_STATES[before]
+            assert held.held is (after in (LeaseState.ACTIVE, LeaseState.STANDBY))
+            assert held.revoked is (after not in LIVE_STATES)
+            assert held.lost is (after in (LeaseState.LOST, LeaseState.FENCED))
+            assert (held.end_reason is None) is (after in LIVE_STATES)
+            if held.can_commit:
+                assert held.held or (after is LeaseState.REVOKED and held.token > 0)
+            if ended_once:
+                assert not held.held
+            ended_once = ended_once or held.revoked
+            if sent_when_stopped is not None:
+                assert len(store.generations) == sent_when_stopped  # nothing sent since
+            elif held.revoked and not held.can_commit:
+                sent_when_stopped = len(store.generations)
+
+    asyncio.run(scenario())
