@@ -27,7 +27,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import generate_latest
 
-from workgroup.clock import monotonic_ms
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.member.driver import GroupMember
 from workgroup.types import Resource
 
@@ -101,12 +101,12 @@ class RuntimeMetrics:
             }
         )
 
-    def watch(self, group: str, member: GroupMember) -> None:
-        """Follow ``member``'s rebalances and stability."""
+    def watch(self, group: str, member: GroupMember, clock: Clock = SYSTEM_CLOCK) -> None:
+        """Follow ``member``'s rebalances and stability (timed on ``clock``, the member's)."""
         self._members[group] = member
         self.stable.labels(group).set(0)
         self.heartbeat_age.labels(group).set_function(_age_of(member))
-        unsettled_since: list[int | None] = [monotonic_ms()]
+        unsettled_since: list[int | None] = [clock.monotonic_ms()]
         seen = [member.rebalances]
 
         def changed(m: GroupMember) -> None:
@@ -116,11 +116,11 @@ class RuntimeMetrics:
             settled = m.stable
             self.stable.labels(group).set(1 if settled else 0)
             if settled and unsettled_since[0] is not None:
-                elapsed = (monotonic_ms() - unsettled_since[0]) / 1000
+                elapsed = (clock.monotonic_ms() - unsettled_since[0]) / 1000
                 self.rebalance_seconds.labels(group).observe(elapsed)
                 unsettled_since[0] = None
             elif not settled and unsettled_since[0] is None:
-                unsettled_since[0] = monotonic_ms()
+                unsettled_since[0] = clock.monotonic_ms()
 
         member.add_listener(changed)
 
