@@ -4,11 +4,23 @@ Every exception the library raises derives from :class:`WorkgroupError` and says
 whether retrying the same operation can succeed (``retriable``).  Exceptions of
 third-party libraries (aiokafka, kio, sqlite3) are translated at the boundary
 where they occur; they never leak to users.
+
+Rules:
+
+1. What an error code means is written once, in :data:`ERROR_MEANINGS`: whether
+   it is retriable, what a group member does about it (:class:`MemberAction`,
+   the member machine's rule 3) and what a lease commit does about it
+   (:class:`LeaseAction`, the lease's rule 3).  ``ErrorCode.retriable``, the
+   member machine and the lease read it; none keeps a set of codes of its own.
+2. Every :class:`ErrorCode` has a row (a unit test checks it).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
 
 class ErrorCode(enum.IntEnum):
@@ -48,21 +60,115 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_TOPIC_ID = 100
 
     @property
+    def meaning(self) -> CodeMeaning:
+        """What the code means (its row of :data:`ERROR_MEANINGS`)."""
+        return ERROR_MEANINGS[self]
+
+    @property
     def retriable(self) -> bool:
-        return self in _RETRIABLE_CODES
+        return ERROR_MEANINGS[self].retriable
 
 
-_RETRIABLE_CODES = frozenset(
+class MemberAction(enum.Enum):
+    """What a group member does when a group request is answered with a code."""
+
+    #: Success.
+    NONE = "none"
+    #: The coordinator moved or is not ready: find it again (a STABLE assignment is kept).
+    FIND_COORDINATOR = "find_coordinator"
+    #: Rejoin at once (JoinGroup: REBALANCE_IN_PROGRESS, MEMBER_ID_REQUIRED).
+    REJOIN = "rejoin"
+    #: The generation is gone: resources lost, generation reset (member id kept), rejoin.
+    RESET_GENERATION = "reset_generation"
+    #: The membership is gone: resources lost, member id and generation reset, rejoin.
+    RESET_MEMBER = "reset_member"
+    #: This member cannot go on as configured: FATAL (``MemberFatalError``).
+    FATAL = "fatal"
+    #: Anything else: try again after the exponential back-off.
+    BACK_OFF = "back_off"
+
+
+class LeaseAction(enum.Enum):
+    """What a lease does when the coordinator answers one of its commits with a code."""
+
+    #: Committed.
+    NONE = "none"
+    #: The member itself is gone: the lease is fenced and never commits again.
+    FENCE = "fence"
+    #: A rebalance is under way: tried again (with back-off) while the lease may
+    #: commit, up to its commit timeout; it may still be held once the round ends.
+    WAIT_FOR_REBALANCE = "wait_for_rebalance"
+    #: Tried again like :attr:`WAIT_FOR_REBALANCE` if the code is retriable, else raised.
+    RETRY_IF_RETRIABLE = "retry_if_retriable"
+
+
+@dataclass(frozen=True, slots=True)
+class CodeMeaning:
+    """One row of :data:`ERROR_MEANINGS`."""
+
+    #: The same request may succeed if sent again (after a back-off, a
+    #: rediscovery or a rejoin): ``WorkgroupError.retriable``.
+    retriable: bool
+    member: MemberAction
+    lease: LeaseAction = LeaseAction.RETRY_IF_RETRIABLE
+
+    @property
+    def fatal(self) -> bool:
+        """A member answered with it stops for good."""
+        return self.member is MemberAction.FATAL
+
+    @property
+    def ends_lease(self) -> bool:
+        """A lease whose commit is answered with it ends (fenced)."""
+        return self.lease is LeaseAction.FENCE
+
+
+_C = ErrorCode
+_M = MemberAction
+_L = LeaseAction
+
+#: Every error code's meaning (rule 1): retriable, the member's action, the lease's.
+ERROR_MEANINGS: Mapping[ErrorCode, CodeMeaning] = MappingProxyType(
     {
-        ErrorCode.REQUEST_TIMED_OUT,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.NOT_COORDINATOR,
-        ErrorCode.REBALANCE_IN_PROGRESS,
-        ErrorCode.UNSTABLE_OFFSET_COMMIT,
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        _C.UNKNOWN_SERVER_ERROR: CodeMeaning(False, _M.BACK_OFF),
+        _C.NONE: CodeMeaning(False, _M.NONE, _L.NONE),
+        _C.CORRUPT_MESSAGE: CodeMeaning(False, _M.BACK_OFF),
+        _C.UNKNOWN_TOPIC_OR_PARTITION: CodeMeaning(True, _M.BACK_OFF),
+        _C.INVALID_FETCH_SIZE: CodeMeaning(False, _M.BACK_OFF),
+        _C.REQUEST_TIMED_OUT: CodeMeaning(True, _M.BACK_OFF),
+        _C.OFFSET_METADATA_TOO_LARGE: CodeMeaning(False, _M.BACK_OFF),
+        _C.COORDINATOR_LOAD_IN_PROGRESS: CodeMeaning(True, _M.FIND_COORDINATOR),
+        _C.COORDINATOR_NOT_AVAILABLE: CodeMeaning(True, _M.FIND_COORDINATOR),
+        _C.NOT_COORDINATOR: CodeMeaning(True, _M.FIND_COORDINATOR),
+        _C.ILLEGAL_GENERATION: CodeMeaning(False, _M.RESET_GENERATION, _L.WAIT_FOR_REBALANCE),
+        _C.INCONSISTENT_GROUP_PROTOCOL: CodeMeaning(False, _M.FATAL),
+        _C.INVALID_GROUP_ID: CodeMeaning(False, _M.FATAL),
+        _C.UNKNOWN_MEMBER_ID: CodeMeaning(False, _M.RESET_MEMBER, _L.FENCE),
+        _C.INVALID_SESSION_TIMEOUT: CodeMeaning(False, _M.FATAL),
+        _C.REBALANCE_IN_PROGRESS: CodeMeaning(True, _M.REJOIN, _L.WAIT_FOR_REBALANCE),
+        _C.INVALID_COMMIT_OFFSET_SIZE: CodeMeaning(False, _M.BACK_OFF),
+        _C.TOPIC_AUTHORIZATION_FAILED: CodeMeaning(False, _M.BACK_OFF),
+        _C.GROUP_AUTHORIZATION_FAILED: CodeMeaning(False, _M.FATAL),
+        _C.UNSUPPORTED_SASL_MECHANISM: CodeMeaning(False, _M.BACK_OFF),
+        _C.ILLEGAL_SASL_STATE: CodeMeaning(False, _M.BACK_OFF),
+        _C.INVALID_REQUEST: CodeMeaning(False, _M.FATAL),
+        _C.UNSUPPORTED_VERSION: CodeMeaning(False, _M.FATAL),
+        _C.SASL_AUTHENTICATION_FAILED: CodeMeaning(False, _M.BACK_OFF),
+        _C.NON_EMPTY_GROUP: CodeMeaning(False, _M.BACK_OFF),
+        _C.GROUP_ID_NOT_FOUND: CodeMeaning(False, _M.BACK_OFF, _L.FENCE),
+        _C.MEMBER_ID_REQUIRED: CodeMeaning(False, _M.REJOIN),
+        _C.GROUP_MAX_SIZE_REACHED: CodeMeaning(False, _M.FATAL),
+        _C.FENCED_INSTANCE_ID: CodeMeaning(False, _M.FATAL, _L.FENCE),
+        _C.UNSTABLE_OFFSET_COMMIT: CodeMeaning(True, _M.BACK_OFF),
+        _C.STALE_MEMBER_EPOCH: CodeMeaning(False, _M.BACK_OFF),
+        _C.UNKNOWN_TOPIC_ID: CodeMeaning(False, _M.BACK_OFF),
     }
 )
+
+
+def codes_where(test: Callable[[CodeMeaning], bool]) -> frozenset[ErrorCode]:
+    """The codes whose meaning passes ``test`` (e.g. ``lambda m: m.fatal``)."""
+    return frozenset(code for code, meaning in ERROR_MEANINGS.items() if test(meaning))
 
 
 class WorkgroupError(Exception):

@@ -45,7 +45,7 @@ from aiokafka.errors import (
 from aiokafka.protocol.coordination import FindCoordinatorRequest
 
 from workgroup.assignors.base import Assignment
-from workgroup.clock import monotonic_ms
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import (
     AuthenticationError,
     ConfigError,
@@ -439,6 +439,8 @@ class GroupMember:
             ``on_revoked`` returns: work that stops in the background releases
             each resource on its own (the state machine's rule 9).  A closing
             member heartbeats until every revoked resource was released.
+        clock: The clock every machine event's ``now`` is read from
+            (:class:`~workgroup.clock.Clock`; the runtime shares its own).
 
     Raises:
         ConfigError: A setting that cannot work.
@@ -461,6 +463,7 @@ class GroupMember:
         close_timeout_ms: int = 30_000,
         security: Security = PLAINTEXT,
         confirm_release: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
         **settings: Unpack[MemberSettings],
     ) -> None:
         self.config = member_config(group_id, protocols, settings, "GroupMember()")
@@ -494,6 +497,8 @@ class GroupMember:
         self._poll_s = resource_poll_interval_ms / 1000
         self._close_timeout_s = close_timeout_ms / 1000
         self._confirm_release = confirm_release
+        #: The clock every machine event's ``now`` is read from.
+        self._clock = clock
         self._machine: MemberMachine | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         #: Loops that run until cancelled (callbacks, resource polling).
@@ -610,7 +615,7 @@ class GroupMember:
         self._services.add(self._spawn(self._run_callbacks(), "callbacks"))
         if self._source is not None and callable(self._source):
             self._services.add(self._spawn(self._poll_source(), "resources"))
-        self._feed(self._machine.start(monotonic_ms()))
+        self._feed(self._machine.start(self._clock.monotonic_ms()))
         self._main = asyncio.create_task(self._run(), name=f"workgroup-member-{self._client_id}")
 
     async def wait_stable(self) -> None:
@@ -677,7 +682,7 @@ class GroupMember:
     def heartbeat_age_s(self) -> float | None:
         """Seconds since the newest request that proved the session alive was sent."""
         since = self._machine.alive_since if self._machine else None
-        return None if since is None else (monotonic_ms() - since) / 1000
+        return None if since is None else (self._clock.monotonic_ms() - since) / 1000
 
     def request_rejoin(self, reason: str = "requested by the application") -> None:
         """Ask for a rebalance (a new generation), e.g. after this member's
@@ -685,7 +690,7 @@ class GroupMember:
         running; ignored while a rebalance is under way anyway."""
         self._require_started()
         assert self._machine is not None
-        self._feed(self._machine.request_rejoin(monotonic_ms(), reason))
+        self._feed(self._machine.request_rejoin(self._clock.monotonic_ms(), reason))
 
     @property
     def releasing(self) -> frozenset[Resource]:
@@ -697,7 +702,7 @@ class GroupMember:
         them now (with ``confirm_release``; others are ignored)."""
         machine = self._machine
         if machine is not None and not self._closed.is_set():
-            self._feed(machine.released(monotonic_ms(), resources))
+            self._feed(machine.released(self._clock.monotonic_ms(), resources))
 
     def refuse(self, resources: Iterable[Resource], for_ms: int, reason: str) -> None:
         """Give up ``resources`` (no callback) and refuse them for ``for_ms``:
@@ -705,14 +710,14 @@ class GroupMember:
         (the state machine's rule 10)."""
         machine = self._machine
         if machine is not None and not self._closed.is_set():
-            self._feed(machine.refuse(monotonic_ms(), resources, for_ms, reason))
+            self._feed(machine.refuse(self._clock.monotonic_ms(), resources, for_ms, reason))
 
     async def refresh_resources(self) -> None:
         """Read the resource source now (the leader rebalances if it changed)."""
         if self._machine is None:
             return
         catalog = await self._read_source()
-        self._feed(self._machine.resources_changed(monotonic_ms(), catalog))
+        self._feed(self._machine.resources_changed(self._clock.monotonic_ms(), catalog))
 
     async def commit_offsets(
         self, topics: Sequence[CommitTopic], *, generation: int | None = None
@@ -786,7 +791,7 @@ class GroupMember:
             return
         machine = self._machine
         if machine is not None and not self._closed.is_set():
-            self._feed(machine.close(monotonic_ms(), leave=leave))
+            self._feed(machine.close(self._clock.monotonic_ms(), leave=leave))
             try:
                 async with asyncio.timeout(self._close_timeout_s):
                     await self._closed.wait()
@@ -828,13 +833,17 @@ class GroupMember:
         assert machine is not None
         while not self._closed.is_set():
             deadline = machine.next_deadline()
-            delay = None if deadline is None else max(0.0, (deadline - monotonic_ms()) / 1000)
+            delay = (
+                None
+                if deadline is None
+                else max(0.0, (deadline - self._clock.monotonic_ms()) / 1000)
+            )
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._wake.wait()
             if not self._closed.is_set():
-                self._feed(machine.tick(monotonic_ms()))
+                self._feed(machine.tick(self._clock.monotonic_ms()))
 
     def _feed(self, actions: list[Action]) -> None:
         for action in actions:
@@ -889,9 +898,9 @@ class GroupMember:
         try:
             await self._lookup()
         except WorkgroupError as exc:
-            self._feed(machine.find_coordinator_failed(monotonic_ms(), exc))
+            self._feed(machine.find_coordinator_failed(self._clock.monotonic_ms(), exc))
             return
-        self._feed(machine.coordinator_found(monotonic_ms()))
+        self._feed(machine.coordinator_found(self._clock.monotonic_ms()))
 
     async def _lookup(self) -> int:
         what = f"finding the coordinator of group {self.config.group_id!r}"
@@ -922,13 +931,13 @@ class GroupMember:
             raise
         except (KafkaError, OSError, TimeoutError, WorkgroupError) as exc:
             error = map_kafka_error(exc, what)
-            self._feed(machine.request_failed(monotonic_ms(), action.request_id, error))
+            self._feed(machine.request_failed(self._clock.monotonic_ms(), action.request_id, error))
             return
         except Exception as exc:  # malformed response from kio
             error = ProtocolError(f"{what}: {exc}")
-            self._feed(machine.request_failed(monotonic_ms(), action.request_id, error))
+            self._feed(machine.request_failed(self._clock.monotonic_ms(), action.request_id, error))
             return
-        self._feed(machine.response(monotonic_ms(), action.request_id, result))
+        self._feed(machine.response(self._clock.monotonic_ms(), action.request_id, result))
 
     async def _explain_and_report(self, error: InconsistentProtocolError) -> None:
         """Add what the group speaks to the error (one DescribeGroups), then report it."""
@@ -955,7 +964,7 @@ class GroupMember:
         except Exception as exc:
             log.exception("member.assignor_failed", assignor=action.assignor.name)
             target = WorkgroupError(f"{type(exc).__name__}: {exc}")
-        self._feed(machine.assignment_done(monotonic_ms(), action.run_id, target))
+        self._feed(machine.assignment_done(self._clock.monotonic_ms(), action.run_id, target))
 
     async def _run_callbacks(self) -> None:
         machine = self._machine
@@ -966,7 +975,7 @@ class GroupMember:
                 failure = await self._invoke(action)
                 if failure is not None:
                     self._callback_failed(machine, action, failure)
-                self._feed(machine.callback_done(monotonic_ms(), action.callback_id))
+                self._feed(machine.callback_done(self._clock.monotonic_ms(), action.callback_id))
             finally:
                 self._callback_queue.task_done()
 
@@ -1000,7 +1009,7 @@ class GroupMember:
         if self._on_callback_error == "fail" and machine.state not in (State.FATAL, State.CLOSED):
             error = CallbackError(f"{what}: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
-            self._feed(machine.fail(monotonic_ms(), error))  # logged as member.fatal
+            self._feed(machine.fail(self._clock.monotonic_ms(), error))  # logged as member.fatal
             return
         details: dict[str, Any] = {}
         if self._log_tracebacks:
@@ -1017,7 +1026,7 @@ class GroupMember:
             **details,
         )
         if self._on_callback_error == "release" and action.kind == "on_assigned":
-            self._feed(machine.release(monotonic_ms(), action.resources, what))
+            self._feed(machine.release(self._clock.monotonic_ms(), action.resources, what))
 
     async def _read_source(self) -> Catalog:
         source = self._source

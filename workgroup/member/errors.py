@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
+from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError, codes_where
 
 
 class MemberFatalError(CoordinatorError):
@@ -69,11 +69,10 @@ _FATAL_HINTS: dict[ErrorCode, str] = {
     ErrorCode.GROUP_AUTHORIZATION_FAILED: "this client is not authorized to join the group",
 }
 
-FATAL_CODES = frozenset(_FATAL_CLASSES) | {
-    ErrorCode.INVALID_GROUP_ID,
-    ErrorCode.UNSUPPORTED_VERSION,
-    ErrorCode.INVALID_REQUEST,
-}
+#: The codes that end a member for good (``MemberAction.FATAL`` in
+#: :data:`~workgroup.errors.ERROR_MEANINGS`); the others get a plain
+#: :class:`MemberFatalError`.
+FATAL_CODES = codes_where(lambda meaning: meaning.fatal)
 
 
 def fatal_error(

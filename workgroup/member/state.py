@@ -35,7 +35,8 @@ Rules:
    JoinGroup or LeaveGroup.  While
    the last assignment says a follow-up round is due, every 100 ms: the
    revoking members start it, the others must notice it to join it.
-3. Errors, as Kafka's clients handle them:
+3. Errors, as Kafka's clients handle them (each code's ``MemberAction`` in
+   :data:`workgroup.errors.ERROR_MEANINGS`):
    UNKNOWN_MEMBER_ID → resources lost, member id and generation reset, rejoin now;
    ILLEGAL_GENERATION → resources lost, generation reset (member id kept), rejoin now;
    REBALANCE_IN_PROGRESS → rejoin now (on a heartbeat: only while STABLE);
@@ -146,6 +147,7 @@ from dataclasses import dataclass, replace
 from workgroup.assignors.base import Assignment, MemberInfo
 from workgroup.errors import (
     ErrorCode,
+    MemberAction,
     ProtocolError,
     UnsupportedVersionError,
     WorkgroupError,
@@ -176,7 +178,6 @@ from workgroup.member.actions import (
 )
 from workgroup.member.config import MemberConfig
 from workgroup.member.delay import ReassignDelay
-from workgroup.member.errors import FATAL_CODES as _FATAL_CODES
 from workgroup.member.errors import (
     AssignorError,
     InconsistentProtocolError,
@@ -213,6 +214,10 @@ log = get_logger(__name__)
 #: once nothing is releasing): what is released by then goes to others in that
 #: round instead of one more (rule 9).
 RELEASE_WINDOW_MS = 100
+#: Answers that say this member's membership is over (rule 3; while LEAVING, rule 9).
+_MEMBERSHIP_GONE = frozenset(
+    {MemberAction.RESET_MEMBER, MemberAction.RESET_GENERATION, MemberAction.FATAL}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1134,14 +1139,11 @@ class MemberMachine:
 
     def _common_error(self, now: int, code: ErrorCode, context: str) -> bool:
         """Handle errors every group response shares; ``True`` if handled."""
-        if code in (
-            ErrorCode.NOT_COORDINATOR,
-            ErrorCode.COORDINATOR_NOT_AVAILABLE,
-            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-        ):
+        action = code.meaning.member  # rule 3, from workgroup.errors.ERROR_MEANINGS
+        if action is MemberAction.FIND_COORDINATOR:
             self._coordinator_lost(now, f"{context}: {code.name}")
             return True
-        if code in _FATAL_CODES:
+        if action is MemberAction.FATAL:
             self._fail(
                 now,
                 fatal_error(
@@ -1154,14 +1156,14 @@ class MemberMachine:
                 ),
             )
             return True
-        if code is ErrorCode.UNKNOWN_MEMBER_ID:
-            self._lose(f"{context}: UNKNOWN_MEMBER_ID")
+        if action is MemberAction.RESET_MEMBER:
+            self._lose(f"{context}: {code.name}")
             self._generation = NO_GENERATION
             self._heartbeat.forget_proof()
             self._to_joining(now, f"{context}: unknown member id", immediately=True)
             return True
-        if code is ErrorCode.ILLEGAL_GENERATION:
-            self._lose(f"{context}: ILLEGAL_GENERATION")
+        if action is MemberAction.RESET_GENERATION:
+            self._lose(f"{context}: {code.name}")
             self._generation = self._generation.reset()
             self._heartbeat.forget_proof()
             self._to_joining(now, f"{context}: illegal generation", immediately=True)
@@ -1433,9 +1435,7 @@ class MemberMachine:
         if code in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS):
             self._heartbeat.succeeded()
             self._proved_alive(now, pending)
-        elif code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION) or (
-            code in _FATAL_CODES
-        ):
+        elif code.meaning.member in _MEMBERSHIP_GONE:
             log.warning("member.session_lost", group=self.config.group_id, error=code.name)
             self._session_ended_while_leaving()
             self._maybe_finish_leaving(now)

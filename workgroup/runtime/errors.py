@@ -12,6 +12,11 @@ class LeaseLostError(WorkgroupError):
     current).  Stop acting on the resource; it may already run elsewhere."""
 
 
+class IllegalLeaseTransitionError(WorkgroupError):
+    """A lease tried a state change its rules forbid (a bug; see
+    :mod:`workgroup.runtime.lease_states`)."""
+
+
 class CheckpointError(WorkgroupError):
     """A checkpoint value that cannot be stored (empty, or over the 4 KiB limit
     less the header naming the key).  Nothing was sent."""
@@ -66,6 +71,7 @@ class LegacyLayoutError(ConfigError):
 __all__ = [
     "CheckpointError",
     "HandlerFailedError",
+    "IllegalLeaseTransitionError",
     "LeaseLostError",
     "LegacyLayoutError",
     "ResourceFunctionError",

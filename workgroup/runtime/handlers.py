@@ -31,6 +31,9 @@ Rules:
    the resource is not released before it ends (the runner's rule).
 5. A run started ``after`` another run of the same resource (handed back while
    the old one was still stopping) takes its lease only once that one finished.
+6. Every duration (grace period, back-off, ``healthy_after_s``, how long a
+   thread outlived its grace) is measured on the lease's clock
+   (:mod:`workgroup.clock`); only the poll for a thread's end sleeps on the loop.
 """
 
 from __future__ import annotations
@@ -46,10 +49,12 @@ from typing import Any, Literal
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
+from workgroup.clock import wait_within
 from workgroup.errors import WorkgroupError
 from workgroup.log import describe_error, get_logger, user_frames
 from workgroup.runtime.errors import LeaseLostError
 from workgroup.runtime.lease import Lease
+from workgroup.runtime.lease_states import EndReason
 
 log = get_logger(__name__)
 
@@ -137,7 +142,8 @@ class HandlerRun:
         #: Restarts stopped under ``on_failure="release"`` or ``"stop"``.
         self.gave_up = False
         self._attempt = 0
-        self._healthy_timer: asyncio.TimerHandle | None = None
+        self._healthy_timer: asyncio.Task[None] | None = None
+        self._clock = lease.clock
         self._wait = wait_exponential(multiplier=restart.initial_s, max=restart.max_s)
 
     def start(self) -> None:
@@ -145,7 +151,7 @@ class HandlerRun:
             self._main(), name=f"workgroup-handler-{self.lease.kind}/{self.lease.key}"
         )
 
-    async def stop(self, why: str, grace_s: float, *, generation: int | None = None) -> None:
+    async def stop(self, why: EndReason, grace_s: float, *, generation: int | None = None) -> None:
         """End the lease, give the handler ``grace_s`` to return, then cancel it
         (``generation``: the one the resource was given up in, see ``Lease.end``)."""
         self.lease.end(why, grace_s, generation=generation)
@@ -172,13 +178,13 @@ class HandlerRun:
             await asyncio.wait({task})
         if not self._thread_running:
             return
-        loop = asyncio.get_running_loop()
-        since = loop.time()
+        clock = self._clock
+        since = clock.monotonic()
         reported = since
         while self._thread_running:
-            await asyncio.sleep(THREAD_POLL_S)
-            if loop.time() - reported >= OUTLIVED_LOG_EVERY_S:
-                reported = loop.time()
+            await asyncio.sleep(THREAD_POLL_S)  # the thread's flag: not on the clock
+            if clock.monotonic() - reported >= OUTLIVED_LOG_EVERY_S:
+                reported = clock.monotonic()
                 log.warning(
                     "worker.outlived_grace",
                     handler=self._name,
@@ -192,7 +198,7 @@ class HandlerRun:
             handler=self._name,
             kind=self.lease.kind,
             key=self.lease.key,
-            after_s=round(loop.time() - since, 1),
+            after_s=round(clock.monotonic() - since, 1),
         )
 
     def cut_short(self) -> None:
@@ -204,11 +210,10 @@ class HandlerRun:
         task = self._task
         if task is None or task.done():
             return
-        done, _ = await asyncio.wait({task}, timeout=max(grace_s, 0.0))
-        if not done:
+        if not await wait_within(self._clock, task, grace_s):
             task.cancel()
             # A task gets a moment to unwind; a thread cannot be interrupted.
-            await asyncio.wait({task}, timeout=1.0)
+            await wait_within(self._clock, task, 1.0)
             if self._thread_running:
                 log.warning(
                     "worker.outlived_grace",
@@ -238,7 +243,7 @@ class HandlerRun:
                 key=lease.key,
                 error=str(exc),
             )
-            lease.end(f"could not take the token: {exc}")
+            lease.end(EndReason.NOT_ACQUIRED, detail=str(exc))
             return
         self.started = True
         if self._on_acquired is not None:
@@ -285,10 +290,11 @@ class HandlerRun:
         self._attempt += 1
         self._cancel_healthy_timer()
         if self.failures_in_row:
-            attempt = self._attempt
-            self._healthy_timer = asyncio.get_running_loop().call_later(
-                self._restart.healthy_after_s, self._ran_healthy, attempt
-            )
+            self._healthy_timer = asyncio.create_task(self._healthy_after(self._attempt))
+
+    async def _healthy_after(self, attempt: int) -> None:
+        await self._clock.sleep(self._restart.healthy_after_s)
+        self._ran_healthy(attempt)
 
     def _ran_healthy(self, attempt: int) -> None:
         if attempt != self._attempt or not self.failures_in_row:
@@ -416,8 +422,11 @@ class HandlerRun:
             self._on_failing(self)
 
     async def _sleep_unless_revoked(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.lease.wait_revoked(), seconds)
+        revoked = asyncio.ensure_future(self.lease.wait_revoked())
+        try:
+            await wait_within(self._clock, revoked, seconds)
+        finally:
+            revoked.cancel()
 
 
 __all__ = [

@@ -6,7 +6,9 @@ Rules:
    revoked (a rebalance moves the resource), lost (the session expired, the
    member failed) or fenced (the coordinator refused a commit because the
    member or its generation is no longer current).  It never becomes held again:
-   a resource that comes back gets a new lease with a new token.
+   a resource that comes back gets a new lease with a new token.  Its state is
+   a :class:`~workgroup.runtime.lease_states.LeaseState`, changed only through
+   that module's table of legal moves; every property reads the state.
 2. The token is the lease slot's committed offset plus one (see
    :mod:`workgroup.runtime.slots`), committed under the member's generation and
    member id before the handler starts: every change of hands increases it.
@@ -15,31 +17,43 @@ Rules:
    (``lease.slot_mismatch``, :class:`SlotMismatchError`): the handler does not
    start and no checkpoint is read.  ``checkpoint`` checks it again.
 3. ``commit`` checks the lease locally first, then
-   lets the coordinator check the member: UNKNOWN_MEMBER_ID and
-   FENCED_INSTANCE_ID fence the lease for good; ILLEGAL_GENERATION and
-   REBALANCE_IN_PROGRESS mean a rebalance is under way, and the commit is tried
-   again (with back-off) while the lease is held, up to ``commit_timeout_s``.
+   lets the coordinator check the member, and does what the answer's
+   ``LeaseAction`` in :data:`workgroup.errors.ERROR_MEANINGS` says:
+   UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID and GROUP_ID_NOT_FOUND fence the lease
+   for good; ILLEGAL_GENERATION and REBALANCE_IN_PROGRESS mean a rebalance is
+   under way, and the commit is tried again (with back-off) while the lease is
+   held, up to ``commit_timeout_s`` (as is any retriable answer).
 4. A *revoked* lease may still commit during its grace period, so that the
    step in flight can record where it ended (as a Kafka consumer commits in
    ``onPartitionsRevoked``): the resource moves only once its handler has
    finished (returned, cancelled at the end of the grace period, its thread
    returned, its child process reaped; see the runner's rules), and the
    coordinator still checks the member.  A lost or fenced lease never sends.
+5. Time (the grace period, the commit timeout, the back-off) is read from the
+   lease's :class:`~workgroup.clock.Clock`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
-from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
+from workgroup.clock import SYSTEM_CLOCK, Clock
+from workgroup.errors import CoordinatorError, ErrorCode, LeaseAction, WorkgroupError, codes_where
 from workgroup.log import get_logger
 from workgroup.runtime.errors import CheckpointError, LeaseLostError, SlotMismatchError
+from workgroup.runtime.lease_states import (
+    HELD_STATES,
+    LIVE_STATES,
+    LOST_STATES,
+    EndReason,
+    LeaseState,
+    check_transition,
+)
 from workgroup.runtime.slots import (
     MAX_METADATA_BYTES,
     Slot,
@@ -56,11 +70,9 @@ Role = Literal["active", "standby"]
 T = TypeVar("T")
 
 #: Answers that mean the member itself is gone: the lease can never be used again.
-FENCING_ERRORS = frozenset(
-    {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID, ErrorCode.GROUP_ID_NOT_FOUND}
-)
+FENCING_ERRORS = codes_where(lambda meaning: meaning.lease is LeaseAction.FENCE)
 #: Answers during a rebalance: the lease may still be held once it completes.
-REBALANCING_ERRORS = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS})
+REBALANCING_ERRORS = codes_where(lambda meaning: meaning.lease is LeaseAction.WAIT_FOR_REBALANCE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,20 +121,24 @@ class Lease:
         role: Role = "active",
         commit_timeout_s: float = 30.0,
         producers: ProducerFactory | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.group_id = group_id
         self.kind = kind
         self.key = key
         self.attributes: Mapping[str, str] = dict(attributes or {})
-        self.role: Role = role
+        self._role: Role = role
         self.token = 0
         #: The ``Slot(topic, partition)`` this lease uses (a function of the key).
         self.slot = slot
         self._header = slot_header(key)
         self._store = store
         self._commit_timeout_s = commit_timeout_s
+        self._clock = clock
+        self._state = LeaseState.STANDBY if role == "standby" else LeaseState.ACQUIRING
         self._ended = asyncio.Event()
-        self._why_ended: str | None = None
+        #: Why the lease ended, and the detail its description names.
+        self._end: tuple[EndReason, str | None] | None = None
         #: The generation a revoked lease commits under (``end``).
         self._fence_generation: int | None = None
         self._stop_by: float | None = None
@@ -132,36 +148,50 @@ class Lease:
         self._last_commit_s: float | None = None
 
     def __repr__(self) -> str:
-        state = "held" if self.held else f"ended ({self._why_ended})"
+        state = "held" if self.held else f"ended ({self.end_reason})" if self.revoked else "new"
         return f"<Lease {self.kind}/{self.key} token={self.token} {self.role} {state}>"
 
     # --- state ----------------------------------------------------------------
 
     @property
+    def state(self) -> LeaseState:
+        """Where the lease stands (:mod:`workgroup.runtime.lease_states`)."""
+        return self._state
+
+    @property
+    def clock(self) -> Clock:
+        """The clock its grace period and commit timeout are measured on (rule 5)."""
+        return self._clock
+
+    @property
+    def role(self) -> Role:
+        """``"active"`` (the holder that works) or ``"standby"``."""
+        return self._role
+
+    @property
     def held(self) -> bool:
         """Taken and not ended (a standby lease is held from its start, tokenless)."""
-        taken = self.token > 0 or self.role == "standby"
-        return taken and not self._ended.is_set()
+        return self._state in HELD_STATES
 
     @property
     def revoked(self) -> bool:
         """True once the lease ended (revoked, lost or fenced): finish the step, return."""
-        return self._ended.is_set()
+        return self._state not in LIVE_STATES
 
     @property
     def end_reason(self) -> str | None:
         """Why the lease ended: ``"revoked"`` (it moves: finish the step),
         ``"lost"`` (the session is gone: stop at once), ``"fenced ..."``, or ``None``."""
-        return self._why_ended
+        return None if self._end is None else self._end[0].describe(self._end[1])
 
     @property
     def lost(self) -> bool:
         """The lease ended without a hand-over (lost or fenced): stop at once."""
-        return self._why_ended is not None and self._why_ended != "revoked"
+        return self._state in LOST_STATES
 
     @property
     def last_commit_s(self) -> float | None:
-        """When (``time.monotonic()``) this holder last committed: its token or a
+        """When (on the lease's clock, in seconds) this holder last committed: its token or a
         checkpoint (``None``: not yet)."""
         return self._last_commit_s
 
@@ -174,17 +204,12 @@ class Lease:
         """Held, or revoked and still within its grace period (rule 4)."""
         if self.held:
             return True
-        return (
-            self._why_ended == "revoked"
-            and self.token > 0
-            and self._stop_by is not None
-            and time.monotonic() < self._stop_by
-        )
+        return self._in_grace()
 
     def assert_can_commit(self) -> None:
         """Raise :class:`LeaseLostError` unless :attr:`can_commit`."""
         if not self.can_commit:
-            if self._why_ended != "revoked" or self.token <= 0:
+            if self._state is not LeaseState.REVOKED or self.token <= 0:
                 self.assert_held()
             raise LeaseLostError(
                 f"lease {self.kind}/{self.key} (token {self.token}) was revoked and its "
@@ -196,7 +221,7 @@ class Lease:
         if not self.held:
             raise LeaseLostError(
                 f"lease {self.kind}/{self.key} (token {self.token}) is no longer held: "
-                f"{self._why_ended or 'not acquired yet'}"
+                f"{self.end_reason or 'not acquired yet'}"
             )
 
     @property
@@ -204,19 +229,30 @@ class Lease:
         """Once ended: seconds left before the handler is cancelled (``None`` before)."""
         if self._stop_by is None:
             return None
-        return max(self._stop_by - time.monotonic(), 0.0)
+        return max(self._stop_by - self._clock.monotonic(), 0.0)
 
-    def end(self, why: str, grace_s: float = 0.0, *, generation: int | None = None) -> None:
+    def end(
+        self,
+        why: EndReason,
+        grace_s: float = 0.0,
+        *,
+        generation: int | None = None,
+        detail: str | None = None,
+    ) -> None:
         """Mark the lease ended (the runtime calls this; handlers read it), with
         ``grace_s`` for the handler to finish its step.  ``generation``: the
         generation the resource was given up in; commits during the grace
         period are sent under it, so the coordinator refuses them once the
-        group moved on (rule 4)."""
-        if not self._ended.is_set():
-            self._why_ended = why
-            self._stop_by = time.monotonic() + max(grace_s, 0.0)
-            self._fence_generation = generation
-            self._ended.set()
+        group moved on (rule 4).  ``detail`` completes :attr:`end_reason`
+        (the refusal's code, the error).  A lease ends once: later calls
+        change nothing."""
+        if self._state not in LIVE_STATES:
+            return
+        self._state = check_transition(self._state, why.state)
+        self._end = (why, detail)
+        self._stop_by = self._clock.monotonic() + max(grace_s, 0.0)
+        self._fence_generation = generation
+        self._ended.set()
 
     # --- token ----------------------------------------------------------------
 
@@ -229,13 +265,15 @@ class Lease:
             )
         async for attempt in self._retrying():
             with attempt:
-                if self._ended.is_set():
+                if self.revoked:
                     self.assert_held()
                 committed = await self._store.fetch(self.slot)
                 checkpoint = self._read(committed.metadata)
                 token = max(committed.offset, 0) + 1
                 await self._commit_checked(token, self._header + (checkpoint or ""))
                 self.token = token
+                if self._state is LeaseState.ACQUIRING:  # not ended meanwhile
+                    self._state = check_transition(self._state, LeaseState.ACTIVE)
         log.info(
             "lease.acquired", group=self.group_id, kind=self.kind, key=self.key, token=self.token
         )
@@ -345,10 +383,10 @@ class Lease:
         generation = None if self.held else self._fence_generation
         error = await self._store.commit(self.slot, offset, metadata, generation=generation)
         if error is ErrorCode.NONE:
-            self._last_commit_s = time.monotonic()
+            self._last_commit_s = self._clock.monotonic()
             return
         if error in FENCING_ERRORS:
-            self.end(f"fenced by the coordinator ({error.name})")
+            self._fence(error)
             log.warning(
                 "lease.fenced", group=self.group_id, kind=self.kind, key=self.key, error=error.name
             )
@@ -358,21 +396,45 @@ class Lease:
             )
         raise CoordinatorError(error, f"committing lease {self.kind}/{self.key}: {error.name}")
 
+    def _fence(self, error: ErrorCode) -> None:
+        """The coordinator refused a commit: the member is gone (rule 3), also
+        for a revoked lease in its grace period."""
+        if self._state in LIVE_STATES:
+            self.end(EndReason.FENCED, detail=error.name)
+        elif self._state is LeaseState.REVOKED:
+            self._state = check_transition(self._state, LeaseState.FENCED)
+            self._end = (EndReason.FENCED, error.name)
+
+    def _in_grace(self) -> bool:
+        """Revoked with a token and within its grace period (rule 4)."""
+        return (
+            self._state is LeaseState.REVOKED
+            and self.token > 0
+            and self._stop_by is not None
+            and self._clock.monotonic() < self._stop_by
+        )
+
     def _retrying(self, *, until_grace_ends: bool = False) -> AsyncRetrying:
         def retriable(exc: BaseException) -> bool:
-            usable = self.can_commit if until_grace_ends else not self._ended.is_set()
+            usable = self.can_commit if until_grace_ends else not self.revoked
             if isinstance(exc, LeaseLostError) or not usable:
                 return False
             if isinstance(exc, CoordinatorError) and exc.code in REBALANCING_ERRORS:
                 return True
             return isinstance(exc, WorkgroupError) and exc.retriable
 
+        started = self._clock.monotonic()
+
+        def out_of_time(_: RetryCallState) -> bool:
+            return self._clock.monotonic() - started >= self._commit_timeout_s
+
         return AsyncRetrying(
             retry=retry_if_exception(retriable),
             wait=wait_exponential(multiplier=0.05, max=1.0),
-            stop=stop_after_delay(self._commit_timeout_s),
+            stop=out_of_time,
+            sleep=self._clock.sleep,
             reraise=True,
         )
 
 
-__all__ = ["Committed", "Lease", "Role", "Slot", "SlotStore"]
+__all__ = ["Committed", "EndReason", "Lease", "LeaseState", "Role", "Slot", "SlotStore"]

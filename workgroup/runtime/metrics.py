@@ -47,7 +47,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import generate_latest
 
-from workgroup.clock import monotonic_ms
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.member.driver import GroupMember
 from workgroup.types import Key, Resource
 
@@ -181,9 +181,15 @@ class RuntimeMetrics:
         """Publish the event loop's lag as ``source`` measures it."""
         self.loop_lag.set_function(source.lag_s)
 
-    def watch(self, group: str, member: GroupMember, kinds: Iterable[str] = ()) -> None:
-        """Follow ``member``'s rebalances and stability; every series of the group
-        starts at 0 for ``kinds``."""
+    def watch(
+        self,
+        group: str,
+        member: GroupMember,
+        kinds: Iterable[str] = (),
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        """Follow ``member``'s rebalances and stability (timed on ``clock``, the
+        member's); every series of the group starts at 0 for ``kinds``."""
         self._members[group] = member
         self.stable.labels(group).set(0)
         self.failures.labels(group)
@@ -195,7 +201,7 @@ class RuntimeMetrics:
             for reason in END_REASONS:
                 self.leases_ended.labels(group, kind, reason)
         self.heartbeat_age.labels(group).set_function(_age_of(member))
-        unsettled_since: list[int | None] = [monotonic_ms()]
+        unsettled_since: list[int | None] = [clock.monotonic_ms()]
         seen = [member.rebalances]
 
         def changed(m: GroupMember) -> None:
@@ -205,11 +211,11 @@ class RuntimeMetrics:
             settled = m.stable
             self.stable.labels(group).set(1 if settled else 0)
             if settled and unsettled_since[0] is not None:
-                elapsed = (monotonic_ms() - unsettled_since[0]) / 1000
+                elapsed = (clock.monotonic_ms() - unsettled_since[0]) / 1000
                 self.rebalance_seconds.labels(group).observe(elapsed)
                 unsettled_since[0] = None
             elif not settled and unsettled_since[0] is None:
-                unsettled_since[0] = monotonic_ms()
+                unsettled_since[0] = clock.monotonic_ms()
 
         member.add_listener(changed)
 

@@ -26,13 +26,14 @@ Rules:
    leader hands it to another process that takes its kind, if there is one);
    under ``"stop"`` the daemon stops with a :class:`HandlerFailedError`
    (exit 3).
+6. One clock (``clock=``, :mod:`workgroup.clock`) times everything of a runner:
+   its members' machines, its leases' grace periods and its handler runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 from collections.abc import Callable, Iterable, Sequence
 
 import structlog
@@ -44,6 +45,7 @@ from workgroup.assignors.standby import (
     is_standby_kind,
     standby_kind,
 )
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.driver import GroupMember
@@ -64,6 +66,7 @@ from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.http import MetricsServer
 from workgroup.runtime.lease import Lease
+from workgroup.runtime.lease_states import EndReason
 from workgroup.runtime.legacy import AdminOffsets, check_lease_layout
 from workgroup.runtime.local import LOCAL_HOST, LOCAL_PORT, ensure_local_coordinator
 from workgroup.runtime.loopwatch import LoopWatch
@@ -115,8 +118,10 @@ class GroupRunner:
         reassign_delay_ms: int = 0,
         client_id: str | None = None,
         on_fatal: Callable[[WorkgroupError], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.group_id = group_id
+        self._clock = clock
         self._on_fatal = on_fatal
         self.kind = kind
         self._handler = handler
@@ -173,11 +178,12 @@ class GroupRunner:
             reassign_delay_ms=reassign_delay_ms,
             confirm_release=True,
             tags={ENDPOINT_TAG: settings.advertise} if settings.advertise else {},
+            clock=clock,
         )
         self._store = MemberSlotStore(self.member)
         self._settings = settings
         self._metrics = metrics
-        metrics.watch(group_id, self.member, [kind])
+        metrics.watch(group_id, self.member, [kind], clock)
         self._assigned_at: dict[Resource, float] = {}
         #: Whether the last catalog read was empty (``None``: not read yet).
         self._was_empty: bool | None = None
@@ -305,8 +311,9 @@ class GroupRunner:
                 attributes=self._catalog.attributes.get((active_kind(kind), key)),
                 role="standby" if standby else "active",
                 producers=self._producers,
+                clock=self._clock,
             )
-            self._assigned_at[resource] = time.monotonic()
+            self._assigned_at[resource] = self._clock.monotonic()
             run = HandlerRun(
                 lease,
                 self._handler,
@@ -369,16 +376,18 @@ class GroupRunner:
 
     async def _release_failed(self, resource: Resource, run: HandlerRun) -> None:
         try:
-            await run.stop("released after failures", 0.0)
+            await run.stop(EndReason.RELEASED, 0.0)
         finally:
             self._metrics.handler_recovered(self.group_id, resource)
-            self._ended(resource, run, "revoked")
+            self._ended(resource, run, EndReason.REVOKED)
             self.member.refuse((resource,), RELEASE_REFUSE_MS, "its handler kept failing")
 
     def _record_acquired(self, lease: Lease) -> None:
         assigned_at = self._assigned_at.pop((self._resource_kind(lease), lease.key), None)
-        acquire_s = None if assigned_at is None else time.monotonic() - assigned_at
-        self._metrics.lease_started(self.group_id, lease.kind, lease.role, acquire_s, lease)
+        acquire_s = None if assigned_at is None else self._clock.monotonic() - assigned_at
+        self._metrics.lease_started(
+            self.group_id, lease.kind, lease.role, acquire_s, lease, self._clock.monotonic
+        )
         # The log records exclusive ownership: standby holders are not in it.
         if self._events is not None and lease.role == "active":
             self._events.record("acquired", self.group_id, lease.kind, lease.key, lease.token)
@@ -404,7 +413,7 @@ class GroupRunner:
 
     async def _stop_and_release(self, resource: Resource, run: HandlerRun, generation: int) -> None:
         try:
-            await run.stop("revoked", self._grace_s, generation=generation)
+            await run.stop(EndReason.REVOKED, self._grace_s, generation=generation)
         except Exception as exc:  # closing the lease failed: the handler still stops
             log.error(
                 "worker.stop_failed",
@@ -416,7 +425,7 @@ class GroupRunner:
         if self.stopping.get(resource) is not run:
             return  # lost meanwhile (rule 3), or handed back (rule 4)
         del self.stopping[resource]
-        self._ended(resource, run, "revoked")
+        self._ended(resource, run, EndReason.REVOKED)
         self.member.release_done((resource,))
 
     async def _lost(self, resources: tuple[Resource, ...], generation: int) -> None:
@@ -424,24 +433,24 @@ class GroupRunner:
             stopping = self.stopping.pop(resource, None)
             if stopping is not None:  # rule 3
                 stopping.cut_short()
-                self._ended(resource, stopping, "lost")
-        await self._stop(resources, "lost", 0.0)
+                self._ended(resource, stopping, EndReason.LOST)
+        await self._stop(resources, EndReason.LOST, 0.0)
 
     async def _stop(
         self,
         resources: tuple[Resource, ...],
-        event: str,
+        event: EndReason,
         grace_s: float,
         generation: int | None = None,
     ) -> None:
         runs = [(r, self.runs.pop(r)) for r in resources if r in self.runs]
-        if generation is None and event == "revoked":
+        if generation is None and event is EndReason.REVOKED:
             generation = self.member.generation  # stopping: the current one
         await asyncio.gather(*(run.stop(event, grace_s, generation=generation) for _, run in runs))
         for resource, run in runs:
             self._ended(resource, run, event)
 
-    def _ended(self, resource: Resource, run: HandlerRun, event: str) -> None:
+    def _ended(self, resource: Resource, run: HandlerRun, event: EndReason) -> None:
         self._assigned_at.pop(resource, None)
         if run.failing:
             self._metrics.handler_recovered(self.group_id, resource)
@@ -455,7 +464,7 @@ class GroupRunner:
             )
         if self._events is not None and run.lease.token and run.lease.role == "active":
             self._events.record(
-                "revoked" if event == "revoked" else "lost",
+                "revoked" if event is EndReason.REVOKED else "lost",
                 self.group_id,
                 run.lease.kind,
                 run.lease.key,
@@ -465,8 +474,8 @@ class GroupRunner:
     def _resource_kind(self, lease: Lease) -> str:
         return standby_kind(lease.kind) if lease.role == "standby" else lease.kind
 
-    async def stop_all(self, why: str) -> None:
-        await self._stop(tuple(self.runs), "lost" if why == "lost" else "revoked", self._grace_s)
+    async def stop_all(self, why: EndReason) -> None:
+        await self._stop(tuple(self.runs), why, self._grace_s)
         # Revoked handlers the member stopped waiting for (rule 2): cancel what can be.
         for run in self.stopping.values():
             run.cut_short()
@@ -485,9 +494,10 @@ class GroupRunner:
 class AppRunner:
     """Runs every group of an app until asked to stop."""
 
-    def __init__(self, app: App, settings: Settings) -> None:
+    def __init__(self, app: App, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> None:
         app.check(settings)
         self.app = app
+        self._clock = clock
         self.settings = settings
         self.metrics = RuntimeMetrics(per_resource=settings.resource_metrics)
         for collector in app.collectors:
@@ -532,6 +542,7 @@ class AppRunner:
                 reassign_delay_ms=spec.reassign_delay_ms,
                 client_id=client_id,
                 on_fatal=self._fatal,
+                clock=clock,
             )
             for spec in app.workers.values()
         ] + [
@@ -553,6 +564,7 @@ class AppRunner:
                 metrics=self.metrics,
                 client_id=client_id,
                 on_fatal=self._fatal,
+                clock=clock,
             )
             for spec in app.leaders.values()
         ]
@@ -598,7 +610,9 @@ class AppRunner:
         if self.settings.bootstrap is None:
             await asyncio.to_thread(ensure_local_coordinator)
         else:
-            await wait_for_bootstrap(self.settings.bootstrap, self.settings.connect_timeout_ms)
+            await wait_for_bootstrap(
+                self.settings.bootstrap, self.settings.connect_timeout_ms, clock=self._clock
+            )
         server = self.metrics_server = None
         if self.settings.metrics_port is not None:
             server = self.metrics_server = MetricsServer(
@@ -653,7 +667,7 @@ class AppRunner:
                 *(g.member.close(leave=leave) for g in started), return_exceptions=True
             )
             # A member that failed never revoked: stop what still runs.
-            await asyncio.gather(*(g.stop_all("lost") for g in started))
+            await asyncio.gather(*(g.stop_all(EndReason.LOST) for g in started))
             if self.events is not None:
                 self.events.close()
             if server is not None:
@@ -669,6 +683,7 @@ class AppRunner:
             looking,
             self.settings.bootstrap or DEFAULT_BOOTSTRAP,
             self.settings.unreachable_timeout_ms,
+            clock=self._clock,
         )
 
     async def _clean_up(self) -> None:

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TextIO
 
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.driver import parse_bootstrap
@@ -170,14 +171,17 @@ class OutputClosedError(WorkgroupError):
 
 
 async def wait_for_bootstrap(
-    bootstrap: str, connect_timeout_ms: int | None, *, probe_timeout_s: float = 0.5
+    bootstrap: str,
+    connect_timeout_ms: int | None,
+    *,
+    probe_timeout_s: float = 0.5,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Return once something accepts connections at one of ``bootstrap``'s
     addresses; raise :class:`CoordinatorUnavailableError` with a hint when nothing
-    does (at once, or after ``connect_timeout_ms``)."""
+    does (at once, or after ``connect_timeout_ms`` of ``clock``)."""
     addresses = parse_bootstrap(bootstrap)
-    loop = asyncio.get_running_loop()
-    started = loop.time()
+    started = clock.monotonic()
     reported_at: float | None = None
     while True:
         for host, port in addresses:
@@ -185,15 +189,15 @@ async def wait_for_bootstrap(
                 if reported_at is not None:
                     log.info("app.coordinator_reachable", bootstrap=bootstrap)
                 return
-        waited_ms = int((loop.time() - started) * 1000)
+        waited_ms = int((clock.monotonic() - started) * 1000)
         if connect_timeout_ms is None or waited_ms >= connect_timeout_ms:
             waited = "" if connect_timeout_ms is None else f" within {connect_timeout_ms} ms"
             raise CoordinatorUnavailableError(
                 f"{unreachable_hint(bootstrap)} (no connection{waited}; "
                 "--connect-timeout-ms waits for one)"
             )
-        if reported_at is None or (loop.time() - reported_at) * 1000 >= REPORT_EVERY_MS:
-            reported_at = loop.time()
+        if reported_at is None or (clock.monotonic() - reported_at) * 1000 >= REPORT_EVERY_MS:
+            reported_at = clock.monotonic()
             log.warning(
                 "app.coordinator_unreachable",
                 bootstrap=bootstrap,
@@ -201,7 +205,7 @@ async def wait_for_bootstrap(
                 gives_up_in_ms=connect_timeout_ms - waited_ms,
                 hint=unreachable_hint(bootstrap),
             )
-        await asyncio.sleep(min(POLL_S, (connect_timeout_ms - waited_ms) / 1000))
+        await clock.sleep(min(POLL_S, (connect_timeout_ms - waited_ms) / 1000))
 
 
 @dataclass
@@ -266,14 +270,14 @@ async def watch(
     unreachable_timeout_ms: int | None,
     *,
     outputs: Callable[[], str | None] = closed_output,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> WorkgroupError:
     """Poll until the daemon must stop; return why (the error it exits with)."""
-    loop = asyncio.get_running_loop()
     tracker = Unreachable(unreachable_timeout_ms)
     tick = 0
     while True:
         tick += 1
-        await asyncio.sleep(POLL_S)
+        await clock.sleep(POLL_S)
         closed = outputs()
         if closed is not None:
             silence(closed)
@@ -285,7 +289,7 @@ async def watch(
             return OutputClosedError(f"{closed} was closed by its reader; stopped")
         if tick % GROUPS_EVERY:
             continue
-        now = int(loop.time() * 1000)
+        now = clock.monotonic_ms()
         groups = looking()
         verdict = tracker.observe(now, groups)
         if verdict == "report":

@@ -1,6 +1,7 @@
 """Tools for testing applications built on workgroup."""
 
 from workgroup.testing.assignors import RotatingAssignor
+from workgroup.testing.clock import FakeClock
 from workgroup.testing.logs import capture_logs
 from workgroup.testing.ownership import (
     MemberLog,
@@ -22,6 +23,7 @@ from workgroup.testing.servers import (
 from workgroup.testing.signals import interrupt_on_termination
 
 __all__ = [
+    "FakeClock",
     "FaultProxy",
     "MemberLog",
     "OwnershipReport",

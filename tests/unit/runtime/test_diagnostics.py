@@ -19,6 +19,7 @@ from tests.unit.runtime.test_slots import CatalogSource, make_runner
 from workgroup.cli import main
 from workgroup.cli import options as cli_options
 from workgroup.cli.top import Watch
+from workgroup.member.errors import CoordinatorUnavailableError
 from workgroup.runtime.app import Settings
 from workgroup.runtime.config import resolve, unknown_variables
 from workgroup.runtime.watch import (
@@ -27,8 +28,10 @@ from workgroup.runtime.watch import (
     closed_output,
     process_identity,
     release_identity,
+    wait_for_bootstrap,
+    watch,
 )
-from workgroup.testing import capture_logs, free_port
+from workgroup.testing import FakeClock, capture_logs, free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -183,6 +186,31 @@ def test_an_outage_longer_than_the_unreachable_timeout_gives_up() -> None:
     tracker = Unreachable(give_up_after_ms=5_000)
     assert [tracker.observe(now, ["g"]) for now in (0, 4_999)] == [None, None]
     assert tracker.observe(5_000, ["g"]) == "give_up"
+
+
+async def test_the_daemon_reports_an_outage_then_gives_up_on_its_clock() -> None:
+    """Two minutes of outage on the fake clock, in no time."""
+    clock = FakeClock(autojump_threshold_s=0)
+    looking = ["billing.shards"]
+    with capture_logs() as logs:
+        error = await watch(
+            lambda: looking, "127.0.0.1:1", 120_000, outputs=lambda: None, clock=clock
+        )
+    assert "no coordinator reachable for 120000 ms" in str(error)
+    reports = [e["waited_ms"] for e in logs if e["event"] == "app.coordinator_unreachable"]
+    assert reports == [30_000, 60_000, 90_000]
+    # The groups are looked at every second (POLL_S times GROUPS_EVERY).
+    assert 121.0 <= clock.monotonic() < 122.0
+
+
+async def test_waiting_for_the_bootstrap_gives_up_after_the_connect_timeout_on_its_clock() -> None:
+    clock = FakeClock(autojump_threshold_s=0)
+    port = free_port()  # nothing listens there
+    with capture_logs() as logs, pytest.raises(CoordinatorUnavailableError, match="within 60000"):
+        await wait_for_bootstrap(f"127.0.0.1:{port}", 60_000, probe_timeout_s=0.1, clock=clock)
+    assert clock.monotonic() == 60.0
+    reports = [e["waited_ms"] for e in logs if e["event"] == "app.coordinator_unreachable"]
+    assert reports == [0, 30_000]
 
 
 # --- a closed pipe ---------------------------------------------------------------------

@@ -15,9 +15,9 @@ from workgroup.runtime.app import App, Settings
 from workgroup.runtime.config import read_environment, resolve
 from workgroup.runtime.handlers import HandlerRun, HandlerStats, OnFailure, RestartPolicy
 from workgroup.runtime.http import MetricsServer
-from workgroup.runtime.lease import Lease
+from workgroup.runtime.lease import EndReason, Lease
 from workgroup.runtime.metrics import RuntimeMetrics
-from workgroup.testing import capture_logs
+from workgroup.testing import FakeClock, capture_logs
 
 FAST = RestartPolicy(initial_s=0.01, max_s=0.02, max_failures=3)
 
@@ -46,9 +46,10 @@ def run_of(
     *,
     failing: list[bool] | None = None,
     gave_up: list[HandlerRun] | None = None,
+    clock: FakeClock | None = None,
 ) -> HandlerRun:
     return HandlerRun(
-        lease(FakeStore()),
+        lease(FakeStore()) if clock is None else lease(FakeStore(), clock=clock),
         handler,
         name="g",
         restart=policy,
@@ -70,7 +71,7 @@ async def test_the_first_failure_shows_the_users_frames_later_ones_one_line_with
         run = run_of(handler, dataclasses.replace(FAST, max_failures=100))
         run.start()
         await until(lambda: handler.calls >= 4)
-        await run.stop("revoked", grace_s=1.0)
+        await run.stop(EndReason.REVOKED, grace_s=1.0)
     failed = [e for e in logs if e["event"] == "worker.failed"][:3]
     assert [e["failures"] for e in failed] == [1, 2, 3]
     assert all(e["error"] == "ValueError: bad record in beta (12)" for e in failed)
@@ -89,7 +90,7 @@ async def test_another_error_shows_its_frames_again() -> None:
         run = run_of(handler, dataclasses.replace(FAST, max_failures=100))
         run.start()
         await until(lambda: handler.calls >= 4)
-        await run.stop("revoked", grace_s=1.0)
+        await run.stop(EndReason.REVOKED, grace_s=1.0)
     failed = [e for e in logs if e["event"] == "worker.failed"]
     assert [("exception" in e, e["failures"]) for e in failed] == [
         (True, 1),
@@ -110,7 +111,7 @@ async def test_release_and_stop_give_up_after_max_failures(policy: OnFailure) ->
         run.start()
         await until(lambda: gave_up)
         await asyncio.sleep(0.1)  # no restart after giving up
-        await run.stop("released", grace_s=1.0)
+        await run.stop(EndReason.RELEASED, grace_s=1.0)
     assert handler.calls == 3
     assert gave_up == [run]
     assert failing == [True]
@@ -130,7 +131,7 @@ async def test_retry_says_once_that_the_handler_is_failing_and_goes_on() -> None
         run = run_of(handler, failing=failing, gave_up=gave_up)
         run.start()
         await until(lambda: handler.calls >= 6)
-        await run.stop("revoked", grace_s=1.0)
+        await run.stop(EndReason.REVOKED, grace_s=1.0)
     assert gave_up == []
     assert failing == [True]
     [line] = [e for e in logs if e["event"] == "worker.failing"]
@@ -141,12 +142,21 @@ async def test_retry_says_once_that_the_handler_is_failing_and_goes_on() -> None
 async def test_an_attempt_that_runs_long_enough_ends_the_row_of_failures() -> None:
     handler = Failing(fail_times=3)
     failing: list[bool] = []
-    policy = dataclasses.replace(FAST, healthy_after_s=0.2)
+    clock = FakeClock()
+    policy = dataclasses.replace(FAST, initial_s=1.0, max_s=10.0, healthy_after_s=60.0)
     with capture_logs() as logs:
-        run = run_of(handler, policy, failing=failing)
+        run = run_of(handler, policy, failing=failing, clock=clock)
         run.start()
+        await clock.wait_for_sleepers()  # the back-off after the first failure
+        await clock.run_for(1.0 + 2.0)  # the back-offs after the first two failures
+        await until(lambda: failing == [True])  # the third: failing, 4 s of back-off
+        await clock.run_for(4.0)
+        assert handler.calls == 4  # runs on: healthy once it ran 60 s
+        await clock.run_for(59.9)
+        assert failing == [True]  # not yet healthy_after_s
+        await clock.run_for(0.1)
         await until(lambda: failing == [True, False])
-        await run.stop("revoked", grace_s=1.0)
+        await run.stop(EndReason.REVOKED, grace_s=1.0)
     assert run.failures_in_row == 0
     assert not run.failing
     [line] = [e for e in logs if e["event"] == "worker.recovered"]

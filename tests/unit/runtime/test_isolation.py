@@ -14,7 +14,7 @@ from tests.unit.runtime import process_handlers
 from tests.unit.runtime.test_lease import SLOT, FakeStore, lease
 from workgroup.runtime.handlers import HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.isolation import ProcessHandler
-from workgroup.runtime.lease import Committed
+from workgroup.runtime.lease import Committed, EndReason
 from workgroup.runtime.slots import read_value
 from workgroup.testing import capture_logs
 
@@ -55,7 +55,7 @@ async def test_a_child_process_commits_and_reads_through_the_parents_lease() -> 
     child = int(value.rsplit(" ", 1)[1])
     assert child != os.getpid()
     started = time.monotonic()
-    await run.stop("revoked", grace_s=5.0)
+    await run.stop(EndReason.REVOKED, grace_s=5.0)
     assert time.monotonic() - started < 3.0  # it returned when told, no kill
     assert not pid_alive(child)
 
@@ -72,7 +72,7 @@ async def test_a_runaway_child_is_killed_after_the_grace_period() -> None:
     run.start()
     child = int((await wait_committed(store, "the child's commit")).split()[1])
     with capture_logs() as logs:
-        await run.stop("revoked", grace_s=0.2)
+        await run.stop(EndReason.REVOKED, grace_s=0.2)
     assert not pid_alive(child)
     assert any(e["event"] == "worker.process_killed" for e in logs)
 
@@ -92,7 +92,7 @@ async def test_a_failing_child_is_restarted() -> None:
         async with asyncio.timeout(30):
             while read_value(store.offsets.get(SLOT, NOTHING).metadata) != "second run":  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
-        await run.stop("revoked", grace_s=5.0)
+        await run.stop(EndReason.REVOKED, grace_s=5.0)
     assert stats.restarts == 1
     failed = [e for e in logs if e["event"] == "worker.failed"]
     assert failed[0]["error"] == "HandlerFailed: RuntimeError: first run fails"

@@ -11,12 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit.runtime.test_lease import FakeStore
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.protocol.catalog import CatalogEntry
 from workgroup.runtime.app import Settings
 from workgroup.runtime.errors import CheckpointError, SlotMismatchError
-from workgroup.runtime.handlers import HandlerRun, HandlerStats, RestartPolicy
-from workgroup.runtime.lease import Committed, Lease
+from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
+from workgroup.runtime.lease import Committed, EndReason, Lease, LeaseState
 from workgroup.runtime.metrics import RuntimeMetrics
 from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.runner import GroupRunner
@@ -30,8 +31,8 @@ from workgroup.runtime.slots import (
     slot_header,
     slot_of,
 )
-from workgroup.testing import capture_logs
-from workgroup.types import Key
+from workgroup.testing import FakeClock, capture_logs
+from workgroup.types import Key, Resource
 
 keys = st.one_of(st.integers(), st.text())
 GROUP = "app.shard"
@@ -171,13 +172,20 @@ class KnownTopics:
         return True
 
 
-async def make_runner(source: CatalogSource, standbys: int = 0) -> GroupRunner:
+async def make_runner(
+    source: CatalogSource,
+    standbys: int = 0,
+    *,
+    handler: Handler = lambda lease: None,
+    grace_s: float = 0.1,
+    clock: Clock = SYSTEM_CLOCK,
+) -> GroupRunner:
     return GroupRunner(
         group_id=GROUP,
         kind="shard",
-        handler=lambda lease: None,
+        handler=handler,
         assignors=("range",),
-        grace_s=0.1,
+        grace_s=grace_s,
         restart=RestartPolicy(),
         settings=Settings(),
         source=source,
@@ -187,6 +195,7 @@ async def make_runner(source: CatalogSource, standbys: int = 0) -> GroupRunner:
         producers=ProducerFactory("127.0.0.1:9"),
         metrics=RuntimeMetrics(),
         standbys=standbys,
+        clock=clock,
     )
 
 
@@ -201,7 +210,7 @@ async def take_and_commit(
     token = await lease.acquire()
     checkpoint = await lease.checkpoint()
     await lease.commit(f"{key}:{token}")
-    lease.end("revoked")
+    lease.end(EndReason.REVOKED)
     return token, checkpoint
 
 
@@ -292,4 +301,47 @@ async def test_an_assignment_creates_the_topics_a_failed_catalog_read_left_missi
         assert topics.asked[1] == {slot_of(GROUP, "a").topic}
         assert topics.known(slot_of(GROUP, "a").topic)
     finally:
-        await runner.stop_all("lost")
+        await runner.stop_all(EndReason.LOST)
+
+
+async def test_a_runner_times_its_members_leases_and_handlers_on_one_clock() -> None:
+    """Rule 1 on the fake clock: a handler that ignores its revocation keeps its
+    resource claimed for exactly its 30 s grace period, then is cancelled and
+    the resource released."""
+    clock = FakeClock()
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def handler(lease: Lease) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()  # ignores the revocation
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    runner = await make_runner(CatalogSource(["a"]), handler=handler, grace_s=30.0, clock=clock)
+    runner._store = FakeStore()  # type: ignore[assignment]
+    resource = ("shard", "a")
+    released: list[tuple[Resource, ...]] = []
+    runner.member.release_done = lambda resources: released.append(tuple(resources))  # type: ignore[method-assign]
+    await runner._read_catalog()
+    await runner._assigned((resource,), generation=1)
+    run = runner.runs[resource]
+    assert run.lease.clock is clock
+    assert runner.member._clock is clock
+    await asyncio.wait_for(started.wait(), 5)
+    await runner._revoked((resource,), generation=1)
+    await clock.wait_for_sleepers()
+    await clock.run_for(29.9)
+    assert resource in runner.stopping  # still claimed: its handler runs
+    assert not cancelled.is_set()
+    assert released == []
+    assert run.lease.grace_left_s == pytest.approx(0.1)
+    await clock.run_for(0.1)
+    async with asyncio.timeout(5):
+        while not released:  # noqa: ASYNC110 (the release runs in a task of the runner)
+            await asyncio.sleep(0.01)
+    assert released == [(resource,)]
+    assert cancelled.is_set()
+    assert resource not in runner.stopping
+    assert run.lease.state is LeaseState.REVOKED

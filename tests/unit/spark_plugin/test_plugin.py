@@ -23,7 +23,7 @@ from tests.unit.runtime.test_lease import FakeStore
 from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
 from workgroup.plugins import installed
 from workgroup.runtime.errors import LeaseLostError
-from workgroup.runtime.lease import Lease, Slot
+from workgroup.runtime.lease import EndReason, Lease, Slot
 from workgroup_spark import (
     BatchProgress,
     JavaMissingError,
@@ -291,7 +291,7 @@ async def test_a_revoked_query_finishes_its_batch_then_stops() -> None:
     assert metrics.active.labels(*labels)._value.get() == 1
 
     query.trigger_active = True  # a micro-batch in flight
-    lease.end("revoked", grace_s=5.0)
+    lease.end(EndReason.REVOKED, grace_s=5.0)
     await asyncio.sleep(0.3)
     assert query.stopped_at is None  # waits for the batch
     query.trigger_active = False
@@ -308,7 +308,7 @@ async def test_a_batch_that_outlasts_the_grace_period_is_stopped() -> None:
     assert writer.query is not None
     writer.query.trigger_active = True  # never finishes
     began = time.monotonic()
-    lease.end("revoked", grace_s=1.2)  # the plugin keeps 1 s of it for stop()
+    lease.end(EndReason.REVOKED, grace_s=1.2)  # the plugin keeps 1 s of it for stop()
     await asyncio.wait_for(task, 5)
     assert writer.query.stopped_at is not None
     assert writer.query.stopped_at - began < 1.0
@@ -321,7 +321,7 @@ async def test_a_lost_lease_stops_the_query_at_once() -> None:
     await _until(lambda: writer.query is not None)
     assert writer.query is not None
     writer.query.trigger_active = True  # a batch in flight does not matter now
-    lease.end("lost")
+    lease.end(EndReason.LOST)
     task.cancel()  # what the runtime does with a grace of 0
     # Cancelled, or returned if it saw the loss first: either way the query stops.
     await asyncio.gather(task, return_exceptions=True)

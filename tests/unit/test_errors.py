@@ -1,0 +1,76 @@
+"""The one table of error-code meanings, and the places that read it."""
+
+from __future__ import annotations
+
+import pytest
+
+from workgroup.errors import (
+    ERROR_MEANINGS,
+    CoordinatorError,
+    ErrorCode,
+    LeaseAction,
+    MemberAction,
+    codes_where,
+)
+from workgroup.member import errors as member_errors
+from workgroup.runtime import lease
+
+
+def test_every_error_code_has_a_meaning() -> None:
+    assert set(ERROR_MEANINGS) == set(ErrorCode)
+
+
+@pytest.mark.parametrize("code", list(ErrorCode))
+def test_the_code_the_exception_and_the_table_agree(code: ErrorCode) -> None:
+    meaning = ERROR_MEANINGS[code]
+    assert code.meaning is meaning
+    assert code.retriable is meaning.retriable
+    assert CoordinatorError(code).retriable is meaning.retriable
+
+
+def test_only_success_means_nothing_to_do() -> None:
+    assert codes_where(lambda m: m.member is MemberAction.NONE) == {ErrorCode.NONE}
+    assert codes_where(lambda m: m.lease is LeaseAction.NONE) == {ErrorCode.NONE}
+    assert not ErrorCode.NONE.retriable
+
+
+def test_a_fatal_code_is_never_retriable_and_a_coordinator_move_always_is() -> None:
+    for code, meaning in ERROR_MEANINGS.items():
+        if meaning.fatal:
+            assert not meaning.retriable, code
+        if meaning.member is MemberAction.FIND_COORDINATOR:
+            assert meaning.retriable, code
+
+
+def test_the_member_reads_its_fatal_codes_from_the_table() -> None:
+    assert codes_where(lambda m: m.fatal) == member_errors.FATAL_CODES
+    # Every code with an error class of its own is fatal.
+    assert set(member_errors._FATAL_CLASSES) <= member_errors.FATAL_CODES
+    assert ErrorCode.FENCED_INSTANCE_ID in member_errors.FATAL_CODES
+
+
+def test_the_lease_reads_fencing_and_rebalancing_codes_from_the_table() -> None:
+    assert {
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        ErrorCode.FENCED_INSTANCE_ID,
+        ErrorCode.GROUP_ID_NOT_FOUND,
+    } == lease.FENCING_ERRORS
+    assert {
+        ErrorCode.ILLEGAL_GENERATION,
+        ErrorCode.REBALANCE_IN_PROGRESS,
+    } == lease.REBALANCING_ERRORS
+    assert all(ERROR_MEANINGS[code].ends_lease for code in lease.FENCING_ERRORS)
+
+
+def test_the_member_actions_of_rule_3() -> None:
+    """The member machine's rule 3, as the table writes it."""
+    member = {code: meaning.member for code, meaning in ERROR_MEANINGS.items()}
+    assert member[ErrorCode.UNKNOWN_MEMBER_ID] is MemberAction.RESET_MEMBER
+    assert member[ErrorCode.ILLEGAL_GENERATION] is MemberAction.RESET_GENERATION
+    assert member[ErrorCode.REBALANCE_IN_PROGRESS] is MemberAction.REJOIN
+    assert member[ErrorCode.MEMBER_ID_REQUIRED] is MemberAction.REJOIN
+    assert codes_where(lambda m: m.member is MemberAction.FIND_COORDINATOR) == {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    }
