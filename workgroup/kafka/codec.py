@@ -30,8 +30,7 @@ Rules:
   pack them, and calling kio's checked constructors per field would cost more
   than the encoding itself (out-of-range values fail in ``struct.pack``).
 * A response error code workgroup does not name decodes as
-  UNKNOWN_SERVER_ERROR (logged once per response as
-  ``member.unknown_error_code``).
+  UNKNOWN_SERVER_ERROR, with a ``member.unknown_error_code`` warning.
 * No I/O: this module is safe under a fake clock.
 """
 
