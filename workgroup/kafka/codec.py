@@ -79,7 +79,7 @@ def _field_names(cls: type[Any]) -> frozenset[str]:
     return names
 
 
-def item_type(cls: type[Any], name: str) -> type[Any]:
+def _item_type(cls: type[Any], name: str) -> type[Any]:
     """The entity class of the elements of the array field ``name`` of ``cls``."""
     item = _ITEM_TYPES.get((cls, name))
     if item is None:
@@ -165,7 +165,7 @@ def _decode_api_versions(version: int, body: Any, client: m.ClientInfo) -> m.Api
 
 def _encode_api_versions_result(version: int, cls: type[Any], result: Any) -> Any:
     r = _expect(result, m.ApiVersionsResult)
-    item = item_type(cls, "api_keys")
+    item = _item_type(cls, "api_keys")
     return _make(
         cls,
         error_code=_err(r.error),
@@ -198,7 +198,7 @@ API_VERSIONS: Final = Codec(
 
 
 def _encode_metadata(version: int, cls: type[Any], r: m.Metadata) -> Any:
-    topic_cls = item_type(cls, "topics")
+    topic_cls = _item_type(cls, "topics")
     topics = (
         None
         if r.topics is None
@@ -229,8 +229,8 @@ def _decode_metadata(version: int, body: Any, client: m.ClientInfo) -> m.Metadat
 
 def _encode_metadata_result(version: int, cls: type[Any], result: Any) -> Any:
     r = _expect(result, m.MetadataResult)
-    broker_cls = item_type(cls, "brokers")
-    topic_cls = item_type(cls, "topics")
+    broker_cls = _item_type(cls, "brokers")
+    topic_cls = _item_type(cls, "topics")
     return _make(
         cls,
         throttle_time=_ZERO_MS,
@@ -290,7 +290,7 @@ def _decode_find_coordinator(version: int, body: Any, client: m.ClientInfo) -> m
 def _encode_find_coordinator_result(version: int, cls: type[Any], result: Any) -> Any:
     r = _expect(result, m.FindCoordinatorResult)
     if version >= 4:
-        item = item_type(cls, "coordinators")
+        item = _item_type(cls, "coordinators")
         return cls(
             throttle_time=_ZERO_MS,
             coordinators=tuple(
@@ -359,7 +359,7 @@ FIND_COORDINATOR: Final = Codec(
 
 
 def _encode_join_group(version: int, cls: type[Any], r: m.JoinGroup) -> Any:
-    protocol_cls = item_type(cls, "protocols")
+    protocol_cls = _item_type(cls, "protocols")
     return _make(
         cls,
         group_id=r.group_id,
@@ -391,7 +391,7 @@ def _decode_join_group(version: int, body: Any, client: m.ClientInfo) -> m.JoinG
 
 def _encode_join_group_result(version: int, cls: type[Any], result: Any) -> Any:
     r = _expect(result, m.JoinGroupResult)
-    item = item_type(cls, "members")
+    item = _item_type(cls, "members")
     return _make(
         cls,
         throttle_time=_ZERO_MS,
@@ -443,7 +443,7 @@ JOIN_GROUP: Final = Codec(
 
 
 def _encode_sync_group(version: int, cls: type[Any], r: m.SyncGroup) -> Any:
-    item = item_type(cls, "assignments")
+    item = _item_type(cls, "assignments")
     return _make(
         cls,
         group_id=r.group_id,
@@ -539,7 +539,7 @@ def _encode_leave_group(version: int, cls: type[Any], r: m.LeaveGroup) -> Any:
     if version < 3:
         member = _one(r.members, "leaving member", "LeaveGroup", version)
         return cls(group_id=r.group_id, member_id=member.member_id)
-    identity = item_type(cls, "members")
+    identity = _item_type(cls, "members")
     return cls(
         group_id=r.group_id,
         members=tuple(
@@ -573,7 +573,7 @@ def _encode_leave_group_result(version: int, cls: type[Any], result: Any) -> Any
         error = r.members[0].error
     if version < 3:
         return _make(cls, throttle_time=_ZERO_MS, error_code=_err(error))
-    item = item_type(cls, "members")
+    item = _item_type(cls, "members")
     return cls(
         throttle_time=_ZERO_MS,
         error_code=_err(error),
@@ -609,8 +609,8 @@ LEAVE_GROUP: Final = Codec(
 
 
 def _encode_offset_commit(version: int, cls: type[Any], r: m.OffsetCommit) -> Any:
-    topic_cls = item_type(cls, "topics")
-    partition_cls = item_type(topic_cls, "partitions")
+    topic_cls = _item_type(cls, "topics")
+    partition_cls = _item_type(topic_cls, "partitions")
     return _make(
         cls,
         group_id=r.group_id,
@@ -668,8 +668,8 @@ def _decode_offset_commit(version: int, body: Any, client: m.ClientInfo) -> m.Of
 
 def _encode_offset_commit_result(version: int, cls: type[Any], result: Any) -> Any:
     r = _expect(result, m.OffsetCommitResult)
-    topic_cls = item_type(cls, "topics")
-    partition_cls = item_type(topic_cls, "partitions")
+    topic_cls = _item_type(cls, "topics")
+    partition_cls = _item_type(topic_cls, "partitions")
     return _make(
         cls,
         throttle_time=_ZERO_MS,
@@ -721,8 +721,8 @@ def _fetch_topics_entity(
 
 def _encode_offset_fetch(version: int, cls: type[Any], r: m.OffsetFetch) -> Any:
     if version >= 8:
-        group_cls = item_type(cls, "groups")
-        topic_cls = item_type(group_cls, "topics")
+        group_cls = _item_type(cls, "groups")
+        topic_cls = _item_type(group_cls, "topics")
         groups = tuple(
             _make(
                 group_cls,
@@ -740,7 +740,7 @@ def _encode_offset_fetch(version: int, cls: type[Any], r: m.OffsetFetch) -> Any:
     return _make(
         cls,
         group_id=group.group_id,
-        topics=_fetch_topics_entity(item_type(cls, "topics"), group.topics),
+        topics=_fetch_topics_entity(_item_type(cls, "topics"), group.topics),
         require_stable=r.require_stable,
     )
 
@@ -764,7 +764,7 @@ def _decode_offset_fetch(version: int, body: Any, client: m.ClientInfo) -> m.Off
 def _fetched_topics_entity(
     topic_cls: type[Any], version: int, topics: tuple[m.FetchedTopic, ...], group_error: ErrorCode
 ) -> tuple[Any, ...]:
-    partition_cls = item_type(topic_cls, "partitions")
+    partition_cls = _item_type(topic_cls, "partitions")
     # v0-1 have no group-level error: Kafka reports it on every partition.
     override = group_error if version < 2 and group_error is not ErrorCode.NONE else None
     return tuple(
@@ -789,8 +789,8 @@ def _fetched_topics_entity(
 def _encode_offset_fetch_result(version: int, cls: type[Any], result: Any) -> Any:
     r = _expect(result, m.OffsetFetchResult)
     if version >= 8:
-        group_cls = item_type(cls, "groups")
-        topic_cls = item_type(group_cls, "topics")
+        group_cls = _item_type(cls, "groups")
+        topic_cls = _item_type(group_cls, "topics")
         return cls(
             throttle_time=_ZERO_MS,
             groups=tuple(
@@ -806,7 +806,7 @@ def _encode_offset_fetch_result(version: int, cls: type[Any], result: Any) -> An
     return _make(
         cls,
         throttle_time=_ZERO_MS,
-        topics=_fetched_topics_entity(item_type(cls, "topics"), version, g.topics, g.error),
+        topics=_fetched_topics_entity(_item_type(cls, "topics"), version, g.topics, g.error),
         error_code=_err(g.error),
     )
 
@@ -867,8 +867,8 @@ def _decode_describe_groups(version: int, body: Any, client: m.ClientInfo) -> m.
 
 def _encode_describe_groups_result(version: int, cls: type[Any], result: Any) -> Any:
     r = _expect(result, m.DescribeGroupsResult)
-    group_cls = item_type(cls, "groups")
-    member_cls = item_type(group_cls, "members")
+    group_cls = _item_type(cls, "groups")
+    member_cls = _item_type(group_cls, "members")
     return _make(
         cls,
         throttle_time=_ZERO_MS,
@@ -950,7 +950,7 @@ def _decode_list_groups(version: int, body: Any, client: m.ClientInfo) -> m.List
 
 def _encode_list_groups_result(version: int, cls: type[Any], result: Any) -> Any:
     r = _expect(result, m.ListGroupsResult)
-    item = item_type(cls, "groups")
+    item = _item_type(cls, "groups")
     return _make(
         cls,
         throttle_time=_ZERO_MS,
@@ -998,7 +998,7 @@ def _decode_delete_groups(version: int, body: Any, client: m.ClientInfo) -> m.De
 
 def _encode_delete_groups_result(version: int, cls: type[Any], result: Any) -> Any:
     r = _expect(result, m.DeleteGroupsResult)
-    item = item_type(cls, "results")
+    item = _item_type(cls, "results")
     return cls(
         throttle_time=_ZERO_MS,
         results=tuple(item(group_id=g.group_id, error_code=_err(g.error)) for g in r.groups),
