@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from mypy import api as mypy_api
 
 import workgroup
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
@@ -93,3 +96,44 @@ def test_every_error_an_application_can_meet_is_public() -> None:
         and name != "IllegalTransitionError"
     }
     assert raised <= set(workgroup.__all__), raised - set(workgroup.__all__)
+
+
+def _type_checking_imports() -> dict[str, str]:
+    """Name -> module of every import under ``if TYPE_CHECKING:`` in workgroup/__init__.py."""
+    tree = ast.parse(Path(workgroup.__file__).read_text(encoding="utf-8"))
+    [block] = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+    ]
+    return {
+        alias.asname or alias.name: statement.module
+        for statement in block.body
+        if isinstance(statement, ast.ImportFrom) and statement.module
+        for alias in statement.names
+    }
+
+
+def test_type_checkers_see_every_lazy_name_from_the_module_it_is_loaded_from() -> None:
+    assert _type_checking_imports() == workgroup._LAZY
+
+
+def test_mypy_sees_the_runtime_names_as_their_classes_not_any(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = ("App", "Lease", "LeaseLostError", "CheckpointError", "GroupMember")
+    snippet = tmp_path / "snippet.py"
+    snippet.write_text(
+        "import workgroup\n" + "".join(f"reveal_type(workgroup.{n})\n" for n in names)
+    )
+    monkeypatch.setenv("MYPYPATH", str(Path(workgroup.__file__).parents[1]))
+    out, err, _ = mypy_api.run(
+        ["--strict", "--cache-dir", str(tmp_path / "cache"), "--no-error-summary", str(snippet)]
+    )
+    revealed = [line.split("Revealed type is ", 1)[1] for line in out.splitlines()]
+    assert len(revealed) == len(names), out + err
+    for name, shown in zip(names, revealed, strict=True):
+        assert shown != '"Any"', f"{name}: {shown}"
+        assert f".{name}" in shown, f"{name}: {shown}"
