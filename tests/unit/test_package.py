@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from mypy import api as mypy_api
 
 import workgroup
+import workgroup.runtime
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
 
 
@@ -98,9 +101,10 @@ def test_every_error_an_application_can_meet_is_public() -> None:
     assert raised <= set(workgroup.__all__), raised - set(workgroup.__all__)
 
 
-def _type_checking_imports() -> dict[str, str]:
-    """Name -> module of every import under ``if TYPE_CHECKING:`` in workgroup/__init__.py."""
-    tree = ast.parse(Path(workgroup.__file__).read_text(encoding="utf-8"))
+def _type_checking_imports(package: ModuleType) -> dict[str, str]:
+    """Name -> module of every import under ``if TYPE_CHECKING:`` in ``package``'s __init__."""
+    assert package.__file__ is not None
+    tree = ast.parse(Path(package.__file__).read_text(encoding="utf-8"))
     [block] = [
         node
         for node in tree.body
@@ -116,8 +120,25 @@ def _type_checking_imports() -> dict[str, str]:
     }
 
 
-def test_type_checkers_see_every_lazy_name_from_the_module_it_is_loaded_from() -> None:
-    assert _type_checking_imports() == workgroup._LAZY
+@pytest.mark.parametrize("package", [workgroup, workgroup.runtime], ids=lambda p: p.__name__)
+def test_type_checkers_see_every_lazy_name_from_the_module_it_is_loaded_from(
+    package: ModuleType,
+) -> None:
+    lazy: dict[str, str] = package._LAZY
+    assert _type_checking_imports(package) == lazy
+    for name, module in lazy.items():
+        assert getattr(package, name) is getattr(importlib.import_module(module), name)
+
+
+def test_the_runtime_package_loads_its_names_on_first_use() -> None:
+    code = (
+        "import sys, workgroup.runtime.settings, workgroup.runtime.errors;"
+        "assert 'workgroup.runtime.app' not in sys.modules;"
+        "assert 'aiokafka' not in sys.modules;"
+        "import workgroup.runtime as runtime;"
+        "assert runtime.App.__module__ == 'workgroup.runtime.app'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_mypy_sees_the_runtime_names_as_their_classes_not_any(

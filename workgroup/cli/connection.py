@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
-from workgroup.runtime.app import Settings
 from workgroup.runtime.config import read_environment, read_file
+from workgroup.runtime.settings import Settings
 from workgroup.security import Security
 
 F = TypeVar("F", bound=Callable[..., Any])

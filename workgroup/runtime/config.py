@@ -21,7 +21,7 @@ from typing import Any
 
 from workgroup.errors import ConfigError
 from workgroup.log import get_logger
-from workgroup.runtime.app import Settings
+from workgroup.runtime.settings import Settings
 
 #: Setting name -> type, for the file and the environment.
 SETTING_TYPES: dict[str, type] = {

@@ -50,14 +50,6 @@ from workgroup.member.driver import GroupMember
 from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
 from workgroup.protocol.protocol import Protocol
-from workgroup.runtime.app import (
-    LEADER_KIND,
-    STOP_MARGIN_MS,
-    App,
-    ResourceFunction,
-    Settings,
-    failure_policy,
-)
 from workgroup.runtime.errors import HandlerFailedError, ResourceFunctionError
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
@@ -68,7 +60,9 @@ from workgroup.runtime.local import LOCAL_HOST, LOCAL_PORT, ensure_local_coordin
 from workgroup.runtime.loopwatch import LoopWatch
 from workgroup.runtime.metrics import RuntimeMetrics
 from workgroup.runtime.producers import ProducerFactory
+from workgroup.runtime.settings import STOP_MARGIN_MS, Settings
 from workgroup.runtime.slots import Slot, check_group_id, slot_of
+from workgroup.runtime.spec import LEADER_KIND, DeclaredApp, ResourceFunction, failure_policy
 from workgroup.runtime.store import MemberSlotStore
 from workgroup.runtime.topics import LeaseTopics
 from workgroup.runtime.watch import (
@@ -476,7 +470,7 @@ class GroupRunner:
 class AppRunner:
     """Runs every group of an app until asked to stop."""
 
-    def __init__(self, app: App, settings: Settings) -> None:
+    def __init__(self, app: DeclaredApp, settings: Settings) -> None:
         app.check(settings)
         self.app = app
         self.settings = settings
