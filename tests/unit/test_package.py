@@ -132,7 +132,7 @@ def test_type_checkers_see_every_lazy_name_from_the_module_it_is_loaded_from(
 
 def test_the_runtime_package_loads_its_names_on_first_use() -> None:
     code = (
-        "import sys, workgroup.runtime.settings, workgroup.runtime.errors;"
+        "import sys, workgroup.runtime.config, workgroup.runtime.errors;"
         "assert 'workgroup.runtime.app' not in sys.modules;"
         "assert 'aiokafka' not in sys.modules;"
         "import workgroup.runtime as runtime;"

@@ -15,8 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from workgroup.runtime.config import read_environment, read_file
-from workgroup.runtime.settings import Settings
+from workgroup.runtime.config import Settings, read_environment, read_file
 from workgroup.security import Security
 
 F = TypeVar("F", bound=Callable[..., Any])

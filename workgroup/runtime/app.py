@@ -8,7 +8,7 @@ leaders (a leader is a group with one resource).
 This module is the top of the runtime: it imports the runner, the daemon and
 the plugins (``serve``, ``run``, ``use``), and none of them imports it.  They
 read an app through :class:`~workgroup.runtime.spec.DeclaredApp` and its
-settings from :mod:`workgroup.runtime.settings`.
+settings from :mod:`workgroup.runtime.config`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any, Literal, TypeVar
 from workgroup.assignors.registry import get_assignor
 from workgroup.errors import ConfigError
 from workgroup.plugins import load as load_plugin
+from workgroup.runtime.config import Settings, check_failure_policy, check_grace
 from workgroup.runtime.daemon import run_app
 from workgroup.runtime.handlers import Handler, OnFailure, RestartPolicy
 from workgroup.runtime.runner import AppRunner
-from workgroup.runtime.settings import Settings, check_failure_policy, check_grace
 from workgroup.runtime.spec import LEADER_KIND, LeaderSpec, ResourceFunction, WorkerSpec
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -24,8 +24,8 @@ import signal
 import sys
 
 from workgroup.log import get_logger
+from workgroup.runtime.config import Settings
 from workgroup.runtime.runner import AppRunner
-from workgroup.runtime.settings import Settings
 from workgroup.runtime.spec import DeclaredApp
 
 log = get_logger(__name__)

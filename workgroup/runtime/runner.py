@@ -50,6 +50,7 @@ from workgroup.member.driver import GroupMember
 from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
 from workgroup.protocol.protocol import Protocol
+from workgroup.runtime.config import STOP_MARGIN_MS, Settings
 from workgroup.runtime.errors import HandlerFailedError, ResourceFunctionError
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
@@ -60,7 +61,6 @@ from workgroup.runtime.local import LOCAL_HOST, LOCAL_PORT, ensure_local_coordin
 from workgroup.runtime.loopwatch import LoopWatch
 from workgroup.runtime.metrics import RuntimeMetrics
 from workgroup.runtime.producers import ProducerFactory
-from workgroup.runtime.settings import STOP_MARGIN_MS, Settings
 from workgroup.runtime.slots import Slot, check_group_id, slot_of
 from workgroup.runtime.spec import LEADER_KIND, DeclaredApp, ResourceFunction, failure_policy
 from workgroup.runtime.store import MemberSlotStore

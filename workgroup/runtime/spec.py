@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from workgroup.protocol.catalog import CatalogEntry
+from workgroup.runtime.config import Settings
 from workgroup.runtime.handlers import ON_FAILURE_CHOICES, Handler, OnFailure, RestartPolicy
-from workgroup.runtime.settings import Settings
 
 #: A resource function: the keys of one kind, plain or async.
 ResourceFunction = Callable[[], Sequence[CatalogEntry] | Awaitable[Sequence[CatalogEntry]]]
