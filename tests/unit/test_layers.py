@@ -241,8 +241,8 @@ def test_the_cycle_finder_finds_every_tangle_and_a_cycle_through_each() -> None:
 
 
 def test_the_graph_counts_type_checking_and_function_level_imports() -> None:
-    # ``workgroup`` imports the runtime only for type checkers; the runtime's
-    # app imports its runner at module level.
+    # ``workgroup`` imports the runtime only for type checkers; ``App.serve``
+    # imports the runner when called.
     assert "workgroup.runtime.app" in GRAPH["workgroup"]
     assert "workgroup.runtime.runner" in GRAPH["workgroup.runtime.app"]
     # ``from workgroup import log`` depends on the module, not on the package.

@@ -130,6 +130,21 @@ def test_type_checkers_see_every_lazy_name_from_the_module_it_is_loaded_from(
         assert getattr(package, name) is getattr(importlib.import_module(module), name)
 
 
+def test_an_apps_module_loads_neither_the_runner_nor_aiokafka() -> None:
+    """A process-isolated handler's child imports the app's module to unpickle the
+    handler: declaring an app must stay light."""
+    code = (
+        "import sys, workgroup;"
+        "app = workgroup.App('light');"
+        "app.resources('shard')(lambda: ['a']);"
+        "app.worker('shard')(lambda lease: None);"
+        "heavy = [m for m in ('workgroup.runtime.runner', 'workgroup.runtime.daemon',"
+        " 'workgroup.member.driver', 'aiokafka') if m in sys.modules];"
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_the_runtime_package_loads_its_names_on_first_use() -> None:
     code = (
         "import sys, workgroup.runtime.config, workgroup.runtime.errors;"

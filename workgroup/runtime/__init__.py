@@ -2,8 +2,7 @@
 ``@app.leader``, leases with fencing tokens and checkpoints, and the daemon.
 
 The names below load on first use: importing one module of the runtime (its
-settings, its errors) does not load the runner, the member and aiokafka, which
-:mod:`workgroup.runtime.app` imports to run apps.
+errors, its settings) does not load the others.
 """
 
 from __future__ import annotations

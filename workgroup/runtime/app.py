@@ -5,10 +5,13 @@ them.  Each worker kind and each leader is a group of its own, so that each can
 use its own assignor: ``<app>.<kind>`` for workers, ``<app>.<name>`` for
 leaders (a leader is a group with one resource).
 
-This module is the top of the runtime: it imports the runner, the daemon and
-the plugins (``serve``, ``run``, ``use``), and none of them imports it.  They
-read an app through :class:`~workgroup.runtime.spec.DeclaredApp` and its
-settings from :mod:`workgroup.runtime.config`.
+This module is the top of the runtime: it uses the runner, the daemon and the
+plugins (``serve``, ``run``, ``use``), and none of them imports it.  They read
+an app through :class:`~workgroup.runtime.spec.DeclaredApp` and its settings
+from :mod:`workgroup.runtime.config`.  The runner and the daemon (and with them
+the member and aiokafka) are imported when an app is served or run, not with
+this module: a process-isolated handler's child imports the app's module to
+unpickle the handler, and would pay for them at every start.
 """
 
 from __future__ import annotations
@@ -23,9 +26,7 @@ from workgroup.assignors.registry import get_assignor
 from workgroup.errors import ConfigError
 from workgroup.plugins import load as load_plugin
 from workgroup.runtime.config import Settings, check_failure_policy, check_grace
-from workgroup.runtime.daemon import run_app
 from workgroup.runtime.handlers import Handler, OnFailure, RestartPolicy
-from workgroup.runtime.runner import AppRunner
 from workgroup.runtime.spec import LEADER_KIND, LeaderSpec, ResourceFunction, WorkerSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -268,11 +269,15 @@ class App:
 
     async def serve(self, stop: asyncio.Event | None = None, **overrides: Any) -> None:
         """Run until ``stop`` is set (or the task is cancelled); then revoke and leave."""
+        from workgroup.runtime.runner import AppRunner  # on use: see the module docstring
+
         runner = AppRunner(self, self.settings.with_overrides(**overrides))
         await runner.run(stop or asyncio.Event())
 
     def run(self, **overrides: Any) -> None:
         """Run in this process until SIGINT or SIGTERM (what ``workgroup run`` does)."""
+        from workgroup.runtime.daemon import run_app  # on use: see the module docstring
+
         run_app(self, self.settings.with_overrides(**overrides))
 
     def _check_free(self, name: str) -> None:
