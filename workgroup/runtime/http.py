@@ -134,8 +134,11 @@ class MetricsServer:
 
         try:
             loop.call_soon_threadsafe(read)
+        except RuntimeError:  # the loop is closed: the app has stopped
+            return "503 Service Unavailable", b"the event loop is closed\n"
+        try:
             problems = answer.result(HEALTH_TIMEOUT_S)
-        except (concurrent.futures.TimeoutError, RuntimeError):  # RuntimeError: loop closed
+        except concurrent.futures.TimeoutError:
             answer.cancel()
             problems = [f"the event loop did not answer within {HEALTH_TIMEOUT_S:g} s"]
         if problems:
