@@ -198,7 +198,8 @@ async def test_a_blocked_event_loop_is_unhealthy_and_metrics_are_still_served(
             with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=10) as r:
                 answers[path] = (r.status, r.read())
         except urllib.error.HTTPError as error:
-            answers[path] = (error.code, error.read())
+            with error:
+                answers[path] = (error.code, error.read())
 
     try:
         assert await get(server.port, "/healthz") == (200, "ok\n")
@@ -236,3 +237,19 @@ async def test_a_closed_server_frees_its_port_and_a_taken_port_is_an_os_error() 
         assert (await get(again.port, "/metrics"))[0] == 200
     finally:
         await again.close()
+
+
+def test_health_after_the_event_loop_closed_is_503() -> None:
+    """The server outlives the loop it was started on (until closed): it says so."""
+    server = MetricsServer(RuntimeMetrics(), "127.0.0.1", 0)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(server.start())
+    loop.close()
+    try:
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10)
+        with answer.value as error:
+            assert error.code == 503
+            assert error.read() == b"the event loop is closed\n"
+    finally:
+        asyncio.run(server.close())
