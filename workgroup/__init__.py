@@ -55,6 +55,14 @@ if TYPE_CHECKING:
     )
     from workgroup.protocol.catalog import ResourceSpec
     from workgroup.protocol.protocol import Protocol
+    from workgroup.runtime.app import App
+    from workgroup.runtime.errors import (
+        CheckpointError,
+        LeaseLostError,
+        LegacyLayoutError,
+        SlotMismatchError,
+    )
+    from workgroup.runtime.lease import Lease
     from workgroup.types import Key, Resource
 
 __version__ = "0.1.0.dev0"

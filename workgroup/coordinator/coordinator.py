@@ -588,7 +588,7 @@ class GroupCoordinator:
         )
         if group.is_in(GroupState.PREPARING_REBALANCE) and group.previous_state is GroupState.EMPTY:
             group.new_member_added = True
-        group.add(member, token, request.api_version)
+        group.add(member, token)
         # A parked new member cannot heartbeat; bound how long it may stay parked.
         self._timers.schedule(
             (TimerKind.SESSION, group.group_id, member_id), self._now + NEW_MEMBER_JOIN_TIMEOUT_MS
@@ -610,7 +610,6 @@ class GroupCoordinator:
             request.rebalance_timeout_ms,
             request.session_timeout_ms,
             token,
-            request.api_version,
         )
         self._maybe_prepare_rebalance_or_complete_join(group, "member.rejoined")
 
@@ -651,7 +650,6 @@ class GroupCoordinator:
             request.rebalance_timeout_ms,
             request.session_timeout_ms,
             token,
-            request.api_version,
         )
         if group.is_in(GroupState.STABLE):
             if (group.protocol_name or "") == group.select_protocol():
@@ -1315,7 +1313,6 @@ class GroupCoordinator:
                     assignment=sm.assignment,
                 ),
                 None,
-                0,
             )
         if stored.leader is not None and stored.leader in group.members:
             group.leader_id = stored.leader
