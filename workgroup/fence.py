@@ -61,6 +61,7 @@ Rules:
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 import threading
@@ -440,6 +441,16 @@ _generations: dict[tuple[object, ...], int] = {}
 _pool: dict[tuple[object, ...], list[BlockingCoordinator]] = {}
 _pool_lock = threading.Lock()
 _pool_pid = os.getpid()
+
+
+@atexit.register
+def _close_pool() -> None:
+    """Close this process's idle fence connections (at exit, or between tests)."""
+    with _pool_lock:
+        idle = [conn for conns in _pool.values() for conn in conns]
+        _pool.clear()
+    for conn in idle:
+        conn.close()
 
 
 class _connection:
