@@ -196,6 +196,49 @@ async def test_a_lease_that_ended_makes_no_fence(backend: Backend) -> None:
         lease.fence()
 
 
+def commit_through_own_fence(lease: Any) -> None:
+    """A process-isolated handler: it writes with the fence, not through the parent,
+    then says so in ``$FENCE_TEST_OUT``."""
+    fence = lease.fence()
+    fence.commit(f"child {os.getpid()} token {fence.token}")
+    fence.check()
+    Path(os.environ["FENCE_TEST_OUT"]).write_text(f"committed token {fence.token}")
+    lease.wait_revoked_sync()
+
+
+async def test_a_process_isolated_handler_gets_its_leases_fence(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "child"
+    monkeypatch.setenv("FENCE_TEST_OUT", str(out))
+    app = workgroup.App(f"fence-{uuid.uuid4().hex[:8]}", grace_ms=200)
+    app.leader("writer", isolation="process")(commit_through_own_fence)
+    runner = AppRunner(
+        app,
+        Settings(
+            bootstrap=backend.bootstrap,
+            session_timeout_ms=backend.session_timeout_ms,
+            heartbeat_interval_ms=300,
+            grace_ms=200,
+        ),
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            while not out.exists():  # noqa: ASYNC110 (the child writes it)
+                await asyncio.sleep(0.1)
+        lease = next(iter(runner.groups[0].runs.values())).lease
+        assert out.read_text() == f"committed token {lease.token}"
+        if backend.name == "embedded":  # Tansu keeps no commit metadata
+            checkpoint = await lease.checkpoint() or ""
+            assert checkpoint.startswith("child ")
+            assert checkpoint.endswith(f" token {lease.token}")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, TIMEOUT_S)
+
+
 # --- bad input ----------------------------------------------------------------------------
 
 
