@@ -418,6 +418,7 @@ async def test_a_fence_does_not_keep_a_frozen_daemon_in_the_group(
                 n += 1
                 try:
                     fence.commit(f"frozen {n}", timeout_s=5)
+                    fence.check(timeout_s=5)
                 except workgroup.LeaseLostError:
                     return time.monotonic() - frozen_at
                 time.sleep(0.2)
