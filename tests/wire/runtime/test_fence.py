@@ -311,15 +311,13 @@ def make_offline_fence(bootstrap: str) -> Fence:
 # --- a cooperative rebalance that keeps the resource ---------------------------------------
 
 
-async def test_a_stale_generation_still_commits_while_the_resource_stayed(
-    backend: Backend, request: pytest.FixtureRequest
-) -> None:
-    tansu_deviates(
-        request,
-        backend,
-        "DescribeGroups returns no member assignments, so a fence whose generation went "
-        "stale cannot show that its lease still holds (it says so: LeaseLostError)",
-    )
+@asynccontextmanager
+async def split_between_two_daemons(
+    backend: Backend,
+) -> AsyncIterator[tuple[dict[str, Fence], list[str], list[str], Holder]]:
+    """A daemon takes every shard and makes their fences; a second daemon joins
+    and takes half.  Yields the fences, the keys the first kept and those that
+    moved, and the first daemon."""
     first = Holder(kind="shard")
     async with first.running(backend) as runner:
         for key in SHARDS:
@@ -344,14 +342,39 @@ async def test_a_stale_generation_still_commits_while_the_resource_stayed(
             moved = [k for k in SHARDS if not first.leases[k].held]
             assert kept
             assert moved
-            for key in kept:
-                await asyncio.to_thread(fences[key].commit, f"kept {key}")
+            yield fences, kept, moved, first
+
+
+async def test_a_stale_generation_still_commits_while_the_resource_stayed(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    tansu_deviates(
+        request,
+        backend,
+        "DescribeGroups returns no member assignments, so a fence whose generation went "
+        "stale cannot show that its lease still holds (it says so: LeaseLostError)",
+    )
+    async with split_between_two_daemons(backend) as (fences, kept, _, first):
+        for key in kept:
+            await asyncio.to_thread(fences[key].commit, f"kept {key}")
+            await asyncio.to_thread(fences[key].check)
+            assert await first.leases[key].checkpoint() == f"kept {key}"
+        # Pickled again (a fresh process knows only the old generation): still fine.
+        fresh = pickle.loads(pickle.dumps(fences[kept[0]]))
+        assert await asyncio.to_thread(run_in_spawned_child, fresh, "kept, from a child") == (
+            "committed"
+        )
+
+
+async def test_a_fence_of_a_resource_that_moved_is_refused(backend: Backend) -> None:
+    async with split_between_two_daemons(backend) as (fences, _, moved, _first):
+        for key in moved:
+            with pytest.raises(workgroup.LeaseLostError, match=r"no longer assigned|token"):
                 await asyncio.to_thread(fences[key].check)
-                assert await first.leases[key].checkpoint() == f"kept {key}"
-            for key in moved:
-                with pytest.raises(workgroup.LeaseLostError, match=r"no longer assigned|token"):
-                    await asyncio.to_thread(fences[key].commit, f"moved {key}")
-                assert await asyncio.to_thread(slot_offset, fences[key]) == fences[key].token + 1
+            with pytest.raises(workgroup.LeaseLostError):
+                await asyncio.to_thread(fences[key].commit, f"moved {key}")
+            # The new holder's token stands.
+            assert await asyncio.to_thread(slot_offset, fences[key]) == fences[key].token + 1
 
 
 # --- heartbeats: the daemon frozen past its session ---------------------------------------
