@@ -3,15 +3,42 @@ pickles, where its password comes from, bad construction."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import pickle
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import cloudpickle
 import pytest
 
-from workgroup.errors import ConfigError, WorkgroupError
-from workgroup.fence import PASSWORD_ENV, PASSWORD_FILE_ENV, Fence, FenceSecurity, make_fence
+from workgroup import fence as fence_module
+from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
+from workgroup.fence import (
+    PASSWORD_ENV,
+    PASSWORD_FILE_ENV,
+    Fence,
+    FenceSecurity,
+    FenceTimeoutError,
+    make_fence,
+)
+from workgroup.kafka.messages import (
+    CommitPartitionResult,
+    CommitTopicResult,
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroups,
+    DescribeGroupsResult,
+    FetchedGroup,
+    FetchedPartition,
+    FetchedTopic,
+    OffsetCommit,
+    OffsetCommitResult,
+    OffsetFetch,
+    OffsetFetchResult,
+)
+from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
 from workgroup.runtime.errors import CheckpointError, LeaseLostError
 from workgroup.security import PLAINTEXT, Security
 
@@ -124,3 +151,148 @@ def test_a_value_that_cannot_be_stored_is_refused_before_sending() -> None:
         made.commit("")
     with pytest.raises(CheckpointError, match="over the limit"):
         made.commit("x" * 5000)
+
+
+# --- rule 2: looking again after ILLEGAL_GENERATION, with scripted answers ----------------
+
+
+class Scripted:
+    """A coordinator connection that answers from the test's script."""
+
+    def __init__(self, *, commits: list[ErrorCode], group: DescribedGroup, slot: int = 4) -> None:
+        self.commits = commits
+        self.group = group
+        self.slot = slot
+        self.sent: list[object] = []
+
+    def request(self, request: object, deadline: float) -> object:
+        self.sent.append(request)
+        if isinstance(request, OffsetCommit):
+            (topic,) = request.topics
+            error = self.commits.pop(0)
+            return OffsetCommitResult(
+                (CommitTopicResult(topic.name, (CommitPartitionResult(0, error),)),)
+            )
+        if isinstance(request, DescribeGroups):
+            return DescribeGroupsResult((self.group,))
+        assert isinstance(request, OffsetFetch)
+        partition = FetchedPartition(0, self.slot, "wg-key:7\nx")
+        topic = FetchedTopic("workgroup-leases.g.0123", (partition,))
+        return OffsetFetchResult((FetchedGroup("g", (topic,)),))
+
+    def close(self) -> None:
+        pass
+
+
+def described(
+    *,
+    state: str = "Stable",
+    member: str = "m-1",
+    assigned: tuple[tuple[str, object], ...] = (("shard", 7),),
+    owned: tuple[tuple[str, object], ...] = (("shard", 7),),
+    generation: int = 5,
+) -> DescribedGroup:
+    codec = BinaryCodec()
+    assignment = codec.encode_assignment(
+        AssignmentData(assigned=assigned, generation=generation)  # type: ignore[arg-type]
+    )
+    metadata = codec.encode_metadata(
+        MemberMetadata(kinds=("shard",), owned=owned, owned_generation=generation - 1)  # type: ignore[arg-type]
+    )
+    return DescribedGroup(
+        ErrorCode.NONE,
+        "g",
+        state,
+        "workgroup",
+        "sticky",
+        (DescribedMember(member, "i-1", "c", "h", metadata, assignment),),
+    )
+
+
+@pytest.fixture
+def scripted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Scripted]]:
+    """Replaces the fence's pooled connection with the script in ``scripted[0]``."""
+    holder: list[Scripted] = []
+
+    @contextlib.contextmanager
+    def connection(_fence: Fence) -> Iterator[Scripted]:
+        yield holder[0]
+
+    monkeypatch.setattr(fence_module, "_connection", connection)
+    fence_module._generations.clear()
+    yield holder
+    fence_module._generations.clear()
+
+
+def test_a_stale_generation_carries_on_when_the_member_still_holds_the_resource(
+    scripted: list[Scripted],
+) -> None:
+    conn = Scripted(commits=[ErrorCode.ILLEGAL_GENERATION, ErrorCode.NONE], group=described())
+    scripted.append(conn)
+    made = fence()
+    made.commit("v")
+    commits = [r for r in conn.sent if isinstance(r, OffsetCommit)]
+    assert [c.generation_id for c in commits] == [3, 5]
+    # Remembered in this process: the next commit goes under 5 at once.
+    conn.commits.append(ErrorCode.NONE)
+    made.commit("w")
+    assert [r.generation_id for r in conn.sent if isinstance(r, OffsetCommit)][-1] == 5
+
+
+@pytest.mark.parametrize(
+    ("group", "slot", "why"),
+    [
+        (described(member="someone-else"), 4, "not in group"),
+        (described(assigned=(("shard", 8),)), 4, "no longer assigned"),
+        # It came back in this generation: the member did not own it when it joined.
+        (described(owned=()), 4, "no longer assigned"),
+        (described(assigned=(("shard", "7"),)), 4, "no longer assigned"),  # "7" is not 7
+        (described(), 5, "slot is at token 5"),
+    ],
+)
+def test_a_stale_generation_ends_the_fence_unless_everything_holds(
+    scripted: list[Scripted], group: DescribedGroup, slot: int, why: str
+) -> None:
+    conn = Scripted(commits=[ErrorCode.ILLEGAL_GENERATION], group=group, slot=slot)
+    scripted.append(conn)
+    with pytest.raises(LeaseLostError, match=why):
+        fence().commit("v")
+    assert len([r for r in conn.sent if isinstance(r, OffsetCommit)]) == 1
+
+
+def test_no_member_details_end_the_fence_as_on_tansu(scripted: list[Scripted]) -> None:
+    group = dataclasses.replace(
+        described(),
+        members=(DescribedMember("m-1", None, "", "", b"", b""),),
+    )
+    scripted.append(Scripted(commits=[ErrorCode.ILLEGAL_GENERATION], group=group))
+    with pytest.raises(LeaseLostError, match="does not describe member assignments"):
+        fence().commit("v")
+
+
+def test_while_the_group_rebalances_the_fence_waits_then_times_out(
+    scripted: list[Scripted],
+) -> None:
+    conn = Scripted(
+        commits=[ErrorCode.ILLEGAL_GENERATION] * 100, group=described(state="CompletingRebalance")
+    )
+    scripted.append(conn)
+    with pytest.raises(FenceTimeoutError, match="rebalancing"):
+        fence().commit("v", timeout_s=0.3)
+    # A described generation no newer than the fence's proves nothing either.
+    conn2 = Scripted(commits=[ErrorCode.ILLEGAL_GENERATION] * 100, group=described(generation=3))
+    scripted[0] = conn2
+    with pytest.raises(FenceTimeoutError):
+        fence().commit("v", timeout_s=0.3)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID, ErrorCode.GROUP_ID_NOT_FOUND],
+)
+def test_a_gone_member_ends_the_fence_at_once(scripted: list[Scripted], error: ErrorCode) -> None:
+    conn = Scripted(commits=[error], group=described())
+    scripted.append(conn)
+    with pytest.raises(LeaseLostError, match=error.name):
+        fence().commit("v")
+    assert not any(isinstance(r, DescribeGroups) for r in conn.sent)
