@@ -33,6 +33,8 @@ from workgroup.kafka.messages import (
     FetchedGroup,
     FetchedPartition,
     FetchedTopic,
+    Heartbeat,
+    HeartbeatResult,
     OffsetCommit,
     OffsetCommitResult,
     OffsetFetch,
@@ -159,8 +161,16 @@ def test_a_value_that_cannot_be_stored_is_refused_before_sending() -> None:
 class Scripted:
     """A coordinator connection that answers from the test's script."""
 
-    def __init__(self, *, commits: list[ErrorCode], group: DescribedGroup, slot: int = 4) -> None:
-        self.commits = commits
+    def __init__(
+        self,
+        *,
+        commits: list[ErrorCode] | None = None,
+        beats: list[ErrorCode] | None = None,
+        group: DescribedGroup,
+        slot: int = 4,
+    ) -> None:
+        self.commits = commits or []
+        self.beats = beats or []
         self.group = group
         self.slot = slot
         self.sent: list[object] = []
@@ -173,6 +183,8 @@ class Scripted:
             return OffsetCommitResult(
                 (CommitTopicResult(topic.name, (CommitPartitionResult(0, error),)),)
             )
+        if isinstance(request, Heartbeat):
+            return HeartbeatResult(self.beats.pop(0))
         if isinstance(request, DescribeGroups):
             return DescribeGroupsResult((self.group,))
         assert isinstance(request, OffsetFetch)
@@ -296,3 +308,21 @@ def test_a_gone_member_ends_the_fence_at_once(scripted: list[Scripted], error: E
     with pytest.raises(LeaseLostError, match=error.name):
         fence().commit("v")
     assert not any(isinstance(r, DescribeGroups) for r in conn.sent)
+
+
+def test_check_writes_nothing_and_looks_again_on_a_rebalance(scripted: list[Scripted]) -> None:
+    conn = Scripted(
+        beats=[ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.NONE], group=described(generation=6)
+    )
+    scripted.append(conn)
+    fence().check()
+    assert not any(isinstance(r, OffsetCommit) for r in conn.sent)
+    beats = [r for r in conn.sent if isinstance(r, Heartbeat)]
+    assert [b.generation_id for b in beats] == [3, 6]
+    assert sum(isinstance(r, OffsetFetch) for r in conn.sent) == 3  # each answer, and the look
+
+
+def test_check_of_a_slot_with_a_newer_token_ends_the_fence(scripted: list[Scripted]) -> None:
+    scripted.append(Scripted(beats=[ErrorCode.NONE], group=described(), slot=9))
+    with pytest.raises(LeaseLostError, match="slot is at token 9"):
+        fence().check()
