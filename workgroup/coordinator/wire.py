@@ -173,7 +173,12 @@ def decode_request(
     :class:`ProtocolError`.
     """
     version = header.api_version
-    if header.api_key == HEARTBEAT and 0 <= version <= _HEARTBEAT_MAX_VERSION:
+    if (
+        header.api_key == HEARTBEAT
+        and 0 <= version <= _HEARTBEAT_MAX_VERSION
+        # A fence's heartbeat must keep its client id (it extends no session).
+        and header.client_id != m.FENCE_CLIENT_ID
+    ):
         heartbeat = _decode_heartbeat_fast(payload, offset, version)
         if heartbeat is not None:
             return heartbeat

@@ -514,6 +514,7 @@ def _decode_heartbeat(version: int, body: Any, client: m.ClientInfo) -> m.Heartb
         member_id=body.member_id,
         group_instance_id=getattr(body, "group_instance_id", None),
         api_version=version,
+        client=client,
     )
 
 
@@ -663,6 +664,7 @@ def _decode_offset_commit(version: int, body: Any, client: m.ClientInfo) -> m.Of
         group_instance_id=getattr(body, "group_instance_id", None),
         retention_time_ms=-1 if retention is None else _ms(retention),
         api_version=version,
+        client=client,
     )
 
 

@@ -26,6 +26,10 @@ from dataclasses import dataclass, field
 
 from workgroup.errors import ErrorCode
 
+#: The client id of :class:`workgroup.fence.Fence` requests.  The embedded
+#: coordinator does not count them as the member's heartbeats (its rules).
+FENCE_CLIENT_ID = "workgroup.fence"
+
 # --- requests ---------------------------------------------------------------
 
 
@@ -75,6 +79,9 @@ class Heartbeat:
     member_id: str
     group_instance_id: str | None = None
     api_version: int = 4
+    #: Who sent it: only a fence's client id matters (it extends no session);
+    #: the fast decoder leaves it empty, so it takes no part in equality.
+    client: ClientInfo = field(default_factory=ClientInfo, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +121,8 @@ class OffsetCommit:
     group_instance_id: str | None = None
     retention_time_ms: int = -1
     api_version: int = 8
+    #: Who sent it (a fence's commit extends no session); not part of equality.
+    client: ClientInfo = field(default_factory=ClientInfo, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
