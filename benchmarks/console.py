@@ -33,6 +33,7 @@ from typing import Any
 
 from workgroup.console.server import ConsoleServer
 from workgroup.directory import Directory
+from workgroup.kafka.adapter import KafkaRequest, to_result
 from workgroup.kafka.messages import (
     CommitPartition,
     CommitTopic,
@@ -42,7 +43,6 @@ from workgroup.kafka.messages import (
     SyncGroupResult,
 )
 from workgroup.member.driver import CoordinatorConnection, GroupMember
-from workgroup.member.wire import KioRequest, to_result
 from workgroup.protocol import Protocol
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
@@ -58,7 +58,7 @@ COMMIT_BATCH = 5_000
 
 async def ask(connection: CoordinatorConnection, record: Any) -> Any:
     """One request record to the coordinator, its result record."""
-    return to_result(record, await connection.send(KioRequest(record), 600))
+    return to_result(record, await connection.send(KafkaRequest(record), 600))
 
 
 def coordinator_cpu_s(pid: int) -> float:

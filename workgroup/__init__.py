@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from workgroup.coordinator.config import CoordinatorConfig
     from workgroup.coordinator.server import CoordinatorServer
     from workgroup.directory import Directory, Owner
+    from workgroup.fence import Fence, FenceTimeoutError
     from workgroup.member.driver import GroupMember
     from workgroup.member.errors import (
         AssignorError,
@@ -58,6 +59,14 @@ if TYPE_CHECKING:
     )
     from workgroup.protocol.catalog import ResourceSpec
     from workgroup.protocol.protocol import Protocol
+    from workgroup.runtime.app import App
+    from workgroup.runtime.errors import (
+        CheckpointError,
+        LeaseLostError,
+        LegacyLayoutError,
+        SlotMismatchError,
+    )
+    from workgroup.runtime.lease import Lease
     from workgroup.types import Key, Resource
 
 __version__ = "0.1.0.dev0"
@@ -66,6 +75,8 @@ __version__ = "0.1.0.dev0"
 _LAZY: dict[str, str] = {
     "App": "workgroup.runtime.app",
     "Lease": "workgroup.runtime.lease",
+    "Fence": "workgroup.fence",
+    "FenceTimeoutError": "workgroup.fence",
     "LeaseLostError": "workgroup.runtime.errors",
     "CheckpointError": "workgroup.runtime.errors",
     "SlotMismatchError": "workgroup.runtime.errors",
@@ -121,6 +132,8 @@ __all__ = [
     "CoordinatorUnavailableError",
     "Directory",
     "ErrorCode",
+    "Fence",
+    "FenceTimeoutError",
     "FencedInstanceError",
     "GroupAuthorizationError",
     "GroupFullError",

@@ -22,6 +22,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import KafkaError
 
 from workgroup.errors import ErrorCode, ProtocolError, WorkgroupError
+from workgroup.kafka.adapter import KafkaRequest, to_result
 from workgroup.kafka.messages import (
     CommitPartition,
     CommitTopic,
@@ -40,7 +41,6 @@ from workgroup.kafka.messages import (
     OffsetFetchResult,
 )
 from workgroup.member.driver import CoordinatorConnection, map_kafka_error, parse_bootstrap
-from workgroup.member.wire import KioRequest, to_result
 from workgroup.protocol.metadata import BinaryCodec
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE
 from workgroup.runtime.slots import (
@@ -175,7 +175,7 @@ async def _ask(
     try:
         async with asyncio.timeout(timeout_s):
             await connection.find(group)
-            return to_result(request, await connection.send(KioRequest(request)))
+            return to_result(request, await connection.send(KafkaRequest(request)))
     except (KafkaError, OSError, TimeoutError) as exc:
         raise map_kafka_error(exc, what) from exc
     finally:
@@ -250,7 +250,7 @@ async def list_groups(
         request = ListGroups()
         try:
             async with asyncio.timeout(timeout_s):
-                response = await connection.send_to_bootstrap(KioRequest(request))
+                response = await connection.send_to_bootstrap(KafkaRequest(request))
                 result = to_result(request, response)
         except (KafkaError, OSError, TimeoutError) as exc:
             raise map_kafka_error(exc, f"listing the groups of {host}:{port}") from exc

@@ -6,21 +6,18 @@ the core) that registers a factory::
     [project.entry-points."workgroup.plugins"]
     spark = "workgroup_spark:attach"
 
-``app.use("spark", **options)`` calls ``attach(app, **options)`` and returns
-what it returns (the Spark plugin returns an object whose ``query`` decorator
-registers workers).  ``workgroup plugins`` lists what is installed.
+``app.use("spark", **options)`` loads the factory (:func:`load`), calls it with
+``(app, **options)`` and returns what it returns (the Spark plugin returns an
+object whose ``query`` decorator registers workers).  ``workgroup plugins`` lists what is installed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workgroup.errors import ConfigError
-
-if TYPE_CHECKING:
-    from workgroup.runtime.app import App
 
 GROUP = "workgroup.plugins"
 
@@ -73,9 +70,4 @@ def load(name: str) -> Any:
         raise ConfigError(f"plugin {name!r} ({ep.value}) cannot be loaded: {exc}") from exc
 
 
-def attach(app: App, name: str, **options: Any) -> Any:
-    """Load plugin ``name`` and attach it to ``app`` with ``options``."""
-    return load(name)(app, **options)
-
-
-__all__ = ["GROUP", "PluginInfo", "attach", "installed", "load"]
+__all__ = ["GROUP", "PluginInfo", "installed", "load"]

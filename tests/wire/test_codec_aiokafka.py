@@ -17,6 +17,7 @@ from aiokafka.protocol.api import ResponseHeader_v0
 from workgroup.coordinator import broker as b
 from workgroup.coordinator import wire
 from workgroup.errors import ErrorCode
+from workgroup.kafka import apis
 from workgroup.kafka import messages as m
 
 CLIENT = m.ClientInfo("aiokafka-test", "10.1.2.3")
@@ -51,7 +52,8 @@ def test_api_versions() -> None:
         r = respond(struct, b.ApiVersionsResult(ErrorCode.NONE, wire.ADVERTISED_VERSIONS))
         assert r.error_code == 0
         assert {k: (lo, hi) for k, lo, hi in r.api_versions} == {
-            s.api_key: (s.min_version, s.max_version) for s in wire.SUPPORTED_APIS.values()
+            a.key: (a.coordinator_versions[0], a.coordinator_versions[-1])
+            for a in apis.APIS.values()
         }
 
 

@@ -55,12 +55,12 @@ with warnings.catch_warnings():
 from workgroup.coordinator import broker as b
 from workgroup.coordinator import wire
 from workgroup.errors import ErrorCode
+from workgroup.kafka import apis
 from workgroup.kafka import messages as m
 
 
 def versions(api_key: int) -> list[int]:
-    api = wire.SUPPORTED_APIS[api_key]
-    return list(range(api.min_version, api.max_version + 1))
+    return list(apis.APIS[api_key].coordinator_versions)
 
 
 def decode(request: Any, version: int) -> wire.Request:
@@ -86,7 +86,7 @@ def respond(response_cls: Any, api_key: int, version: int, result: wire.Result) 
 # --- ApiVersions, Metadata, FindCoordinator -----------------------------------
 
 
-@pytest.mark.parametrize("version", versions(wire.API_VERSIONS))
+@pytest.mark.parametrize("version", versions(apis.API_VERSIONS))
 def test_api_versions(version: int) -> None:
     req = ApiVersionsRequest[version](
         client_software_name="kafka-python", client_software_version="3.0"
@@ -97,16 +97,18 @@ def test_api_versions(version: int) -> None:
         assert decoded.client_software_name == "kafka-python"
     response = respond(
         ApiVersionsResponse,
-        wire.API_VERSIONS,
+        apis.API_VERSIONS,
         version,
         b.ApiVersionsResult(ErrorCode.NONE, wire.ADVERTISED_VERSIONS),
     )
     assert response.error_code == 0
     got = {a.api_key: (a.min_version, a.max_version) for a in response.api_keys}
-    assert got == {s.api_key: (s.min_version, s.max_version) for s in wire.SUPPORTED_APIS.values()}
+    assert got == {
+        a.key: (a.coordinator_versions[0], a.coordinator_versions[-1]) for a in apis.APIS.values()
+    }
 
 
-@pytest.mark.parametrize("version", versions(wire.METADATA))
+@pytest.mark.parametrize("version", versions(apis.METADATA))
 def test_metadata(version: int) -> None:
     topic = MetadataRequest.MetadataRequestTopic
     kwargs: dict[str, Any] = {"topics": [topic(name="orders"), topic(name="audit")]}
@@ -116,7 +118,7 @@ def test_metadata(version: int) -> None:
     assert decoded == b.Metadata(("orders", "audit"), version < 4, api_version=version)
     me = b.BrokerAddress(0, "127.0.0.1", 9092)
     result = b.answer_metadata(decoded, me)
-    response = respond(MetadataResponse, wire.METADATA, version, result)
+    response = respond(MetadataResponse, apis.METADATA, version, result)
     assert [(x.node_id, x.host, x.port) for x in response.brokers] == [(0, "127.0.0.1", 9092)]
     assert [(t.name, t.error_code, list(t.partitions)) for t in response.topics] == [
         ("orders", 3, []),
@@ -128,16 +130,16 @@ def test_metadata(version: int) -> None:
         assert response.cluster_id == b.CLUSTER_ID
 
 
-@pytest.mark.parametrize("version", [v for v in versions(wire.METADATA) if v >= 1])
+@pytest.mark.parametrize("version", [v for v in versions(apis.METADATA) if v >= 1])
 def test_metadata_all_topics_is_empty(version: int) -> None:
     decoded = decode(MetadataRequest[version](topics=None), version)
     assert isinstance(decoded, b.Metadata)
     assert decoded.topics is None
     result = b.answer_metadata(decoded, b.BrokerAddress(0, "h", 1))
-    assert respond(MetadataResponse, wire.METADATA, version, result).topics == []
+    assert respond(MetadataResponse, apis.METADATA, version, result).topics == []
 
 
-@pytest.mark.parametrize("version", versions(wire.FIND_COORDINATOR))
+@pytest.mark.parametrize("version", versions(apis.FIND_COORDINATOR))
 def test_find_coordinator(version: int) -> None:
     if version >= 4:
         req = FindCoordinatorRequest[version](key_type=0, coordinator_keys=["g1", "g2"])
@@ -151,7 +153,7 @@ def test_find_coordinator(version: int) -> None:
     me = b.BrokerAddress(7, "localhost", 1234)
     response = respond(
         FindCoordinatorResponse,
-        wire.FIND_COORDINATOR,
+        apis.FIND_COORDINATOR,
         version,
         b.answer_find_coordinator(decoded, me),
     )
@@ -171,7 +173,7 @@ def test_find_coordinator(version: int) -> None:
         )
 
 
-@pytest.mark.parametrize("version", [v for v in versions(wire.FIND_COORDINATOR) if v >= 1])
+@pytest.mark.parametrize("version", [v for v in versions(apis.FIND_COORDINATOR) if v >= 1])
 def test_find_coordinator_transaction_key_is_not_available(version: int) -> None:
     if version >= 4:
         req = FindCoordinatorRequest[version](key_type=1, coordinator_keys=["txn"])
@@ -180,7 +182,7 @@ def test_find_coordinator_transaction_key_is_not_available(version: int) -> None
     decoded = decode(req, version)
     assert isinstance(decoded, b.FindCoordinator)
     result = b.answer_find_coordinator(decoded, b.BrokerAddress(0, "h", 1))
-    response = respond(FindCoordinatorResponse, wire.FIND_COORDINATOR, version, result)
+    response = respond(FindCoordinatorResponse, apis.FIND_COORDINATOR, version, result)
     entry = response.coordinators[0] if version >= 4 else response
     assert entry.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert "transactions" in entry.error_message
@@ -189,7 +191,7 @@ def test_find_coordinator_transaction_key_is_not_available(version: int) -> None
 # --- group membership -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", versions(wire.JOIN_GROUP))
+@pytest.mark.parametrize("version", versions(apis.JOIN_GROUP))
 def test_join_group(version: int) -> None:
     proto = JoinGroupRequest.JoinGroupRequestProtocol
     kwargs: dict[str, Any] = {
@@ -231,7 +233,7 @@ def test_join_group(version: int) -> None:
         ),
         skip_assignment=False,
     )
-    r = respond(JoinGroupResponse, wire.JOIN_GROUP, version, result)
+    r = respond(JoinGroupResponse, apis.JOIN_GROUP, version, result)
     assert (r.error_code, r.generation_id, r.protocol_name, r.leader, r.member_id) == (
         0,
         3,
@@ -246,15 +248,15 @@ def test_join_group(version: int) -> None:
         assert r.protocol_type == "consumer"
 
 
-@pytest.mark.parametrize("version", versions(wire.JOIN_GROUP))
+@pytest.mark.parametrize("version", versions(apis.JOIN_GROUP))
 def test_join_group_error_without_protocol(version: int) -> None:
     result = m.JoinGroupResult(ErrorCode.MEMBER_ID_REQUIRED, member_id="new-id")
-    r = respond(JoinGroupResponse, wire.JOIN_GROUP, version, result)
+    r = respond(JoinGroupResponse, apis.JOIN_GROUP, version, result)
     assert (r.error_code, r.member_id, r.generation_id, r.members) == (79, "new-id", -1, [])
     assert r.protocol_name == ("" if version < 7 else None)
 
 
-@pytest.mark.parametrize("version", versions(wire.SYNC_GROUP))
+@pytest.mark.parametrize("version", versions(apis.SYNC_GROUP))
 def test_sync_group(version: int) -> None:
     assignment = SyncGroupRequest.SyncGroupRequestAssignment
     kwargs: dict[str, Any] = {
@@ -283,13 +285,13 @@ def test_sync_group(version: int) -> None:
         api_version=version,
     )
     result = m.SyncGroupResult(ErrorCode.NONE, b"my-assignment", "consumer", "range")
-    r = respond(SyncGroupResponse, wire.SYNC_GROUP, version, result)
+    r = respond(SyncGroupResponse, apis.SYNC_GROUP, version, result)
     assert (r.error_code, r.assignment) == (0, b"my-assignment")
     if version >= 5:
         assert (r.protocol_type, r.protocol_name) == ("consumer", "range")
 
 
-@pytest.mark.parametrize("version", versions(wire.HEARTBEAT))
+@pytest.mark.parametrize("version", versions(apis.HEARTBEAT))
 def test_heartbeat(version: int) -> None:
     kwargs: dict[str, Any] = {"group_id": "g", "generation_id": 9, "member_id": "m"}
     if version >= 3:
@@ -297,21 +299,21 @@ def test_heartbeat(version: int) -> None:
     decoded = decode(HeartbeatRequest[version](**kwargs), version)
     assert decoded == m.Heartbeat("g", 9, "m", "i" if version >= 3 else None, api_version=version)
     for code in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.FENCED_INSTANCE_ID):
-        r = respond(HeartbeatResponse, wire.HEARTBEAT, version, m.HeartbeatResult(code))
+        r = respond(HeartbeatResponse, apis.HEARTBEAT, version, m.HeartbeatResult(code))
         assert r.error_code == code
 
 
-@pytest.mark.parametrize("version", versions(wire.SASL_HANDSHAKE))
+@pytest.mark.parametrize("version", versions(apis.SASL_HANDSHAKE))
 def test_sasl_handshake(version: int) -> None:
     decoded = decode(SaslHandshakeRequest[version](mechanism="SCRAM-SHA-512"), version)
     assert decoded == b.SaslHandshake("SCRAM-SHA-512", api_version=version)
     result = b.SaslHandshakeResult(ErrorCode.UNSUPPORTED_SASL_MECHANISM, ("PLAIN", "SCRAM-SHA-256"))
-    r = respond(SaslHandshakeResponse, wire.SASL_HANDSHAKE, version, result)
+    r = respond(SaslHandshakeResponse, apis.SASL_HANDSHAKE, version, result)
     assert r.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
     assert list(r.mechanisms) == ["PLAIN", "SCRAM-SHA-256"]
 
 
-@pytest.mark.parametrize("version", versions(wire.SASL_AUTHENTICATE))
+@pytest.mark.parametrize("version", versions(apis.SASL_AUTHENTICATE))
 def test_sasl_authenticate(version: int) -> None:
     token = b"n,,n=alice,r=abc\x00\xff"
     decoded = decode(SaslAuthenticateRequest[version](auth_bytes=token), version)
@@ -320,7 +322,7 @@ def test_sasl_authenticate(version: int) -> None:
         b.SaslAuthenticateResult(ErrorCode.NONE, None, b"r=abcdef,s=c2FsdA==,i=4096"),
         b.SaslAuthenticateResult(ErrorCode.SASL_AUTHENTICATION_FAILED, "failed", b""),
     ):
-        r = respond(SaslAuthenticateResponse, wire.SASL_AUTHENTICATE, version, result)
+        r = respond(SaslAuthenticateResponse, apis.SASL_AUTHENTICATE, version, result)
         assert r.error_code == result.error
         assert r.error_message == result.error_message
         assert bytes(r.auth_bytes) == result.auth_bytes
@@ -328,7 +330,7 @@ def test_sasl_authenticate(version: int) -> None:
             assert r.session_lifetime_ms == 0
 
 
-@pytest.mark.parametrize("version", versions(wire.LEAVE_GROUP))
+@pytest.mark.parametrize("version", versions(apis.LEAVE_GROUP))
 def test_leave_group(version: int) -> None:
     if version < 3:
         req = LeaveGroupRequest[version](group_id="g", member_id="m-1")
@@ -355,7 +357,7 @@ def test_leave_group(version: int) -> None:
             m.LeftMember("m-2", "i-2", ErrorCode.NONE),
         ),
     )
-    r = respond(LeaveGroupResponse, wire.LEAVE_GROUP, version, result)
+    r = respond(LeaveGroupResponse, apis.LEAVE_GROUP, version, result)
     if version < 3:
         # One member leaves; its error is the response's.
         assert r.error_code == ErrorCode.UNKNOWN_MEMBER_ID
@@ -370,7 +372,7 @@ def test_leave_group(version: int) -> None:
 # --- offsets ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", versions(wire.OFFSET_COMMIT))
+@pytest.mark.parametrize("version", versions(apis.OFFSET_COMMIT))
 def test_offset_commit(version: int) -> None:
     topic = OffsetCommitRequest.OffsetCommitRequestTopic
     partition = topic.OffsetCommitRequestPartition
@@ -425,7 +427,7 @@ def test_offset_commit(version: int) -> None:
             ),
         )
     )
-    r = respond(OffsetCommitResponse, wire.OFFSET_COMMIT, version, result)
+    r = respond(OffsetCommitResponse, apis.OFFSET_COMMIT, version, result)
     assert [
         (t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics
     ] == [("t1", [(0, 0), (1, 22)])]
@@ -447,7 +449,7 @@ def _fetch_result(error: ErrorCode = ErrorCode.NONE, group: str = "g") -> m.Fetc
     )
 
 
-@pytest.mark.parametrize("version", versions(wire.OFFSET_FETCH))
+@pytest.mark.parametrize("version", versions(apis.OFFSET_FETCH))
 def test_offset_fetch(version: int) -> None:
     if version >= 8:
         group = OffsetFetchRequest.OffsetFetchRequestGroup
@@ -479,7 +481,7 @@ def test_offset_fetch(version: int) -> None:
     )
 
     groups = (_fetch_result(), _fetch_result(group="h")) if version >= 8 else (_fetch_result(),)
-    r = respond(OffsetFetchResponse, wire.OFFSET_FETCH, version, m.OffsetFetchResult(groups))
+    r = respond(OffsetFetchResponse, apis.OFFSET_FETCH, version, m.OffsetFetchResult(groups))
     response_groups = r.groups if version >= 8 else [r]
     for g in response_groups:
         (t,) = g.topics
@@ -494,10 +496,10 @@ def test_offset_fetch(version: int) -> None:
             assert g.error_code == 0
 
 
-@pytest.mark.parametrize("version", versions(wire.OFFSET_FETCH))
+@pytest.mark.parametrize("version", versions(apis.OFFSET_FETCH))
 def test_offset_fetch_group_error(version: int) -> None:
     result = m.OffsetFetchResult((_fetch_result(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),))
-    r = respond(OffsetFetchResponse, wire.OFFSET_FETCH, version, result)
+    r = respond(OffsetFetchResponse, apis.OFFSET_FETCH, version, result)
     group = r.groups[0] if version >= 8 else r
     if version >= 2:
         assert group.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
@@ -505,7 +507,7 @@ def test_offset_fetch_group_error(version: int) -> None:
         assert {p.error_code for p in group.topics[0].partitions} == {14}
 
 
-@pytest.mark.parametrize("version", [v for v in versions(wire.OFFSET_FETCH) if v >= 2])
+@pytest.mark.parametrize("version", [v for v in versions(apis.OFFSET_FETCH) if v >= 2])
 def test_offset_fetch_all_topics(version: int) -> None:
     if version >= 8:
         group = OffsetFetchRequest.OffsetFetchRequestGroup
@@ -520,7 +522,7 @@ def test_offset_fetch_all_topics(version: int) -> None:
 # --- group administration --------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", versions(wire.DESCRIBE_GROUPS))
+@pytest.mark.parametrize("version", versions(apis.DESCRIBE_GROUPS))
 def test_describe_groups(version: int) -> None:
     kwargs: dict[str, Any] = {"groups": ["g", "missing"]}
     if version >= 3:
@@ -540,7 +542,7 @@ def test_describe_groups(version: int) -> None:
             m.DescribedGroup(ErrorCode.NONE, "missing", "Dead"),
         )
     )
-    r = respond(DescribeGroupsResponse, wire.DESCRIBE_GROUPS, version, result)
+    r = respond(DescribeGroupsResponse, apis.DESCRIBE_GROUPS, version, result)
     g, missing = r.groups
     assert (g.error_code, g.group_id, g.group_state, g.protocol_type, g.protocol_data) == (
         0,
@@ -562,7 +564,7 @@ def test_describe_groups(version: int) -> None:
     assert (missing.group_id, missing.group_state, missing.members) == ("missing", "Dead", [])
 
 
-@pytest.mark.parametrize("version", versions(wire.LIST_GROUPS))
+@pytest.mark.parametrize("version", versions(apis.LIST_GROUPS))
 def test_list_groups(version: int) -> None:
     kwargs: dict[str, Any] = {}
     if version >= 4:
@@ -579,7 +581,7 @@ def test_list_groups(version: int) -> None:
         ErrorCode.NONE,
         (m.ListedGroup("g", "consumer", "Stable"), m.ListedGroup("h", "workgroup", "Empty")),
     )
-    r = respond(ListGroupsResponse, wire.LIST_GROUPS, version, result)
+    r = respond(ListGroupsResponse, apis.LIST_GROUPS, version, result)
     assert r.error_code == 0
     assert [(g.group_id, g.protocol_type) for g in r.groups] == [
         ("g", "consumer"),
@@ -591,14 +593,14 @@ def test_list_groups(version: int) -> None:
         assert [g.group_type for g in r.groups] == ["classic", "classic"]
 
 
-@pytest.mark.parametrize("version", versions(wire.DELETE_GROUPS))
+@pytest.mark.parametrize("version", versions(apis.DELETE_GROUPS))
 def test_delete_groups(version: int) -> None:
     decoded = decode(DeleteGroupsRequest[version](groups_names=["g", "h"]), version)
     assert decoded == m.DeleteGroups(("g", "h"), api_version=version)
     result = m.DeleteGroupsResult(
         (m.DeletedGroup("g", ErrorCode.NONE), m.DeletedGroup("h", ErrorCode.NON_EMPTY_GROUP))
     )
-    r = respond(DeleteGroupsResponse, wire.DELETE_GROUPS, version, result)
+    r = respond(DeleteGroupsResponse, apis.DELETE_GROUPS, version, result)
     assert [(x.group_id, x.error_code) for x in r.results] == [("g", 0), ("h", 68)]
 
 
@@ -607,22 +609,22 @@ def test_delete_groups(version: int) -> None:
 
 def test_every_supported_version_has_a_test() -> None:
     tested: dict[int, Callable[..., None]] = {
-        wire.API_VERSIONS: test_api_versions,
-        wire.METADATA: test_metadata,
-        wire.FIND_COORDINATOR: test_find_coordinator,
-        wire.JOIN_GROUP: test_join_group,
-        wire.SYNC_GROUP: test_sync_group,
-        wire.HEARTBEAT: test_heartbeat,
-        wire.LEAVE_GROUP: test_leave_group,
-        wire.OFFSET_COMMIT: test_offset_commit,
-        wire.OFFSET_FETCH: test_offset_fetch,
-        wire.DESCRIBE_GROUPS: test_describe_groups,
-        wire.LIST_GROUPS: test_list_groups,
-        wire.DELETE_GROUPS: test_delete_groups,
-        wire.SASL_HANDSHAKE: test_sasl_handshake,
-        wire.SASL_AUTHENTICATE: test_sasl_authenticate,
+        apis.API_VERSIONS: test_api_versions,
+        apis.METADATA: test_metadata,
+        apis.FIND_COORDINATOR: test_find_coordinator,
+        apis.JOIN_GROUP: test_join_group,
+        apis.SYNC_GROUP: test_sync_group,
+        apis.HEARTBEAT: test_heartbeat,
+        apis.LEAVE_GROUP: test_leave_group,
+        apis.OFFSET_COMMIT: test_offset_commit,
+        apis.OFFSET_FETCH: test_offset_fetch,
+        apis.DESCRIBE_GROUPS: test_describe_groups,
+        apis.LIST_GROUPS: test_list_groups,
+        apis.DELETE_GROUPS: test_delete_groups,
+        apis.SASL_HANDSHAKE: test_sasl_handshake,
+        apis.SASL_AUTHENTICATE: test_sasl_authenticate,
     }
-    assert set(tested) == set(wire.SUPPORTED_APIS)
+    assert set(tested) == set(apis.APIS)
 
 
 @pytest.mark.parametrize("version", [4])
@@ -638,7 +640,7 @@ def test_unsupported_api_versions_version_gets_v0_answer(version: int) -> None:
     r = ApiVersionsResponse[0].decode(answer[4:], header=True)
     assert r.header.correlation_id == 8
     assert r.error_code == ErrorCode.UNSUPPORTED_VERSION
-    assert {a.api_key for a in r.api_keys} == set(wire.SUPPORTED_APIS)
+    assert {a.api_key for a in r.api_keys} == set(apis.APIS)
 
 
 @pytest.mark.parametrize(
@@ -678,7 +680,7 @@ def test_metadata_empty_topics_reports_existing_topics_without_partitions(versio
     assert isinstance(decoded, b.Metadata)
     me = b.BrokerAddress(0, "h", 1)
     result = b.answer_metadata(decoded, me, empty_topics=True)
-    response = respond(MetadataResponse, wire.METADATA, version, result)
+    response = respond(MetadataResponse, apis.METADATA, version, result)
     assert [(t.name, t.error_code, list(t.partitions)) for t in response.topics] == [
         ("orders", 0, [])
     ]

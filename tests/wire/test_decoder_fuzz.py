@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from workgroup.coordinator import wire
 from workgroup.errors import ProtocolError
+from workgroup.kafka import apis
 
 from .raw_client import (
     HeartbeatRequest,
@@ -90,12 +91,12 @@ def test_random_bytes(payload: bytes) -> None:
 
 @settings(max_examples=500, deadline=None)
 @given(
-    api_key=st.sampled_from([*sorted(wire.SUPPORTED_APIS), 0, 1, 17, 32767, -1]),
+    api_key=st.sampled_from([*sorted(apis.APIS), 0, 1, 17, 32767, -1]),
     version=st.integers(-2, 20),
     body=st.binary(max_size=256),
 )
 def test_known_headers_with_random_bodies(api_key: int, version: int, body: bytes) -> None:
-    api = wire.SUPPORTED_APIS.get(api_key)
+    api = apis.APIS.get(api_key)
     flexible = api is not None and api.flexible(version)
     header = struct.pack(">hhih", api_key, version, 7, 2) + b"id" + (b"\x00" if flexible else b"")
     decode_all(header + body)

@@ -43,10 +43,4 @@ def main() -> None:
 
 
 for _name in _SUBCOMMANDS:
-    try:
-        _module = importlib.import_module(f"workgroup.cli.{_name}")
-    except ModuleNotFoundError as _exc:  # a subcommand not written yet
-        if _exc.name != f"workgroup.cli.{_name}":
-            raise
-        continue
-    main.add_command(_module.command)
+    main.add_command(importlib.import_module(f"workgroup.cli.{_name}").command)

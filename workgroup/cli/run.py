@@ -36,7 +36,8 @@ import click
 from workgroup.cli.options import configure_logging, log_options
 from workgroup.member.driver import parse_bootstrap
 from workgroup.runtime.config import SETTINGS, Setting, resolve
-from workgroup.runtime.daemon import load_app, run_app
+from workgroup.runtime.daemon import run_app
+from workgroup.runtime.loader import load_app
 
 F = TypeVar("F", bound=Callable[..., Any])
 

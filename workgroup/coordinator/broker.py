@@ -26,128 +26,34 @@ Rules (as Apache Kafka's broker, minus everything about topics):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from workgroup.errors import ErrorCode
+
+# The records live in ``workgroup.kafka.messages`` (one codec speaks them on both
+# sides); this module re-exports them beside the answers it gives.
+from workgroup.kafka.messages import (
+    ApiVersionRange,
+    ApiVersions,
+    ApiVersionsResult,
+    BrokerAddress,
+    BrokerRequest,
+    BrokerResult,
+    CoordinatorAnswer,
+    FindCoordinator,
+    FindCoordinatorResult,
+    Metadata,
+    MetadataResult,
+    MetadataTopic,
+    SaslAuthenticate,
+    SaslAuthenticateResult,
+    SaslHandshake,
+    SaslHandshakeResult,
+)
 
 #: Key types of FindCoordinator (KIP-98 added transactions; KIP-932 share groups).
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 
 CLUSTER_ID = "workgroup-embedded"
-
-# --- requests ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ApiVersions:
-    client_software_name: str = ""
-    client_software_version: str = ""
-    api_version: int = 3
-
-
-@dataclass(frozen=True, slots=True)
-class Metadata:
-    topics: tuple[str, ...] | None  # None: all topics
-    allow_auto_topic_creation: bool = False
-    api_version: int = 12
-
-
-@dataclass(frozen=True, slots=True)
-class FindCoordinator:
-    key_type: int
-    keys: tuple[str, ...]  # one key before v4
-    api_version: int = 4
-
-
-@dataclass(frozen=True, slots=True)
-class SaslHandshake:
-    mechanism: str
-    api_version: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class SaslAuthenticate:
-    auth_bytes: bytes = field(repr=False)  # secrets: never in a log line
-    api_version: int = 2
-
-
-BrokerRequest = ApiVersions | Metadata | FindCoordinator | SaslHandshake | SaslAuthenticate
-
-# --- results ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ApiVersionRange:
-    api_key: int
-    min_version: int
-    max_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class ApiVersionsResult:
-    error: ErrorCode
-    api_keys: tuple[ApiVersionRange, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerAddress:
-    node_id: int
-    host: str
-    port: int
-
-
-@dataclass(frozen=True, slots=True)
-class MetadataTopic:
-    name: str
-    error: ErrorCode
-
-
-@dataclass(frozen=True, slots=True)
-class MetadataResult:
-    brokers: tuple[BrokerAddress, ...]
-    controller_id: int
-    cluster_id: str
-    topics: tuple[MetadataTopic, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CoordinatorAnswer:
-    key: str
-    error: ErrorCode
-    node_id: int = -1
-    host: str = ""
-    port: int = -1
-    error_message: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FindCoordinatorResult:
-    coordinators: tuple[CoordinatorAnswer, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SaslHandshakeResult:
-    error: ErrorCode
-    mechanisms: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class SaslAuthenticateResult:
-    error: ErrorCode
-    error_message: str | None = None
-    auth_bytes: bytes = field(default=b"", repr=False)
-    session_lifetime_ms: int = 0  # no re-authentication required (KIP-368)
-
-
-BrokerResult = (
-    ApiVersionsResult
-    | MetadataResult
-    | FindCoordinatorResult
-    | SaslHandshakeResult
-    | SaslAuthenticateResult
-)
-
 
 # --- answers ----------------------------------------------------------------
 
@@ -184,3 +90,28 @@ def answer_find_coordinator(request: FindCoordinator, me: BrokerAddress) -> Find
                 )
             )
     return FindCoordinatorResult(tuple(answers))
+
+
+__all__ = [
+    "CLUSTER_ID",
+    "KEY_TYPE_GROUP",
+    "KEY_TYPE_TRANSACTION",
+    "ApiVersionRange",
+    "ApiVersions",
+    "ApiVersionsResult",
+    "BrokerAddress",
+    "BrokerRequest",
+    "BrokerResult",
+    "CoordinatorAnswer",
+    "FindCoordinator",
+    "FindCoordinatorResult",
+    "Metadata",
+    "MetadataResult",
+    "MetadataTopic",
+    "SaslAuthenticate",
+    "SaslAuthenticateResult",
+    "SaslHandshake",
+    "SaslHandshakeResult",
+    "answer_find_coordinator",
+    "answer_metadata",
+]

@@ -144,6 +144,7 @@ from workgroup.coordinator.offsets import OffsetStore, metadata_length, validate
 from workgroup.coordinator.timers import Timers
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import (
+    FENCE_CLIENT_ID,
     CommitPartitionResult,
     CommitTopicResult,
     DeletedGroup,
@@ -588,7 +589,7 @@ class GroupCoordinator:
         )
         if group.is_in(GroupState.PREPARING_REBALANCE) and group.previous_state is GroupState.EMPTY:
             group.new_member_added = True
-        group.add(member, token, request.api_version)
+        group.add(member, token)
         # A parked new member cannot heartbeat; bound how long it may stay parked.
         self._timers.schedule(
             (TimerKind.SESSION, group.group_id, member_id), self._now + NEW_MEMBER_JOIN_TIMEOUT_MS
@@ -610,7 +611,6 @@ class GroupCoordinator:
             request.rebalance_timeout_ms,
             request.session_timeout_ms,
             token,
-            request.api_version,
         )
         self._maybe_prepare_rebalance_or_complete_join(group, "member.rejoined")
 
@@ -651,7 +651,6 @@ class GroupCoordinator:
             request.rebalance_timeout_ms,
             request.session_timeout_ms,
             token,
-            request.api_version,
         )
         if group.is_in(GroupState.STABLE):
             if (group.protocol_name or "") == group.select_protocol():
@@ -960,10 +959,11 @@ class GroupCoordinator:
         if state is GroupState.EMPTY:
             return ErrorCode.UNKNOWN_MEMBER_ID
         member = group.members[request.member_id]
-        self._timers.schedule(
-            (TimerKind.SESSION, group.group_id, member.member_id),
-            self._now + member.session_timeout_ms,
-        )
+        if request.client.client_id != FENCE_CLIENT_ID:
+            self._timers.schedule(
+                (TimerKind.SESSION, group.group_id, member.member_id),
+                self._now + member.session_timeout_ms,
+            )
         if state is GroupState.PREPARING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
@@ -1075,7 +1075,8 @@ class GroupCoordinator:
             group = Group(request.group_id)
             self._groups[request.group_id] = group
             self._arm_cleanup(group)
-        if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+        fence = request.client.client_id == FENCE_CLIENT_ID
+        if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE) and not fence:
             member = group.members.get(request.member_id)
             if member is not None:
                 self._reschedule_session(group, member)
@@ -1315,7 +1316,6 @@ class GroupCoordinator:
                     assignment=sm.assignment,
                 ),
                 None,
-                0,
             )
         if stored.leader is not None and stored.leader in group.members:
             group.leader_id = stored.leader

@@ -101,7 +101,6 @@ class Member:
     assignment: bytes = b""
     #: Parked JoinGroup (reply token) while the member awaits the join phase's end.
     join_token: ReplyToken | None = None
-    join_api_version: int = 0
     #: Parked SyncGroup while the member awaits the leader's assignment.
     sync_token: ReplyToken | None = None
     #: Joined during the current join phase; its session is not yet established.
@@ -221,7 +220,7 @@ class Group:
     def static_member_id(self, group_instance_id: str) -> str | None:
         return self.static_members.get(group_instance_id)
 
-    def add(self, member: Member, join_token: ReplyToken | None, api_version: int) -> None:
+    def add(self, member: Member, join_token: ReplyToken | None) -> None:
         if member.group_instance_id is not None:
             if member.group_instance_id in self.static_members:
                 raise ValueError(f"instance {member.group_instance_id!r} is already a member")
@@ -233,7 +232,6 @@ class Group:
         self.members[member.member_id] = member
         self.supported_protocols.update(member.protocol_names)
         member.join_token = join_token
-        member.join_api_version = api_version
         if join_token is not None:
             self.num_awaiting_join += 1
         self.pending_members.discard(member.member_id)
@@ -260,7 +258,6 @@ class Group:
         rebalance_timeout_ms: int,
         session_timeout_ms: int,
         join_token: ReplyToken | None,
-        api_version: int,
     ) -> None:
         """Apply a JoinGroup's settings to an existing member (parks ``join_token``)."""
         self._forget_protocols(member.protocol_names)
@@ -274,7 +271,6 @@ class Group:
         elif join_token is None and member.awaiting_join:
             self.num_awaiting_join -= 1
         member.join_token = join_token
-        member.join_api_version = api_version
 
     def _forget_protocols(self, names: frozenset[str]) -> None:
         counts = self.supported_protocols

@@ -70,6 +70,7 @@ from workgroup.coordinator.sasl import Authenticator, SaslSettings
 from workgroup.coordinator.store import Store
 from workgroup.coordinator.tls import TlsSettings
 from workgroup.errors import ErrorCode, ProtocolError, StoreError, UnsupportedVersionError
+from workgroup.kafka import apis
 from workgroup.kafka.messages import GroupRequest, GroupResult
 from workgroup.log import get_logger
 
@@ -84,7 +85,7 @@ SHUTDOWN_DRAIN_S = 1.0
 
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 #: What a connection may send before SASL authenticated it.
-_BEFORE_AUTHENTICATION = frozenset({wire.API_VERSIONS, wire.SASL_HANDSHAKE, wire.SASL_AUTHENTICATE})
+_BEFORE_AUTHENTICATION = frozenset({apis.API_VERSIONS, apis.SASL_HANDSHAKE, apis.SASL_AUTHENTICATE})
 
 
 class CoordinatorCore(Protocol):

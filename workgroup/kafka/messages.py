@@ -1,12 +1,16 @@
-"""Version-independent records of the Kafka group protocol's requests and results.
+"""Version-independent records of the Kafka requests and results workgroup speaks.
 
-Both sides speak them: the coordinator's wire layer
-(``workgroup.coordinator.wire``) decodes any supported version of a request into
-one of these records and encodes a result back into the version the client asked
-for, and its sans-I/O core (``workgroup.coordinator.coordinator``) only sees
-records; the member's state machine emits request records and reads result
-records, which its wire layer (``workgroup.member.wire``) turns into kio
-structures.  Neither side owns this module, so neither depends on the other.
+Both sides speak them through one codec (``workgroup.kafka.apis``): the
+embedded coordinator decodes any supported version of a request into one of
+these records and encodes a result back into the version the client asked for,
+and its sans-I/O core (``workgroup.coordinator.coordinator``) only sees records;
+the member's state machine emits request records and reads result records,
+which the aiokafka adapter (``workgroup.kafka.adapter``) sends and decodes.
+Neither side owns this module, so neither depends on the other.
+
+The group protocol's records come first, then the broker-level ones (ApiVersions,
+Metadata, FindCoordinator, SASL) that the coordinator answers by itself
+(``workgroup.coordinator.broker``).
 
 Fields a version does not carry take the value Kafka's own broker assumes for
 that version (e.g. ``rebalance_timeout_ms`` = ``session_timeout_ms`` for
@@ -21,6 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from workgroup.errors import ErrorCode
+
+#: The client id of :class:`workgroup.fence.Fence` requests.  The embedded
+#: coordinator does not count them as the member's heartbeats (its rules).
+FENCE_CLIENT_ID = "workgroup.fence"
 
 # --- requests ---------------------------------------------------------------
 
@@ -71,6 +79,9 @@ class Heartbeat:
     member_id: str
     group_instance_id: str | None = None
     api_version: int = 4
+    #: Who sent it: only a fence's client id matters (it extends no session);
+    #: the fast decoder leaves it empty, so it takes no part in equality.
+    client: ClientInfo = field(default_factory=ClientInfo, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +121,8 @@ class OffsetCommit:
     group_instance_id: str | None = None
     retention_time_ms: int = -1
     api_version: int = 8
+    #: Who sent it (a fence's commit extends no session); not part of equality.
+    client: ClientInfo = field(default_factory=ClientInfo, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,3 +327,119 @@ GroupResult = (
     | ListGroupsResult
     | DeleteGroupsResult
 )
+
+# --- broker-level requests --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ApiVersions:
+    client_software_name: str = ""
+    client_software_version: str = ""
+    api_version: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    topics: tuple[str, ...] | None  # None: all topics
+    allow_auto_topic_creation: bool = False
+    api_version: int = 12
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinator:
+    key_type: int
+    keys: tuple[str, ...]  # one key before v4
+    api_version: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SaslHandshake:
+    mechanism: str
+    api_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SaslAuthenticate:
+    auth_bytes: bytes = field(repr=False)  # secrets: never in a log line
+    api_version: int = 2
+
+
+BrokerRequest = ApiVersions | Metadata | FindCoordinator | SaslHandshake | SaslAuthenticate
+
+# --- broker-level results ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ApiVersionRange:
+    api_key: int
+    min_version: int
+    max_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApiVersionsResult:
+    error: ErrorCode
+    api_keys: tuple[ApiVersionRange, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataTopic:
+    name: str
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResult:
+    brokers: tuple[BrokerAddress, ...]
+    controller_id: int
+    cluster_id: str
+    topics: tuple[MetadataTopic, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorAnswer:
+    key: str
+    error: ErrorCode
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinatorResult:
+    coordinators: tuple[CoordinatorAnswer, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SaslHandshakeResult:
+    error: ErrorCode
+    mechanisms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SaslAuthenticateResult:
+    error: ErrorCode
+    error_message: str | None = None
+    auth_bytes: bytes = field(default=b"", repr=False)
+    session_lifetime_ms: int = 0  # no re-authentication required (KIP-368)
+
+
+BrokerResult = (
+    ApiVersionsResult
+    | MetadataResult
+    | FindCoordinatorResult
+    | SaslHandshakeResult
+    | SaslAuthenticateResult
+)
+
+#: Every request and result record the codec speaks.
+Request = GroupRequest | BrokerRequest
+Result = GroupResult | BrokerResult

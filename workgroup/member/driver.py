@@ -53,8 +53,10 @@ from workgroup.errors import (
     UnsupportedVersionError,
     WorkgroupError,
 )
+from workgroup.kafka.adapter import KafkaRequest, to_result
 from workgroup.kafka.messages import (
     CommitTopic,
+    DescribeGroups,
     FetchedGroup,
     FetchTopic,
     GroupResult,
@@ -80,15 +82,10 @@ from workgroup.member.errors import (
     CoordinatorUnavailableError,
     InconsistentProtocolError,
     MemberClosedError,
+    describe_group_summary,
 )
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
-from workgroup.member.wire import (
-    DescribeGroupRequest,
-    KioRequest,
-    describe_group_summary,
-    to_result,
-)
 from workgroup.protocol.catalog import Catalog
 from workgroup.protocol.protocol import Protocol
 from workgroup.security import PLAINTEXT, Security
@@ -475,6 +472,12 @@ class GroupMember:
                 f"got {on_callback_error!r}"
             )
         self._client_id = client_id or f"workgroup-{self.config.instance_id or next(_ids)}"
+        #: Where and how this member connects (``lease.fence()`` copies them).
+        self.bootstrap = tuple(
+            f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            for host, port in parse_bootstrap(bootstrap)
+        )
+        self.security = security
         self._connection = CoordinatorConnection(
             bootstrap,
             client_id=self._client_id,
@@ -765,7 +768,7 @@ class GroupMember:
             # It may wait behind a JoinGroup the coordinator holds on the same
             # connection: its timeout says nothing about the connection.
             response = await self._connection.send(
-                KioRequest(request), self._lookup_timeout_s, give_up_on_timeout=False
+                KafkaRequest(request), self._lookup_timeout_s, give_up_on_timeout=False
             )
             return to_result(request, response)
         except asyncio.CancelledError:
@@ -919,7 +922,7 @@ class GroupMember:
         machine = self._machine
         assert machine is not None
         what = type(action.request).__name__
-        request = KioRequest(action.request)
+        request = KafkaRequest(action.request)
         try:
             timeout_s = action.timeout_ms / 1000
             if action.beside_held:
@@ -943,8 +946,9 @@ class GroupMember:
         """Add what the group speaks to the error (one DescribeGroups), then report it."""
         try:
             async with asyncio.timeout(DESCRIBE_TIMEOUT_S):
-                response = await self._connection.send(DescribeGroupRequest(self.config.group_id))
-            summary = describe_group_summary(response, self.config.group_id)
+                request = DescribeGroups((self.config.group_id,))
+                response = await self._connection.send(KafkaRequest(request))
+            summary = describe_group_summary(to_result(request, response), self.config.group_id)
             if summary:
                 error.args = (f"{error}; {summary}",)
         except Exception as exc:  # the error stands as it is

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError, codes_where
+from workgroup.kafka.messages import DescribeGroupsResult
 
 
 class MemberFatalError(CoordinatorError):
@@ -105,3 +106,23 @@ def fatal_error(
     else:
         hint = _FATAL_HINTS.get(code, "the coordinator rejected the request")
     return cls(code, f"{context}: {code.name} ({int(code)}): {hint}")
+
+
+def describe_group_summary(described: DescribeGroupsResult, group_id: str) -> str | None:
+    """What a DescribeGroups answer says about the group's protocol, as a clause
+    for an :class:`InconsistentProtocolError`'s message; ``None`` if it says nothing
+    useful (an error, an empty group, or no protocol name, as Tansu answers)."""
+    for group in described.groups:
+        if (
+            group.group_id != group_id
+            or group.error is not ErrorCode.NONE
+            or not group.protocol_type
+            or not group.protocol_data
+        ):
+            continue
+        count = len(group.members)
+        return (
+            f"the group uses protocol type {group.protocol_type!r} with protocol "
+            f"{group.protocol_data!r} and has {count} member{'' if count == 1 else 's'}"
+        )
+    return None

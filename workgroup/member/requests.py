@@ -9,7 +9,6 @@ Sans-I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -61,10 +60,6 @@ class InFlight:
     def rebalancing(self) -> bool:
         """A JoinGroup or SyncGroup is in flight."""
         return any(p.held for p in self._by_id.values())
-
-    def held_since(self) -> Iterator[int]:
-        """When each JoinGroup or SyncGroup in flight was sent."""
-        return (p.sent_at for p in self._by_id.values() if p.held)
 
 
 __all__ = ["REBALANCE_KINDS", "InFlight", "Pending", "RequestKind"]

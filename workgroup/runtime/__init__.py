@@ -1,8 +1,35 @@
 """The worker runtime: ``App`` with ``@app.resources``, ``@app.worker`` and
-``@app.leader``, leases with fencing tokens and checkpoints, and the daemon."""
+``@app.leader``, leases with fencing tokens and checkpoints, and the daemon.
 
-from workgroup.runtime.app import App
-from workgroup.runtime.errors import CheckpointError, LeaseLostError
-from workgroup.runtime.lease import Lease
+The names below load on first use: importing one module of the runtime (its
+errors, its settings) does not load the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workgroup.runtime.app import App
+    from workgroup.runtime.errors import CheckpointError, LeaseLostError
+    from workgroup.runtime.lease import Lease
+
+#: Public name -> the module that defines it, imported on first access.
+_LAZY: dict[str, str] = {
+    "App": "workgroup.runtime.app",
+    "CheckpointError": "workgroup.runtime.errors",
+    "Lease": "workgroup.runtime.lease",
+    "LeaseLostError": "workgroup.runtime.errors",
+}
 
 __all__ = ["App", "CheckpointError", "Lease", "LeaseLostError"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'workgroup.runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value

@@ -4,6 +4,14 @@ An app is a name and its declarations; :mod:`workgroup.runtime.runner` runs
 them.  Each worker kind and each leader is a group of its own, so that each can
 use its own assignor: ``<app>.<kind>`` for workers, ``<app>.<name>`` for
 leaders (a leader is a group with one resource).
+
+This module is the top of the runtime: it uses the runner, the daemon and the
+plugins (``serve``, ``run``, ``use``), and none of them imports it.  They read
+an app through :class:`~workgroup.runtime.spec.DeclaredApp` and its settings
+from :mod:`workgroup.runtime.config`.  The runner and the daemon (and with them
+the member and aiokafka) are imported when an app is served or run, not with
+this module: a process-isolated handler's child imports the app's module to
+unpickle the handler, and would pay for them at every start.
 """
 
 from __future__ import annotations
@@ -11,66 +19,22 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 from workgroup.assignors.registry import get_assignor
 from workgroup.errors import ConfigError
-from workgroup.protocol.catalog import CatalogEntry
+from workgroup.plugins import load as load_plugin
 from workgroup.runtime.config import Settings, check_failure_policy, check_grace
-from workgroup.runtime.handlers import ON_FAILURE_CHOICES, Handler, OnFailure, RestartPolicy
+from workgroup.runtime.handlers import Handler, OnFailure, RestartPolicy
+from workgroup.runtime.spec import LEADER_KIND, LeaderSpec, ResourceFunction, WorkerSpec
 
-#: A resource function: the keys of one kind, plain or async.
-ResourceFunction = Callable[[], Sequence[CatalogEntry] | Awaitable[Sequence[CatalogEntry]]]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 #: Where handlers run: ``None`` (coroutine functions as tasks, plain functions in
 #: threads) or ``"process"`` (a child process each, killed after the grace period).
 Isolation = Literal["process"] | None
-#: The resource kind of a leader's group (its one key is the leader's name).
-LEADER_KIND = "leader"
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSpec:
-    kind: str
-    handler: Handler
-    #: Assignor names in preference order (several: a rolling change of assignor).
-    assignors: tuple[str, ...]
-    grace_ms: int | None
-    restart: RestartPolicy
-    standbys: int = 0
-    reassign_delay_ms: int = 0
-    #: ``None``: the app-wide setting (``Settings.on_failure``, ``max_failures``).
-    on_failure: OnFailure | None = None
-    max_failures: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderSpec:
-    name: str
-    handler: Handler
-    grace_ms: int
-    on_failure: OnFailure | None = None
-    max_failures: int | None = None
-
-
-def failure_policy(
-    restart: RestartPolicy,
-    on_failure: OnFailure | None,
-    max_failures: int | None,
-    settings: Settings,
-) -> RestartPolicy:
-    """``restart`` with a handler's own failure policy, or the app-wide one."""
-    policy = on_failure or settings.on_failure
-    assert policy in ON_FAILURE_CHOICES  # checked when declared and when validated
-    return replace(
-        restart,
-        on_failure=policy,
-        max_failures=max_failures if max_failures is not None else settings.max_failures,
-    )
 
 
 class App:
@@ -268,10 +232,9 @@ class App:
 
     def use(self, plugin: str, **options: Any) -> Any:
         """Attach an installed plugin (``workgroup.plugins`` entry point), e.g.
-        ``spark = app.use("spark", checkpoint_root="/data/ckpt")``."""
-        from workgroup.plugins import attach
-
-        return attach(self, plugin, **options)
+        ``spark = app.use("spark", checkpoint_root="/data/ckpt")``: calls the
+        plugin's factory with the app and ``options``, returns what it returns."""
+        return load_plugin(plugin)(self, **options)
 
     def add_collector(self, collector: Any) -> None:
         """Serve a ``prometheus_client`` collector with the app's metrics."""
@@ -306,14 +269,14 @@ class App:
 
     async def serve(self, stop: asyncio.Event | None = None, **overrides: Any) -> None:
         """Run until ``stop`` is set (or the task is cancelled); then revoke and leave."""
-        from workgroup.runtime.runner import AppRunner
+        from workgroup.runtime.runner import AppRunner  # on use: see the module docstring
 
         runner = AppRunner(self, self.settings.with_overrides(**overrides))
         await runner.run(stop or asyncio.Event())
 
     def run(self, **overrides: Any) -> None:
         """Run in this process until SIGINT or SIGTERM (what ``workgroup run`` does)."""
-        from workgroup.runtime.daemon import run_app
+        from workgroup.runtime.daemon import run_app  # on use: see the module docstring
 
         run_app(self, self.settings.with_overrides(**overrides))
 

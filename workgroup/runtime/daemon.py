@@ -1,4 +1,5 @@
-"""Running an app as a process: signals, exit codes, importing ``module:app``.
+"""Running an app as a process: signals and exit codes (the app itself comes
+from :func:`workgroup.runtime.loader.load_app` or :meth:`workgroup.App.run`).
 
 Rules:
 
@@ -18,17 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import os
 import signal
 import sys
-import traceback
-from pathlib import Path
 
-from workgroup.errors import ConfigError
-from workgroup.log import describe_error, get_logger, user_frames
-from workgroup.runtime.app import App, Settings
+from workgroup.log import get_logger
+from workgroup.runtime.config import Settings
 from workgroup.runtime.runner import AppRunner
+from workgroup.runtime.spec import DeclaredApp
 
 log = get_logger(__name__)
 
@@ -36,45 +34,7 @@ log = get_logger(__name__)
 FORCED_EXIT = 130
 
 
-def load_app(target: str) -> App:
-    """Import ``module:attribute`` with the current directory on ``sys.path``."""
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"expected MODULE:APP (e.g. billing:app), got {target!r}")
-    cwd = str(Path.cwd())
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            raise ConfigError(f"cannot import module {module_name!r}: {exc}") from exc
-        raise _import_error(module_name, exc) from exc
-    except ConfigError:
-        raise  # a declaration the app got wrong: already one clear line
-    except SyntaxError as exc:
-        where = "".join(traceback.format_exception_only(exc)).rstrip("\n")
-        raise ConfigError(f"cannot import module {module_name!r}:\n{where}") from exc
-    except Exception as exc:
-        raise _import_error(module_name, exc) from exc
-    app = getattr(module, attribute, None)
-    if app is None:
-        raise ConfigError(f"module {module_name!r} has no attribute {attribute!r}")
-    if not isinstance(app, App):
-        raise ConfigError(f"{target} is a {type(app).__name__}, not a workgroup.App")
-    return app
-
-
-def _import_error(module_name: str, exc: BaseException) -> ConfigError:
-    """The module raised while imported: its error and the user's frames (exit 2)."""
-    frames = user_frames(exc)
-    return ConfigError(
-        f"cannot import module {module_name!r}: {describe_error(exc)}"
-        + (f"\n{frames}" if frames else "")
-    )
-
-
-async def serve_until_signalled(app: App, settings: Settings) -> None:
+async def serve_until_signalled(app: DeclaredApp, settings: Settings) -> None:
     """Run ``app``; the first SIGINT/SIGTERM stops it gracefully, a second at once."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -113,9 +73,9 @@ def _flush_and_exit(status: int) -> None:
     os._exit(status)
 
 
-def run_app(app: App, settings: Settings) -> None:
+def run_app(app: DeclaredApp, settings: Settings) -> None:
     """Run ``app`` in this process until a signal (blocking)."""
     asyncio.run(serve_until_signalled(app, settings))
 
 
-__all__ = ["FORCED_EXIT", "load_app", "run_app", "serve_until_signalled"]
+__all__ = ["FORCED_EXIT", "run_app", "serve_until_signalled"]

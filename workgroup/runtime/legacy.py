@@ -34,6 +34,7 @@ from typing import Protocol
 from aiokafka.errors import KafkaError
 
 from workgroup.errors import ErrorCode, WorkgroupError
+from workgroup.kafka.adapter import KafkaRequest, to_result
 from workgroup.kafka.messages import (
     CommitPartition,
     CommitTopic,
@@ -47,7 +48,6 @@ from workgroup.kafka.messages import (
 )
 from workgroup.log import get_logger
 from workgroup.member.driver import CoordinatorConnection, map_kafka_error
-from workgroup.member.wire import KioRequest, to_result
 from workgroup.runtime.errors import LegacyLayoutError
 from workgroup.runtime.slots import (
     MAX_METADATA_BYTES,
@@ -122,7 +122,7 @@ class AdminOffsets:
                 if not self._found:
                     await self._connection.find(self._group_id)
                     self._found = True
-                return to_result(request, await self._connection.send(KioRequest(request)))
+                return to_result(request, await self._connection.send(KafkaRequest(request)))
         except (KafkaError, OSError, TimeoutError, WorkgroupError) as exc:
             raise map_kafka_error(exc, what) from exc
 

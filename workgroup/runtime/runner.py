@@ -53,14 +53,7 @@ from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.protocol import Protocol
-from workgroup.runtime.app import (
-    LEADER_KIND,
-    App,
-    ResourceFunction,
-    Settings,
-    failure_policy,
-)
-from workgroup.runtime.config import STOP_MARGIN_MS
+from workgroup.runtime.config import STOP_MARGIN_MS, Settings
 from workgroup.runtime.errors import HandlerFailedError, ResourceFunctionError
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
@@ -73,6 +66,7 @@ from workgroup.runtime.loopwatch import LoopWatch
 from workgroup.runtime.metrics import RuntimeMetrics, end_reason
 from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.slots import Slot, check_group_id, slot_of
+from workgroup.runtime.spec import LEADER_KIND, DeclaredApp, ResourceFunction, failure_policy
 from workgroup.runtime.store import MemberSlotStore
 from workgroup.runtime.topics import LeaseTopics
 from workgroup.runtime.watch import (
@@ -494,7 +488,9 @@ class GroupRunner:
 class AppRunner:
     """Runs every group of an app until asked to stop."""
 
-    def __init__(self, app: App, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self, app: DeclaredApp, settings: Settings, *, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         app.check(settings)
         self.app = app
         self._clock = clock

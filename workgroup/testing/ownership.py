@@ -56,9 +56,6 @@ from workgroup.types import Key, Resource
 
 Event = Mapping[str, Any]
 
-#: Events that change ownership.
-OWNERSHIP_EVENTS = frozenset({"assigned", "revoked", "lost"})
-
 ViolationKind = Literal["overlap", "log", "coverage"]
 EndReason = Literal["revoked", "lost", "lost while paused", "killed", "still owned"]
 

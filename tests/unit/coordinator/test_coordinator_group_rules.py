@@ -64,8 +64,8 @@ def test_empty_group_admits_any_non_empty_type_and_protocol_list() -> None:
 
 def test_admission_needs_a_protocol_every_member_supports() -> None:
     group = Group("g", state=S.STABLE)
-    group.add(member("a", "range", "roundrobin"), None, 9)
-    group.add(member("b", "range"), None, 9)
+    group.add(member("a", "range", "roundrobin"), None)
+    group.add(member("b", "range"), None)
     assert group.supports_protocols("consumer", frozenset({"range"}))
     assert group.supports_protocols("consumer", frozenset({"sticky", "range"}))
     # roundrobin is supported by "a" only.
@@ -75,8 +75,8 @@ def test_admission_needs_a_protocol_every_member_supports() -> None:
 
 def test_removing_a_member_updates_protocol_support() -> None:
     group = Group("g", state=S.STABLE)
-    group.add(member("a", "roundrobin"), None, 9)
-    group.add(member("b", "range", "roundrobin"), None, 9)
+    group.add(member("a", "roundrobin"), None)
+    group.add(member("b", "range", "roundrobin"), None)
     assert not group.supports_protocols("consumer", frozenset({"range"}))
     group.remove("a")
     assert group.supports_protocols("consumer", frozenset({"range"}))
@@ -85,10 +85,10 @@ def test_removing_a_member_updates_protocol_support() -> None:
 
 def test_vote_each_member_picks_its_most_preferred_candidate() -> None:
     group = Group("g", state=S.STABLE)
-    group.add(member("a", "sticky", "roundrobin", "range"), None, 9)
-    group.add(member("b", "roundrobin", "range"), None, 9)
-    group.add(member("c", "range", "roundrobin"), None, 9)
-    group.add(member("d", "roundrobin", "range", "sticky"), None, 9)
+    group.add(member("a", "sticky", "roundrobin", "range"), None)
+    group.add(member("b", "roundrobin", "range"), None)
+    group.add(member("c", "range", "roundrobin"), None)
+    group.add(member("d", "roundrobin", "range", "sticky"), None)
     # sticky is not a candidate ("b" and "c" lack it); a and d vote roundrobin.
     assert group.candidate_protocols() == {"roundrobin", "range"}
     assert group.select_protocol() == "roundrobin"
@@ -102,17 +102,17 @@ def test_vote_tie_is_broken_by_java_hashmap_order(order: tuple[str, str]) -> Non
     group = Group("g", state=S.STABLE)
     for name in order:
         protocols = ("x", "y") if name == "x-first" else ("y", "x")
-        group.add(member(name, *protocols), None, 9)
+        group.add(member(name, *protocols), None)
     assert group.select_protocol() == "x"
 
 
 def test_all_members_joined_is_a_counter() -> None:
     group = Group("g", state=S.PREPARING_REBALANCE)
     token = object()
-    group.add(member("a", "range"), token, 9)
-    group.add(member("b", "range"), None, 9)
+    group.add(member("a", "range"), token)
+    group.add(member("b", "range"), None)
     assert not group.has_all_members_joined()
-    group.update(group.members["b"], group.members["b"].protocols, 1000, 1000, object(), 9)
+    group.update(group.members["b"], group.members["b"].protocols, 1000, 1000, object())
     assert group.has_all_members_joined()
     group.add_pending("c")
     assert not group.has_all_members_joined()
@@ -125,7 +125,7 @@ def test_all_members_joined_is_a_counter() -> None:
 def test_leader_succession_follows_join_order() -> None:
     group = Group("g", state=S.STABLE)
     for name in ("a", "b", "c"):
-        group.add(member(name, "range"), None, 9)
+        group.add(member(name, "range"), None)
     assert group.leader_id == "a"
     group.remove("a")
     assert group.leader_id == "b"
@@ -136,5 +136,5 @@ def test_rebalance_timeout_is_the_largest_of_the_members() -> None:
     for name, timeout in (("a", 5_000), ("b", 60_000), ("c", 10_000)):
         m = member(name, "range")
         m.rebalance_timeout_ms = timeout
-        group.add(m, None, 9)
+        group.add(m, None)
     assert group.rebalance_timeout_ms() == 60_000

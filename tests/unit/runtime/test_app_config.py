@@ -10,7 +10,7 @@ import workgroup
 from workgroup.errors import ConfigError
 from workgroup.runtime.app import Settings
 from workgroup.runtime.config import resolve
-from workgroup.runtime.daemon import load_app
+from workgroup.runtime.loader import load_app
 
 
 def make_app() -> workgroup.App:

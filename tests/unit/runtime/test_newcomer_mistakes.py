@@ -12,7 +12,7 @@ import pytest
 
 import workgroup
 from workgroup.errors import ConfigError
-from workgroup.runtime.daemon import load_app
+from workgroup.runtime.loader import load_app
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 import workgroup
+from workgroup.runtime import http as metrics_http
 from workgroup.runtime.app import Settings
 from workgroup.runtime.http import MetricsServer
 from workgroup.runtime.metrics import RuntimeMetrics
@@ -26,7 +31,8 @@ def bootstrap() -> Iterator[str]:
         yield server.bootstrap
 
 
-async def http(port: int, request: bytes) -> tuple[int, str]:
+async def raw(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers (lower-case names) and body of one request on its own connection."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request)
     await writer.drain()
@@ -34,7 +40,14 @@ async def http(port: int, request: bytes) -> tuple[int, str]:
     writer.close()
     await writer.wait_closed()
     head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split(b" ")[1]), body.decode()
+    status_line, *lines = head.decode().split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (h.partition(":") for h in lines)}
+    return int(status_line.split(" ")[1]), headers, body
+
+
+async def http(port: int, request: bytes) -> tuple[int, str]:
+    status, _, body = await raw(port, request)
+    return status, body.decode()
 
 
 async def get(port: int, path: str) -> tuple[int, str]:
@@ -196,3 +209,117 @@ async def test_every_series_exists_from_the_start_and_per_resource_series_follow
     finally:
         stop.set()
         await asyncio.wait_for(task, TIMEOUT_S)
+
+
+class Settled:
+    stable = True
+    rebalances = 1
+    heartbeat_age_s = 0.1
+
+    class state:
+        value = "stable"
+
+    def add_listener(self, listener: object) -> None: ...
+
+
+async def test_a_head_request_gets_the_headers_of_the_get_and_no_body() -> None:
+    metrics = RuntimeMetrics()
+    metrics.watch("app.shard", Settled())  # type: ignore[arg-type]
+    server = MetricsServer(metrics, "127.0.0.1", 0)
+    await server.start()
+    try:
+        for path in ("/healthz", "/metrics"):
+            get_status, get_headers, get_body = await raw(
+                server.port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            )
+            status, headers, body = await raw(
+                server.port, f"HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            )
+            assert (status, body) == (get_status, b""), path
+            assert headers["content-type"] == get_headers["content-type"]
+            assert int(get_headers["content-length"]) == len(get_body) > 0
+            if path == "/healthz":  # the metrics' text may change between two scrapes
+                assert headers["content-length"] == get_headers["content-length"]
+        assert b"workgroup_member_stable" in get_body
+        # Prometheus asks for OpenMetrics; prometheus_client's app answers it.
+        status, headers, body = await raw(
+            server.port,
+            b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text\r\n\r\n",
+        )
+        assert status == 200
+        assert headers["content-type"].startswith("application/openmetrics-text")
+        assert body.endswith(b"# EOF\n")
+    finally:
+        await server.close()
+
+
+async def test_a_blocked_event_loop_is_unhealthy_and_metrics_are_still_served(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(metrics_http, "HEALTH_TIMEOUT_S", 0.2)
+    metrics = RuntimeMetrics()
+    metrics.watch("app.shard", Settled())  # type: ignore[arg-type]
+    server = MetricsServer(metrics, "127.0.0.1", 0)
+    await server.start()
+    answers: dict[str, tuple[int, bytes]] = {}
+
+    def fetch(path: str) -> None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=10) as r:
+                answers[path] = (r.status, r.read())
+        except urllib.error.HTTPError as error:
+            with error:
+                answers[path] = (error.code, error.read())
+
+    try:
+        assert await get(server.port, "/healthz") == (200, "ok\n")
+        clients = [threading.Thread(target=fetch, args=(p,)) for p in ("/healthz", "/metrics")]
+        for client in clients:
+            client.start()
+        # The loop is blocked until both answers are in (or 10 s have passed).
+        deadline = time.monotonic() + 10
+        while len(answers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # noqa: ASYNC251  (blocking the loop is the point)
+        for client in clients:
+            client.join(10)
+        assert answers["/healthz"] == (503, b"the event loop did not answer within 0.2 s\n")
+        status, body = answers["/metrics"]
+        assert status == 200
+        assert b"workgroup_member_stable" in body
+        assert await get(server.port, "/healthz") == (200, "ok\n")  # the loop is back
+    finally:
+        await server.close()
+
+
+async def test_a_closed_server_frees_its_port_and_a_taken_port_is_an_os_error() -> None:
+    metrics = RuntimeMetrics()
+    server = MetricsServer(metrics, "127.0.0.1", 0)
+    await server.start()
+    taken = MetricsServer(metrics, "127.0.0.1", server.port)
+    with pytest.raises(OSError):  # noqa: PT011  (errno differs across systems)
+        await taken.start()
+    await server.close()
+    with pytest.raises(OSError):  # noqa: PT011
+        await asyncio.open_connection("127.0.0.1", server.port)
+    again = MetricsServer(metrics, "127.0.0.1", server.port)
+    await again.start()
+    try:
+        assert (await get(again.port, "/metrics"))[0] == 200
+    finally:
+        await again.close()
+
+
+def test_health_after_the_event_loop_closed_is_503() -> None:
+    """The server outlives the loop it was started on (until closed): it says so."""
+    server = MetricsServer(RuntimeMetrics(), "127.0.0.1", 0)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(server.start())
+    loop.close()
+    try:
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10)
+        with answer.value as error:
+            assert error.code == 503
+            assert error.read() == b"the event loop is closed\n"
+    finally:
+        asyncio.run(server.close())

@@ -1,4 +1,4 @@
-"""The member's request encoding (kio behind aiokafka's request interface)."""
+"""The aiokafka adapter: a record sent through ``AIOKafkaConnection.send``'s interface."""
 
 from __future__ import annotations
 
@@ -12,7 +12,19 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32, i32Timedelta
 
 from workgroup.errors import ErrorCode, ProtocolError, UnsupportedVersionError
+from workgroup.kafka.adapter import KafkaRequest, choose_version, to_result
+from workgroup.kafka.apis import APIS, response_schema
+from workgroup.kafka.codec import write_entity
 from workgroup.kafka.messages import (
+    CommitPartition,
+    CommitTopic,
+    DeleteGroups,
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroups,
+    DescribeGroupsResult,
+    FetchTopic,
+    FindCoordinator,
     Heartbeat,
     HeartbeatResult,
     JoinGroup,
@@ -20,15 +32,30 @@ from workgroup.kafka.messages import (
     LeaveGroup,
     LeaveGroupResult,
     LeavingMember,
+    ListGroups,
+    OffsetCommit,
+    OffsetFetch,
+    OffsetFetchGroup,
     SyncGroup,
     SyncGroupResult,
 )
-from workgroup.member.wire import KioRequest, choose_version, to_result
+from workgroup.member.errors import describe_group_summary
 
 JOIN = JoinGroup("g", 10_000, 30_000, "m-1", "workgroup", (("sticky.v1", b"meta"),))
 SYNC = SyncGroup("g", 3, "m-1", (("m-1", b"a"), ("m-2", b"b")), None, "workgroup", "sticky.v1")
 HEARTBEAT = Heartbeat("g", 3, "m-1")
 LEAVE = LeaveGroup("g", (LeavingMember("m-1", None, "closing"),))
+MEMBER_REQUESTS = {
+    11: JOIN,
+    14: SYNC,
+    12: HEARTBEAT,
+    13: LEAVE,
+    8: OffsetCommit("g", 3, "m-1", (CommitTopic("t", (CommitPartition(0, 42, "m"),)),)),
+    9: OffsetFetch((OffsetFetchGroup("g", (FetchTopic("t", (0, 1)),)),)),
+    15: DescribeGroups(("g",)),
+    16: ListGroups(),
+    42: DeleteGroups(("g",)),
+}
 
 
 def _decode_request(struct: object) -> object:
@@ -39,7 +66,7 @@ def _decode_request(struct: object) -> object:
 
 @pytest.mark.parametrize("version", range(10))
 def test_join_group_every_version(version: int) -> None:
-    struct = KioRequest(JOIN).prepare({11: (0, version)})
+    struct = KafkaRequest(JOIN).prepare({11: (0, version)})
     assert version == struct.API_VERSION
     assert (version >= 6) == struct.FLEXIBLE_VERSION
     decoded = _decode_request(struct)
@@ -56,7 +83,7 @@ def test_join_group_every_version(version: int) -> None:
 )
 def test_other_requests_every_version(request_record: object, key: int, versions: range) -> None:
     for version in versions:
-        struct = KioRequest(request_record).prepare({key: (0, version)})  # type: ignore[arg-type]
+        struct = KafkaRequest(request_record).prepare({key: (0, version)})  # type: ignore[arg-type]
         decoded = _decode_request(struct)
         assert decoded.group_id == "g"  # type: ignore[attr-defined]
         header = struct.build_request_header(correlation_id=7, client_id="c").encode()
@@ -112,9 +139,10 @@ def test_join_response_v9_decodes_to_a_result() -> None:
             "members": (member,),
         },
     )
-    struct = KioRequest(JOIN).prepare({11: (0, 9)})
+    struct = KafkaRequest(JOIN).prepare({11: (0, 9)})
+    header_cls = response_schema(11, 9).__header_schema__
     header = io.BytesIO()
-    entity_writer(struct._response_header)(header, struct._response_header(correlation_id=i32(5)))
+    entity_writer(header_cls)(header, header_cls(correlation_id=i32(5)))
     frame = io.BytesIO(header.getvalue() + body)
     assert struct.parse_response_header(frame).correlation_id == 5
     result = to_result(JOIN, struct.RESPONSE_TYPE.decode(frame))
@@ -131,7 +159,7 @@ def test_old_versions_decode_with_defaults() -> None:
         "SyncGroupResponse",
         {"error_code": KioErrorCode.rebalance_in_progress, "assignment": b""},
     )
-    struct = KioRequest(SYNC).prepare({14: (0, 0)})
+    struct = KafkaRequest(SYNC).prepare({14: (0, 0)})
     result = to_result(SYNC, struct.RESPONSE_TYPE.decode(io.BytesIO(body)))
     assert result == SyncGroupResult(ErrorCode.REBALANCE_IN_PROGRESS, b"", None, None)
     _, body = _frame(
@@ -139,7 +167,7 @@ def test_old_versions_decode_with_defaults() -> None:
         "HeartbeatResponse",
         {"error_code": KioErrorCode.unknown_member_id},
     )
-    struct = KioRequest(HEARTBEAT).prepare({12: (0, 0)})
+    struct = KafkaRequest(HEARTBEAT).prepare({12: (0, 0)})
     assert to_result(HEARTBEAT, struct.RESPONSE_TYPE.decode(body)) == HeartbeatResult(
         ErrorCode.UNKNOWN_MEMBER_ID
     )
@@ -148,7 +176,7 @@ def test_old_versions_decode_with_defaults() -> None:
         "LeaveGroupResponse",
         {"error_code": KioErrorCode.none},
     )
-    struct = KioRequest(LEAVE).prepare({13: (0, 0)})
+    struct = KafkaRequest(LEAVE).prepare({13: (0, 0)})
     assert to_result(LEAVE, struct.RESPONSE_TYPE.decode(body)) == LeaveGroupResult(ErrorCode.NONE)
 
 
@@ -161,12 +189,67 @@ def test_error_codes_workgroup_does_not_name_map_to_unknown_server_error() -> No
             "error_code": KioErrorCode.throttling_quota_exceeded,
         },
     )
-    struct = KioRequest(HEARTBEAT).prepare({12: (0, 4)})
+    struct = KafkaRequest(HEARTBEAT).prepare({12: (0, 4)})
     result = to_result(HEARTBEAT, struct.RESPONSE_TYPE.decode(body))
     assert result == HeartbeatResult(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
 def test_malformed_response_is_a_protocol_error() -> None:
-    struct = KioRequest(JOIN).prepare({11: (0, 9)})
+    struct = KafkaRequest(JOIN).prepare({11: (0, 9)})
     with pytest.raises(ProtocolError, match="malformed JoinGroupResponse"):
         struct.RESPONSE_TYPE.decode(io.BytesIO(b"\x00\x01"))
+
+
+def test_the_request_header_is_kafkas_v1_or_v2() -> None:
+    old = KafkaRequest(HEARTBEAT).prepare({12: (0, 3)})
+    assert old.build_request_header(7, "cid").encode() == (
+        b"\x00\x0c\x00\x03\x00\x00\x00\x07\x00\x03cid"
+    )
+    flexible = KafkaRequest(HEARTBEAT).prepare({12: (0, 4)})
+    assert flexible.FLEXIBLE_VERSION
+    # v2: v1 plus an empty tagged-field section (the client id stays an int16 string).
+    assert flexible.build_request_header(7, "cid").encode() == (
+        b"\x00\x0c\x00\x04\x00\x00\x00\x07\x00\x03cid\x00"
+    )
+
+
+def test_every_member_api_is_sent_in_each_of_its_versions() -> None:
+    for api in APIS.values():
+        if api.member_versions is None:
+            continue
+        for version in api.member_versions:
+            record = MEMBER_REQUESTS[api.key]
+            struct = KafkaRequest(record).prepare({api.key: (version, version)})
+            assert (api.key, version) == (struct.API_KEY, struct.API_VERSION)
+            decoded = _decode_request(struct)
+            assert api.request_record(version, decoded).api_version == version  # type: ignore[union-attr]
+
+
+def test_apis_a_member_does_not_send_are_refused() -> None:
+    with pytest.raises(TypeError, match="does not send FindCoordinator"):
+        choose_version(FindCoordinator(0, ("g",)), (0, 4))
+
+
+def test_describe_groups_answer_explains_an_inconsistent_protocol() -> None:
+    request = DescribeGroups(("g",))
+    struct = KafkaRequest(request).prepare({15: (0, 5)})
+    assert struct.API_VERSION == 5
+    member = DescribedMember("m-1", None, "cid", "/h", b"", b"")
+    group = DescribedGroup(ErrorCode.NONE, "g", "Stable", "consumer", "range", (member,))
+    entity = APIS[15].result_entity(DescribeGroupsResult((group,)), 5)
+    result = to_result(request, struct.RESPONSE_TYPE.decode(write_entity(entity)))
+    assert isinstance(result, DescribeGroupsResult)
+    assert describe_group_summary(result, "g") == (
+        "the group uses protocol type 'consumer' with protocol 'range' and has 1 member"
+    )
+    assert describe_group_summary(result, "other") is None
+    # Tansu answers with an empty protocol name: nothing useful to add.
+    tansu = DescribeGroupsResult((DescribedGroup(ErrorCode.NONE, "g", "Stable", "consumer", ""),))
+    assert describe_group_summary(tansu, "g") is None
+
+
+def test_a_null_client_id_is_a_null_string() -> None:
+    struct = KafkaRequest(HEARTBEAT).prepare({12: (0, 0)})
+    assert (
+        struct.build_request_header(1, None).encode() == b"\x00\x0c\x00\x00\x00\x00\x00\x01\xff\xff"
+    )

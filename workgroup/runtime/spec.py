@@ -1,0 +1,90 @@
+"""What an app declares, as the runner and the daemon read it.
+
+:class:`~workgroup.App` builds these with its decorators; the runner reads an
+app through :class:`DeclaredApp`, so that it depends on what an app declares,
+not on :mod:`workgroup.runtime.app` (which runs apps with the runner).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from workgroup.protocol.catalog import CatalogEntry
+from workgroup.runtime.config import Settings
+from workgroup.runtime.handlers import ON_FAILURE_CHOICES, Handler, OnFailure, RestartPolicy
+
+#: A resource function: the keys of one kind, plain or async.
+ResourceFunction = Callable[[], Sequence[CatalogEntry] | Awaitable[Sequence[CatalogEntry]]]
+#: The resource kind of a leader's group (its one key is the leader's name).
+LEADER_KIND = "leader"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    kind: str
+    handler: Handler
+    #: Assignor names in preference order (several: a rolling change of assignor).
+    assignors: tuple[str, ...]
+    grace_ms: int | None
+    restart: RestartPolicy
+    standbys: int = 0
+    reassign_delay_ms: int = 0
+    #: ``None``: the app-wide setting (``Settings.on_failure``, ``max_failures``).
+    on_failure: OnFailure | None = None
+    max_failures: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderSpec:
+    name: str
+    handler: Handler
+    grace_ms: int
+    on_failure: OnFailure | None = None
+    max_failures: int | None = None
+
+
+def failure_policy(
+    restart: RestartPolicy,
+    on_failure: OnFailure | None,
+    max_failures: int | None,
+    settings: Settings,
+) -> RestartPolicy:
+    """``restart`` with a handler's own failure policy, or the app-wide one."""
+    policy = on_failure or settings.on_failure
+    assert policy in ON_FAILURE_CHOICES  # checked when declared and when validated
+    return replace(
+        restart,
+        on_failure=policy,
+        max_failures=max_failures if max_failures is not None else settings.max_failures,
+    )
+
+
+class DeclaredApp(Protocol):
+    """What the runner reads of an app (:class:`~workgroup.App` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def workers(self) -> Mapping[str, WorkerSpec]: ...
+    @property
+    def leaders(self) -> Mapping[str, LeaderSpec]: ...
+    @property
+    def sources(self) -> Mapping[str, ResourceFunction]: ...
+    @property
+    def collectors(self) -> Sequence[Any]: ...
+    @property
+    def cleanups(self) -> Sequence[Callable[[], Any]]: ...
+    def group_id(self, name: str) -> str: ...
+    def check(self, settings: Settings | None = None) -> None: ...
+
+
+__all__ = [
+    "LEADER_KIND",
+    "DeclaredApp",
+    "LeaderSpec",
+    "ResourceFunction",
+    "WorkerSpec",
+    "failure_policy",
+]
