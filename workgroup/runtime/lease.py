@@ -25,6 +25,10 @@ Rules:
    finished (returned, cancelled at the end of the grace period, its thread
    returned, its child process reaped; see the runner's rules), and the
    coordinator still checks the member.  A lost or fenced lease never sends.
+   Every commit names the lease's resource; the member's state machine
+   chooses the generation it goes under (its rule 11: the generation a
+   revoked resource was given up in), so the coordinator refuses a revoked
+   lease's commits once the group moved on.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from workgroup.runtime.slots import (
     read_slot,
     slot_header,
 )
-from workgroup.types import Key
+from workgroup.types import Key, Resource
 
 log = get_logger(__name__)
 
@@ -79,7 +83,7 @@ class SlotStore(Protocol):
     """Commits and reads lease slots through the group's coordinator."""
 
     async def commit(
-        self, slot: Slot, offset: int, metadata: str | None, *, generation: int | None = None
+        self, slot: Slot, offset: int, metadata: str | None, *, resource: Resource | None = None
     ) -> ErrorCode: ...
 
     async def fetch(self, slot: Slot) -> Committed: ...
@@ -123,8 +127,6 @@ class Lease:
         self._commit_timeout_s = commit_timeout_s
         self._ended = asyncio.Event()
         self._why_ended: str | None = None
-        #: The generation a revoked lease commits under (``end``).
-        self._fence_generation: int | None = None
         self._stop_by: float | None = None
         self._loop = asyncio.get_running_loop()
         self._producers = producers
@@ -199,16 +201,12 @@ class Lease:
             return None
         return max(self._stop_by - time.monotonic(), 0.0)
 
-    def end(self, why: str, grace_s: float = 0.0, *, generation: int | None = None) -> None:
+    def end(self, why: str, grace_s: float = 0.0) -> None:
         """Mark the lease ended (the runtime calls this; handlers read it), with
-        ``grace_s`` for the handler to finish its step.  ``generation``: the
-        generation the resource was given up in; commits during the grace
-        period are sent under it, so the coordinator refuses them once the
-        group moved on (rule 4)."""
+        ``grace_s`` for the handler to finish its step (rule 4)."""
         if not self._ended.is_set():
             self._why_ended = why
             self._stop_by = time.monotonic() + max(grace_s, 0.0)
-            self._fence_generation = generation
             self._ended.set()
 
     # --- token ----------------------------------------------------------------
@@ -335,8 +333,8 @@ class Lease:
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout_s)
 
     async def _commit_checked(self, offset: int, metadata: str | None) -> None:
-        generation = None if self.held else self._fence_generation
-        error = await self._store.commit(self.slot, offset, metadata, generation=generation)
+        resource = (self.kind, self.key)  # the member maps it to its generation (rule 4)
+        error = await self._store.commit(self.slot, offset, metadata, resource=resource)
         if error is ErrorCode.NONE:
             return
         if error in FENCING_ERRORS:
