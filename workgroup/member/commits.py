@@ -20,7 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from workgroup.errors import ErrorCode, ProtocolError, WorkgroupError
-from workgroup.kafka.messages import CommitPartition, CommitTopic, OffsetCommitResult
+from workgroup.kafka.messages import (
+    CommitPartition,
+    CommitPartitionResult,
+    CommitTopic,
+    CommitTopicResult,
+    OffsetCommitResult,
+)
 from workgroup.member.actions import CommitDone, CommitOutcome, Partition
 from workgroup.member.generation import Generation
 
@@ -111,4 +117,28 @@ class Commits:
         return sent, self.done_if_complete(sent.commit_id)
 
 
-__all__ = ["Commits", "SentCommit", "split_by_generation"]
+def commit_result(
+    topics: Sequence[CommitTopic], outcomes: Mapping[Partition, CommitOutcome]
+) -> OffsetCommitResult:
+    """A commit's answer as OffsetCommit's result, for its caller; raises the
+    error a request of it failed with, if any."""
+    codes: dict[Partition, ErrorCode] = {}
+    for partition, outcome in outcomes.items():
+        if isinstance(outcome, WorkgroupError):
+            raise outcome
+        codes[partition] = outcome
+    return OffsetCommitResult(
+        tuple(
+            CommitTopicResult(
+                topic.name,
+                tuple(
+                    CommitPartitionResult(p.partition, codes[(topic.name, p.partition)])
+                    for p in topic.partitions
+                ),
+            )
+            for topic in topics
+        )
+    )
+
+
+__all__ = ["Commits", "SentCommit", "commit_result", "split_by_generation"]

@@ -32,11 +32,9 @@ from typing import Any, get_args
 
 from workgroup.assignors.base import Assignment
 from workgroup.clock import monotonic_ms
-from workgroup.errors import ConfigError, ErrorCode, ProtocolError, WorkgroupError
+from workgroup.errors import ConfigError, ProtocolError, WorkgroupError
 from workgroup.kafka.messages import (
-    CommitPartitionResult,
     CommitTopic,
-    CommitTopicResult,
     FetchedGroup,
     FetchTopic,
     OffsetCommit,
@@ -59,6 +57,7 @@ from workgroup.member.actions import (
     RunAssignor,
     SendRequest,
 )
+from workgroup.member.commits import commit_result
 from workgroup.member.config import MemberConfig
 from workgroup.member.errors import InconsistentProtocolError, MemberClosedError
 from workgroup.member.state import MemberMachine
@@ -69,7 +68,6 @@ from workgroup.member.transport import (
     map_kafka_error,
     parse_bootstrap,
 )
-from workgroup.member.wire import DescribeGroupRequest, describe_group_summary
 from workgroup.protocol.catalog import Catalog
 from workgroup.protocol.protocol import Protocol
 from workgroup.security import PLAINTEXT, Security
@@ -533,23 +531,7 @@ class GroupMember:
             outcomes = await answer
         finally:
             self._commits.pop(commit_id, None)
-        codes: dict[Partition, ErrorCode] = {}
-        for partition, outcome in outcomes.items():
-            if isinstance(outcome, WorkgroupError):
-                raise outcome
-            codes[partition] = outcome
-        return OffsetCommitResult(
-            tuple(
-                CommitTopicResult(
-                    topic.name,
-                    tuple(
-                        CommitPartitionResult(p.partition, codes[(topic.name, p.partition)])
-                        for p in topic.partitions
-                    ),
-                )
-                for topic in topics
-            )
-        )
+        return commit_result(topics, outcomes)
 
     async def fetch_offsets(self, topics: Sequence[FetchTopic]) -> FetchedGroup:
         """OffsetFetch of this group's committed offsets for ``topics``."""
@@ -728,9 +710,7 @@ class GroupMember:
     async def _explain_and_report(self, error: InconsistentProtocolError) -> None:
         """Add what the group speaks to the error (one DescribeGroups), then report it."""
         try:
-            async with asyncio.timeout(DESCRIBE_TIMEOUT_S):
-                response = await self._connection.send(DescribeGroupRequest(self.config.group_id))
-            summary = describe_group_summary(response, self.config.group_id)
+            summary = await self._connection.describe(self.config.group_id, DESCRIBE_TIMEOUT_S)
             if summary:
                 error.args = (f"{error}; {summary}",)
         except Exception as exc:  # the error stands as it is

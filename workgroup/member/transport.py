@@ -59,7 +59,12 @@ from workgroup.kafka.messages import (
     SyncGroup,
 )
 from workgroup.member.errors import CoordinatorUnavailableError
-from workgroup.member.wire import KioRequest, to_result
+from workgroup.member.wire import (
+    DescribeGroupRequest,
+    KioRequest,
+    describe_group_summary,
+    to_result,
+)
 from workgroup.security import PLAINTEXT, Security
 
 #: How long closing a connection waits for its socket to close.
@@ -278,6 +283,13 @@ class CoordinatorConnection:
                     raw, timeout_s, give_up_on_timeout=not may_wait_behind_held
                 )
             return to_result(message, response)
+
+    async def describe(self, group_id: str, timeout_s: float) -> str | None:
+        """What the group speaks, as a clause for an error message (one
+        DescribeGroups; ``None`` if it says nothing useful)."""
+        async with asyncio.timeout(timeout_s):
+            response = await self.send(DescribeGroupRequest(group_id))
+        return describe_group_summary(response, group_id)
 
     def _close_beside(self) -> None:
         if self._beside is not None:
