@@ -101,7 +101,10 @@ Rules:
    LeaveGroup with the instance id).  ``fail``: what is owned is lost, dynamic
    members send LeaveGroup, then FATAL.
 8. Callbacks report a change already made: ``resources`` (never empty) is the
-   change, ``owned`` everything owned afterwards.  ``release`` drops resources
+   change, ``owned`` everything owned afterwards.  The machine issues them in
+   the order of the changes, and the driver runs them one after another in
+   that order: a close's revocation comes after the callbacks issued before
+   it, and the LeaveGroup only once the last has returned (rule 9).  ``release`` drops resources
    without a callback (the application gave them up) and rejoins so that the
    assignor hands them to another member.  An assignment is trusted only so
    far: resources of kinds the member does not take, or (when the leader used
@@ -145,12 +148,13 @@ Rules:
    was given up in, so the coordinator refuses it once the group moved on (a
    next owner may hold the resource by then); a partition naming no resource
    goes under the current generation.  Nothing is sent, and the commit is
-   answered at once, where it cannot be accepted: a CLOSED or FATAL member, or
-   one that sent its LeaveGroup, gets UNKNOWN_MEMBER_ID; a partition for a
-   resource neither owned nor releasing (lost, released), or sent without a
-   valid generation, ILLEGAL_GENERATION (UNKNOWN_MEMBER_ID without a member
-   id); a member without a coordinator, a retriable
-   :class:`~workgroup.member.errors.CoordinatorUnavailableError`.  One
+   answered at once, where it cannot be accepted: a member not started, CLOSED,
+   FATAL or past its LeaveGroup gets UNKNOWN_MEMBER_ID; a member without a
+   coordinator, a retriable
+   :class:`~workgroup.member.errors.CoordinatorUnavailableError`; a partition
+   for a resource neither owned nor releasing (lost, released),
+   ILLEGAL_GENERATION; one that would go without a valid generation,
+   ILLEGAL_GENERATION (UNKNOWN_MEMBER_ID without a member id).  One
    OffsetCommit goes per generation; the commit is answered
    (:class:`~workgroup.member.actions.CommitDone`) once every part is.
    An answer to an OffsetCommit sent under the current generation counts like
@@ -160,9 +164,10 @@ Rules:
    FENCED_INSTANCE_ID are handled as rule 3 says (while LEAVING, as a refused
    heartbeat: what is left is lost).  Other answers (the coordinator moved,
    a topic error) say nothing about the member: the heartbeats find out.
-   Answers to older generations only go to the caller.  The coordinator answers
-   one connection in order, so a commit sent after a JoinGroup is answered
-   after it, under the generation that JoinGroup began.
+   Answers to older generations, or read after the coordinator was lost, only
+   go to the caller.  A coordinator answers one connection in order: a commit
+   sent after a JoinGroup is answered after it, when it is one of an older
+   generation already.
 12. Callback failures (:meth:`MemberMachine.callback_failed`): a callback that
    raised has still made its change.  ``on_callback_error="fail"`` fails the
    member (a :class:`~workgroup.member.errors.CallbackError` whose cause is the
