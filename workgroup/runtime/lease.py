@@ -29,6 +29,10 @@ Rules:
    finished (returned, cancelled at the end of the grace period, its thread
    returned, its child process reaped; see the runner's rules), and the
    coordinator still checks the member.  A lost or fenced lease never sends.
+   Every commit names the lease's resource; the member's state machine
+   chooses the generation it goes under (its rule 11: the generation a
+   revoked resource was given up in), so the coordinator refuses a revoked
+   lease's commits once the group moved on.
 5. Time (the grace period, the commit timeout, the back-off) is read from the
    lease's :class:`~workgroup.clock.Clock`.
 """
@@ -63,7 +67,7 @@ from workgroup.runtime.slots import (
     slot_header,
 )
 from workgroup.security import Security
-from workgroup.types import Key
+from workgroup.types import Key, Resource
 
 if TYPE_CHECKING:
     from workgroup.fence import Fence
@@ -107,7 +111,7 @@ class SlotStore(Protocol):
     """Commits and reads lease slots through the group's coordinator."""
 
     async def commit(
-        self, slot: Slot, offset: int, metadata: str | None, *, generation: int | None = None
+        self, slot: Slot, offset: int, metadata: str | None, *, resource: Resource | None = None
     ) -> ErrorCode: ...
 
     async def fetch(self, slot: Slot) -> Committed: ...
@@ -155,8 +159,6 @@ class Lease:
         self._ended = asyncio.Event()
         #: Why the lease ended, and the detail its description names.
         self._end: tuple[EndReason, str | None] | None = None
-        #: The generation a revoked lease commits under (``end``).
-        self._fence_generation: int | None = None
         self._stop_by: float | None = None
         self._loop = asyncio.get_running_loop()
         self._producers = producers
@@ -245,22 +247,17 @@ class Lease:
         why: EndReason,
         grace_s: float = 0.0,
         *,
-        generation: int | None = None,
         detail: str | None = None,
     ) -> None:
         """Mark the lease ended (the runtime calls this; handlers read it), with
-        ``grace_s`` for the handler to finish its step.  ``generation``: the
-        generation the resource was given up in; commits during the grace
-        period are sent under it, so the coordinator refuses them once the
-        group moved on (rule 4).  ``detail`` completes :attr:`end_reason`
-        (the refusal's code, the error).  A lease ends once: later calls
-        change nothing."""
+        ``grace_s`` for the handler to finish its step (rule 4).  ``detail``
+        completes :attr:`end_reason` (the refusal's code, the error).  A lease
+        ends once: later calls change nothing."""
         if self._state not in LIVE_STATES:
             return
         self._state = check_transition(self._state, why.state)
         self._end = (why, detail)
         self._stop_by = self._clock.monotonic() + max(grace_s, 0.0)
-        self._fence_generation = generation
         self._ended.set()
 
     # --- token ----------------------------------------------------------------
@@ -435,8 +432,8 @@ class Lease:
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout_s)
 
     async def _commit_checked(self, offset: int, metadata: str | None) -> None:
-        generation = None if self.held else self._fence_generation
-        error = await self._store.commit(self.slot, offset, metadata, generation=generation)
+        resource = (self.kind, self.key)  # the member maps it to its generation (rule 4)
+        error = await self._store.commit(self.slot, offset, metadata, resource=resource)
         if error is ErrorCode.NONE:
             return
         if error in FENCING_ERRORS:

@@ -392,7 +392,7 @@ class GroupRunner:
                 continue
             self.stopping[resource] = run
             task = asyncio.create_task(
-                self._stop_and_release(resource, run, generation),
+                self._stop_and_release(resource, run),
                 name=f"workgroup-release-{resource[0]}/{resource[1]}",
             )
             self._releases.add(task)
@@ -400,9 +400,9 @@ class GroupRunner:
         if idle:
             self.member.release_done(idle)
 
-    async def _stop_and_release(self, resource: Resource, run: HandlerRun, generation: int) -> None:
+    async def _stop_and_release(self, resource: Resource, run: HandlerRun) -> None:
         try:
-            await run.stop(EndReason.REVOKED, self._grace_s, generation=generation)
+            await run.stop(EndReason.REVOKED, self._grace_s)
         except Exception as exc:  # closing the lease failed: the handler still stops
             log.error(
                 "worker.stop_failed",
@@ -426,16 +426,10 @@ class GroupRunner:
         await self._stop(resources, EndReason.LOST, 0.0)
 
     async def _stop(
-        self,
-        resources: tuple[Resource, ...],
-        event: EndReason,
-        grace_s: float,
-        generation: int | None = None,
+        self, resources: tuple[Resource, ...], event: EndReason, grace_s: float
     ) -> None:
         runs = [(r, self.runs.pop(r)) for r in resources if r in self.runs]
-        if generation is None and event is EndReason.REVOKED:
-            generation = self.member.generation  # stopping: the current one
-        await asyncio.gather(*(run.stop(event, grace_s, generation=generation) for _, run in runs))
+        await asyncio.gather(*(run.stop(event, grace_s) for _, run in runs))
         for resource, run in runs:
             self._ended(resource, run, event)
 
