@@ -170,7 +170,7 @@ async def test_a_commit_retried_past_its_deadline_raises_the_coordinator_error()
         await held.commit("x")
     # Backing off up to 1 s between tries, it gave up once 30 s had passed.
     assert 30.0 <= clock.monotonic() < 31.0
-    assert 30 < len(store.generations) - 1 < 100
+    assert 30 < len(store.resources) - 1 < 100
     assert held.held  # a rebalance that lasts does not end the lease
 
 
@@ -305,10 +305,10 @@ async def test_a_revoked_lease_the_coordinator_refuses_is_fenced_and_stops_at_on
     assert held.lost  # the member is gone: stop at once
     assert held.end_reason == "fenced by the coordinator (UNKNOWN_MEMBER_ID)"
     assert not held.can_commit
-    sent = len(store.generations)
+    sent = len(store.resources)
     with pytest.raises(LeaseLostError):
         await held.commit("again")
-    assert len(store.generations) == sent  # nothing sent
+    assert len(store.resources) == sent  # nothing sent
 
 
 async def test_a_lease_revoked_while_taking_its_token_never_holds() -> None:
@@ -394,8 +394,8 @@ def test_whatever_happens_the_state_and_the_properties_agree(
                 assert not held.held
             ended_once = ended_once or held.revoked
             if sent_when_stopped is not None:
-                assert len(store.generations) == sent_when_stopped  # nothing sent since
+                assert len(store.resources) == sent_when_stopped  # nothing sent since
             elif held.revoked and not held.can_commit:
-                sent_when_stopped = len(store.generations)
+                sent_when_stopped = len(store.resources)
 
     asyncio.run(scenario())
