@@ -21,20 +21,44 @@ See :mod:`workgroup_spark.query` for the rules of a shard's query and
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from workgroup.errors import ConfigError
+from workgroup.log import get_logger
 from workgroup.runtime.app import App
 from workgroup_spark.java import JavaMissingError, check_java
 from workgroup_spark.progress import BatchProgress, SparkMetrics
 from workgroup_spark.query import Build, ShardQuery, SparkQueryFailed, checkpoint_location
 from workgroup_spark.session import SessionHolder, SessionOptions
-from workgroup_spark.sinks import fenced, write_batch_parquet
+from workgroup_spark.sinks import FencedWriter, check_fence, fenced, write_batch_parquet
 
 B = TypeVar("B", bound=Build)
 
-#: The checkpoint root when none is given: a local directory.
+log = get_logger("workgroup.spark")  # under workgroup's root logger
+
+#: The checkpoint root when none is given: this directory under the daemon's
+#: working directory, resolved once when the plugin is attached.
 DEFAULT_CHECKPOINT_ROOT = "spark-checkpoints"
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def resolve_checkpoint_root(root: str, *, remote: str | None) -> str:
+    """An absolute checkpoint root: a URI (``s3a://``, ``file:/``) or an absolute
+    path as given; a relative path resolved against this process's working
+    directory, except with Spark Connect, where the server, not the daemon, would
+    resolve it (:class:`ConfigError`)."""
+    if _URI.match(root) or os.path.isabs(root):
+        return root
+    if remote:
+        raise ConfigError(
+            f"checkpoint_root {root!r} is relative: with remote={remote} the Spark Connect "
+            "server would resolve it against its own working directory; give an absolute "
+            "path or a URI (checkpoint_root= or WORKGROUP_SPARK_CHECKPOINT_ROOT)"
+        )
+    return os.path.abspath(root)
 
 
 class SparkQueries:
@@ -45,7 +69,9 @@ class SparkQueries:
         checkpoint_root: Where each shard's checkpoint lives
             (``<root>/<kind>/<key>``): a local path on one machine, any
             Hadoop-compatible URI (``hdfs://``, ``s3a://``) when daemons run on
-            several.  ``WORKGROUP_SPARK_CHECKPOINT_ROOT`` overrides it.
+            several.  ``WORKGROUP_SPARK_CHECKPOINT_ROOT`` overrides it.  A
+            relative path is resolved once, here, against the working directory
+            (logged as ``spark.checkpoint_root``); with ``remote=`` it is refused.
         master: Spark master URL (default ``local[*]``); ``WORKGROUP_SPARK_MASTER``
             overrides it.
         remote: Spark Connect URL (``sc://host:15002``) instead of a JVM in the
@@ -64,8 +90,18 @@ class SparkQueries:
         poll_interval_s: float = 1.0,
     ) -> None:
         self.app = app
-        self._checkpoint_root = checkpoint_root or DEFAULT_CHECKPOINT_ROOT
         options = SessionOptions.from_environment(f"workgroup-{app.name}", master, remote, conf)
+        given = os.environ.get("WORKGROUP_SPARK_CHECKPOINT_ROOT") or checkpoint_root
+        #: Resolved once: a daemon that changes directory later keeps the same root.
+        self.checkpoint_root = resolve_checkpoint_root(
+            given or DEFAULT_CHECKPOINT_ROOT, remote=options.remote
+        )
+        log.info(
+            "spark.checkpoint_root",
+            app=app.name,
+            root=self.checkpoint_root,
+            default=given is None,
+        )
         if not options.remote:
             # Fail before joining the group (one line, exit 2 from `workgroup run`),
             # not with every shard the daemon is given.
@@ -76,10 +112,6 @@ class SparkQueries:
         for collector in self.metrics.collectors():
             app.add_collector(collector)
         app.add_cleanup(self.session.stop)
-
-    @property
-    def checkpoint_root(self) -> str:
-        return os.environ.get("WORKGROUP_SPARK_CHECKPOINT_ROOT") or self._checkpoint_root
 
     def query(
         self,
@@ -125,12 +157,15 @@ def attach(app: App, **options: Any) -> SparkQueries:
 __all__ = [
     "DEFAULT_CHECKPOINT_ROOT",
     "BatchProgress",
+    "FencedWriter",
     "JavaMissingError",
     "SparkQueries",
     "SparkQueryFailed",
     "attach",
+    "check_fence",
     "check_java",
     "checkpoint_location",
     "fenced",
+    "resolve_checkpoint_root",
     "write_batch_parquet",
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import pickle
 import threading
 import time
 from pathlib import Path
@@ -29,9 +30,11 @@ from workgroup_spark import (
     JavaMissingError,
     SparkQueries,
     SparkQueryFailed,
+    check_fence,
     check_java,
     checkpoint_location,
     fenced,
+    resolve_checkpoint_root,
     write_batch_parquet,
 )
 from workgroup_spark.progress import SparkMetrics
@@ -99,6 +102,34 @@ def test_environment_chooses_where_spark_runs(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("WORKGROUP_SPARK_CONF")
     monkeypatch.setenv("WORKGROUP_SPARK_CHECKPOINT_ROOT", "/elsewhere")
     assert SparkQueries(workgroup.App("x")).checkpoint_root == "/elsewhere"
+
+
+def test_a_relative_checkpoint_root_is_resolved_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("WORKGROUP_SPARK_CHECKPOINT_ROOT", raising=False)
+    monkeypatch.delenv("WORKGROUP_SPARK_REMOTE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    spark = SparkQueries(workgroup.App("x"))  # the default, "spark-checkpoints"
+    assert spark.checkpoint_root == str(tmp_path / "spark-checkpoints")
+    monkeypatch.chdir("/")  # a later change of directory moves nothing
+    assert spark.checkpoint_root == str(tmp_path / "spark-checkpoints")
+    assert resolve_checkpoint_root("s3a://b/ckpt", remote=None) == "s3a://b/ckpt"
+    assert resolve_checkpoint_root("file:/data/c", remote="sc://h:1") == "file:/data/c"
+    assert resolve_checkpoint_root("/data/c", remote="sc://h:1") == "/data/c"
+
+
+def test_a_relative_checkpoint_root_is_refused_with_spark_connect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("WORKGROUP_SPARK_CHECKPOINT_ROOT", raising=False)
+    monkeypatch.setenv("WORKGROUP_SPARK_REMOTE", "sc://127.0.0.1:15002")
+    with pytest.raises(ConfigError) as caught:
+        SparkQueries(workgroup.App("x"))  # the default root is relative too
+    message = str(caught.value)
+    assert "'spark-checkpoints' is relative" in message
+    assert "Spark Connect server would resolve it" in message
+    assert "\n" not in message
 
 
 def test_a_missing_java_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -199,6 +230,73 @@ async def test_a_fenced_zombie_writes_nothing() -> None:
         await asyncio.to_thread(writer, object(), 6)
     assert written == []
     assert lease.lost
+
+
+class FakeFence:
+    """A portable fence's interface: commits recorded; refuses once ``ended``."""
+
+    def __init__(self) -> None:
+        self.ended = False
+        self.commits: list[str] = []
+
+    def commit(self, value: str, *, timeout_s: float = 10.0) -> None:
+        if self.ended:
+            raise LeaseLostError("etl.shard/s-0: fenced by the coordinator (UNKNOWN_MEMBER_ID)")
+        self.commits.append(value)
+
+    def check(self, *, timeout_s: float = 10.0) -> None:
+        self.commit("check", timeout_s=timeout_s)
+
+
+def _write_parquet_to(directory: Path) -> Any:
+    def write(batch: Any, batch_id: int) -> None:
+        write_batch_parquet(pa.table({"n": [batch_id]}), str(directory), batch_id)
+
+    return write
+
+
+async def test_a_pickled_fenced_writer_carries_the_fence_not_the_lease(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    store = FakeStore()
+    lease = await _held_lease(store)
+    fence = FakeFence()
+    monkeypatch.setattr(lease, "fence", lambda: fence, raising=False)
+    writer = fenced(lease, _write_parquet_to(tmp_path))
+    # What Spark Connect does with a foreachBatch function: pickle it for the server.
+    from pyspark import cloudpickle  # Spark's own pickler for Python functions
+
+    shipped = pickle.loads(cloudpickle.dumps(writer))
+    assert shipped.lease is None
+    assert isinstance(shipped.fence, FakeFence)
+    shipped(object(), 7)
+    assert os.listdir(tmp_path) == ["batch-0000000007.parquet"]
+    # Committed before the write, checked again before the rename; never through the lease.
+    assert shipped.fence.commits == ['{"spark_batch": 7, "token": 1}'] * 2
+    assert store.commits[-1][2] is not None
+    assert "spark_batch" not in (store.commits[-1][2] or "")
+    shipped.fence.ended = True
+    with pytest.raises(LeaseLostError, match="fenced"):
+        shipped(object(), 8)
+    assert os.listdir(tmp_path) == ["batch-0000000007.parquet"]
+
+
+async def test_the_fence_is_checked_again_just_before_the_rename(tmp_path: Path) -> None:
+    store = FakeStore()
+    lease = await _held_lease(store)
+    written: list[str] = []
+
+    def write(batch: Any, batch_id: int) -> None:
+        # A slow collect() or transform: the lease ends meanwhile.
+        store.answers = [ErrorCode.UNKNOWN_MEMBER_ID]
+        written.append(write_batch_parquet(pa.table({"n": [1]}), str(tmp_path), batch_id))
+
+    writer = fenced(lease, write)
+    with pytest.raises(LeaseLostError, match="fenced"):
+        await asyncio.to_thread(writer, object(), 9)
+    assert written == []
+    assert os.listdir(tmp_path) == []  # neither the file nor its temporary copy
+    check_fence()  # outside a fenced write: nothing to check, no error
 
 
 # --- the shard query's life ----------------------------------------------------------------
