@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from workgroup.assignors.registry import get_assignor
     from workgroup.coordinator.config import CoordinatorConfig
     from workgroup.coordinator.server import CoordinatorServer
+    from workgroup.fence import Fence, FenceTimeoutError
     from workgroup.member.driver import GroupMember
     from workgroup.member.errors import (
         AssignorError,
@@ -63,6 +64,8 @@ __version__ = "0.1.0.dev0"
 _LAZY: dict[str, str] = {
     "App": "workgroup.runtime.app",
     "Lease": "workgroup.runtime.lease",
+    "Fence": "workgroup.fence",
+    "FenceTimeoutError": "workgroup.fence",
     "LeaseLostError": "workgroup.runtime.errors",
     "CheckpointError": "workgroup.runtime.errors",
     "SlotMismatchError": "workgroup.runtime.errors",
@@ -115,6 +118,8 @@ __all__ = [
     "CoordinatorServer",
     "CoordinatorUnavailableError",
     "ErrorCode",
+    "Fence",
+    "FenceTimeoutError",
     "FencedInstanceError",
     "GroupAuthorizationError",
     "GroupFullError",

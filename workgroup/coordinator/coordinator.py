@@ -144,6 +144,7 @@ from workgroup.coordinator.offsets import OffsetStore, metadata_length, validate
 from workgroup.coordinator.timers import Timers
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import (
+    FENCE_CLIENT_ID,
     CommitPartitionResult,
     CommitTopicResult,
     DeletedGroup,
@@ -960,10 +961,11 @@ class GroupCoordinator:
         if state is GroupState.EMPTY:
             return ErrorCode.UNKNOWN_MEMBER_ID
         member = group.members[request.member_id]
-        self._timers.schedule(
-            (TimerKind.SESSION, group.group_id, member.member_id),
-            self._now + member.session_timeout_ms,
-        )
+        if request.client.client_id != FENCE_CLIENT_ID:
+            self._timers.schedule(
+                (TimerKind.SESSION, group.group_id, member.member_id),
+                self._now + member.session_timeout_ms,
+            )
         if state is GroupState.PREPARING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
@@ -1075,7 +1077,8 @@ class GroupCoordinator:
             group = Group(request.group_id)
             self._groups[request.group_id] = group
             self._arm_cleanup(group)
-        if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+        fence = request.client.client_id == FENCE_CLIENT_ID
+        if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE) and not fence:
             member = group.members.get(request.member_id)
             if member is not None:
                 self._reschedule_session(group, member)

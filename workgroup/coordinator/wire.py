@@ -302,7 +302,12 @@ def decode_request(
     :class:`ProtocolError`.
     """
     version = header.api_version
-    if header.api_key == HEARTBEAT and 0 <= version <= _HEARTBEAT_MAX_VERSION:
+    if (
+        header.api_key == HEARTBEAT
+        and 0 <= version <= _HEARTBEAT_MAX_VERSION
+        # A fence's heartbeat must keep its client id (it extends no session).
+        and header.client_id != m.FENCE_CLIENT_ID
+    ):
         heartbeat = _decode_heartbeat_fast(payload, offset, version)
         if heartbeat is not None:
             return heartbeat
@@ -478,6 +483,7 @@ def _decode_heartbeat(version: int, body: Any, client: m.ClientInfo) -> m.Heartb
         member_id=body.member_id,
         group_instance_id=getattr(body, "group_instance_id", None),
         api_version=version,
+        client=client,
     )
 
 
@@ -517,6 +523,7 @@ def _decode_offset_commit(version: int, body: Any, client: m.ClientInfo) -> m.Of
         group_instance_id=getattr(body, "group_instance_id", None),
         retention_time_ms=-1 if retention is None else _ms(retention),
         api_version=version,
+        client=client,
     )
 
 

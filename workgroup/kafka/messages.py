@@ -22,6 +22,10 @@ from dataclasses import dataclass, field
 
 from workgroup.errors import ErrorCode
 
+#: The client id of :class:`workgroup.fence.Fence` requests.  The embedded
+#: coordinator does not count them as the member's heartbeats (its rules).
+FENCE_CLIENT_ID = "workgroup.fence"
+
 # --- requests ---------------------------------------------------------------
 
 
@@ -71,6 +75,7 @@ class Heartbeat:
     member_id: str
     group_instance_id: str | None = None
     api_version: int = 4
+    client: ClientInfo = field(default_factory=ClientInfo)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,7 @@ class OffsetCommit:
     group_instance_id: str | None = None
     retention_time_ms: int = -1
     api_version: int = 8
+    client: ClientInfo = field(default_factory=ClientInfo)
 
 
 @dataclass(frozen=True, slots=True)

@@ -502,6 +502,12 @@ class GroupMember:
                 f"got {on_callback_error!r}"
             )
         self._client_id = client_id or f"workgroup-{instance_id or next(_ids)}"
+        #: Where and how this member connects (``lease.fence()`` copies them).
+        self.bootstrap = tuple(
+            f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            for host, port in parse_bootstrap(bootstrap)
+        )
+        self.security = security
         self._connection = CoordinatorConnection(
             bootstrap,
             client_id=self._client_id,

@@ -33,7 +33,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
@@ -48,7 +48,11 @@ from workgroup.runtime.slots import (
     read_slot,
     slot_header,
 )
+from workgroup.security import Security
 from workgroup.types import Key
+
+if TYPE_CHECKING:
+    from workgroup.fence import Fence
 
 log = get_logger(__name__)
 
@@ -69,6 +73,18 @@ class Committed:
 
     offset: int
     metadata: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FenceOrigin:
+    """The member a lease commits as: what :meth:`Lease.fence` copies."""
+
+    bootstrap: tuple[str, ...]
+    security: Security
+    group_id: str
+    member_id: str
+    instance_id: str | None
+    generation: int
 
 
 #: Makes a started transactional producer for a transactional id.
@@ -268,6 +284,52 @@ class Lease:
         """:meth:`checkpoint` from a worker thread (a plain-function handler)."""
         return self._call_from_thread(self.checkpoint, timeout_s)
 
+    # --- portable fence ------------------------------------------------------------
+
+    def fence(self, *, include_secrets: bool = False, ttl_s: float | None = None) -> Fence:
+        """A picklable :class:`~workgroup.fence.Fence` of this lease, for writers in
+        other processes (see :mod:`workgroup.fence`).
+
+        ``include_secrets``: put the SASL password in it (otherwise the process
+        that uses it reads ``$WORKGROUP_SASL_PASSWORD`` or
+        ``$WORKGROUP_SASL_PASSWORD_FILE``).  ``ttl_s``: the fence refuses
+        itself that many seconds from now (rule 5 of :mod:`workgroup.fence`).
+        :class:`LeaseLostError` unless the lease is held.
+        """
+        from workgroup.fence import make_fence
+
+        if self.role == "standby":
+            raise WorkgroupError(
+                f"lease {self.kind}/{self.key} is a standby: only the active holder has a fence"
+            )
+        self.assert_held()
+        origin = getattr(self._store, "fence_origin", None)
+        if origin is None:
+            raise WorkgroupError(
+                f"lease {self.kind}/{self.key}: its slot store cannot make portable fences"
+            )
+        member: FenceOrigin = origin()
+        if not member.member_id or member.generation < 0:
+            raise LeaseLostError(
+                f"lease {self.kind}/{self.key} (token {self.token}): its member is not in "
+                "the group right now"
+            )
+        return make_fence(
+            bootstrap=member.bootstrap,
+            security=member.security,
+            group_id=member.group_id,
+            member_id=member.member_id,
+            instance_id=member.instance_id,
+            generation=member.generation,
+            topic=self.slot.topic,
+            partition=self.slot.partition,
+            kind=self.kind,
+            key=self.key,
+            token=self.token,
+            include_secrets=include_secrets,
+            ttl_s=ttl_s,
+        )
+
     # --- transactional producer --------------------------------------------------
 
     @property
@@ -367,4 +429,4 @@ class Lease:
         )
 
 
-__all__ = ["Committed", "Lease", "Role", "Slot", "SlotStore"]
+__all__ = ["Committed", "FenceOrigin", "Lease", "Role", "Slot", "SlotStore"]

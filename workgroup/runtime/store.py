@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 from workgroup.errors import CoordinatorError, ErrorCode, ProtocolError
 from workgroup.kafka.messages import CommitPartition, CommitTopic, FetchTopic
 from workgroup.member.driver import GroupMember
-from workgroup.runtime.lease import Committed, Slot
+from workgroup.runtime.lease import Committed, FenceOrigin, Slot
 
 #: Most partitions in one batched request.
 MAX_BATCH = 2_000
@@ -106,6 +106,18 @@ class MemberSlotStore:
 
     async def fetch(self, slot: Slot) -> Committed:
         return await self._fetches.call(slot)
+
+    def fence_origin(self) -> FenceOrigin:
+        """Who commits, where and how: what a portable fence needs (``lease.fence()``)."""
+        member = self._member
+        return FenceOrigin(
+            bootstrap=member.bootstrap,
+            security=member.security,
+            group_id=member.config.group_id,
+            member_id=member.member_id,
+            instance_id=member.config.instance_id,
+            generation=member.generation,
+        )
 
     async def _commit_many(self, calls: list[_Commit]) -> dict[_Commit, ErrorCode | BaseException]:
         # One request per generation (revoked leases commit under the one they were

@@ -1,0 +1,488 @@
+"""A portable fence: a lease's right to write, usable from any process, without a daemon.
+
+``lease.fence()`` returns a :class:`Fence`, a small frozen value (it pickles with
+``pickle`` and ``cloudpickle``) that names the coordinator, the group, the
+member (id, instance id, generation), the lease's slot, its key and its token.
+Any process can then call ``fence.commit(value)`` or ``fence.check()``
+synchronously: plain blocking sockets, no event loop, no daemon.
+
+Rules:
+
+1. **commit** sends OffsetCommit(slot, offset=token, metadata=header+value)
+   under the fence's member id, instance id and generation, as the lease itself
+   does: the coordinator accepts it only while that member is in the group and
+   that generation is current.  UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID and
+   GROUP_ID_NOT_FOUND end the fence for good (:class:`LeaseLostError`).
+2. **A stale generation is not the end of the lease.**  A cooperative
+   rebalance that keeps the resource where it is bumps the generation while the
+   lease stays held, so the generation in a pickled fence goes stale.  On
+   ILLEGAL_GENERATION the fence looks again: DescribeGroups (the member is still
+   in the group; its current assignment lists the resource, and so does what it
+   reported owning when it joined; the assignment names generation G' newer
+   than the fence's) and OffsetFetch (the slot is still at this token and names
+   this key).  If all hold it retries under G' (kept for this process), else
+   :class:`LeaseLostError`.  Why this is safe: a commit under generation G' is
+   accepted only while G' is current; in G' the assignor gave the resource to
+   this member alone, and the next owner can get it only in a later generation
+   (cooperative protocols revoke in one generation and assign in the next), at
+   which point the commit under G' is refused.  The slot check catches an owner
+   that held the resource between G and G' (its token is higher).  What this
+   cannot see (documented in docs/fence.md): the resource left this member and
+   came back between two looks while no other holder committed a token, and the
+   daemon's new lease is taking its token at that moment.
+3. While the group rebalances (REBALANCE_IN_PROGRESS, a group that is not
+   Stable when described) and while the coordinator cannot be reached, the
+   fence tries again with back-off until ``timeout_s``, then raises a
+   one-line :class:`FenceTimeoutError` (retriable) naming the address.
+4. **check** proves the lease still holds without writing: a Heartbeat under
+   the fence's member id, instance id and generation (the coordinator validates
+   it exactly as it validates a commit; REBALANCE_IN_PROGRESS still proves the
+   generation current), then OffsetFetch (the slot is still at this token and
+   names this key).  ILLEGAL_GENERATION is looked at as in rule 2.
+5. **Heartbeats.**  On Kafka an accepted OffsetCommit or Heartbeat extends the
+   member's session: a writer that keeps committing with a fence keeps a dead
+   daemon's member in the group, so its resources never move.  The embedded
+   coordinator does not count requests from a fence (client id
+   ``workgroup.fence``) as the member's heartbeats: once the daemon is gone
+   (SIGKILL, SIGSTOP), its member expires after the session timeout whatever
+   the fence does, and the fence's next use raises :class:`LeaseLostError`.
+   On Kafka (and Tansu) give fences a lifetime instead: ``lease.fence(ttl_s=...)``
+   makes a fence that refuses itself after ``ttl_s`` seconds (wall clock, so
+   keep clocks in step), and the daemon hands out fresh ones.
+6. **Credentials are not pickled** unless ``include_secrets=True``: a fence
+   holds the security protocol, the SASL mechanism and user name, and the
+   paths of the TLS files.  The process that uses it takes the SASL password
+   from ``$WORKGROUP_SASL_PASSWORD``, or from the file named by
+   ``$WORKGROUP_SASL_PASSWORD_FILE``; TLS files are read where the paths point.
+7. A fence is used after its lease ended, for another coordinator or group,
+   or against a coordinator that cannot be reached: each is a one-line error
+   that says which (:class:`LeaseLostError` for the first two).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
+from workgroup.kafka.messages import (
+    CommitPartition,
+    CommitTopic,
+    DescribeGroups,
+    DescribeGroupsResult,
+    FetchTopic,
+    Heartbeat,
+    HeartbeatResult,
+    OffsetCommit,
+    OffsetCommitResult,
+    OffsetFetch,
+    OffsetFetchGroup,
+    OffsetFetchResult,
+)
+from workgroup.member.blocking import BlockingCoordinator, Credentials
+from workgroup.member.driver import parse_bootstrap
+from workgroup.member.errors import CoordinatorUnavailableError
+from workgroup.protocol.metadata import BinaryCodec
+from workgroup.runtime.errors import LeaseLostError
+from workgroup.runtime.slots import check_value, decode_metadata, same_key, slot_header
+from workgroup.security import Security
+from workgroup.types import Key
+
+PASSWORD_ENV = "WORKGROUP_SASL_PASSWORD"
+PASSWORD_FILE_ENV = "WORKGROUP_SASL_PASSWORD_FILE"
+
+#: The member is gone: the fence can never be used again.
+_ENDED = frozenset(
+    {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID, ErrorCode.GROUP_ID_NOT_FOUND}
+)
+#: Try again (rule 3).
+_AGAIN = frozenset(
+    {
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.REQUEST_TIMED_OUT,
+    }
+)
+_BACKOFF_S = 0.05
+_MAX_BACKOFF_S = 1.0
+
+T = TypeVar("T")
+
+
+class FenceTimeoutError(WorkgroupError):
+    """The fence could not reach a verdict within its timeout (the coordinator was
+    unreachable, or the group kept rebalancing).  Retriable: nothing is known
+    about the lease, and nothing was written unless the coordinator says so later."""
+
+    retriable = True
+
+
+@dataclass(frozen=True)
+class FenceSecurity:
+    """A fence's connection settings; the password only if asked for (rule 6)."""
+
+    protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    #: Set only by ``lease.fence(include_secrets=True)``.
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    @classmethod
+    def of(cls, security: Security, *, include_secrets: bool = False) -> FenceSecurity:
+        return cls(
+            protocol=security.protocol,
+            sasl_mechanism=security.sasl_mechanism,
+            sasl_username=security.sasl_username,
+            sasl_password=security.sasl_password if include_secrets else None,
+            ssl_cafile=security.ssl_cafile,
+            ssl_certfile=security.ssl_certfile,
+            ssl_keyfile=security.ssl_keyfile,
+        )
+
+    def credentials(self) -> Credentials:
+        """The settings with the password found in this process (rule 6)."""
+        password = self.sasl_password
+        if password is None and self.protocol.startswith("SASL_"):
+            password = os.environ.get(PASSWORD_ENV)
+            path = os.environ.get(PASSWORD_FILE_ENV)
+            if password is None and path:
+                try:
+                    password = Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+                except OSError as exc:
+                    raise WorkgroupError(
+                        f"${PASSWORD_FILE_ENV}: cannot read {path!r}: {exc.strerror}"
+                    ) from None
+        return Credentials(
+            protocol=self.protocol,
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_username=self.sasl_username,
+            sasl_password=password,
+            ssl_cafile=self.ssl_cafile,
+            ssl_certfile=self.ssl_certfile,
+            ssl_keyfile=self.ssl_keyfile,
+        )
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A lease's right to write, for any process (see the module's rules)."""
+
+    bootstrap: tuple[str, ...]
+    security: FenceSecurity
+    group_id: str
+    member_id: str
+    instance_id: str | None
+    generation: int
+    topic: str
+    partition: int
+    kind: str
+    key: Key
+    token: int
+    #: Wall-clock time (``time.time()``) after which the fence refuses itself
+    #: (``lease.fence(ttl_s=...)``, rule 5); ``None``: no expiry.
+    expires_at: float | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<Fence {self.kind}/{self.key} token={self.token} group={self.group_id} "
+            f"member={self.member_id} generation={self.generation} at {','.join(self.bootstrap)}>"
+        )
+
+    @property
+    def _name(self) -> str:
+        return f"fence of {self.kind}/{self.key!r} (token {self.token}, group {self.group_id!r})"
+
+    # --- public API ---------------------------------------------------------------
+
+    def commit(self, value: str, *, timeout_s: float = 10.0) -> None:
+        """Store ``value`` as the resource's checkpoint, fenced (rules 1-3).
+
+        Raises :class:`LeaseLostError` once the lease ended,
+        :class:`FenceTimeoutError` if no verdict came within ``timeout_s``,
+        :class:`~workgroup.runtime.errors.CheckpointError` for a value that
+        cannot be stored (nothing sent).
+        """
+        check_value(value, self.key)
+        metadata = slot_header(self.key) + value
+
+        def send(conn: BlockingCoordinator, generation: int, deadline: float) -> ErrorCode:
+            result = conn.request(
+                OffsetCommit(
+                    self.group_id,
+                    generation,
+                    self.member_id,
+                    (
+                        CommitTopic(
+                            self.topic, (CommitPartition(self.partition, self.token, metadata),)
+                        ),
+                    ),
+                    group_instance_id=self.instance_id,
+                ),
+                deadline,
+            )
+            assert isinstance(result, OffsetCommitResult)
+            for topic in result.topics:
+                for partition in topic.partitions:
+                    if topic.name == self.topic and partition.partition == self.partition:
+                        return partition.error
+            raise CoordinatorError(
+                ErrorCode.UNKNOWN_SERVER_ERROR, f"{self._name}: OffsetCommit answered without it"
+            )
+
+        self._run("commit", send, timeout_s)
+
+    def check(self, *, timeout_s: float = 10.0) -> None:
+        """Return if the lease still holds, writing nothing (rule 4); else
+        :class:`LeaseLostError` (or :class:`FenceTimeoutError`)."""
+
+        def send(conn: BlockingCoordinator, generation: int, deadline: float) -> ErrorCode:
+            result = conn.request(
+                Heartbeat(self.group_id, generation, self.member_id, self.instance_id), deadline
+            )
+            assert isinstance(result, HeartbeatResult)
+            if result.error in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS):
+                # The member and generation are current: no one else holds the
+                # resource.  Did another holder come and go since the token?
+                self._check_slot(conn, deadline)
+                return ErrorCode.NONE
+            return result.error
+
+        self._run("check", send, timeout_s)
+
+    # --- internals ------------------------------------------------------------------
+
+    def _run(
+        self,
+        what: str,
+        send: Callable[[BlockingCoordinator, int, float], ErrorCode],
+        timeout_s: float,
+    ) -> None:
+        if self.expires_at is not None and time.time() > self.expires_at:
+            raise LeaseLostError(
+                f"{self._name} expired {time.time() - self.expires_at:.1f} s ago "
+                "(made with a ttl): ask the lease for a new one"
+            )
+        deadline = time.monotonic() + timeout_s
+        backoff = _BACKOFF_S
+        last = "no answer yet"
+        while True:
+            try:
+                with _connection(self) as conn:
+                    generation = _generations.get(self._identity, self.generation)
+                    error = send(conn, generation, deadline)
+                    if error is ErrorCode.NONE:
+                        return
+                    if error in _ENDED:
+                        raise LeaseLostError(
+                            f"{self._name} was refused: {error.name} (member {self.member_id!r} "
+                            "is no longer in the group: its lease ended)"
+                        )
+                    if error is ErrorCode.ILLEGAL_GENERATION:
+                        if self._look_again(conn, generation, deadline):
+                            continue
+                        last = "the group was rebalancing"
+                    elif error in _AGAIN:
+                        if error is ErrorCode.NOT_COORDINATOR:
+                            conn.close()
+                        last = error.name
+                    else:
+                        raise CoordinatorError(error, f"{self._name}: {what} refused: {error.name}")
+            except CoordinatorUnavailableError as exc:
+                last = str(exc)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FenceTimeoutError(
+                    f"{self._name}: no verdict from {','.join(self.bootstrap)} within "
+                    f"{timeout_s:g} s ({last})"
+                )
+            time.sleep(min(backoff * random.uniform(0.5, 1.0), left))
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    @property
+    def _identity(self) -> tuple[object, ...]:
+        return (self.bootstrap, self.group_id, self.member_id, self.kind, self.key, self.token)
+
+    def _look_again(self, conn: BlockingCoordinator, generation: int, deadline: float) -> bool:
+        """Rule 2: True if the lease holds in a newer generation (now remembered),
+        False to try again later (the group is rebalancing); else LeaseLostError."""
+        result = conn.request(DescribeGroups((self.group_id,)), deadline)
+        assert isinstance(result, DescribeGroupsResult)
+        group = result.groups[0]
+        if group.error is not ErrorCode.NONE:
+            if group.error.retriable:
+                return False
+            raise CoordinatorError(
+                group.error, f"{self._name}: describing the group: {group.error.name}"
+            )
+        member = next((m for m in group.members if m.member_id == self.member_id), None)
+        if member is None:
+            raise LeaseLostError(
+                f"{self._name}: member {self.member_id!r} is not in group {self.group_id!r} at "
+                f"{','.join(self.bootstrap)} (state {group.state or 'unknown'}): its lease "
+                "ended, or the fence was made for another coordinator or group"
+            )
+        if group.state != "Stable":
+            return False
+        if not member.assignment or not member.metadata:
+            raise LeaseLostError(
+                f"{self._name}: generation {generation} is stale and the coordinator does not "
+                "describe member assignments, so the fence cannot show the lease still holds"
+            )
+        codec = BinaryCodec()
+        try:
+            assignment = codec.decode_assignment(member.assignment).value
+            joined = codec.decode_metadata(member.metadata).value
+        except WorkgroupError as exc:
+            raise LeaseLostError(
+                f"{self._name}: cannot read the member's assignment: {exc}"
+            ) from None
+        resource = (self.kind, self.key)
+        if not _has(assignment.assigned, resource) or not _has(joined.owned, resource):
+            raise LeaseLostError(
+                f"{self._name}: the resource is no longer assigned to member "
+                f"{self.member_id!r} (generation {assignment.generation}): its lease ended"
+            )
+        if assignment.generation <= generation:
+            return False
+        self._check_slot(conn, deadline)
+        _generations[self._identity] = assignment.generation
+        return True
+
+    def _check_slot(self, conn: BlockingCoordinator, deadline: float) -> None:
+        """LeaseLostError unless the slot is still at this token and names this key."""
+        result = conn.request(
+            OffsetFetch(
+                (OffsetFetchGroup(self.group_id, (FetchTopic(self.topic, (self.partition,)),)),)
+            ),
+            deadline,
+        )
+        assert isinstance(result, OffsetFetchResult)
+        fetched = result.groups[0]
+        if fetched.error is not ErrorCode.NONE:
+            raise CoordinatorError(
+                fetched.error, f"{self._name}: reading its slot: {fetched.error.name}"
+            )
+        partition = next(
+            (p for t in fetched.topics for p in t.partitions if t.name == self.topic),
+            None,
+        )
+        if partition is None or partition.error is not ErrorCode.NONE:
+            code = partition.error if partition is not None else ErrorCode.UNKNOWN_SERVER_ERROR
+            raise CoordinatorError(code, f"{self._name}: reading its slot: {code.name}")
+        if partition.offset != self.token:
+            raise LeaseLostError(
+                f"{self._name}: its slot is at token {partition.offset}: the resource changed "
+                "hands, the lease ended"
+            )
+        try:
+            named = decode_metadata(partition.metadata).key
+        except ValueError:
+            named = None
+        if named is not None and not same_key(named, self.key):
+            raise LeaseLostError(f"{self._name}: its slot names another key ({named!r})")
+
+
+def _has(resources: tuple[tuple[str, Key], ...], resource: tuple[str, Key]) -> bool:
+    return any(kind == resource[0] and same_key(key, resource[1]) for kind, key in resources)
+
+
+def make_fence(
+    *,
+    bootstrap: tuple[str, ...] | str,
+    security: Security,
+    group_id: str,
+    member_id: str,
+    instance_id: str | None,
+    generation: int,
+    topic: str,
+    partition: int,
+    kind: str,
+    key: Key,
+    token: int,
+    include_secrets: bool = False,
+    ttl_s: float | None = None,
+) -> Fence:
+    """A :class:`Fence` (``lease.fence()`` calls this); bootstrap addresses are checked."""
+    addresses = parse_bootstrap(bootstrap)
+    if ttl_s is not None and ttl_s <= 0:
+        raise WorkgroupError(f"a fence's ttl_s must be > 0, got {ttl_s}")
+    return Fence(
+        bootstrap=tuple(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in addresses),
+        security=FenceSecurity.of(security, include_secrets=include_secrets),
+        group_id=group_id,
+        member_id=member_id,
+        instance_id=instance_id,
+        generation=generation,
+        topic=topic,
+        partition=partition,
+        kind=kind,
+        key=key,
+        token=token,
+        expires_at=None if ttl_s is None else time.time() + ttl_s,
+    )
+
+
+# --- this process's connections and what it learnt ------------------------------------
+
+#: Newer generations a fence proved the lease holds in (rule 2), per process.
+_generations: dict[tuple[object, ...], int] = {}
+_pool: dict[tuple[object, ...], list[BlockingCoordinator]] = {}
+_pool_lock = threading.Lock()
+_pool_pid = os.getpid()
+
+
+class _connection:
+    """A pooled connection for one call (a forked child starts with an empty pool)."""
+
+    def __init__(self, fence: Fence) -> None:
+        self._key = (fence.bootstrap, fence.group_id, fence.security)
+        self._fence = fence
+        self._conn: BlockingCoordinator | None = None
+
+    def __enter__(self) -> BlockingCoordinator:
+        global _pool_pid
+        with _pool_lock:
+            if _pool_pid != os.getpid():
+                _pool.clear()
+                _generations.clear()
+                _pool_pid = os.getpid()
+            free = _pool.get(self._key)
+            self._conn = free.pop() if free else None
+        if self._conn is None:
+            self._conn = BlockingCoordinator(
+                parse_bootstrap(self._fence.bootstrap),
+                self._fence.group_id,
+                self._fence.security.credentials(),
+            )
+        return self._conn
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        if kind is not None and not issubclass(kind, LeaseLostError | CoordinatorError):
+            conn.close()
+            return
+        with _pool_lock:
+            _pool.setdefault(self._key, []).append(conn)
+
+
+__all__ = [
+    "PASSWORD_ENV",
+    "PASSWORD_FILE_ENV",
+    "Fence",
+    "FenceSecurity",
+    "FenceTimeoutError",
+    "make_fence",
+]
