@@ -12,7 +12,13 @@ Rules:
    ``python`` (``PYSPARK_PYTHON``), which must have pyspark and the functions'
    modules (``PYTHONPATH`` is passed on); without it they fail with
    "Python worker failed to connect back".
-3. It is ready once its gRPC port accepts connections; a server that exits or
+3. Its ``SPARK_HOME`` is a directory of links to the pyspark package without
+   ``python/lib/pyspark.zip``: Spark puts that zip first on every Python worker's
+   path, and modules imported from a zip are compiled on every start (twice the
+   CPU of the installed, compiled pyspark).  Spark waits a fixed 10 s for a
+   ``foreachBatch`` worker to connect back; on a loaded machine the zip alone
+   made every worker miss it.
+4. It is ready once its gRPC port accepts connections; a server that exits or
    stays closed past the timeout raises :class:`ConnectServerError` with the
    tail of its log.
 """
@@ -70,6 +76,20 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
+def worker_spark_home(package: Path, directory: Path) -> Path:
+    """A SPARK_HOME of links to ``package`` whose ``python/lib`` holds py4j only
+    (rule 3): Python workers then import the installed, compiled pyspark."""
+    lib = directory / "python" / "lib"
+    lib.mkdir(parents=True, exist_ok=True)
+    for entry in package.iterdir():
+        if entry.name != "python" and not (directory / entry.name).exists():
+            (directory / entry.name).symlink_to(entry)
+    for py4j in (package / "python" / "lib").glob("py4j-*.zip"):
+        if not (lib / py4j.name).exists():
+            (lib / py4j.name).symlink_to(py4j)
+    return directory
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -89,9 +109,10 @@ def run_connect_server(
 ) -> Iterator[ConnectServer]:
     """Start a Connect server on ``127.0.0.1:port`` (a free one by default), yield it
     once it accepts connections, stop it on the way out."""
-    home = spark_home()
+    package = spark_home()
     port = port or free_port()
     log.parent.mkdir(parents=True, exist_ok=True)
+    home = worker_spark_home(package, log.parent / "spark-home")
     settings = {
         **DEFAULT_SERVER_CONF,
         **(conf or {}),

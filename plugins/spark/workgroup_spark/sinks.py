@@ -77,8 +77,7 @@ class FencedWriter:
         # the fence is what another process can use on its own.
         fence = self.fence
         if fence is None and self.lease is not None:
-            ttl = {} if self.fence_ttl_s is None else {"ttl_s": self.fence_ttl_s}
-            fence = self.lease.fence(**ttl)
+            fence = self.lease.fence(ttl_s=self.fence_ttl_s)
         return {**self.__dict__, "lease": None, "fence": fence}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

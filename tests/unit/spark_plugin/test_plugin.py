@@ -174,6 +174,19 @@ def test_a_progress_report_becomes_a_batch() -> None:
     assert no_watermark.watermark is None
 
 
+def test_a_spark_connect_report_counts_its_sources() -> None:
+    # A Connect server's progress JSON has these figures per source only.
+    report = {k: v for k, v in REPORT.items() if not k.endswith(("Rows", "Second"))}
+    report["sources"] = [
+        {"numInputRows": 1000, "inputRowsPerSecond": 300.0, "processedRowsPerSecond": 250.0},
+        {"numInputRows": 200, "inputRowsPerSecond": 100.0, "processedRowsPerSecond": "NaN"},
+    ]
+    progress = BatchProgress.parse(report)
+    assert (progress.input_rows, progress.input_rows_per_s) == (1200, 400.0)
+    assert progress.processed_rows_per_s == 250.0
+    assert BatchProgress.parse({**report, "sources": []}).input_rows == 0
+
+
 @given(
     rows=st.one_of(st.none(), st.integers(0, 2**40)),
     rate=st.one_of(st.none(), st.floats(allow_nan=True), st.text(max_size=5)),
@@ -261,7 +274,7 @@ async def test_a_pickled_fenced_writer_carries_the_fence_not_the_lease(
     store = FakeStore()
     lease = await _held_lease(store)
     fence = FakeFence()
-    monkeypatch.setattr(lease, "fence", lambda: fence, raising=False)
+    monkeypatch.setattr(lease, "fence", lambda **options: fence)
     writer = fenced(lease, _write_parquet_to(tmp_path))
     # What Spark Connect does with a foreachBatch function: pickle it for the server.
     from pyspark import cloudpickle  # Spark's own pickler for Python functions
