@@ -62,14 +62,21 @@ class FencedWriter:
     sent to another process carries the lease's portable fence instead of the lease."""
 
     def __init__(
-        self, lease: Lease, write: BatchWriter, timeout_s: float, fence_ttl_s: float | None
+        self,
+        holder: Lease | Fence,
+        write: BatchWriter,
+        timeout_s: float,
+        fence_ttl_s: float | None,
     ) -> None:
-        self.lease: Lease | None = lease
-        self.fence: Fence | None = None  # made when the writer is pickled
+        from workgroup.fence import Fence
+
+        self.lease: Lease | None = None if isinstance(holder, Fence) else holder
+        #: Made from the lease when the writer is pickled; given: used everywhere.
+        self.fence: Fence | None = holder if isinstance(holder, Fence) else None
         self.write = write
         self.timeout_s = timeout_s
         self.fence_ttl_s = fence_ttl_s
-        self.kind, self.key, self.token = lease.kind, lease.key, lease.token
+        self.kind, self.key, self.token = holder.kind, holder.key, holder.token
         self.__name__ = f"fenced_{getattr(write, '__name__', 'write')}"
 
     def __getstate__(self) -> dict[str, Any]:
@@ -118,7 +125,7 @@ class FencedWriter:
 
 
 def fenced(
-    lease: Lease,
+    lease: Lease | Fence,
     write: BatchWriter,
     *,
     timeout_s: float = 30.0,
@@ -128,7 +135,8 @@ def fenced(
     (``{"spark_batch": N, "token": T}``) first; a lease that ended raises
     :class:`~workgroup.LeaseLostError` and the batch writes nothing.  Works with a
     local JVM and with Spark Connect (where the function runs beside the server,
-    with the lease's portable fence; ``fence_ttl_s``: its lifetime, for Kafka)."""
+    with the lease's portable fence; ``fence_ttl_s``: its lifetime, for Kafka).
+    ``lease`` may also be a :class:`~workgroup.fence.Fence` made elsewhere."""
     return FencedWriter(lease, write, timeout_s, fence_ttl_s)
 
 
