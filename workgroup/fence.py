@@ -26,19 +26,21 @@ Rules:
    this member alone, and the next owner can get it only in a later generation
    (cooperative protocols revoke in one generation and assign in the next), at
    which point the commit under G' is refused.  The slot check catches an owner
-   that held the resource between G and G' (its token is higher).  What this
-   cannot see (documented in docs/fence.md): the resource left this member and
-   came back between two looks while no other holder committed a token, and the
-   daemon's new lease is taking its token at that moment.
+   that held the resource between G and G' (its token is higher); the "owned
+   when it joined" check catches the resource leaving this member and coming
+   back in G'.  What remains (docs/fence.md): it left and came back *and*
+   another rebalance followed, no other holder committed a token meanwhile, and
+   the daemon's new lease is still taking its token when the fence looks.
 3. While the group rebalances (REBALANCE_IN_PROGRESS, a group that is not
    Stable when described) and while the coordinator cannot be reached, the
    fence tries again with back-off until ``timeout_s``, then raises a
    one-line :class:`FenceTimeoutError` (retriable) naming the address.
 4. **check** proves the lease still holds without writing: a Heartbeat under
    the fence's member id, instance id and generation (the coordinator validates
-   it exactly as it validates a commit; REBALANCE_IN_PROGRESS still proves the
-   generation current), then OffsetFetch (the slot is still at this token and
-   names this key).  ILLEGAL_GENERATION is looked at as in rule 2.
+   it exactly as it validates a commit), then OffsetFetch (the slot is still at
+   this token and names this key).  ILLEGAL_GENERATION is looked at as in rule
+   2, and so is REBALANCE_IN_PROGRESS after the slot check (Kafka gives it for
+   the current generation during a rebalance, Tansu for a stale one as well).
 5. **Heartbeats.**  On Kafka an accepted OffsetCommit or Heartbeat extends the
    member's session: a writer that keeps committing with a fence keeps a dead
    daemon's member in the group, so its resources never move.  The embedded
@@ -61,6 +63,7 @@ Rules:
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 import threading
@@ -252,10 +255,13 @@ class Fence:
             )
             assert isinstance(result, HeartbeatResult)
             if result.error in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS):
-                # The member and generation are current: no one else holds the
-                # resource.  Did another holder come and go since the token?
+                # Did another holder take the resource since this token?
                 self._check_slot(conn, deadline)
-                return ErrorCode.NONE
+            if result.error is ErrorCode.REBALANCE_IN_PROGRESS:
+                # It proves the generation current on Kafka, but Tansu answers it
+                # for a stale generation too: look again as for a stale one
+                # (while the group rebalances that means trying again later).
+                return ErrorCode.ILLEGAL_GENERATION
             return result.error
 
         self._run("check", send, timeout_s)
@@ -440,6 +446,16 @@ _generations: dict[tuple[object, ...], int] = {}
 _pool: dict[tuple[object, ...], list[BlockingCoordinator]] = {}
 _pool_lock = threading.Lock()
 _pool_pid = os.getpid()
+
+
+@atexit.register
+def _close_pool() -> None:
+    """Close this process's idle fence connections (at exit, or between tests)."""
+    with _pool_lock:
+        idle = [conn for conns in _pool.values() for conn in conns]
+        _pool.clear()
+    for conn in idle:
+        conn.close()
 
 
 class _connection:

@@ -17,7 +17,7 @@ from kio.serial import entity_writer
 from workgroup.coordinator import wire
 from workgroup.coordinator.framing import FrameSplitter, frame
 from workgroup.errors import MessageTooLargeError, ProtocolError
-from workgroup.kafka.messages import Heartbeat
+from workgroup.kafka.messages import FENCE_CLIENT_ID, Heartbeat
 
 LIMIT = 1024
 
@@ -153,6 +153,24 @@ def test_heartbeat_fast_path_matches_kio(
     assert decoded == Heartbeat(
         group, generation, member, instance if version >= 3 else None, version
     )
+
+
+@pytest.mark.parametrize("version", [0, 3, 4])
+def test_a_fences_heartbeat_keeps_its_client_id(version: int) -> None:
+    # The coordinator extends no session for a fence (workgroup.fence, rule 5).
+    flexible = version >= 4
+    client = FENCE_CLIENT_ID.encode()
+    payload = (
+        struct.pack(">hhih", wire.HEARTBEAT, version, 7, len(client))
+        + client
+        + (b"\x00" if flexible else b"")
+        + heartbeat_body(version, "g", 3, "m-1", None)
+    )
+    header, offset = wire.decode_header(payload)
+    decoded = wire.decode_request(header, payload, offset, "127.0.0.1")
+    assert isinstance(decoded, Heartbeat)
+    assert decoded.client.client_id == FENCE_CLIENT_ID
+    assert decoded == Heartbeat("g", 3, "m-1", None, version)
 
 
 def test_heartbeat_fast_path_is_taken_for_the_common_shape() -> None:

@@ -75,7 +75,9 @@ class Heartbeat:
     member_id: str
     group_instance_id: str | None = None
     api_version: int = 4
-    client: ClientInfo = field(default_factory=ClientInfo)
+    #: Who sent it: only a fence's client id matters (it extends no session);
+    #: the fast decoder leaves it empty, so it takes no part in equality.
+    client: ClientInfo = field(default_factory=ClientInfo, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +117,8 @@ class OffsetCommit:
     group_instance_id: str | None = None
     retention_time_ms: int = -1
     api_version: int = 8
-    client: ClientInfo = field(default_factory=ClientInfo)
+    #: Who sent it (a fence's commit extends no session); not part of equality.
+    client: ClientInfo = field(default_factory=ClientInfo, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

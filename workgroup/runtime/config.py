@@ -58,6 +58,7 @@ OTHER_VARIABLES = frozenset(
         "WORKGROUP_CONFIG",  # the TOML file (``--config``)
         "WORKGROUP_STATE_DIR",  # the auto-started coordinator's directory
         "WORKGROUP_HANDLER_KEY",  # process-isolated handlers
+        "WORKGROUP_SASL_PASSWORD_FILE",  # where a portable fence's user reads its password
     }
 )
 #: Prefixes of variables that plugins read (``WORKGROUP_SPARK_MASTER``).

@@ -5,8 +5,10 @@ outlive its grace period.  With process isolation the handler (shipped with
 cloudpickle, so closures and lambdas work) runs in a fresh ``spawn`` child
 process with a :class:`ProcessLease`: the lease's fields, ``revoked`` and
 ``wait_revoked``, and ``commit`` / ``checkpoint`` forwarded to the parent, whose
-lease does the fenced work.  On revocation the child is told, gets the grace
-period, then SIGTERM, then SIGKILL one second later.
+lease does the fenced work.  ``fence()`` returns the parent lease's portable
+fence (:mod:`workgroup.fence`), for a child that writes without the parent.
+On revocation the child is told, gets the grace period, then SIGTERM, then
+SIGKILL one second later.
 
 The handler is signed: HMAC-SHA256 of its pickled bytes, with the key in
 ``$WORKGROUP_HANDLER_KEY`` (one is made at random, for this process and its
@@ -38,6 +40,7 @@ from typing import Any
 import cloudpickle
 
 from workgroup.errors import WorkgroupError
+from workgroup.fence import Fence
 from workgroup.log import get_logger, user_frames
 from workgroup.runtime.errors import LeaseLostError
 from workgroup.runtime.lease import Lease, Role
@@ -126,6 +129,15 @@ class ProcessLease:
     def checkpoint_sync(self, timeout_s: float | None = None) -> str | None:
         result = self._call("checkpoint", None, timeout_s)
         return None if result is None else str(result)
+
+    def fence(
+        self, *, include_secrets: bool = False, ttl_s: float | None = None, timeout_s: float = 10.0
+    ) -> Fence:
+        """The parent lease's portable fence (:meth:`Lease.fence`): commits sent
+        with it go straight to the coordinator, not through the parent."""
+        options = {"include_secrets": include_secrets, "ttl_s": ttl_s}
+        fence: Fence = self._call("fence", options, timeout_s)
+        return fence
 
     def _call(self, method: str, argument: Any, timeout_s: float | None) -> Any:
         call_id = next(self._ids)
@@ -274,6 +286,8 @@ class ProcessHandler:
                 await lease.commit(argument)
             elif method == "checkpoint":
                 value = await lease.checkpoint()
+            elif method == "fence":
+                value = lease.fence(**argument)
             else:
                 error = ("error", f"unknown lease method {method!r}")
         except LeaseLostError as exc:

@@ -19,9 +19,11 @@ startup errors quote its tail, so a failing test says why the server died.
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib.util
 import os
 import selectors
+import shutil
 import socket
 import subprocess
 import sys
@@ -39,7 +41,9 @@ __all__ = [
     "ServerProcess",
     "ServerStartError",
     "free_port",
+    "postgres_binaries",
     "run_coordinator",
+    "run_postgres",
     "run_tansu",
     "tansu_binary",
 ]
@@ -212,6 +216,139 @@ def run_coordinator(
             yield server
         finally:
             server.stop()
+
+
+#: Where Debian's ``postgresql`` package puts the server's programs.
+POSTGRES_GLOB = "/usr/lib/postgresql/*/bin"
+#: The database user a PostgreSQL started by :func:`run_postgres` trusts.
+POSTGRES_USER = "workgroup"
+
+
+def postgres_binaries() -> Path:
+    """The directory with PostgreSQL's ``initdb`` and ``postgres`` programs.
+
+    ``initdb`` on the PATH (followed through symbolic links), else the newest
+    ``/usr/lib/postgresql/*/bin``; :class:`ConfigError` (saying how to install
+    it) when there is none.
+    """
+    found = shutil.which("initdb")
+    candidates = [Path(found).resolve().parent] if found else []
+    candidates += [Path(d) for d in sorted(glob.glob(POSTGRES_GLOB), reverse=True)]
+    for directory in candidates:
+        if (directory / "initdb").is_file() and (directory / "postgres").is_file():
+            return directory
+    raise ConfigError(
+        "PostgreSQL is not installed (no initdb on the PATH or in "
+        f"{POSTGRES_GLOB}): install Debian's postgresql package (`make test` does, as root)"
+    )
+
+
+@dataclass
+class PostgresServer:
+    """A private PostgreSQL server (:func:`run_postgres`)."""
+
+    host: str
+    port: int
+    user: str
+    process: ServerProcess
+
+    @property
+    def dsn(self) -> str:
+        """A libpq connection string for its ``postgres`` database."""
+        return f"host={self.host} port={self.port} user={self.user} dbname=postgres"
+
+
+@contextlib.contextmanager
+def run_postgres(*, startup_timeout_s: float = 60.0) -> Iterator[PostgresServer]:
+    """A PostgreSQL server in a temporary directory on a free loopback port.
+
+    ``initdb`` makes a cluster that trusts :data:`POSTGRES_USER` on loopback,
+    then ``postgres`` runs in the foreground (fsync off: test data is thrown
+    away) until the block ends, when it is stopped and the directory removed.
+    PostgreSQL refuses to run as root: as root, both run as the ``postgres``
+    user (made by Debian's package) or ``nobody``.
+    """
+    binaries = postgres_binaries()
+    run_as = _unprivileged_user() if os.geteuid() == 0 else None
+    root = Path(tempfile.mkdtemp(prefix="workgroup-postgres-"))
+    try:
+        if run_as is not None:
+            os.chown(root, run_as[0], run_as[1])
+        user, group = run_as if run_as is not None else (None, None)
+        extra_groups: list[int] | None = None if run_as is None else []
+        data = root / "data"
+        log_path = root / "postgres.log"
+        with log_path.open("ab") as log:
+            initdb = subprocess.run(
+                [
+                    str(binaries / "initdb"),
+                    "-D",
+                    str(data),
+                    "-U",
+                    POSTGRES_USER,
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                timeout=startup_timeout_s,
+                check=False,
+                user=user,
+                group=group,
+                extra_groups=extra_groups,
+            )
+        if initdb.returncode != 0:
+            raise ServerStartError(
+                f"initdb exited with code {initdb.returncode}"
+                f"{_quoted(_read_tail(log_path, LOG_TAIL_BYTES))}"
+            )
+        port = free_port()
+        argv = [
+            str(binaries / "postgres"), "-D", str(data), "-p", str(port), "-k", str(root),
+            "-c", f"listen_addresses={LOOPBACK}", "-c", "fsync=off",
+            "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+        ]  # fmt: skip
+        with _log_file(log_path) as (sink, log_ref):
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=sink,
+                user=user,
+                group=group,
+                extra_groups=extra_groups,
+            )
+            server = ServerProcess("postgres", LOOPBACK, port, process, log_ref)
+            try:
+                deadline = time.monotonic() + startup_timeout_s
+                while b"ready to accept connections" not in log_path.read_bytes():
+                    server.check_alive()
+                    if time.monotonic() >= deadline:
+                        raise ServerStartError(
+                            f"PostgreSQL did not start within {startup_timeout_s:g} s"
+                            f"{_quoted(server.log_tail())}"
+                        )
+                    time.sleep(0.05)
+                yield PostgresServer(LOOPBACK, port, POSTGRES_USER, server)
+            finally:
+                server.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _unprivileged_user() -> tuple[int, int]:
+    import pwd
+
+    for name in ("postgres", "nobody"):
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return entry.pw_uid, entry.pw_gid
+    raise ConfigError("PostgreSQL cannot run as root, and there is no 'postgres' or 'nobody' user")
 
 
 # --- internals -------------------------------------------------------------------

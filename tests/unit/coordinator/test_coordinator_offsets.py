@@ -9,9 +9,13 @@ from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.testing import CoordinatorHarness, FormedGroup, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import (
+    FENCE_CLIENT_ID,
+    ClientInfo,
     CommitPartition,
     CommitTopic,
     FetchTopic,
+    Heartbeat,
+    HeartbeatResult,
     JoinGroupResult,
     OffsetCommit,
     OffsetCommitResult,
@@ -158,6 +162,34 @@ def test_commit_during_preparing_rebalance_is_accepted_and_keeps_the_session() -
     assert commit(h, formed.generation_id, b) == [ErrorCode.NONE]
     h.advance(9_000)  # 18 s after the last heartbeat, 9 s after the commit
     assert h.group("g").has_member(b)
+
+
+def test_a_fence_commits_and_heartbeats_but_never_keeps_the_session() -> None:
+    # A remote writer committing with a portable fence must not keep a dead
+    # daemon's member alive (workgroup.fence, rule 5).
+    h = harness()
+    formed = h.form_group("g", 2, session_timeout_ms=10_000)
+    a, b = formed.member_ids
+    fence = ClientInfo(FENCE_CLIENT_ID, "127.0.0.1")
+    for _ in range(4):  # b's daemon is gone: only its fence speaks, every 3 s
+        h.advance(3_000)
+        h.heartbeat("g", a, formed.generation_id)
+        if not h.group("g").has_member(b):
+            break
+        commit_request = OffsetCommit(
+            "g",
+            formed.generation_id,
+            b,
+            (CommitTopic("orders", (CommitPartition(0, 7, "fenced"),)),),
+            client=fence,
+        )
+        result = h.call(commit_request, OffsetCommitResult)
+        assert [p.error for t in result.topics for p in t.partitions] == [ErrorCode.NONE]
+        beat = Heartbeat("g", formed.generation_id, b, client=fence)
+        assert h.call(beat, HeartbeatResult).error is ErrorCode.NONE
+    assert not h.group("g").has_member(b)
+    assert h.group("g").has_member(a)
+    assert commit(h, formed.generation_id, b) == [ErrorCode.UNKNOWN_MEMBER_ID]
 
 
 def test_metadata_limit_is_per_partition_and_counts_utf16_units() -> None:
