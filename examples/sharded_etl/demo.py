@@ -88,8 +88,14 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         env = {}
-        if args.layout == "connect":
-            step(started, "starting a Spark Connect server: the daemons' one JVM")
+        if args.layout == "jvm":
+            step(started, "layout: a JVM in each daemon (--layout jvm)")
+        else:
+            step(
+                started,
+                "layout: thin daemons on one Spark Connect server, the machine's one JVM "
+                "(faster here than a JVM per daemon: benchmarks/README.md; --layout jvm)",
+            )
             server = stack.enter_context(spark_connect_server(output, data))
             env["WORKGROUP_SPARK_REMOTE"] = server.remote
             step(started, f"Spark Connect server on {server.remote}")
