@@ -20,7 +20,7 @@ Two measurements, on real daemons, Spark and a ``workgroup coordinator`` on loop
 
 Usage::
 
-    .venv/bin/python benchmarks/spark_pipeline.py            # ≈ 10 minutes on 2 cores
+    .venv/bin/python benchmarks/spark_pipeline.py            # everything, with failover
     .venv/bin/python benchmarks/spark_pipeline.py --events 40000 --skip-failover
     .venv/bin/python benchmarks/spark_pipeline.py --daemons 3 --connect-daemons 3 --skip-failover
 """
