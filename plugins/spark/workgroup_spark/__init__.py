@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from workgroup.errors import ConfigError
-from workgroup.log import get_logger
 from workgroup.runtime.app import App
 from workgroup_spark.java import JavaMissingError, check_java
 from workgroup_spark.progress import BatchProgress, SparkMetrics
@@ -35,8 +34,6 @@ from workgroup_spark.session import SessionHolder, SessionOptions
 from workgroup_spark.sinks import FencedWriter, check_fence, fenced, write_batch_parquet
 
 B = TypeVar("B", bound=Build)
-
-log = get_logger("workgroup.spark")  # under workgroup's root logger
 
 #: The checkpoint root when none is given: this directory under the daemon's
 #: working directory, resolved once when the plugin is attached.
@@ -71,7 +68,7 @@ class SparkQueries:
             Hadoop-compatible URI (``hdfs://``, ``s3a://``) when daemons run on
             several.  ``WORKGROUP_SPARK_CHECKPOINT_ROOT`` overrides it.  A
             relative path is resolved once, here, against the working directory
-            (logged as ``spark.checkpoint_root``); with ``remote=`` it is refused.
+            (logged with ``spark.session_starting``); with ``remote=`` it is refused.
         master: Spark master URL (default ``local[*]``); ``WORKGROUP_SPARK_MASTER``
             overrides it.
         remote: Spark Connect URL (``sc://host:15002``) instead of a JVM in the
@@ -96,17 +93,13 @@ class SparkQueries:
         self.checkpoint_root = resolve_checkpoint_root(
             given or DEFAULT_CHECKPOINT_ROOT, remote=options.remote
         )
-        log.info(
-            "spark.checkpoint_root",
-            app=app.name,
-            root=self.checkpoint_root,
-            default=given is None,
-        )
         if not options.remote:
             # Fail before joining the group (one line, exit 2 from `workgroup run`),
             # not with every shard the daemon is given.
             check_java()
-        self.session = SessionHolder(options)
+        # Said where it is once Spark starts (`spark.session_starting`), not here:
+        # attaching happens at import, before the daemon's logging is set up.
+        self.session = SessionHolder(options, checkpoint_root=self.checkpoint_root)
         self.metrics = SparkMetrics()
         self.poll_interval_s = poll_interval_s
         for collector in self.metrics.collectors():

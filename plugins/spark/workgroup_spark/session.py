@@ -83,8 +83,9 @@ def parse_conf(text: str) -> dict[str, str]:
 class SessionHolder:
     """Makes the SparkSession once (thread-safe) and stops it at the end."""
 
-    def __init__(self, options: SessionOptions) -> None:
+    def __init__(self, options: SessionOptions, *, checkpoint_root: str | None = None) -> None:
         self.options = options
+        self.checkpoint_root = checkpoint_root  # logged with the session's start
         self._lock = threading.Lock()
         self._session: Any = None
 
@@ -116,7 +117,12 @@ class SessionHolder:
             if options.remote and not key.startswith("spark.sql."):
                 continue  # a Connect client sets only session (SQL) settings
             builder = builder.config(key, value)
-        log.info("spark.session_starting", app=options.app_name, where=options.describe())
+        log.info(
+            "spark.session_starting",
+            app=options.app_name,
+            where=options.describe(),
+            checkpoint_root=self.checkpoint_root,
+        )
         session = builder.getOrCreate()
         log.info(
             "spark.session_started",
