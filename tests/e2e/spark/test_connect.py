@@ -68,3 +68,22 @@ def test_an_unreachable_coordinator_fails_the_query_with_a_clear_error(
     assert f"127.0.0.1:{closed}" in message
     assert elapsed >= 3.0  # it tried for its timeout first
     assert not Path(output).exists()  # the batch wrote nothing
+
+
+def test_a_session_the_server_closed_is_replaced(connect_server: ConnectServer) -> None:
+    """What a daemon sees after the server's idle timeout closed its session (or a
+    server restart): every call fails; the holder drops the session, the next
+    attempt opens a new one."""
+    from workgroup_spark.session import SessionHolder, SessionOptions
+
+    holder = SessionHolder(SessionOptions("closed-session", remote=connect_server.remote))
+    first = holder.get()
+    assert first.range(3).count() == 3
+    first.client.release_session()  # the server closes it, as its idle timeout would
+    with pytest.raises(Exception, match=r"INVALID_HANDLE\.SESSION_(CLOSED|NOT_FOUND)") as caught:
+        first.range(3).count()
+    assert holder.forget_if_gone(caught.value)
+    second = holder.get()
+    assert second is not first
+    assert second.range(4).count() == 4
+    holder.stop()

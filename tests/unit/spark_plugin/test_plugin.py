@@ -361,10 +361,15 @@ class FakeWriter:
 class FakeSession:
     def __init__(self) -> None:
         self.made = 0
+        self.failures: list[BaseException] = []
 
     def get(self) -> str:
         self.made += 1
         return "spark-session"
+
+    def forget_if_gone(self, error: BaseException) -> bool:
+        self.failures.append(error)
+        return False
 
 
 def shard_query(writer: Any, metrics: SparkMetrics | None = None) -> ShardQuery:
@@ -459,6 +464,37 @@ async def test_build_must_return_a_stream_writer() -> None:
     lease = await _held_lease(FakeStore())
     with pytest.raises(WorkgroupError, match=r"must return a DataStreamWriter \(df.writeStream"):
         await shard_query("not a writer")(lease)
+
+
+def test_a_connect_session_the_server_closed_is_dropped() -> None:
+    from workgroup_spark.session import SessionHolder, SessionOptions
+
+    class Closed:
+        stopped = False
+
+        def stop(self) -> None:
+            self.stopped = True
+            raise RuntimeError("the server no longer has this session")
+
+    gone = RuntimeError("[INVALID_HANDLE.SESSION_CLOSED] The handle 1f2e is invalid.")
+    local = SessionHolder(SessionOptions("etl"))
+    local._session = Closed()
+    assert not local.forget_if_gone(gone)  # a JVM session has no such failure
+    remote = SessionHolder(SessionOptions("etl", remote="sc://127.0.0.1:15002"))
+    session = remote._session = Closed()
+    assert not remote.forget_if_gone(RuntimeError("[TABLE_OR_VIEW_NOT_FOUND] t"))
+    assert remote.started
+    assert remote.forget_if_gone(gone)
+    assert session.stopped  # pyspark's default session is cleared with it
+    assert not remote.started  # the next get() opens a new one
+
+
+async def test_a_query_that_cannot_start_hands_its_error_to_the_session() -> None:
+    lease = await _held_lease(FakeStore())
+    query = shard_query("not a writer")
+    with pytest.raises(WorkgroupError):
+        await query(lease)
+    assert [type(e) for e in query.session.failures] == [WorkgroupError]  # type: ignore[attr-defined]
 
 
 def test_stopping_a_session_whose_jvm_is_gone_is_not_a_failure() -> None:
