@@ -53,6 +53,7 @@ from workgroup_spark.connect_server import ConnectServer, run_connect_server  # 
 SHARDS = 4
 FILES_PER_BATCH = 25  # per shard; the baseline takes SHARDS times as many per batch
 SESSION_MS = 6_000
+FAILOVER_LAYOUTS = {"jvm": "2, a JVM each", "connect": "2 thin, one Connect server"}
 
 
 def make_backlog(data: Path, events: int) -> int:
@@ -167,10 +168,14 @@ def sharded(data: Path, written: int, daemons: int, remote: str | None = None) -
     )
 
 
-def failover(data: Path, how: str) -> list[float]:
-    """Seconds from the signal until each moved shard's next batch on its new owner."""
+def failover(data: Path, how: str, remote: str | None = None) -> list[float]:
+    """Seconds from the signal until each moved shard's next batch on its new owner
+    (JVM daemons, or thin daemons on the Connect server ``remote``)."""
+    env = {"WORKGROUP_SPARK_REMOTE": remote} if remote else {}
     with run_coordinator(log=data / "coordinator.log") as coordinator:
-        cluster = EtlCluster(data, coordinator.bootstrap, shards=SHARDS, session_ms=SESSION_MS)
+        cluster = EtlCluster(
+            data, coordinator.bootstrap, shards=SHARDS, session_ms=SESSION_MS, extra_env=env
+        )
         feeder = Feeder(data, SHARDS, rate=400)
         extra = ("--leave-on-stop",) if how == "SIGTERM" else ()
         try:
@@ -248,6 +253,9 @@ def main() -> None:
         "--connect-daemons", default="3", help="thin daemon counts on one Connect server"
     )
     parser.add_argument("--trials", type=int, default=2, help="failover trials per signal")
+    parser.add_argument(
+        "--failover-layouts", default="jvm,connect", help="jvm, connect or both (jvm,connect)"
+    )
     parser.add_argument("--skip-failover", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args()
@@ -306,17 +314,24 @@ def main() -> None:
 
     if not args.skip_failover:
         print()
-        print("| signal | moved shards | median s | max s | target |")
-        print("|---|---:|---:|---:|---|")
-        for how, target in (("SIGKILL", SESSION_MS / 1000 + 5), ("SIGTERM", 5.0)):
-            delays: list[float] = []
-            for _ in range(args.trials):
-                with workdir() as data:
-                    delays += failover(data, how)
-            print(
-                f"| {how} | {len(delays)} | {statistics.median(delays):.2f} | "
-                f"{max(delays):.2f} | < {target:.0f} s |"
-            )
+        print("| daemons | signal | moved shards | median s | max s | target | load after |")
+        print("|---|---|---:|---:|---:|---|---:|")
+        for layout_name in args.failover_layouts.split(","):
+            with contextlib.ExitStack() as stack:
+                remote = None
+                if layout_name == "connect":
+                    logs = stack.enter_context(workdir())
+                    remote = stack.enter_context(connect_server(logs))[0].remote
+                for how, target in (("SIGKILL", SESSION_MS / 1000 + 5), ("SIGTERM", 5.0)):
+                    delays: list[float] = []
+                    for _ in range(args.trials):
+                        with workdir() as data:
+                            delays += failover(data, how, remote)
+                    print(
+                        f"| {FAILOVER_LAYOUTS[layout_name]} | {how} | {len(delays)} "
+                        f"| {statistics.median(delays):.2f} | {max(delays):.2f} "
+                        f"| < {target:.0f} s | {os.getloadavg()[0]:.1f} |"
+                    )
 
 
 if __name__ == "__main__":

@@ -125,9 +125,11 @@ def main(argv: list[str] | None = None) -> int:
             for shard in moved:
                 cluster.wait_for(
                     f"{shard} to commit on its new owner",
+                    # A batch of the new owner's token: with Spark Connect the killed
+                    # daemon's query goes on writing on the server until it is fenced.
                     lambda s=shard: (
-                        cluster.committing(s, killed_at)  # type: ignore[misc]
-                        and cluster.owners()[s][0] != victim
+                        cluster.owners()[s][0] != victim  # type: ignore[misc]
+                        and cluster.committing(s, killed_at, cluster.owners()[s][1])
                     ),
                     timeout,
                 )
@@ -141,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             cluster.wait_for(
                 "etl-4 to own a shard and commit",
                 lambda: any(
-                    m == "etl-4" and cluster.committing(k, replacement_at)
-                    for k, (m, *_) in cluster.owners().items()
+                    m == "etl-4" and cluster.committing(k, replacement_at, t)
+                    for k, (m, t, _) in cluster.owners().items()
                 ),
                 timeout,
             )
@@ -152,12 +154,12 @@ def main(argv: list[str] | None = None) -> int:
             running = sorted(n for n, d in cluster.daemons.items() if d.alive())
             for name in running:
                 step(started, f"[yellow]rolling restart:[/yellow] SIGTERM {name}, start it again")
-                stopped_at = time.time()
-                cluster.stop(name)
+                cluster.stop(name)  # its queries stopped, its batch in flight finished
+                exited_at = time.time()
                 cluster.start(name)
                 cluster.wait_for(
                     "every shard to commit again",
-                    lambda at=stopped_at: cluster.all_committing(at),  # type: ignore[misc]
+                    lambda at=exited_at: cluster.all_committing(at, owners_only=True),  # type: ignore[misc]
                     timeout,
                 )
             show_owners(cluster, started)
