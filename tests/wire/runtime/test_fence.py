@@ -283,12 +283,6 @@ def test_a_coordinator_that_never_answers_times_out() -> None:
         assert 1.0 <= time.monotonic() - started < 5.0
 
 
-def test_an_expired_fence_refuses_itself_without_asking() -> None:
-    fence = dataclasses.replace(make_offline_fence("127.0.0.1:1"), expires_at=time.time() - 1.0)
-    with pytest.raises(workgroup.LeaseLostError, match="expired"):
-        fence.commit("late", timeout_s=1.0)
-
-
 def make_offline_fence(bootstrap: str) -> Fence:
     from workgroup.fence import make_fence
     from workgroup.security import PLAINTEXT

@@ -1,0 +1,328 @@
+"""The portable fence's value, without a coordinator: what it holds, what it
+pickles, where its password comes from, bad construction."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import pickle
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+from workgroup import fence as fence_module
+from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
+from workgroup.fence import (
+    PASSWORD_ENV,
+    PASSWORD_FILE_ENV,
+    Fence,
+    FenceSecurity,
+    FenceTimeoutError,
+    make_fence,
+)
+from workgroup.kafka.messages import (
+    CommitPartitionResult,
+    CommitTopicResult,
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroups,
+    DescribeGroupsResult,
+    FetchedGroup,
+    FetchedPartition,
+    FetchedTopic,
+    Heartbeat,
+    HeartbeatResult,
+    OffsetCommit,
+    OffsetCommitResult,
+    OffsetFetch,
+    OffsetFetchResult,
+)
+from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
+from workgroup.runtime.errors import CheckpointError, LeaseLostError
+from workgroup.security import PLAINTEXT, Security
+
+SECRET = "unit-Secret-9"
+
+
+def fence(**overrides: object) -> Fence:
+    options: dict[str, object] = {
+        "bootstrap": "127.0.0.1:1,[::1]:2",
+        "security": PLAINTEXT,
+        "group_id": "g",
+        "member_id": "m-1",
+        "instance_id": "i-1",
+        "generation": 3,
+        "topic": "workgroup-leases.g.0123",
+        "partition": 0,
+        "kind": "shard",
+        "key": 7,
+        "token": 4,
+    }
+    options.update(overrides)
+    return make_fence(**options)  # type: ignore[arg-type]
+
+
+def test_a_fence_holds_what_another_process_needs_and_pickles() -> None:
+    made = fence()
+    assert made.bootstrap == ("127.0.0.1:1", "[::1]:2")
+    assert (made.group_id, made.member_id, made.instance_id, made.generation) == (
+        "g",
+        "m-1",
+        "i-1",
+        3,
+    )
+    assert (made.topic, made.partition, made.kind, made.key, made.token) == (
+        "workgroup-leases.g.0123",
+        0,
+        "shard",
+        7,
+        4,
+    )
+    assert made.expires_at is None
+    for dumps, loads in ((pickle.dumps, pickle.loads), (cloudpickle.dumps, cloudpickle.loads)):
+        copy = loads(dumps(made))
+        assert copy == made
+        assert type(copy.key) is int
+    assert len(pickle.dumps(made)) < 1024
+    assert "token=4" in repr(made)
+
+
+def test_the_password_stays_out_unless_asked_for() -> None:
+    security = Security("SASL_PLAINTEXT", "SCRAM-SHA-256", "alice", SECRET)
+    plain = fence(security=security)
+    assert plain.security.sasl_password is None
+    assert SECRET.encode() not in pickle.dumps(plain)
+    assert SECRET not in repr(plain)
+    with_secret = fence(security=security, include_secrets=True)
+    assert with_secret.security.sasl_password == SECRET
+    assert SECRET not in repr(with_secret)
+
+
+def test_the_password_comes_from_the_fence_the_environment_or_a_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv(PASSWORD_ENV, raising=False)
+    monkeypatch.delenv(PASSWORD_FILE_ENV, raising=False)
+    security = FenceSecurity("SASL_SSL", "PLAIN", "alice", ssl_cafile="/ca.pem")
+    assert security.credentials().sasl_password is None
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET + "\n")
+    monkeypatch.setenv(PASSWORD_FILE_ENV, str(secret))
+    assert security.credentials().sasl_password == SECRET
+    monkeypatch.setenv(PASSWORD_ENV, "from-env")
+    assert security.credentials().sasl_password == "from-env"  # the variable first
+    given = FenceSecurity("SASL_SSL", "PLAIN", "alice", sasl_password="given")
+    assert given.credentials().sasl_password == "given"  # the fence's own first
+    assert security.credentials().ssl_cafile == "/ca.pem"
+    # Without SASL nothing is looked up.
+    assert FenceSecurity().credentials().sasl_password is None
+    monkeypatch.delenv(PASSWORD_ENV)
+    monkeypatch.setenv(PASSWORD_FILE_ENV, str(tmp_path / "missing"))
+    with pytest.raises(WorkgroupError, match="cannot read"):
+        security.credentials()
+
+
+def test_bad_construction_is_refused() -> None:
+    with pytest.raises(ConfigError, match="bootstrap"):
+        fence(bootstrap="no-port")
+    with pytest.raises(WorkgroupError, match="ttl_s must be > 0"):
+        fence(ttl_s=0)
+
+
+def test_a_ttl_sets_the_expiry_and_an_expired_fence_sends_nothing() -> None:
+    before = time.time()
+    made = fence(ttl_s=30)
+    assert made.expires_at is not None
+    assert before + 30 <= made.expires_at <= time.time() + 30
+    expired = fence(ttl_s=30, bootstrap="127.0.0.1:1")
+    object.__setattr__(expired, "expires_at", time.time() - 5)
+    started = time.monotonic()
+    with pytest.raises(LeaseLostError, match="expired"):
+        expired.commit("late")  # nothing listens at port 1: no request was tried
+    with pytest.raises(LeaseLostError, match="expired"):
+        expired.check()
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_value_that_cannot_be_stored_is_refused_before_sending() -> None:
+    made = fence(bootstrap="127.0.0.1:1")
+    with pytest.raises(CheckpointError, match="empty"):
+        made.commit("")
+    with pytest.raises(CheckpointError, match="over the limit"):
+        made.commit("x" * 5000)
+
+
+# --- rule 2: looking again after ILLEGAL_GENERATION, with scripted answers ----------------
+
+
+class Scripted:
+    """A coordinator connection that answers from the test's script."""
+
+    def __init__(
+        self,
+        *,
+        commits: list[ErrorCode] | None = None,
+        beats: list[ErrorCode] | None = None,
+        group: DescribedGroup,
+        slot: int = 4,
+    ) -> None:
+        self.commits = commits or []
+        self.beats = beats or []
+        self.group = group
+        self.slot = slot
+        self.sent: list[object] = []
+
+    def request(self, request: object, deadline: float) -> object:
+        self.sent.append(request)
+        if isinstance(request, OffsetCommit):
+            (topic,) = request.topics
+            error = self.commits.pop(0)
+            return OffsetCommitResult(
+                (CommitTopicResult(topic.name, (CommitPartitionResult(0, error),)),)
+            )
+        if isinstance(request, Heartbeat):
+            return HeartbeatResult(self.beats.pop(0))
+        if isinstance(request, DescribeGroups):
+            return DescribeGroupsResult((self.group,))
+        assert isinstance(request, OffsetFetch)
+        partition = FetchedPartition(0, self.slot, "wg-key:7\nx")
+        topic = FetchedTopic("workgroup-leases.g.0123", (partition,))
+        return OffsetFetchResult((FetchedGroup("g", (topic,)),))
+
+    def close(self) -> None:
+        pass
+
+
+def described(
+    *,
+    state: str = "Stable",
+    member: str = "m-1",
+    assigned: tuple[tuple[str, object], ...] = (("shard", 7),),
+    owned: tuple[tuple[str, object], ...] = (("shard", 7),),
+    generation: int = 5,
+) -> DescribedGroup:
+    codec = BinaryCodec()
+    assignment = codec.encode_assignment(
+        AssignmentData(assigned=assigned, generation=generation)  # type: ignore[arg-type]
+    )
+    metadata = codec.encode_metadata(
+        MemberMetadata(kinds=("shard",), owned=owned, owned_generation=generation - 1)  # type: ignore[arg-type]
+    )
+    return DescribedGroup(
+        ErrorCode.NONE,
+        "g",
+        state,
+        "workgroup",
+        "sticky",
+        (DescribedMember(member, "i-1", "c", "h", metadata, assignment),),
+    )
+
+
+@pytest.fixture
+def scripted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Scripted]]:
+    """Replaces the fence's pooled connection with the script in ``scripted[0]``."""
+    holder: list[Scripted] = []
+
+    @contextlib.contextmanager
+    def connection(_fence: Fence) -> Iterator[Scripted]:
+        yield holder[0]
+
+    monkeypatch.setattr(fence_module, "_connection", connection)
+    fence_module._generations.clear()
+    yield holder
+    fence_module._generations.clear()
+
+
+def test_a_stale_generation_carries_on_when_the_member_still_holds_the_resource(
+    scripted: list[Scripted],
+) -> None:
+    conn = Scripted(commits=[ErrorCode.ILLEGAL_GENERATION, ErrorCode.NONE], group=described())
+    scripted.append(conn)
+    made = fence()
+    made.commit("v")
+    commits = [r for r in conn.sent if isinstance(r, OffsetCommit)]
+    assert [c.generation_id for c in commits] == [3, 5]
+    # Remembered in this process: the next commit goes under 5 at once.
+    conn.commits.append(ErrorCode.NONE)
+    made.commit("w")
+    assert [r.generation_id for r in conn.sent if isinstance(r, OffsetCommit)][-1] == 5
+
+
+@pytest.mark.parametrize(
+    ("group", "slot", "why"),
+    [
+        (described(member="someone-else"), 4, "not in group"),
+        (described(assigned=(("shard", 8),)), 4, "no longer assigned"),
+        # It came back in this generation: the member did not own it when it joined.
+        (described(owned=()), 4, "no longer assigned"),
+        (described(assigned=(("shard", "7"),)), 4, "no longer assigned"),  # "7" is not 7
+        (described(), 5, "slot is at token 5"),
+    ],
+)
+def test_a_stale_generation_ends_the_fence_unless_everything_holds(
+    scripted: list[Scripted], group: DescribedGroup, slot: int, why: str
+) -> None:
+    conn = Scripted(commits=[ErrorCode.ILLEGAL_GENERATION], group=group, slot=slot)
+    scripted.append(conn)
+    with pytest.raises(LeaseLostError, match=why):
+        fence().commit("v")
+    assert len([r for r in conn.sent if isinstance(r, OffsetCommit)]) == 1
+
+
+def test_no_member_details_end_the_fence_as_on_tansu(scripted: list[Scripted]) -> None:
+    group = dataclasses.replace(
+        described(),
+        members=(DescribedMember("m-1", None, "", "", b"", b""),),
+    )
+    scripted.append(Scripted(commits=[ErrorCode.ILLEGAL_GENERATION], group=group))
+    with pytest.raises(LeaseLostError, match="does not describe member assignments"):
+        fence().commit("v")
+
+
+def test_while_the_group_rebalances_the_fence_waits_then_times_out(
+    scripted: list[Scripted],
+) -> None:
+    conn = Scripted(
+        commits=[ErrorCode.ILLEGAL_GENERATION] * 100, group=described(state="CompletingRebalance")
+    )
+    scripted.append(conn)
+    with pytest.raises(FenceTimeoutError, match="rebalancing"):
+        fence().commit("v", timeout_s=0.3)
+    # A described generation no newer than the fence's proves nothing either.
+    conn2 = Scripted(commits=[ErrorCode.ILLEGAL_GENERATION] * 100, group=described(generation=3))
+    scripted[0] = conn2
+    with pytest.raises(FenceTimeoutError):
+        fence().commit("v", timeout_s=0.3)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID, ErrorCode.GROUP_ID_NOT_FOUND],
+)
+def test_a_gone_member_ends_the_fence_at_once(scripted: list[Scripted], error: ErrorCode) -> None:
+    conn = Scripted(commits=[error], group=described())
+    scripted.append(conn)
+    with pytest.raises(LeaseLostError, match=error.name):
+        fence().commit("v")
+    assert not any(isinstance(r, DescribeGroups) for r in conn.sent)
+
+
+def test_check_writes_nothing_and_looks_again_on_a_rebalance(scripted: list[Scripted]) -> None:
+    conn = Scripted(
+        beats=[ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.NONE], group=described(generation=6)
+    )
+    scripted.append(conn)
+    fence().check()
+    assert not any(isinstance(r, OffsetCommit) for r in conn.sent)
+    beats = [r for r in conn.sent if isinstance(r, Heartbeat)]
+    assert [b.generation_id for b in beats] == [3, 6]
+    assert sum(isinstance(r, OffsetFetch) for r in conn.sent) == 3  # each answer, and the look
+
+
+def test_check_of_a_slot_with_a_newer_token_ends_the_fence(scripted: list[Scripted]) -> None:
+    scripted.append(Scripted(beats=[ErrorCode.NONE], group=described(), slot=9))
+    with pytest.raises(LeaseLostError, match="slot is at token 9"):
+        fence().check()
