@@ -134,7 +134,7 @@ class SparkQueries:
                 grace_ms=grace_ms,
                 restart_backoff_ms=restart_backoff_ms,
                 max_restart_backoff_ms=max_restart_backoff_ms,
-                isolation=None,  # the query runs in the daemon's JVM
+                isolation=None,  # the query runs in the daemon's one SparkSession
                 reassign_delay_ms=reassign_delay_ms,
             )(handler)
             return build

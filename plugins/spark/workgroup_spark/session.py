@@ -1,4 +1,5 @@
-"""One SparkSession per daemon: a JVM shared by all the shards the process owns.
+"""One SparkSession per daemon, shared by all the shards the process owns: a JVM in
+the daemon, or a thin client of a Spark Connect server.
 
 Where Spark runs, in order of precedence:
 

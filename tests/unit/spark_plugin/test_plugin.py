@@ -294,6 +294,35 @@ async def test_a_pickled_fenced_writer_carries_the_fence_not_the_lease(
     assert os.listdir(tmp_path) == ["batch-0000000007.parquet"]
 
 
+def test_a_fence_that_cannot_reach_its_coordinator_writes_nothing(tmp_path: Path) -> None:
+    from pyspark import cloudpickle
+
+    from workgroup.fence import FenceTimeoutError, make_fence
+    from workgroup.security import Security
+    from workgroup_spark.connect_server import free_port
+
+    closed = free_port()
+    fence = make_fence(
+        bootstrap=f"127.0.0.1:{closed}",
+        security=Security(),
+        group_id="etl.shard",
+        member_id="m-1",
+        instance_id=None,
+        generation=2,
+        topic="t",
+        partition=0,
+        kind="shard",
+        key="s-0",
+        token=5,
+    )
+    # A Fence given to fenced(): what a process other than the daemon does.
+    shipped = cloudpickle.dumps(fenced(fence, _write_parquet_to(tmp_path), timeout_s=0.5))
+    writer = pickle.loads(shipped)
+    with pytest.raises(FenceTimeoutError, match=rf"no verdict from 127\.0\.0\.1:{closed}"):
+        writer(object(), 1)
+    assert os.listdir(tmp_path) == []
+
+
 async def test_the_fence_is_checked_again_just_before_the_rename(tmp_path: Path) -> None:
     store = FakeStore()
     lease = await _held_lease(store)
