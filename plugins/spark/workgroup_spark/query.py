@@ -16,7 +16,9 @@ Rules:
 5. A query that fails raises :class:`SparkQueryFailed` from the handler:
    the runtime logs it, counts it and starts it again with back-off while the
    lease is held.  A query that ends by itself (``availableNow``) ends the handler.
-6. Every completed batch is a log event (``spark.batch``) and metrics
+6. A query that cannot start because the Spark Connect server closed the
+   daemon's session drops that session; the restart opens a new one.
+7. Every completed batch is a log event (``spark.batch``) and metrics
    (:mod:`workgroup_spark.progress`).
 """
 
@@ -87,14 +89,19 @@ class ShardQuery:
         spark = await asyncio.to_thread(self.session.get)
         if lease.revoked:
             return
-        writer = await asyncio.to_thread(self.build, spark, lease)
-        if not hasattr(writer, "start") or not hasattr(writer, "option"):
-            raise WorkgroupError(
-                f"{self.__name__}() must return a DataStreamWriter "
-                f"(df.writeStream...), not {type(writer).__name__}"
-            )
-        writer = writer.queryName(name).option("checkpointLocation", checkpoint)
-        query = await _start(writer)
+        try:
+            writer = await asyncio.to_thread(self.build, spark, lease)
+            if not hasattr(writer, "start") or not hasattr(writer, "option"):
+                raise WorkgroupError(
+                    f"{self.__name__}() must return a DataStreamWriter "
+                    f"(df.writeStream...), not {type(writer).__name__}"
+                )
+            writer = writer.queryName(name).option("checkpointLocation", checkpoint)
+            query = await _start(writer)
+        except Exception as exc:
+            # A Connect session the server closed: the restart opens a new one.
+            self.session.forget_if_gone(exc)
+            raise
         self.metrics.active.labels(*labels).set(1)
         log.info(
             "spark.query_started",
