@@ -51,6 +51,10 @@ class AssignmentInput:
     resource_racks: Mapping[Resource, frozenset[str]] = field(default_factory=dict)
     #: Free-form attributes of resources (from the resource source); absent: none.
     resource_attributes: Mapping[Resource, Mapping[str, str]] = field(default_factory=dict)
+    #: Measured load of resources (finite, >= 0), as their owners reported it;
+    #: absent: not measured.  Used by the load balancing stage
+    #: (:mod:`workgroup.assignors.balance`); assignors may ignore it.
+    resource_loads: Mapping[Resource, float] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -1,0 +1,437 @@
+"""Load-aware balancing: a stage after any exclusive assignor that evens out
+measured load by moving the fewest resources.
+
+Assignors balance counts; real resources are skewed.  :func:`balance` takes the
+assignor's target, each resource's load (records/s, bytes/s: any non-negative
+number the handlers report) and each member's capacity, and moves resources
+from the most utilised member (load / capacity) to less utilised ones.
+
+Rules:
+
+1. **Utilisation.**  A member's utilisation is its resources' load over its
+   capacity; the mean is the total load over the total capacity of the members
+   that take some kind.  A resource without a reported load counts as the mean
+   of the reported loads (members that send no load, new resources); standby
+   twins (``kind.standby``) count as 0 unless reported.
+2. **Trigger and target (hysteresis).**  Nothing moves while the most utilised
+   member is within ``tolerance`` of the mean (``max <= mean * (1 +
+   tolerance)``).  Above it, resources move until the most utilised member is
+   within ``target`` (default ``tolerance / 2``), so that noise around the
+   tolerance does not trigger a move at every rebalance.
+3. **Fewest moves.**  Each move takes a resource from the most utilised member:
+   the lightest resource that brings both members within the target if one
+   does (one move settles that member), else the one that lowers the larger
+   of the two members' utilisations most.  Never more than ``max_moves`` moves;
+   a move never makes the most utilised member busier, so the largest
+   utilisation never rises and the total load is unchanged.
+4. **The assignor's guarantees.**  A resource moves only to a member that takes
+   its kind, that does not hold it or its standby twin already, and, when the
+   resource sits on its holder's rack (rack matching as in
+   :class:`~workgroup.assignors._common.RackInfo`), on that rack too.  Resources
+   held by several members (standbys, replicas) and ``pinned`` resources (moved
+   recently: the leader's hysteresis) never move.
+5. **Stickiness.**  Given the resources' current ``owners``, a resource the
+   assignor took from its owner (to even out counts) goes back first when that
+   keeps the owner at or below the most utilised member and the assignor's
+   choice at or above ``mean * (1 - tolerance)``: load balance replaces count
+   balance, and an unrelated rebalance does not undo earlier moves.  Such a
+   return is not a move (the resource stays where it runs).
+6. Deterministic: members are taken by utilisation then id, resources by load
+   then :func:`~workgroup.types.resource_sort_key`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from itertools import repeat
+
+from workgroup.assignors._common import RackInfo
+from workgroup.assignors.base import Assignment, AssignmentInput, Assignor
+from workgroup.assignors.standby import STANDBY_SUFFIX, active_kind, is_standby_kind
+from workgroup.errors import ConfigError
+from workgroup.types import Resource, resource_sort_key
+
+#: Default allowed excess of the most utilised member over the mean (10 %).
+DEFAULT_TOLERANCE = 0.10
+#: Default cap on the moves of one rebalance.
+DEFAULT_MAX_MOVES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One resource given from one member to another."""
+
+    resource: Resource
+    giver: str
+    taker: str
+    load: float
+
+
+@dataclass(frozen=True, slots=True)
+class Balanced:
+    """What :func:`balance` did."""
+
+    assignment: Assignment
+    #: The moves, in the order made (at most ``max_moves``).
+    moves: tuple[Move, ...] = ()
+    #: Resources given back to their owner (rule 5): not moves.
+    returned: tuple[Move, ...] = ()
+    #: ``member id -> load`` before (the assignor's target) and after.
+    before: dict[str, float] = field(default_factory=dict)
+    after: dict[str, float] = field(default_factory=dict)
+    #: Mean utilisation (total load / total capacity).
+    mean: float = 0.0
+    #: ``member id -> capacity`` of the members counted in the mean.
+    capacities: dict[str, float] = field(default_factory=dict)
+
+    def ratio(self, loads: Mapping[str, float] | None = None) -> float:
+        """Largest utilisation over the mean (1.0 when there is no load)."""
+        loads = self.after if loads is None else loads
+        if not self.mean or not self.capacities:
+            return 1.0
+        return max(loads.get(m, 0.0) / c for m, c in self.capacities.items()) / self.mean
+
+    @property
+    def ratio_before(self) -> float:
+        return self.ratio(self.before)
+
+    def over(self, tolerance: float) -> bool:
+        """The result is still above ``tolerance`` (``max_moves`` or pinned
+        resources stopped it): the leader probes again later."""
+        return self.ratio() > 1 + tolerance + 1e-12
+
+
+def check_settings(tolerance: float, max_moves: int, target: float | None = None) -> None:
+    """Raise :class:`ConfigError` for settings :func:`balance` cannot use."""
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float):
+        raise ConfigError(f"imbalance_tolerance must be a number, got {tolerance!r}")
+    if not 0 <= tolerance < math.inf:
+        raise ConfigError(f"imbalance_tolerance must be >= 0, got {tolerance}")
+    if isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0:
+        raise ConfigError(f"max_moves must be an integer >= 0, got {max_moves!r}")
+    if target is not None and not 0 <= target <= tolerance:
+        raise ConfigError(f"the balancing target must be in 0..tolerance, got {target}")
+
+
+def balance(
+    assignment: Assignment,
+    loads: Mapping[Resource, float],
+    capacities: Mapping[str, float],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    target: float | None = None,
+    max_moves: int = DEFAULT_MAX_MOVES,
+    kinds: Mapping[str, Collection[str]] | None = None,
+    owners: Mapping[Resource, str] | None = None,
+    pinned: Collection[Resource] = frozenset(),
+    racks: RackInfo | None = None,
+) -> Balanced:
+    """Even out ``assignment`` by load (see the module's rules).
+
+    ``loads`` are finite and >= 0 (:func:`clean_loads`); ``capacities`` lists
+    the members (a member absent from it has capacity 1); ``kinds`` what each
+    takes (``None``: every kind); ``owners`` where each resource runs now (rule
+    5).  ``assignment`` is not modified.
+    """
+    check_settings(tolerance, max_moves, target)
+    goal = tolerance / 2 if target is None else target
+    members = sorted(set(assignment) | set(capacities))
+    out: Assignment = {mid: list(assignment.get(mid, ())) for mid in members}
+    if not loads or not members:
+        return Balanced(out)
+    default = math.fsum(loads.values()) / len(loads)
+
+    def load_of(resource: Resource) -> float:
+        value = loads.get(resource)
+        if value is not None:
+            return value
+        return 0.0 if is_standby_kind(resource[0]) else default
+
+    capacity = {mid: _positive(capacities.get(mid, 1.0)) for mid in members}
+    member_load = {mid: _sum_loads(out[mid], loads, default) for mid in members}
+    takes = {mid: (None if kinds is None else frozenset(kinds.get(mid, ()))) for mid in members}
+    counted = {
+        mid: capacity[mid] for mid in members if takes[mid] is None or takes[mid] or out[mid]
+    }
+    total_capacity = sum(counted.values())
+    mean = sum(member_load.values()) / total_capacity if total_capacity else 0.0
+    before = dict(member_load)
+    if mean <= 0:
+        return Balanced(out, before=before, after=dict(member_load), capacities=counted)
+
+    holders: dict[Resource, int] = {}
+    standby_of: dict[Resource, set[str]] = {}
+    for mid in members:
+        for resource in out[mid]:
+            holders[resource] = holders.get(resource, 0) + 1
+            if is_standby_kind(resource[0]):
+                standby_of.setdefault((active_kind(resource[0]), resource[1]), set()).add(mid)
+    util = {mid: member_load[mid] / capacity[mid] for mid in members}
+
+    def may_take(mid: str, resource: Resource, giver: str) -> bool:
+        wanted = takes[mid]
+        if wanted is not None and resource[0] not in wanted:
+            return False
+        if mid in standby_of.get(resource, ()):
+            return False
+        if racks is not None and racks.enabled and racks.matches(giver, resource):
+            return racks.matches(mid, resource)
+        return True
+
+    def shift(resource: Resource, giver: str, taker: str, load: float) -> None:
+        out[giver].remove(resource)
+        out[taker].append(resource)
+        member_load[giver] -= load
+        member_load[taker] += load
+        util[giver] = member_load[giver] / capacity[giver]
+        util[taker] = member_load[taker] / capacity[taker]
+
+    returned: list[Move] = []
+    if owners:
+        floor = mean * (1 - tolerance)
+        for resource, owner, holder in _taken_from_owners(assignment, owners, members):
+            if holders.get(resource) != 1 or is_standby_kind(resource[0]):
+                continue
+            load = load_of(resource)
+            peak = max(util.values())
+            if (
+                may_take(owner, resource, holder)
+                and (member_load[owner] + load) / capacity[owner] <= peak
+                and (member_load[holder] - load) / capacity[holder] >= floor
+            ):
+                shift(resource, holder, owner, load)
+                returned.append(Move(resource, holder, owner, load))
+
+    moves: list[Move] = []
+    trigger = mean * (1 + tolerance) * (1 + 1e-12)
+    settled = mean * (1 + goal) * (1 + 1e-12)
+    if max(util.values()) > trigger:
+        frozen = frozenset(pinned)
+        while len(moves) < max_moves:
+            giver = max(members, key=lambda m: (util[m], _reverse(m)))
+            if util[giver] <= settled:
+                break
+            move = _best_move(
+                giver,
+                out[giver],
+                sorted((m for m in members if m != giver), key=lambda m: (util[m], m)),
+                util,
+                member_load,
+                capacity,
+                holders,
+                frozen,
+                load_of,
+                may_take,
+                settled,
+            )
+            if move is None:
+                break  # nothing the busiest member holds can go anywhere useful
+            shift(move.resource, move.giver, move.taker, move.load)
+            moves.append(move)
+    return Balanced(
+        out,
+        tuple(moves),
+        tuple(returned),
+        before=before,
+        after=dict(member_load),
+        mean=mean,
+        capacities=counted,
+    )
+
+
+def _best_move(
+    giver: str,
+    held: list[Resource],
+    by_utilisation: list[str],
+    util: dict[str, float],
+    member_load: dict[str, float],
+    capacity: dict[str, float],
+    holders: Mapping[Resource, int],
+    pinned: frozenset[Resource],
+    load_of: Callable[[Resource], float],
+    may_take: Callable[[str, Resource, str], bool],
+    settled: float,
+) -> Move | None:
+    """The move rule 3 picks for ``giver``, or None."""
+    peak = util[giver]
+    finishing: tuple[float, tuple[object, ...], Move] | None = None
+    best: tuple[float, float, tuple[object, ...], Move] | None = None
+    taker_for_kind: dict[str, str | None] = {}
+    for resource in held:
+        if resource in pinned or holders.get(resource) != 1 or is_standby_kind(resource[0]):
+            continue
+        load = load_of(resource)
+        if load <= 0:
+            continue
+        taker: str | None
+        kind = resource[0]
+        cached = kind in taker_for_kind
+        taker = taker_for_kind.get(kind) if cached else None
+        if not cached or (taker is not None and not may_take(taker, resource, giver)):
+            taker = next((m for m in by_utilisation if may_take(m, resource, giver)), None)
+            if not cached:
+                taker_for_kind[kind] = taker
+        if taker is None:
+            continue
+        giver_after = (member_load[giver] - load) / capacity[giver]
+        taker_after = (member_load[taker] + load) / capacity[taker]
+        worst = max(giver_after, taker_after)
+        if worst >= peak:
+            continue  # would not lower the peak
+        order = resource_sort_key(resource)
+        move = Move(resource, giver, taker, load)
+        if giver_after <= settled and taker_after <= settled:
+            if finishing is None or (load, order) < finishing[:2]:
+                finishing = (load, order, move)
+        elif best is None or (worst, -load, order) < best[:3]:
+            best = (worst, -load, order, move)
+    if finishing is not None:
+        return finishing[2]
+    return best[3] if best is not None else None
+
+
+def _taken_from_owners(
+    assignment: Assignment, owners: Mapping[Resource, str], members: list[str]
+) -> list[tuple[Resource, str, str]]:
+    """``(resource, owner, holder)`` for each resource the assignor gave a member
+    other than its owner (the owner still being a member), lightest churn first:
+    in resource order."""
+    present = set(members)
+    taken: list[tuple[Resource, str, str]] = []
+    for holder in members:
+        for resource in assignment.get(holder, ()):
+            owner = owners.get(resource)
+            if owner is not None and owner != holder and owner in present:
+                taken.append((resource, owner, holder))
+    taken.sort(key=lambda item: resource_sort_key(item[0]))
+    return taken
+
+
+def _sum_loads(resources: list[Resource], loads: Mapping[Resource, float], default: float) -> float:
+    values = list(map(loads.get, resources))
+    if None not in values:
+        return math.fsum(values)  # type: ignore[arg-type]
+    total = 0.0
+    for resource, value in zip(resources, values, strict=True):
+        if value is not None:
+            total += value
+        elif not resource[0].endswith(STANDBY_SUFFIX):
+            total += default
+    return total
+
+
+def fewest_moves(
+    assignment: Assignment,
+    loads: Mapping[Resource, float],
+    capacities: Mapping[str, float],
+    limit: float,
+) -> int:
+    """A lower bound on the moves that bring every member to a utilisation of at
+    most ``limit``: each member above it must give away at least as many
+    resources as it takes when it gives its largest first."""
+    needed = 0
+    for mid, resources in assignment.items():
+        room = limit * _positive(capacities.get(mid, 1.0))
+        held = sorted((loads.get(r, 0.0) for r in resources), reverse=True)
+        total = math.fsum(held)
+        for load in held:
+            if total <= room * (1 + 1e-12):
+                break
+            total -= load
+            needed += 1
+    return needed
+
+
+def clean_loads(loads: Mapping[Resource, float]) -> dict[Resource, float]:
+    """``loads`` without the values :func:`balance` cannot use (negative, NaN,
+    infinite): those resources count as unmeasured."""
+    return {r: x for r, x in loads.items() if 0 <= x < math.inf}
+
+
+def _positive(value: float) -> float:
+    return value if value > 0 and value < math.inf else 1.0
+
+
+def _reverse(member_id: str) -> tuple[int, ...]:
+    """Sorts member ids in reverse, so that ``max`` breaks ties by the lowest id."""
+    return tuple(-ord(c) for c in member_id)
+
+
+class LoadBalancing:
+    """``base`` followed by :func:`balance` with the input's resource loads.
+
+    The live leader and ``workgroup assign`` wrap their assignor in one for each
+    round (:mod:`workgroup.member.balancing`): ``owners`` adds, to what the
+    members report owning, where the previous round meant resources to go
+    (withheld from their new holder until revoked), so that the follow-up round
+    keeps the same plan; ``pinned`` lists recently moved resources.  The last
+    result is kept in :attr:`last`.
+    """
+
+    def __init__(
+        self,
+        base: Assignor,
+        *,
+        tolerance: float = DEFAULT_TOLERANCE,
+        target: float | None = None,
+        max_moves: int = DEFAULT_MAX_MOVES,
+        planned: Mapping[Resource, str] | None = None,
+        pinned: Collection[Resource] = frozenset(),
+        loads: Mapping[Resource, float] | None = None,
+    ) -> None:
+        check_settings(tolerance, max_moves, target)
+        self.base = base
+        self.name = base.name
+        self.supports_cooperative = base.supports_cooperative
+        self.tolerance = tolerance
+        self.target = target
+        self.max_moves = max_moves
+        self.planned = dict(planned or {})
+        self.pinned = frozenset(pinned)
+        #: Loads the leader remembers from earlier rounds (the input's win).
+        self.remembered = dict(loads or {})
+        self.last: Balanced | None = None
+
+    @property
+    def exclusive(self) -> bool:
+        return bool(getattr(self.base, "exclusive", True))
+
+    def assign(self, data: AssignmentInput) -> Assignment:
+        target = self.base.assign(data)
+        loads: Mapping[Resource, float] = data.resource_loads
+        if self.remembered:
+            loads = {**self.remembered, **loads}
+        if not loads:
+            self.last = None
+            return target
+        owners = dict(self.planned)
+        for mid, member in data.members.items():
+            owners.update(zip(member.owned, repeat(mid)))
+        self.last = balance(
+            target,
+            loads,
+            {mid: m.capacity for mid, m in data.members.items()},
+            tolerance=self.tolerance,
+            target=self.target,
+            max_moves=self.max_moves,
+            kinds={mid: m.kinds for mid, m in data.members.items()},
+            owners=owners,
+            pinned=self.pinned,
+            racks=RackInfo.build(data),
+        )
+        return self.last.assignment
+
+
+__all__ = [
+    "DEFAULT_MAX_MOVES",
+    "DEFAULT_TOLERANCE",
+    "Balanced",
+    "LoadBalancing",
+    "Move",
+    "balance",
+    "check_settings",
+    "clean_loads",
+    "fewest_moves",
+]
