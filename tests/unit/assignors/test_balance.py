@@ -243,7 +243,8 @@ def test_wrapper_balances_the_assignors_target_and_keeps_the_plan_across_rounds(
     data = AssignmentInput(resources={"s": range(64)}, members=members, resource_loads=loads)
     wrapper = LoadBalancing(CooperativeStickyAssignor(), max_moves=64)
     first = wrapper.assign(data)
-    assert wrapper.last is not None and wrapper.last.ratio() <= 1.10
+    assert wrapper.last is not None
+    assert wrapper.last.ratio() <= 1.10
     # The members rejoin owning the balanced assignment: nothing moves again.
     owning = {
         m: MemberInfo(m, frozenset({"s"}), owned=tuple(first[m]), generation=1) for m in members
@@ -253,7 +254,8 @@ def test_wrapper_balances_the_assignors_target_and_keeps_the_plan_across_rounds(
         AssignmentInput(resources={"s": range(64)}, members=owning, resource_loads=loads)
     )
     assert {m: sorted(rs) for m, rs in second.items()} == {m: sorted(rs) for m, rs in first.items()}
-    assert again.last is not None and again.last.moves == ()
+    assert again.last is not None
+    assert again.last.moves == ()
 
 
 def test_wrapper_over_standbys_keeps_each_standby_apart_from_its_active() -> None:
