@@ -393,6 +393,8 @@ class LoadBalancing:
         #: Loads the leader remembers from earlier rounds (the input's win).
         self.remembered = dict(loads or {})
         self.last: Balanced | None = None
+        #: The loads the last round used (remembered ones and the input's).
+        self.loads_seen: Mapping[Resource, float] = self.remembered
 
     @property
     def exclusive(self) -> bool:
@@ -403,6 +405,7 @@ class LoadBalancing:
         loads: Mapping[Resource, float] = data.resource_loads
         if self.remembered:
             loads = {**self.remembered, **loads}
+        self.loads_seen = loads
         if not loads:
             self.last = None
             return target

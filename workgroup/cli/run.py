@@ -136,6 +136,32 @@ from workgroup.runtime.daemon import load_app, run_app
     default=None,
     help="Failures in a row after which a handler is failing (see --on-failure) [default: 5].",
 )
+@click.option(
+    "--capacity",
+    type=float,
+    default=None,
+    help="This process's share of the load relative to the others' (> 0) [default: 1].",
+)
+@click.option(
+    "--imbalance-tolerance",
+    type=float,
+    default=None,
+    help="Load balancing: how far above the mean load the busiest process may be "
+    "before resources move [default: 0.1].",
+)
+@click.option(
+    "--max-moves",
+    type=int,
+    default=None,
+    help="Load balancing: resources moved per rebalance at most (0: off) [default: 16].",
+)
+@click.option(
+    "--balance-interval-ms",
+    type=int,
+    default=None,
+    help="Load balancing: time between probing rebalances while the load is over "
+    "the tolerance [default: 60000].",
+)
 @log_options(level="info", log_format="auto")
 def command(
     target: str,
@@ -155,6 +181,10 @@ def command(
     unreachable_timeout_ms: int | None,
     on_failure: str | None,
     max_failures: int | None,
+    capacity: float | None,
+    imbalance_tolerance: float | None,
+    max_moves: int | None,
+    balance_interval_ms: int | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -179,6 +209,10 @@ def command(
             "unreachable_timeout_ms": unreachable_timeout_ms,
             "on_failure": on_failure,
             "max_failures": max_failures,
+            "capacity": capacity,
+            "imbalance_tolerance": imbalance_tolerance,
+            "max_moves": max_moves,
+            "balance_interval_ms": balance_interval_ms,
         },
         environ=os.environ,
         config_file=config_file,

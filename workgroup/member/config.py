@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from workgroup.errors import ConfigError
+from workgroup.member.balancing import BalanceSettings
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
 
 #: Time between a request and its response that the coordinator may hold a JoinGroup
@@ -120,6 +121,8 @@ class MemberConfig:
     session_margin_ms: int | None = None
     #: Time limit of a lookup, OffsetCommit and OffsetFetch (rule 2); ``None``: default.
     request_timeout_ms: int | None = None
+    #: As leader, load balancing after the assignor (:mod:`workgroup.member.balancing`).
+    balance: BalanceSettings = field(default_factory=BalanceSettings)
 
     def __post_init__(self) -> None:
         if not self.group_id:

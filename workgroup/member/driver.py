@@ -44,6 +44,7 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.coordination import FindCoordinatorRequest
 
+from workgroup.assignors.balance import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from workgroup.assignors.base import Assignment
 from workgroup.clock import monotonic_ms
 from workgroup.errors import (
@@ -74,6 +75,7 @@ from workgroup.member.actions import (
     RunAssignor,
     SendRequest,
 )
+from workgroup.member.balancing import DEFAULT_BALANCE_INTERVAL_MS, BalanceSettings, check_load
 from workgroup.member.config import MemberConfig
 from workgroup.member.errors import (
     CallbackError,
@@ -409,7 +411,8 @@ class GroupMember:
             to ``member.callback_failed``.
         kinds: The kinds of resources this member takes (``None``: every kind).
         rack: This member's rack, for rack-aware assignors.
-        capacity: This member's relative capacity (> 0), for weighted assignors.
+        capacity: This member's relative capacity (> 0), for weighted assignors
+            and load balancing (its share of the load).
         user_data: Opaque bytes the leader's assignor receives with the member.
         tags: Free-form labels sent in the member's metadata.
         client_id: The Kafka client id (default ``workgroup-<instance id or N>``).
@@ -439,6 +442,12 @@ class GroupMember:
             ``on_revoked`` returns: work that stops in the background releases
             each resource on its own (the state machine's rule 9).  A closing
             member heartbeats until every revoked resource was released.
+        imbalance_tolerance, max_moves, balance_interval_ms: As the leader, load
+            balancing after the assignor (:mod:`workgroup.member.balancing`): at
+            most ``max_moves`` moves (0: off) bring the busiest member within
+            ``imbalance_tolerance`` of the mean load; while a round ends above
+            it, a probing rebalance follows every ``balance_interval_ms``.
+            Loads come from :meth:`report_load`.
 
     Raises:
         ConfigError: A setting that cannot work.
@@ -475,6 +484,9 @@ class GroupMember:
         reassign_delay_ms: int = 0,
         session_margin_ms: int | None = None,
         confirm_release: bool = False,
+        imbalance_tolerance: float = DEFAULT_TOLERANCE,
+        max_moves: int = DEFAULT_MAX_MOVES,
+        balance_interval_ms: int = DEFAULT_BALANCE_INTERVAL_MS,
     ) -> None:
         self.config = MemberConfig(
             group_id=group_id,
@@ -493,6 +505,11 @@ class GroupMember:
             reassign_delay_ms=reassign_delay_ms,
             session_margin_ms=session_margin_ms,
             request_timeout_ms=request_timeout_ms,
+            balance=BalanceSettings(
+                imbalance_tolerance=imbalance_tolerance,
+                max_moves=max_moves,
+                balance_interval_ms=balance_interval_ms,
+            ),
         )
         if resource_poll_interval_ms <= 0 or close_timeout_ms <= 0:
             raise ConfigError("poll interval and close timeout must be > 0")
@@ -728,6 +745,16 @@ class GroupMember:
         machine = self._machine
         if machine is not None and not self._closed.is_set():
             self._feed(machine.released(monotonic_ms(), resources))
+
+    def report_load(self, resource: Resource, value: float) -> None:
+        """Record ``value`` (finite, >= 0: records/s, bytes/s, ...) as the current
+        load of ``resource``; the member publishes its smoothed load the next time
+        it joins (:mod:`workgroup.member.balancing`).  Safe from any thread.
+        A bad value is a :class:`~workgroup.errors.ConfigError`."""
+        load = check_load(value)
+        machine = self._machine
+        if machine is not None:
+            machine.loads.record(resource, load, monotonic_ms())
 
     def refuse(self, resources: Iterable[Resource], for_ms: int, reason: str) -> None:
         """Give up ``resources`` (no callback) and refuse them for ``for_ms``:

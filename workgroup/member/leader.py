@@ -26,6 +26,7 @@ Nothing here logs: the functions return what they found and the caller reports i
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import repeat
@@ -143,7 +144,8 @@ def build_input(
 
     A member subscribing to no kind (``kinds`` empty) takes every kind; its
     instance id is the JoinGroup's, else its metadata's; a capacity <= 0 counts
-    as 1.
+    as 1.  The loads members measured on resources they own (metadata v3) become
+    the input's ``resource_loads`` (NaN, negative and infinite ones are left out).
     """
     keys = catalog.keys
     all_kinds = frozenset(keys)
@@ -151,10 +153,17 @@ def build_input(
     by_text: dict[str, dict[str, Key]] = {}
     infos: dict[str, MemberInfo] = {}
     ignored: dict[str, Ignored] = {}
+    loads: dict[Resource, float] = {}
     for member in members:
         meta = metadata.get(member.member_id)
         if meta is None:
             continue
+        if meta.loads and len(meta.loads) == len(meta.owned):
+            loads.update(
+                (r, x)
+                for r, x in zip(meta.owned, meta.loads, strict=True)
+                if 0 <= x < math.inf and r[1] in key_sets.get(r[0], ())
+            )
         known = tuple(r for r in meta.owned if r[1] in key_sets.get(r[0], ()))
         unknown_owned: list[Resource] = []
         mismatched: list[Resource] = []
@@ -197,6 +206,7 @@ def build_input(
         members=infos,
         resource_racks=dict(catalog.racks),
         resource_attributes={r: dict(a) for r, a in catalog.attributes.items()},
+        resource_loads=loads,
     )
     return LeaderInput(data, ignored)
 

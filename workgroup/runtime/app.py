@@ -15,8 +15,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
+from workgroup.assignors.balance import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from workgroup.assignors.registry import get_assignor
 from workgroup.errors import ConfigError
+from workgroup.member.balancing import DEFAULT_BALANCE_INTERVAL_MS, BalanceSettings
 from workgroup.member.config import check_session_margin
 from workgroup.protocol.catalog import CatalogEntry
 from workgroup.runtime.handlers import (
@@ -93,6 +95,16 @@ class Settings:
     #: ``"stop"`` (stop the daemon, exit 3).  /healthz says 503 from then on.
     on_failure: str = "retry"
     max_failures: int = DEFAULT_MAX_FAILURES
+    #: Load balancing (:mod:`workgroup.member.balancing`): this process's share
+    #: of the load relative to the others' (> 0); the leader moves at most
+    #: ``max_moves`` resources (0: off) per rebalance to bring the busiest
+    #: process within ``imbalance_tolerance`` of the mean load, and probes again
+    #: every ``balance_interval_ms`` while it is above.  Handlers report their
+    #: load with ``lease.report_load(value)``.
+    capacity: float = 1.0
+    imbalance_tolerance: float = DEFAULT_TOLERANCE
+    max_moves: int = DEFAULT_MAX_MOVES
+    balance_interval_ms: int = DEFAULT_BALANCE_INTERVAL_MS
 
     def security(self) -> Security:
         """TLS and SASL for the cluster (validated: :class:`ConfigError`)."""
@@ -144,6 +156,9 @@ class Settings:
             raise ConfigError(f"grace_ms must be >= 0, got {self.grace_ms}")
         check_grace(self.grace_ms, self.rebalance_timeout_ms, "grace_ms")
         check_failure_policy(self.on_failure, self.max_failures)
+        if isinstance(self.capacity, bool) or not 0 < self.capacity < float("inf"):
+            raise ConfigError(f"capacity must be a number > 0, got {self.capacity!r}")
+        BalanceSettings(self.imbalance_tolerance, self.max_moves, self.balance_interval_ms)
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be 0-65535, got {self.metrics_port}")
         self.security()

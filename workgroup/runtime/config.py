@@ -50,6 +50,10 @@ SETTING_TYPES: dict[str, type] = {
     "migrate_lease_layout": bool,
     "on_failure": str,
     "max_failures": int,
+    "capacity": float,
+    "imbalance_tolerance": float,
+    "max_moves": int,
+    "balance_interval_ms": int,
 }
 ENV_PREFIX = "WORKGROUP_"
 #: ``WORKGROUP_*`` variables that are not settings but are read elsewhere.
@@ -65,7 +69,7 @@ PLUGIN_PREFIXES = ("WORKGROUP_SPARK_",)
 
 log = get_logger(__name__)
 _BOOLEANS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
-_TYPE_NAMES = {int: "an integer", str: "a string", bool: "true or false"}
+_TYPE_NAMES = {int: "an integer", str: "a string", bool: "true or false", float: "a number"}
 
 
 def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -103,6 +107,13 @@ def read_environment(environ: Mapping[str, str]) -> dict[str, Any]:
             except ValueError:
                 raise ConfigError(
                     f"{ENV_PREFIX}{name.upper()} must be an integer, got {raw!r}"
+                ) from None
+        elif kind is float:
+            try:
+                values[name] = float(raw)
+            except ValueError:
+                raise ConfigError(
+                    f"{ENV_PREFIX}{name.upper()} must be a number, got {raw!r}"
                 ) from None
         else:
             values[name] = raw
@@ -167,6 +178,8 @@ def _typed(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     values = {}
     for name, value in table.items():
         kind = SETTING_TYPES[name]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)  # TOML: ``capacity = 2``
         if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
             raise ConfigError(f"{where}: {name} must be {_TYPE_NAMES[kind]}, got {value!r}")
         values[name] = value

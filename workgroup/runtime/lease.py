@@ -25,6 +25,10 @@ Rules:
    finished (returned, cancelled at the end of the grace period, its thread
    returned, its child process reaped; see the runner's rules), and the
    coordinator still checks the member.  A lost or fenced lease never sends.
+5. ``report_load(value)`` records the resource's current load (any finite,
+   non-negative number: records/s, bytes/s) for load balancing; the member
+   smooths it and publishes it when it next joins (:mod:`workgroup.member.balancing`).
+   It never sends anything by itself, and a bad value is a ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
 from workgroup.log import get_logger
+from workgroup.member.balancing import check_load
 from workgroup.runtime.errors import CheckpointError, LeaseLostError, SlotMismatchError
 from workgroup.runtime.slots import (
     MAX_METADATA_BYTES,
@@ -109,6 +114,7 @@ class Lease:
         role: Role = "active",
         commit_timeout_s: float = 30.0,
         producers: ProducerFactory | None = None,
+        load_sink: Callable[[float], None] | None = None,
     ) -> None:
         self.group_id = group_id
         self.kind = kind
@@ -129,6 +135,7 @@ class Lease:
         self._loop = asyncio.get_running_loop()
         self._producers = producers
         self._producer: Any = None
+        self._load_sink = load_sink
 
     def __repr__(self) -> str:
         state = "held" if self.held else f"ended ({self._why_ended})"
@@ -267,6 +274,17 @@ class Lease:
     def checkpoint_sync(self, timeout_s: float | None = None) -> str | None:
         """:meth:`checkpoint` from a worker thread (a plain-function handler)."""
         return self._call_from_thread(self.checkpoint, timeout_s)
+
+    # --- load ---------------------------------------------------------------------
+
+    def report_load(self, value: float) -> None:
+        """Report the resource's current load (rule 5): any finite number >= 0 in
+        the unit the app chooses (records/s, bytes/s).  Call it as often as
+        convenient; the leader balances on the smoothed value.  Safe from
+        threads; :class:`~workgroup.errors.ConfigError` for a bad value."""
+        load = check_load(value)
+        if self._load_sink is not None:
+            self._load_sink(load)
 
     # --- transactional producer --------------------------------------------------
 

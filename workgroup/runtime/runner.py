@@ -31,6 +31,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -171,6 +172,10 @@ class GroupRunner:
             security=settings.security(),
             reassign_delay_ms=reassign_delay_ms,
             confirm_release=True,
+            capacity=settings.capacity,
+            imbalance_tolerance=settings.imbalance_tolerance,
+            max_moves=settings.max_moves,
+            balance_interval_ms=settings.balance_interval_ms,
         )
         self._store = MemberSlotStore(self.member)
         self._settings = settings
@@ -302,6 +307,7 @@ class GroupRunner:
                 attributes=self._catalog.attributes.get((active_kind(kind), key)),
                 role="standby" if standby else "active",
                 producers=self._producers,
+                load_sink=functools.partial(self.member.report_load, resource),
             )
             self._assigned_at[resource] = time.monotonic()
             run = HandlerRun(
