@@ -31,9 +31,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import repeat
 
+from workgroup.assignors.balance import Balanced
 from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, MemberInfo
 from workgroup.errors import ProtocolError
 from workgroup.kafka.messages import JoinedMember
+from workgroup.member.balancing import BalanceSettings, LeaderBalancing
 from workgroup.member.errors import AssignorError
 from workgroup.protocol.catalog import FrozenCatalog
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
@@ -376,6 +378,8 @@ class Rebalance:
     #: The first round's assignor input: the group before the rebalance, with
     #: what every member reported owning.
     input: AssignmentInput
+    #: What the load balancing stage did in each round (``None``: it did not run).
+    balanced: tuple[Balanced | None, ...] = ()
 
     @property
     def first(self) -> RoundPlan:
@@ -395,6 +399,8 @@ def simulate_rebalance(
     mode: RebalanceMode,
     *,
     max_rounds: int = MAX_ROUNDS,
+    balance: BalanceSettings | None = None,
+    loads: Mapping[Resource, float] | None = None,
 ) -> Rebalance:
     """Play a rebalance of ``members`` until nothing is withheld.
 
@@ -406,6 +412,11 @@ def simulate_rebalance(
     have given up what they revoked and rejoin owning what they were handed (in
     the previous round's generation); the assignor runs again.  At most
     ``max_rounds`` rounds are played.
+
+    With ``balance`` (and loads: ``loads``, the leader's view, and those in the
+    members' metadata), each round's assignor is followed by the load balancing
+    stage as the live leader runs it (:class:`~workgroup.member.balancing.LeaderBalancing`):
+    a follow-up round keeps what the previous one planned.
     """
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
@@ -415,14 +426,23 @@ def simulate_rebalance(
     before = build_input(members, metadata, catalog)
     generation = max([meta.owned_generation for meta in metadata.values()] + [0]) + 1
     rounds: list[RoundPlan] = []
+    balanced: list[Balanced | None] = []
+    memory = LeaderBalancing(balance) if balance is not None else None
+    if memory is not None and loads:
+        memory.loads = dict(loads)
     first: AssignmentInput | None = None
     converged = False
     while len(rounds) < max_rounds:
         prepared = before if not rounds else build_input(members, current, catalog)
         if first is None:
             first = prepared.input
-        target = assignor.assign(prepared.input)
+        round_assignor = assignor
+        if memory is not None:
+            round_assignor = memory.wrap(len(rounds), assignor, 0)
+        target = round_assignor.assign(prepared.input)
         plan = plan_round(member_ids, target, withholding_claims(mode, current))
+        if memory is not None:
+            balanced.append(memory.finished(len(rounds), 0, plan.withheld))
         if mode == "eager" and not rounds:
             plan = replace(plan, revoked={mid: owned_before.get(mid, ()) for mid in plan.assigned})
         rounds.append(plan)
@@ -439,7 +459,7 @@ def simulate_rebalance(
         }
         generation += 1
     assert first is not None
-    return Rebalance(tuple(rounds), converged, before.ignored, first)
+    return Rebalance(tuple(rounds), converged, before.ignored, first, tuple(balanced))
 
 
 # --- refusals --------------------------------------------------------------------------
