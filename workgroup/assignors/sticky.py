@@ -431,7 +431,78 @@ def _general(data: AssignmentInput, members: list[MemberInfo]) -> Assignment:
             heapq.heapreplace(heap, (count + 1, breadth, mid))
 
     _Balancer(assignment, owner, kept_by, load, subscribers, kinds_of, racks).run()
+    if racks.enabled:
+        _trade_for_locality(assignment, kept_by, kinds_of, racks)
     return assignment
+
+
+def _trade_for_locality(
+    assignment: Assignment,
+    kept_by: dict[Resource, str],
+    kinds_of: dict[str, frozenset[str]],
+    racks: RackInfo,
+) -> None:
+    """Swap resources between pairs of members while a swap makes more of them
+    local: ``a`` gives ``r`` (off its rack) to ``b`` on ``r``'s rack, and takes
+    back ``s``, local to ``a`` if possible, else off ``b``'s rack anyway.
+
+    Swaps keep every load (so balance holds), every subscription, and every
+    owned resource: only resources placed in this rebalance are swapped.
+    Placement and balancing run in the order of loads, where Kafka's rack-aware
+    general path places by rack first; this pass recovers what that order lost.
+    """
+    members_on: dict[str, list[str]] = {}
+    for mid in sorted(racks.member_racks):
+        members_on.setdefault(racks.member_racks[mid], []).append(mid)
+
+    def movable(mid: str, resource: Resource) -> bool:
+        return kept_by.get(resource) != mid
+
+    improved = True
+    while improved:
+        improved = False
+        for a in sorted(assignment):
+            if a not in racks.member_racks:
+                continue
+            for index, r in enumerate(assignment[a]):
+                if not racks.mismatch(a, r) or not movable(a, r):
+                    continue
+                trade = _find_trade(a, r, assignment, members_on, kinds_of, racks, movable)
+                if trade is None:
+                    continue
+                b, position = trade
+                s = assignment[b][position]
+                assignment[a][index] = s
+                assignment[b][position] = r
+                improved = True
+
+
+def _find_trade(
+    a: str,
+    r: Resource,
+    assignment: Assignment,
+    members_on: dict[str, list[str]],
+    kinds_of: dict[str, frozenset[str]],
+    racks: RackInfo,
+    movable: Callable[[str, Resource], bool],
+) -> tuple[str, int] | None:
+    """A partner ``b`` on one of ``r``'s racks and the position of what it gives
+    back (see :func:`_trade_for_locality`), or None."""
+    for rack in sorted(racks.resource_racks.get(r, ())):
+        for b in members_on.get(rack, ()):
+            if b == a or r[0] not in kinds_of[b]:
+                continue
+            fallback: int | None = None
+            for position, s in enumerate(assignment[b]):
+                if s[0] not in kinds_of[a] or not movable(b, s):
+                    continue
+                if not racks.mismatch(a, s):
+                    return b, position
+                if fallback is None and racks.mismatch(b, s):
+                    fallback = position
+            if fallback is not None:
+                return b, fallback
+    return None
 
 
 #: One step of a chain of moves: ``(kind, giver, taker)``.
