@@ -188,7 +188,7 @@ def best_of(call: Callable[[], Assignment], repeat: int) -> tuple[float, Assignm
 
 
 def cost_table(repeat: int, console: Console) -> Table:
-    out = Table(title="Cost: 2,000 members x 1,000,000 resources (best of %d)" % repeat)
+    out = Table(title=f"Cost: 2,000 members x 1,000,000 resources (best of {repeat})")
     for column in (
         "situation",
         "assignor alone s",
@@ -219,7 +219,7 @@ def cost_table(repeat: int, console: Console) -> Table:
     for name, data in situations:
         alone, _ = best_of(lambda data=data: base.assign(data), repeat)  # type: ignore[misc]
         wrapper = LoadBalancing(base)
-        both, _ = best_of(lambda data=data: wrapper.assign(data), repeat)  # type: ignore[misc]
+        both, _ = best_of(lambda data=data, w=wrapper: w.assign(data), repeat)  # type: ignore[misc]
         last = wrapper.last
         assert last is not None
         out.add_row(

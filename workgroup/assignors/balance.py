@@ -30,7 +30,7 @@ Rules:
    :class:`~workgroup.assignors._common.RackInfo`), on that rack too.  Resources
    held by several members (standbys, replicas) and ``pinned`` resources (moved
    recently: the leader's hysteresis) never move.
-5. **Stickiness.**  Given the resources' current ``owners``, a resource the
+5. **Stickiness.**  Given what each member runs now (``owned``), a resource the
    assignor took from its owner (to even out counts) goes back first when that
    keeps the owner at or below the most utilised member and the assignor's
    choice at or above ``mean * (1 - tolerance)``: load balance replaces count
@@ -45,11 +45,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import filterfalse, repeat
+from operator import itemgetter
 
 from workgroup.assignors._common import RackInfo
 from workgroup.assignors.base import Assignment, AssignmentInput, Assignor
-from workgroup.assignors.standby import STANDBY_SUFFIX, active_kind, is_standby_kind
+from workgroup.assignors.standby import (
+    STANDBY_SUFFIX,
+    StandbyAssignor,
+    active_kind,
+    is_standby_kind,
+)
 from workgroup.errors import ConfigError
 from workgroup.types import Resource, resource_sort_key
 
@@ -124,16 +130,19 @@ def balance(
     target: float | None = None,
     max_moves: int = DEFAULT_MAX_MOVES,
     kinds: Mapping[str, Collection[str]] | None = None,
-    owners: Mapping[Resource, str] | None = None,
+    owned: Mapping[str, Collection[Resource]] | None = None,
     pinned: Collection[Resource] = frozenset(),
     racks: RackInfo | None = None,
+    exclusive: bool = True,
 ) -> Balanced:
     """Even out ``assignment`` by load (see the module's rules).
 
     ``loads`` are finite and >= 0 (:func:`clean_loads`); ``capacities`` lists
     the members (a member absent from it has capacity 1); ``kinds`` what each
-    takes (``None``: every kind); ``owners`` where each resource runs now (rule
-    5).  ``assignment`` is not modified.
+    takes (``None``: every kind); ``owned`` what each runs now (rule 5).
+    ``exclusive``: only standby twins may have several holders (any assignor
+    but ``replicated``); otherwise resources with several holders are found
+    and never moved.  ``assignment`` is not modified.
     """
     check_settings(tolerance, max_moves, target)
     goal = tolerance / 2 if target is None else target
@@ -161,14 +170,30 @@ def balance(
     if mean <= 0:
         return Balanced(out, before=before, after=dict(member_load), capacities=counted)
 
-    holders: dict[Resource, int] = {}
-    standby_of: dict[Resource, set[str]] = {}
-    for mid in members:
-        for resource in out[mid]:
-            holders[resource] = holders.get(resource, 0) + 1
-            if is_standby_kind(resource[0]):
-                standby_of.setdefault((active_kind(resource[0]), resource[1]), set()).add(mid)
     util = {mid: member_load[mid] / capacity[mid] for mid in members}
+    taken = _taken_from_owners(out, owned, members) if owned else []
+    trigger = mean * (1 + tolerance) * (1 + 1e-12)
+    if not taken and max(util.values()) <= trigger:
+        # Within tolerance, nothing to give back: skip the indexes below (at a
+        # million resources they cost as much as summing the loads).
+        return Balanced(out, before=before, after=dict(member_load), mean=mean, capacities=counted)
+    held_kinds: set[str] = set()
+    for mid in members:
+        held_kinds.update(map(itemgetter(0), out[mid]))
+    standby_kinds = {k for k in held_kinds if is_standby_kind(k)}
+    standby_of: dict[Resource, set[str]] = {}
+    if standby_kinds:
+        for mid in members:
+            for kind, key in out[mid]:
+                if kind in standby_kinds:
+                    standby_of.setdefault((active_kind(kind), key), set()).add(mid)
+    shared: set[Resource] = set()  # resources with several holders: never moved
+    if not exclusive:
+        seen: set[Resource] = set()
+        for mid in members:
+            mine = set(out[mid])
+            shared |= seen & mine
+            seen |= mine
 
     def may_take(mid: str, resource: Resource, giver: str) -> bool:
         wanted = takes[mid]
@@ -189,10 +214,10 @@ def balance(
         util[taker] = member_load[taker] / capacity[taker]
 
     returned: list[Move] = []
-    if owners:
+    if taken:
         floor = mean * (1 - tolerance)
-        for resource, owner, holder in _taken_from_owners(assignment, owners, members):
-            if holders.get(resource) != 1 or is_standby_kind(resource[0]):
+        for resource, owner, holder in taken:
+            if resource in shared or is_standby_kind(resource[0]):
                 continue
             load = load_of(resource)
             peak = max(util.values())
@@ -205,7 +230,6 @@ def balance(
                 returned.append(Move(resource, holder, owner, load))
 
     moves: list[Move] = []
-    trigger = mean * (1 + tolerance) * (1 + 1e-12)
     settled = mean * (1 + goal) * (1 + 1e-12)
     if max(util.values()) > trigger:
         frozen = frozenset(pinned)
@@ -220,7 +244,7 @@ def balance(
                 util,
                 member_load,
                 capacity,
-                holders,
+                shared,
                 frozen,
                 load_of,
                 may_take,
@@ -248,7 +272,7 @@ def _best_move(
     util: dict[str, float],
     member_load: dict[str, float],
     capacity: dict[str, float],
-    holders: Mapping[Resource, int],
+    shared: set[Resource],
     pinned: frozenset[Resource],
     load_of: Callable[[Resource], float],
     may_take: Callable[[str, Resource, str], bool],
@@ -260,7 +284,7 @@ def _best_move(
     best: tuple[float, float, tuple[object, ...], Move] | None = None
     taker_for_kind: dict[str, str | None] = {}
     for resource in held:
-        if resource in pinned or holders.get(resource) != 1 or is_standby_kind(resource[0]):
+        if resource in pinned or resource in shared or is_standby_kind(resource[0]):
             continue
         load = load_of(resource)
         if load <= 0:
@@ -293,19 +317,36 @@ def _best_move(
 
 
 def _taken_from_owners(
-    assignment: Assignment, owners: Mapping[Resource, str], members: list[str]
+    assignment: Assignment, owned: Mapping[str, Collection[Resource]], members: list[str]
 ) -> list[tuple[Resource, str, str]]:
     """``(resource, owner, holder)`` for each resource the assignor gave a member
-    other than its owner (the owner still being a member), lightest churn first:
-    in resource order."""
-    present = set(members)
-    taken: list[tuple[Resource, str, str]] = []
+    other than its owner (the owner still being a member), in resource order.
+
+    Built from set differences at C speed: a member's new resources are few
+    unless the group changed much, and only those are looked up.
+    """
+    owned_sets = {m: set(owned[m]) for m in members if owned.get(m)}
+    if not owned_sets:
+        return []
+    gained: dict[Resource, str] = {}
     for holder in members:
-        for resource in assignment.get(holder, ()):
-            owner = owners.get(resource)
-            if owner is not None and owner != holder and owner in present:
+        mine = owned_sets.get(holder)
+        held = assignment.get(holder, ())
+        new = held if mine is None else list(filterfalse(mine.__contains__, held))
+        gained.update(zip(new, repeat(holder)))
+    if not gained:
+        return []
+    taken: list[tuple[Resource, str, str]] = []
+    for owner, mine in owned_sets.items():
+        for resource in (
+            mine.intersection(gained)
+            if len(mine) > len(gained)
+            else (r for r in gained if r in mine)
+        ):
+            holder = gained[resource]
+            if holder != owner:
                 taken.append((resource, owner, holder))
-    taken.sort(key=lambda item: resource_sort_key(item[0]))
+    taken.sort(key=lambda item: (resource_sort_key(item[0]), item[1]))
     return taken
 
 
@@ -348,6 +389,10 @@ def clean_loads(loads: Mapping[Resource, float]) -> dict[Resource, float]:
     """``loads`` without the values :func:`balance` cannot use (negative, NaN,
     infinite): those resources count as unmeasured."""
     return {r: x for r, x in loads.items() if 0 <= x < math.inf}
+
+
+def _by_resource(item: tuple[Resource, str]) -> tuple[object, ...]:
+    return resource_sort_key(item[0])
 
 
 def _positive(value: float) -> float:
@@ -409,9 +454,17 @@ class LoadBalancing:
         if not loads:
             self.last = None
             return target
-        owners = dict(self.planned)
-        for mid, member in data.members.items():
-            owners.update(zip(member.owned, repeat(mid)))
+        owned: dict[str, Collection[Resource]] = {mid: m.owned for mid, m in data.members.items()}
+        if self.planned:
+            claimed: set[Resource] = set()
+            for resources in owned.values():
+                claimed.update(resources)
+            extra: dict[str, list[Resource]] = {}
+            for resource, mid in sorted(self.planned.items(), key=_by_resource):
+                if mid in owned and resource not in claimed:
+                    extra.setdefault(mid, []).append(resource)
+            for mid, resources in extra.items():
+                owned[mid] = [*owned[mid], *resources]
         self.last = balance(
             target,
             loads,
@@ -420,9 +473,10 @@ class LoadBalancing:
             target=self.target,
             max_moves=self.max_moves,
             kinds={mid: m.kinds for mid, m in data.members.items()},
-            owners=owners,
+            owned=owned,
             pinned=self.pinned,
             racks=RackInfo.build(data),
+            exclusive=self.exclusive or isinstance(self.base, StandbyAssignor),
         )
         return self.last.assignment
 

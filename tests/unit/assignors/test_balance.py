@@ -202,12 +202,12 @@ def test_resources_the_assignor_took_for_counts_go_back_to_their_owner() -> None
     # After load balancing a holds 1 hot resource, b 7 cold ones.  A count-based
     # assignor then moves 3 cold ones to a; the stage gives them back.
     loads = {("s", 0): 70.0, **{("s", k): 10.0 for k in range(1, 8)}}
-    owners = {("s", 0): "a", **{("s", k): "b" for k in range(1, 8)}}
+    owned = {"a": [("s", 0)], "b": [("s", k) for k in range(1, 8)]}
     count_balanced = {
         "a": [("s", 0), ("s", 1), ("s", 2), ("s", 3)],
         "b": [("s", k) for k in range(4, 8)],
     }
-    result = balance(count_balanced, loads, {"a": 1.0, "b": 1.0}, owners=owners)
+    result = balance(count_balanced, loads, {"a": 1.0, "b": 1.0}, owned=owned)
     assert result.moves == ()
     assert sorted(m.resource for m in result.returned) == [("s", 1), ("s", 2), ("s", 3)]
     assert result.assignment["a"] == [("s", 0)]
@@ -215,13 +215,13 @@ def test_resources_the_assignor_took_for_counts_go_back_to_their_owner() -> None
 
 def test_a_newcomer_keeps_what_it_was_given() -> None:
     loads = {("s", k): 10.0 for k in range(12)}
-    owners = {("s", k): ("a" if k < 6 else "b") for k in range(12)}
+    owned = {"a": [("s", k) for k in range(6)], "b": [("s", k) for k in range(6, 12)]}
     counts = {
         "a": [("s", k) for k in range(4)],
         "b": [("s", k) for k in range(6, 10)],
         "c": [("s", 4), ("s", 5), ("s", 10), ("s", 11)],
     }
-    result = balance(counts, loads, dict.fromkeys(counts, 1.0), owners=owners)
+    result = balance(counts, loads, dict.fromkeys(counts, 1.0), owned=owned)
     assert result.returned == ()
     assert result.assignment == counts
 
