@@ -234,13 +234,14 @@ def balance(
     if max(util.values()) > trigger:
         frozen = frozenset(pinned)
         while len(moves) < max_moves:
-            giver = max(members, key=lambda m: (util[m], _reverse(m)))
+            # ``members`` is in id order and max keeps the first: ties go to the lowest id.
+            giver = max(members, key=util.__getitem__)
             if util[giver] <= settled:
                 break
             move = _best_move(
                 giver,
                 out[giver],
-                sorted((m for m in members if m != giver), key=lambda m: (util[m], m)),
+                sorted([m for m in members if m != giver], key=util.__getitem__),
                 util,
                 member_load,
                 capacity,
@@ -397,11 +398,6 @@ def _by_resource(item: tuple[Resource, str]) -> tuple[object, ...]:
 
 def _positive(value: float) -> float:
     return value if value > 0 and value < math.inf else 1.0
-
-
-def _reverse(member_id: str) -> tuple[int, ...]:
-    """Sorts member ids in reverse, so that ``max`` breaks ties by the lowest id."""
-    return tuple(-ord(c) for c in member_id)
 
 
 class LoadBalancing:
