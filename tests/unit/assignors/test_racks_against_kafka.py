@@ -19,9 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 JAR = Path(
-    os.environ.get(
-        "KAFKA_CLIENTS_JAR", ROOT / "benchmarks" / ".cache" / "kafka-clients.jar"
-    )
+    os.environ.get("KAFKA_CLIENTS_JAR", ROOT / "benchmarks" / ".cache" / "kafka-clients.jar")
 )
 
 pytestmark = [
