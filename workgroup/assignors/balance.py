@@ -21,9 +21,12 @@ Rules:
 3. **Fewest moves.**  Each move takes a resource from the most utilised member:
    the lightest resource that brings both members within the target if one
    does (one move settles that member), else the one that lowers the larger
-   of the two members' utilisations most.  Never more than ``max_moves`` moves;
-   a move never makes the most utilised member busier, so the largest
-   utilisation never rises and the total load is unchanged.
+   of the two members' utilisations most.  When no single move lowers it (its
+   resources are all too big for anyone), a swap with one of the lightest
+   members may: it gives a resource and takes back a lighter one (two moves).
+   Never more than ``max_moves`` moves; a move never makes the most utilised
+   member busier, so the largest utilisation never rises and the total load
+   is unchanged.
 4. **The assignor's guarantees.**  A resource moves only to a member that takes
    its kind, that does not hold it or its standby twin already, and, when the
    resource sits on its holder's rack (rack matching as in
@@ -42,6 +45,7 @@ Rules:
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -251,10 +255,29 @@ def balance(
                 may_take,
                 settled,
             )
-            if move is None:
+            if move is not None:
+                shift(move.resource, move.giver, move.taker, move.load)
+                moves.append(move)
+                continue
+            swap = None
+            if len(moves) + 2 <= max_moves:
+                swap = _best_swap(
+                    giver,
+                    out,
+                    sorted([m for m in members if m != giver], key=util.__getitem__),
+                    util,
+                    member_load,
+                    capacity,
+                    shared,
+                    frozen,
+                    load_of,
+                    may_take,
+                )
+            if swap is None:
                 break  # nothing the busiest member holds can go anywhere useful
-            shift(move.resource, move.giver, move.taker, move.load)
-            moves.append(move)
+            for half in swap:
+                shift(half.resource, half.giver, half.taker, half.load)
+                moves.append(half)
     return Balanced(
         out,
         tuple(moves),
@@ -315,6 +338,73 @@ def _best_move(
     if finishing is not None:
         return finishing[2]
     return best[3] if best is not None else None
+
+
+#: Lightest members :func:`_best_swap` tries as partners.
+_SWAP_PARTNERS = 4
+
+
+def _best_swap(
+    giver: str,
+    out: Assignment,
+    by_utilisation: list[str],
+    util: dict[str, float],
+    member_load: dict[str, float],
+    capacity: dict[str, float],
+    shared: set[Resource],
+    pinned: frozenset[Resource],
+    load_of: Callable[[Resource], float],
+    may_take: Callable[[str, Resource, str], bool],
+) -> tuple[Move, Move] | None:
+    """When no single move lowers the busiest member (all its resources are too
+    big for anyone), a swap may: ``giver`` gives ``r`` and takes back a lighter
+    ``s``, moving ``load(r) - load(s)``.  Among the lightest partners, the pair
+    whose difference comes nearest to evening the two members out (found by
+    bisection on the partner's sorted loads), if it lowers the larger of the two."""
+
+    def movable(resource: Resource) -> bool:
+        return (
+            resource not in pinned and resource not in shared and not is_standby_kind(resource[0])
+        )
+
+    peak = util[giver]
+    mine = [(load_of(r), resource_sort_key(r), r) for r in out[giver] if movable(r)]
+    best: tuple[float, tuple[object, ...], Move, Move] | None = None
+    for taker in by_utilisation[:_SWAP_PARTNERS]:
+        theirs = sorted((load_of(s), resource_sort_key(s), s) for s in out[taker] if movable(s))
+        if not theirs or not mine:
+            continue
+        weights = [x for x, _, _ in theirs]
+        # Moving ``delta`` evens the two out when both end at the same utilisation.
+        even = (member_load[giver] * capacity[taker] - member_load[taker] * capacity[giver]) / (
+            capacity[giver] + capacity[taker]
+        )
+        for load_r, order_r, r in mine:
+            if not may_take(taker, r, giver):
+                continue
+            index = bisect.bisect_left(weights, load_r - even)
+            for j in (index - 1, index):
+                if not 0 <= j < len(theirs):
+                    continue
+                load_s, order_s, s = theirs[j]
+                delta = load_r - load_s
+                if delta <= 0 or not may_take(giver, s, taker):
+                    continue
+                worst = max(
+                    (member_load[giver] - delta) / capacity[giver],
+                    (member_load[taker] + delta) / capacity[taker],
+                )
+                if worst >= peak:
+                    continue
+                key = (order_r, order_s)
+                if best is None or (worst, key) < best[:2]:
+                    best = (
+                        worst,
+                        key,
+                        Move(r, giver, taker, load_r),
+                        Move(s, taker, giver, load_s),
+                    )
+    return (best[2], best[3]) if best is not None else None
 
 
 def _taken_from_owners(

@@ -272,3 +272,18 @@ def test_wrapper_over_standbys_keeps_each_standby_apart_from_its_active() -> Non
         standbys = {k for kind, k in resources if kind == "s.standby"}
         assert not actives & standbys, mid
     assert sorted(k for rs in result.values() for kind, k in rs if kind == "s") == list(range(12))
+
+
+def test_a_swap_evens_out_what_single_moves_cannot() -> None:
+    # Two 40s on a, two 20s on c: giving a 40 to anyone makes the taker the
+    # busiest; swapping a 40 for a 20 brings everyone to 60.
+    loads = {("s", 0): 40.0, ("s", 1): 40.0, ("s", 2): 40.0, ("s", 3): 20.0, ("s", 4): 20.0}
+    loads[("s", 5)] = 20.0
+    start = {"a": [("s", 0), ("s", 1)], "b": [("s", 2), ("s", 3)], "c": [("s", 4), ("s", 5)]}
+    result = balance(start, loads, dict.fromkeys(start, 1.0), max_moves=4)
+    assert result.ratio_before == pytest.approx(80 / 60)
+    assert result.ratio() == pytest.approx(1.0)
+    assert len(result.moves) == 2
+    assert {(m.giver, m.taker) for m in result.moves} == {("a", "c"), ("c", "a")}
+    # A cap below two moves leaves it alone (a swap is two moves).
+    assert balance(start, loads, dict.fromkeys(start, 1.0), max_moves=1).moves == ()
