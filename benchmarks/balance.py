@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import random
 import shutil
 import subprocess
@@ -252,7 +253,17 @@ def cost_table(repeat: int, console: Console) -> Table:
     fresh = AssignmentInput(resources, {m: MemberInfo(m, every) for m in ids}, resource_loads=loads)
     situations = [("fresh", fresh)]
     first = base.assign(fresh)
-    owners = {m: MemberInfo(m, every, owned=tuple(first[m]), generation=1) for m in ids}
+    # As the live leader builds them: each member's reported total comes with it.
+    owners = {
+        m: MemberInfo(
+            m,
+            every,
+            owned=tuple(first[m]),
+            generation=1,
+            owned_load=math.fsum(loads[r] for r in first[m]),
+        )
+        for m in ids
+    }
     del first
     joined = AssignmentInput(
         resources,

@@ -138,6 +138,7 @@ def balance(
     pinned: Collection[Resource] = frozenset(),
     racks: RackInfo | None = None,
     exclusive: bool = True,
+    owned_loads: Mapping[str, float] | None = None,
 ) -> Balanced:
     """Even out ``assignment`` by load (see the module's rules).
 
@@ -146,12 +147,19 @@ def balance(
     takes (``None``: every kind); ``owned`` what each runs now (rule 5).
     ``exclusive``: only standby twins may have several holders (any assignor
     but ``replicated``); otherwise resources with several holders are found
-    and never moved.  ``assignment`` is not modified.
+    and never moved.  ``owned_loads``: each member's total load over ``owned``
+    where known (what it reported): its load is then that, less what it lost
+    and plus what it gained, without looking up every resource (at a million
+    resources, those lookups cost more than the assignor).  ``assignment`` is
+    not modified; the result shares the lists of members nothing moved from or to.
     """
     check_settings(tolerance, max_moves, target)
     goal = tolerance / 2 if target is None else target
     members = sorted(set(assignment) | set(capacities))
-    out: Assignment = {mid: list(assignment.get(mid, ())) for mid in members}
+    # Copied on first change (shift): copying a million entries costs more than
+    # the rest of a rebalance that moves nothing.
+    out: Assignment = {mid: assignment.get(mid) or [] for mid in members}
+    copied: set[str] = set()
     if not loads or not members:
         return Balanced(out)
     default = math.fsum(loads.values()) / len(loads)
@@ -163,7 +171,17 @@ def balance(
         return 0.0 if is_standby_kind(resource[0]) else default
 
     capacity = {mid: _positive(capacities.get(mid, 1.0)) for mid in members}
-    member_load = {mid: _sum_loads(out[mid], loads, default) for mid in members}
+    changes = {m: _changes(owned.get(m, ()), out[m]) for m in members} if owned else {}
+    member_load = {}
+    for mid in members:
+        known = owned_loads.get(mid) if owned_loads is not None else None
+        if known is None or not owned or not owned.get(mid):
+            member_load[mid] = _sum_loads(out[mid], loads, default)
+            continue
+        gained, lost = changes[mid]
+        member_load[mid] = (
+            known - _sum_loads(lost, loads, default) + _sum_loads(gained, loads, default)
+        )
     takes = {mid: (None if kinds is None else frozenset(kinds.get(mid, ()))) for mid in members}
     counted = {
         mid: capacity[mid] for mid in members if takes[mid] is None or takes[mid] or out[mid]
@@ -175,15 +193,18 @@ def balance(
         return Balanced(out, before=before, after=dict(member_load), capacities=counted)
 
     util = {mid: member_load[mid] / capacity[mid] for mid in members}
-    taken = _taken_from_owners(out, owned, members) if owned else []
+    taken = _taken_from_owners(changes) if changes else []
     trigger = mean * (1 + tolerance) * (1 + 1e-12)
     if not taken and max(util.values()) <= trigger:
         # Within tolerance, nothing to give back: skip the indexes below (at a
         # million resources they cost as much as summing the loads).
         return Balanced(out, before=before, after=dict(member_load), mean=mean, capacities=counted)
     held_kinds: set[str] = set()
-    for mid in members:
-        held_kinds.update(map(itemgetter(0), out[mid]))
+    if kinds is not None:  # what members take bounds what they hold: no scan
+        held_kinds = held_kinds.union(*{frozenset(ks) for ks in kinds.values()})
+    else:
+        for mid in members:
+            held_kinds.update(map(itemgetter(0), out[mid]))
     standby_kinds = {k for k in held_kinds if is_standby_kind(k)}
     standby_of: dict[Resource, set[str]] = {}
     if standby_kinds:
@@ -210,6 +231,10 @@ def balance(
         return True
 
     def shift(resource: Resource, giver: str, taker: str, load: float) -> None:
+        for mid in (giver, taker):
+            if mid not in copied:
+                out[mid] = list(out[mid])
+                copied.add(mid)
         out[giver].remove(resource)
         out[taker].append(resource)
         member_load[giver] -= load
@@ -407,36 +432,41 @@ def _best_swap(
     return (best[2], best[3]) if best is not None else None
 
 
+def _changes(
+    mine: Collection[Resource], held: list[Resource]
+) -> tuple[list[Resource], list[Resource]]:
+    """What a member gained and lost: ``held`` against ``mine`` (what it owned).
+
+    Sticky assignors keep what a member owned, as the very same objects, first
+    and often in its order: a prefix comparison (identity first, at C speed)
+    settles most members; only the others build a set.
+    """
+    if not mine:
+        return held, []
+    owned = list(mine)
+    if len(held) >= len(owned) and held[: len(owned)] == owned:
+        return held[len(owned) :], []
+    owned_set = set(owned)
+    return list(filterfalse(owned_set.__contains__, held)), list(owned_set.difference(held))
+
+
 def _taken_from_owners(
-    assignment: Assignment, owned: Mapping[str, Collection[Resource]], members: list[str]
+    changes: Mapping[str, tuple[list[Resource], list[Resource]]],
 ) -> list[tuple[Resource, str, str]]:
     """``(resource, owner, holder)`` for each resource the assignor gave a member
-    other than its owner (the owner still being a member), in resource order.
-
-    Built from set differences at C speed: a member's new resources are few
-    unless the group changed much, and only those are looked up.
-    """
-    owned_sets = {m: set(owned[m]) for m in members if owned.get(m)}
-    if not owned_sets:
+    other than its owner (the owner still being a member), in resource order:
+    what one member lost and another gained."""
+    lost_by: dict[Resource, str] = {}
+    for owner, (_, lost) in changes.items():
+        lost_by.update(zip(lost, repeat(owner)))
+    if not lost_by:
         return []
-    gained: dict[Resource, str] = {}
-    for holder in members:
-        mine = owned_sets.get(holder)
-        held = assignment.get(holder, ())
-        new = held if mine is None else list(filterfalse(mine.__contains__, held))
-        gained.update(zip(new, repeat(holder)))
-    if not gained:
-        return []
-    taken: list[tuple[Resource, str, str]] = []
-    for owner, mine in owned_sets.items():
-        for resource in (
-            mine.intersection(gained)
-            if len(mine) > len(gained)
-            else (r for r in gained if r in mine)
-        ):
-            holder = gained[resource]
-            if holder != owner:
-                taken.append((resource, owner, holder))
+    taken = [
+        (resource, lost_by[resource], holder)
+        for holder, (gained, _) in changes.items()
+        for resource in gained
+        if lost_by.get(resource, holder) != holder
+    ]
     taken.sort(key=lambda item: (resource_sort_key(item[0]), item[1]))
     return taken
 
@@ -521,8 +551,9 @@ class LoadBalancing:
         self.max_moves = max_moves
         self.planned = dict(planned or {})
         self.pinned = frozenset(pinned)
-        #: Loads the leader remembers from earlier rounds (the input's win).
-        self.remembered = dict(loads or {})
+        #: Loads the leader remembers from earlier rounds (the input's win); only
+        #: read, so not copied (the leader's event loop builds this object).
+        self.remembered: Mapping[Resource, float] = loads or {}
         self.last: Balanced | None = None
         #: The loads the last round used (remembered ones and the input's).
         self.loads_seen: Mapping[Resource, float] = self.remembered
@@ -541,6 +572,9 @@ class LoadBalancing:
             self.last = None
             return target
         owned: dict[str, Collection[Resource]] = {mid: m.owned for mid, m in data.members.items()}
+        owned_loads = {
+            mid: m.owned_load for mid, m in data.members.items() if m.owned_load is not None
+        }
         if self.planned:
             claimed: set[Resource] = set()
             for resources in owned.values():
@@ -551,6 +585,10 @@ class LoadBalancing:
                     extra.setdefault(mid, []).append(resource)
             for mid, resources in extra.items():
                 owned[mid] = [*owned[mid], *resources]
+                known = owned_loads.pop(mid, None)
+                planned_loads = [loads.get(r) for r in resources]
+                if known is not None and None not in planned_loads:
+                    owned_loads[mid] = known + math.fsum(planned_loads)  # type: ignore[arg-type]
         self.last = balance(
             target,
             loads,
@@ -563,6 +601,7 @@ class LoadBalancing:
             pinned=self.pinned,
             racks=RackInfo.build(data),
             exclusive=self.exclusive or isinstance(self.base, StandbyAssignor),
+            owned_loads=owned_loads,
         )
         return self.last.assignment
 

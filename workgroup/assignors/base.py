@@ -39,6 +39,9 @@ class MemberInfo:
     #: Relative capacity for weighted assignors (> 0).
     capacity: float = 1.0
     user_data: bytes = b""
+    #: Total load the member reported for ``owned`` when it measured every one
+    #: of them (``None``: not known); the load balancing stage uses it.
+    owned_load: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from workgroup.assignors.balance import (
@@ -141,7 +141,8 @@ class LeaderBalancing:
 
     def __init__(self, settings: BalanceSettings) -> None:
         self.settings = settings
-        self.loads: dict[Resource, float] = {}
+        #: The loads the last round used (never modified: rounds build new ones).
+        self.loads: Mapping[Resource, float] = {}
         self.planned: dict[Resource, str] = {}
         #: ``resource -> when the stage moved it``.
         self.moved_at: dict[Resource, int] = {}
@@ -186,7 +187,7 @@ class LeaderBalancing:
         wrapper = self._round[1]
         self._round = None
         self.last = wrapper.last
-        self.loads = dict(wrapper.loads_seen)
+        self.loads = wrapper.loads_seen  # a new mapping each round: no copy needed
         self.planned = {r: mid for mid, rs in withheld.items() for r in rs}
         if self.last is None:
             self.probe_at = None

@@ -160,13 +160,19 @@ def build_input(
         meta = metadata.get(member.member_id)
         if meta is None:
             continue
-        if meta.loads and len(meta.loads) == len(meta.owned):
-            loads.update(
-                (r, x)
-                for r, x in zip(meta.owned, meta.loads, strict=True)
-                if 0 <= x < math.inf and r[1] in key_sets.get(r[0], ())
-            )
         known = tuple(r for r in meta.owned if r[1] in key_sets.get(r[0], ()))
+        owned_load: float | None = None
+        if meta.loads and len(meta.loads) == len(meta.owned):
+            total = math.fsum(meta.loads)  # NaN when some resource is not measured
+            if len(known) == len(meta.owned) and 0 <= total < math.inf:
+                loads.update(zip(meta.owned, meta.loads, strict=True))  # at C speed
+                owned_load = total
+            else:
+                loads.update(
+                    (r, x)
+                    for r, x in zip(meta.owned, meta.loads, strict=True)
+                    if 0 <= x < math.inf and r[1] in key_sets.get(r[0], ())
+                )
         unknown_owned: list[Resource] = []
         mismatched: list[Resource] = []
         if len(known) != len(meta.owned):
@@ -202,6 +208,7 @@ def build_input(
             rack=meta.rack,
             capacity=meta.capacity if meta.capacity > 0 else 1.0,
             user_data=meta.user_data,
+            owned_load=owned_load,
         )
     data = AssignmentInput(
         resources=dict(keys),

@@ -66,7 +66,9 @@ def test_properties(
     max_moves: int,
 ) -> None:
     assignment, loads, capacities = group
+    given = {m: list(rs) for m, rs in assignment.items()}
     result = balance(assignment, loads, capacities, tolerance=tolerance, max_moves=max_moves)
+    assert assignment == given  # the input is left as it was
     # Never more than max_moves; every resource still held exactly once.
     assert len(result.moves) <= max_moves
     assert sorted(r for rs in result.assignment.values() for r in rs) == sorted(
@@ -287,3 +289,28 @@ def test_a_swap_evens_out_what_single_moves_cannot() -> None:
     assert {(m.giver, m.taker) for m in result.moves} == {("a", "c"), ("c", "a")}
     # A cap below two moves leaves it alone (a swap is two moves).
     assert balance(start, loads, dict.fromkeys(start, 1.0), max_moves=1).moves == ()
+
+
+@settings(max_examples=100, deadline=None)
+@given(groups(), st.data())
+def test_owned_loads_give_the_same_loads_as_looking_everything_up(
+    group: tuple[Assignment, dict[Resource, float], dict[str, float]], data: st.DataObject
+) -> None:
+    assignment, loads, capacities = group
+    members = list(assignment)
+    # What members owned before: each resource with a random member (or nobody).
+    owned: dict[str, list[Resource]] = {m: [] for m in members}
+    for resource in loads:
+        holder = data.draw(st.sampled_from([*members, None]))
+        if holder is not None:
+            owned[holder].append(resource)
+    owned_loads = {m: math.fsum(loads[r] for r in rs) for m, rs in owned.items() if rs}
+    plain = balance(assignment, loads, capacities, owned=owned, max_moves=8)
+    quick = balance(
+        assignment, loads, capacities, owned=owned, owned_loads=owned_loads, max_moves=8
+    )
+    # The same loads (up to rounding, which may break ties differently).
+    assert quick.before == pytest.approx(plain.before, abs=1e-6)
+    assert len(quick.moves) <= 8
+    if quick.mean:
+        assert quick.ratio() <= quick.ratio_before + 1e-9
