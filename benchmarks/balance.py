@@ -251,7 +251,11 @@ def cost_table(repeat: int, console: Console) -> Table:
     loads = {(kind, key): rng.lognormvariate(0, 1.5) for kind in resources for key in range(1000)}
     base = CooperativeStickyAssignor()
     fresh = AssignmentInput(resources, {m: MemberInfo(m, every) for m in ids}, resource_loads=loads)
-    situations = [("fresh", fresh)]
+    unmeasured = AssignmentInput(resources, fresh.members)
+    situations = [
+        ("fresh, nothing measured yet", unmeasured),
+        ("fresh, loads the leader remembers", fresh),
+    ]
     first = base.assign(fresh)
     # As the live leader builds them: each member's reported total comes with it.
     owners = {
@@ -276,15 +280,14 @@ def cost_table(repeat: int, console: Console) -> Table:
         wrapper = LoadBalancing(base)
         both, _ = best_of(lambda data=data, w=wrapper: w.assign(data), repeat)  # type: ignore[misc]
         last = wrapper.last
-        assert last is not None
         out.add_row(
             name,
             f"{alone:.3f}",
             f"{both:.3f}",
             f"{both / alone:.2f}",
-            str(len(last.moves)),
-            f"{last.ratio_before:.3f}",
-            f"{last.ratio():.3f}",
+            str(len(last.moves)) if last else "-",
+            f"{last.ratio_before:.3f}" if last else "-",
+            f"{last.ratio():.3f}" if last else "-",
         )
         console.log(f"cost {name}: {alone:.3f} s alone, {both:.3f} s with balancing")
     return out
