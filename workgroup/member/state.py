@@ -136,6 +136,11 @@ Rules:
    refusal ends.  The leader moves a refused resource from the assignor's
    target to the member taking its kind with the fewest resources that does
    not refuse it; if there is none, it stays (run rather than idle).
+11. Load balancing (:mod:`~workgroup.member.balancing`): the member's
+   metadata carries the smoothed loads of what it owns; as leader, the
+   assignor runs followed by the balancing stage, and while a round ends over
+   the tolerance a probing rebalance is requested ``balance_interval_ms``
+   later (only while STABLE, with no other rejoin pending).
 """
 
 from __future__ import annotations
