@@ -144,6 +144,8 @@ class LeaderBalancing:
         #: The loads the last round used (never modified: rounds build new ones).
         self.loads: Mapping[Resource, float] = {}
         self.planned: dict[Resource, str] = {}
+        #: When ``planned`` was recorded: it serves the follow-up round only.
+        self._planned_at = 0
         #: ``resource -> when the stage moved it``.
         self.moved_at: dict[Resource, int] = {}
         #: When to probe (``None``: nothing scheduled).
@@ -166,15 +168,19 @@ class LeaderBalancing:
         """The assignor the round ``run_id`` runs: ``assignor`` then the stage."""
         if not self.enabled:
             return assignor
+        # A plan older than an interval is not this rebalance's (this member
+        # may have lost and regained the leadership meanwhile): forget it.
+        fresh = now - self._planned_at < self.settings.balance_interval_ms
         wrapper = LoadBalancing(
             assignor,
             tolerance=self.settings.imbalance_tolerance,
             max_moves=self.settings.max_moves,
-            planned=self.planned,
+            planned=self.planned if fresh else {},
             pinned=self.pinned(now),
             loads=self.loads,
         )
         self._round = (run_id, wrapper)
+        self.probe_at = None  # this round is the probe; it schedules the next
         return wrapper
 
     def finished(
@@ -189,6 +195,7 @@ class LeaderBalancing:
         self.last = wrapper.last
         self.loads = wrapper.loads_seen  # a new mapping each round: no copy needed
         self.planned = {r: mid for mid, rs in withheld.items() for r in rs}
+        self._planned_at = now
         if self.last is None:
             self.probe_at = None
             return None

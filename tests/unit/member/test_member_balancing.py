@@ -9,6 +9,7 @@ from machine_steps import ack_callbacks, sent
 
 from workgroup.assignors.balance import LoadBalancing
 from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
+from workgroup.assignors.sticky import CooperativeStickyAssignor
 from workgroup.errors import ConfigError, ErrorCode
 from workgroup.kafka.messages import (
     Heartbeat,
@@ -21,9 +22,11 @@ from workgroup.kafka.messages import (
 from workgroup.member.actions import Action, RunAssignor, SendRequest
 from workgroup.member.balancing import BalanceSettings, LeaderBalancing, LoadMeter, check_load
 from workgroup.member.config import MemberConfig
+from workgroup.member.leader import read_members, simulate_rebalance
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
 from workgroup.protocol import BinaryCodec, MemberMetadata, Protocol
+from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.testing import capture_logs
 
 CODEC = BinaryCodec()
@@ -209,3 +212,37 @@ def test_settings_are_checked() -> None:
         BalanceSettings(max_moves=-1)
     with pytest.raises(ConfigError, match="imbalance_tolerance"):
         BalanceSettings(imbalance_tolerance=-0.5)
+
+
+def test_the_follow_up_round_of_a_cooperative_rebalance_keeps_the_plan() -> None:
+    catalog = {"shard": list(range(8))}
+    loads = {("shard", k): 1000.0 / (k + 1) for k in range(8)}
+    owners = {"a": [0, 1, 2], "b": [3, 4, 5], "c": [6, 7]}
+    digest = catalog_hash(freeze_catalog(catalog))
+    metadata = {
+        mid: MemberMetadata(
+            owned=tuple(("shard", k) for k in keys),
+            owned_generation=4,
+            catalog_hash=digest,
+            loads=tuple(loads[("shard", k)] for k in keys),
+        )
+        for mid, keys in owners.items()
+    }
+    joined = tuple(JoinedMember(mid, None, CODEC.encode_metadata(m)) for mid, m in metadata.items())
+    read = read_members(CODEC, joined, digest)
+    rebalance = simulate_rebalance(
+        CooperativeStickyAssignor(),
+        joined,
+        read.metadata,
+        freeze_catalog(catalog),
+        "cooperative",
+        balance=BalanceSettings(max_moves=8),
+    )
+    assert rebalance.converged
+    assert len(rebalance.rounds) == 2  # the moves are withheld, then handed out
+    first, second = rebalance.balanced
+    assert first is not None
+    assert first.moves
+    assert second is not None
+    assert second.moves == ()  # the follow-up round only carries out the plan
+    assert rebalance.rounds[1].target == rebalance.rounds[0].target
