@@ -95,6 +95,8 @@ class Balanced:
     mean: float = 0.0
     #: ``member id -> capacity`` of the members counted in the mean.
     capacities: dict[str, float] = field(default_factory=dict)
+    #: ``max_moves`` ran out, or the busiest member held pinned resources.
+    stopped_early: bool = False
 
     def ratio(self, loads: Mapping[str, float] | None = None) -> float:
         """Largest utilisation over the mean (1.0 when there is no load)."""
@@ -108,9 +110,15 @@ class Balanced:
         return self.ratio(self.before)
 
     def over(self, tolerance: float) -> bool:
-        """The result is still above ``tolerance`` (``max_moves`` or pinned
-        resources stopped it): the leader probes again later."""
+        """The result is still above ``tolerance``."""
         return self.ratio() > 1 + tolerance + 1e-12
+
+    def unfinished(self, tolerance: float) -> bool:
+        """Above ``tolerance`` because ``max_moves`` or pinned resources stopped
+        the stage, not because no move could help: another round may do better
+        (the leader probes).  When no move helps (a resource alone above the
+        mean, say), only changed loads can: the next rebalance sees them."""
+        return self.over(tolerance) and self.stopped_early
 
 
 def check_settings(tolerance: float, max_moves: int, target: float | None = None) -> None:
@@ -260,6 +268,7 @@ def balance(
 
     moves: list[Move] = []
     settled = mean * (1 + goal) * (1 + 1e-12)
+    stopped_early = False
     if max(util.values()) > trigger:
         frozen = frozenset(pinned)
         while len(moves) < max_moves:
@@ -303,6 +312,10 @@ def balance(
             for half in swap:
                 shift(half.resource, half.giver, half.taker, half.load)
                 moves.append(half)
+        busiest = max(members, key=util.__getitem__)
+        stopped_early = util[busiest] > settled and (
+            len(moves) >= max_moves or (bool(frozen) and not frozen.isdisjoint(out[busiest]))
+        )
     return Balanced(
         out,
         tuple(moves),
@@ -311,6 +324,7 @@ def balance(
         after=dict(member_load),
         mean=mean,
         capacities=counted,
+        stopped_early=stopped_early,
     )
 
 

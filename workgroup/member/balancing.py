@@ -24,8 +24,10 @@ Rules:
    ``pinned_intervals`` balancing intervals (not moved again meanwhile), and
    where the last round meant withheld resources to go is passed to the next
    round, so that the follow-up round of a cooperative rebalance keeps the plan.
-4. **Probing.**  When a round ends still above the tolerance (``max_moves`` or
-   pinned resources stopped it), the leader asks for a rebalance
+4. **Probing.**  When a round ends still above the tolerance because
+   ``max_moves`` or pinned resources stopped it (not when no move could help,
+   as with one resource above the mean: then only changed loads can, and the
+   next rebalance brings them), the leader asks for a rebalance
    ``balance_interval_ms`` later (Kafka Streams' probing rebalance): members
    rejoin with fresh loads and the stage goes on.  A round that ends within the
    tolerance schedules nothing; the next rebalance, whatever its cause, brings
@@ -201,8 +203,8 @@ class LeaderBalancing:
             return None
         for move in self.last.moves:
             self.moved_at[move.resource] = now
-        over = self.last.over(self.settings.imbalance_tolerance)
-        self.probe_at = now + self.settings.balance_interval_ms if over else None
+        unfinished = self.last.unfinished(self.settings.imbalance_tolerance)
+        self.probe_at = now + self.settings.balance_interval_ms if unfinished else None
         return self.last
 
     def due(self, now: int) -> bool:

@@ -246,3 +246,15 @@ def test_the_follow_up_round_of_a_cooperative_rebalance_keeps_the_plan() -> None
     assert second is not None
     assert second.moves == ()  # the follow-up round only carries out the plan
     assert rebalance.rounds[1].target == rebalance.rounds[0].target
+
+
+def test_no_probe_when_no_move_can_help() -> None:
+    # Shard 0 alone is far above the mean: after the best moves the group is
+    # still over the tolerance, but probing again could not change that.
+    m = leader(max_moves=16)
+    _, run = lead_one_round(m, (100.0, 1.0, 1.0, 1.0, 1.0, 1.0))
+    assert isinstance(run.assignor, LoadBalancing)
+    assert run.assignor.last is not None
+    assert run.assignor.last.over(0.10)
+    assert not run.assignor.last.unfinished(0.10)
+    assert m._balancing.probe_at is None
