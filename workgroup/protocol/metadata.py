@@ -342,8 +342,10 @@ def decode_loads(r: Reader, owned: int) -> tuple[float, ...]:
     largest = r.f64()
     if not largest >= 0 or largest == float("inf"):
         raise ProtocolError(f"member metadata is corrupt: largest load {largest}")
-    step = largest / _LOAD_STEPS
-    return tuple(math.nan if q == _LOAD_UNKNOWN else q * step for q in r.u16s(count))
+    # Fraction first, then scale: ``largest / steps`` underflows for tiny loads.
+    return tuple(
+        math.nan if q == _LOAD_UNKNOWN else q / _LOAD_STEPS * largest for q in r.u16s(count)
+    )
 
 
 def _inflate(data: bytes, limit: int, what: str) -> bytes:
