@@ -55,6 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=Path("demo-output"))
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--rate", type=int, default=1_000, help="input events a second")
+    parser.add_argument(
+        "--skew",
+        type=float,
+        default=1.1,
+        help="Zipf exponent of the shards' shares of the input (0: even); the "
+        "daemons' leader balances the shards by the rows/s they read",
+    )
     parser.add_argument("--steady-s", type=float, default=10.0, help="run between steps")
     parser.add_argument("--step-timeout", type=float, default=120.0)
     parser.add_argument(
@@ -103,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         status = console.status("")
         cluster.on_poll = lambda what: status.update(progress_line(cluster, started, what))
         status.start()
-        feeder = Feeder(data, args.shards, rate=args.rate)
+        feeder = Feeder(data, args.shards, rate=args.rate, skew=args.skew)
         try:
             kind = "thin daemons" if args.layout == "connect" else "daemons, a JVM each"
             step(started, f"coordinator on {coordinator.bootstrap}; starting 3 {kind}")

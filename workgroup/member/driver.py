@@ -57,6 +57,7 @@ from workgroup.member.actions import (
     RunAssignor,
     SendRequest,
 )
+from workgroup.member.balancing import check_load
 from workgroup.member.commits import commit_result
 from workgroup.member.config import MemberSettings, member_config
 from workgroup.member.errors import InconsistentProtocolError, MemberClosedError
@@ -149,7 +150,8 @@ class GroupMember:
             to ``member.callback_failed``.
         kinds: The kinds of resources this member takes (``None``: every kind).
         rack: This member's rack, for rack-aware assignors.
-        capacity: This member's relative capacity (> 0), for weighted assignors.
+        capacity: This member's relative capacity (> 0), for weighted assignors
+            and load balancing (its share of the load).
         user_data: Opaque bytes the leader's assignor receives with the member.
         tags: Free-form labels sent in the member's metadata.
         client_id: The Kafka client id (default ``workgroup-<instance id or N>``).
@@ -181,6 +183,12 @@ class GroupMember:
             member heartbeats until every revoked resource was released.
         clock: The clock every machine event's ``now`` is read from
             (:class:`~workgroup.clock.Clock`; the runtime shares its own).
+        imbalance_tolerance, max_moves, balance_interval_ms: As the leader, load
+            balancing after the assignor (:mod:`workgroup.member.balancing`): at
+            most ``max_moves`` moves (0: off) bring the busiest member within
+            ``imbalance_tolerance`` of the mean load; while a round ends above
+            it, a probing rebalance follows every ``balance_interval_ms``.
+            Loads come from :meth:`report_load`.
 
     Raises:
         ConfigError: A setting that cannot work.
@@ -457,6 +465,16 @@ class GroupMember:
         machine = self._machine
         if machine is not None and not self._closed.is_set():
             self._feed(machine.released(self._now(), resources))
+
+    def report_load(self, resource: Resource, value: float) -> None:
+        """Record ``value`` (finite, >= 0: records/s, bytes/s, ...) as the current
+        load of ``resource``; the member publishes its smoothed load the next time
+        it joins (:mod:`workgroup.member.balancing`).  Safe from any thread.
+        A bad value is a :class:`~workgroup.errors.ConfigError`."""
+        load = check_load(value)
+        machine = self._machine
+        if machine is not None:
+            machine.loads.record(resource, load, self._now())
 
     def refuse(self, resources: Iterable[Resource], for_ms: int, reason: str) -> None:
         """Give up ``resources`` (no callback) and refuse them for ``for_ms``:

@@ -176,6 +176,11 @@ Rules:
    already; otherwise the machine logs ``member.callback_failed`` and, with
    ``"release"``, gives the resources of a failed ``on_assigned`` back as
    :meth:`MemberMachine.release` does (rule 8); ``"log"`` keeps the change.
+13. Load balancing (:mod:`~workgroup.member.balancing`): the member's
+   metadata carries the smoothed loads of what it owns; as leader, the
+   assignor runs followed by the balancing stage, and while a round ends over
+   the tolerance a probing rebalance is requested ``balance_interval_ms``
+   later (only while STABLE, with no other rejoin pending).
 """
 
 from __future__ import annotations
@@ -221,6 +226,7 @@ from workgroup.member.actions import (
     RunAssignor,
     SendRequest,
 )
+from workgroup.member.balancing import LeaderBalancing, LoadMeter
 from workgroup.member.commits import Commits, SentCommit, split_by_generation
 from workgroup.member.config import MemberConfig
 from workgroup.member.delay import ReassignDelay
@@ -360,6 +366,9 @@ class MemberMachine:
         #: only when told (scale-down, KIP-812), else they keep their place.
         self._leave_on_close = config.instance_id is None
         self._delay = ReassignDelay(config.reassign_delay_ms)
+        #: Load balancing: what this member measures, and as leader its memory.
+        self.loads = LoadMeter(config.balance.smoothing_ms)
+        self._balancing = LeaderBalancing(config.balance)
         #: Resources this member refuses, until when (rule 10).
         self._refused: dict[Resource, int] = {}
         #: The newest ``now`` seen (refusals end by it).
@@ -477,6 +486,8 @@ class MemberMachine:
             candidates.append(self._departing_until)
         if self.state is State.STABLE and self.is_leader and self._delay.next_at is not None:
             candidates.append(self._delay.next_at)
+        if self.state is State.STABLE and self.is_leader and self._balancing.probe_at is not None:
+            candidates.append(self._balancing.probe_at)
         if self._pending.rebalancing:
             # A watchdog: being woken late tells us the process was frozen or starved,
             # so a held answer read afterwards may be old (heartbeat.py, rule 4).
@@ -1005,6 +1016,14 @@ class MemberMachine:
             and self._rejoin_reason is None
         ):
             self._request_rejoin("reassignment delay over")
+        if (
+            self.state is State.STABLE
+            and self.is_leader
+            and self._balancing.due(now)
+            and self._rejoin_reason is None
+        ):
+            self._balancing.probed()
+            self._request_rejoin("load over the imbalance tolerance: probing rebalance")
         if self.state is State.STABLE and self._rejoin_reason is not None and not self._callbacks:
             reason, self._rejoin_reason = self._rejoin_reason, None
             self._to_joining(now, reason, immediately=True)
@@ -1180,6 +1199,7 @@ class MemberMachine:
             owned_generation=generation if owned else NO_GENERATION_ID,
             rack=self.config.rack,
             capacity=self.config.capacity,
+            loads=self.loads.report(owned),
             instance_id=self.config.instance_id,
             user_data=self.config.user_data,
             catalog_hash=self._catalog_hash,
@@ -1705,7 +1725,12 @@ class MemberMachine:
         )
         self._enter(State.ASSIGNING)
         self._out.append(
-            RunAssignor(self._next_id, protocol.wire_name, protocol.assignor, prepared.input)
+            RunAssignor(
+                self._next_id,
+                protocol.wire_name,
+                self._balancing.wrap(self._next_id, protocol.assignor, now),
+                prepared.input,
+            )
         )
 
     def _leader_assignments(
@@ -1728,6 +1753,20 @@ class MemberMachine:
             },
         )
         plan = plan_round(member_ids, target, claims)
+        balanced = self._balancing.finished(round_.run_id, now, plan.withheld)
+        if balanced is not None and (balanced.moves or balanced.returned):
+            log.info(
+                "member.load_balanced",
+                group=self.config.group_id,
+                generation=round_.generation,
+                moves=len(balanced.moves),
+                returned=len(balanced.returned),
+                max_over_mean_before=round(balanced.ratio_before, 3),
+                max_over_mean_after=round(balanced.ratio(), 3),
+                probe_in_ms=(
+                    None if self._balancing.probe_at is None else self._balancing.probe_at - now
+                ),
+            )
         out = encode_assignments(
             plan,
             round_.protocol.codec,

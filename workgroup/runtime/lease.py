@@ -35,6 +35,10 @@ Rules:
    lease's commits once the group moved on.
 5. Time (the grace period, the commit timeout, the back-off) is read from the
    lease's :class:`~workgroup.clock.Clock`.
+6. ``report_load(value)`` records the resource's current load (any finite,
+   non-negative number: records/s, bytes/s) for load balancing; the member
+   smooths it and publishes it when it next joins (:mod:`workgroup.member.balancing`).
+   It never sends anything by itself, and a bad value is a ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exp
 from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import CoordinatorError, ErrorCode, LeaseAction, WorkgroupError, codes_where
 from workgroup.log import get_logger
+from workgroup.member.balancing import check_load
 from workgroup.runtime.errors import CheckpointError, LeaseLostError, SlotMismatchError
 from workgroup.runtime.lease_states import (
     HELD_STATES,
@@ -142,6 +147,7 @@ class Lease:
         commit_timeout_s: float = 30.0,
         producers: ProducerFactory | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        load_sink: Callable[[float], None] | None = None,
     ) -> None:
         self.group_id = group_id
         self.kind = kind
@@ -163,6 +169,7 @@ class Lease:
         self._loop = asyncio.get_running_loop()
         self._producers = producers
         self._producer: Any = None
+        self._load_sink = load_sink
 
     def __repr__(self) -> str:
         state = "held" if self.held else f"ended ({self.end_reason})" if self.revoked else "new"
@@ -364,6 +371,17 @@ class Lease:
             include_secrets=include_secrets,
             ttl_s=ttl_s,
         )
+
+    # --- load ---------------------------------------------------------------------
+
+    def report_load(self, value: float) -> None:
+        """Report the resource's current load (rule 6): any finite number >= 0 in
+        the unit the app chooses (records/s, bytes/s).  Call it as often as
+        convenient; the leader balances on the smoothed value.  Safe from
+        threads; :class:`~workgroup.errors.ConfigError` for a bad value."""
+        load = check_load(value)
+        if self._load_sink is not None:
+            self._load_sink(load)
 
     # --- transactional producer --------------------------------------------------
 

@@ -33,6 +33,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 
@@ -171,6 +172,10 @@ class GroupRunner:
             reassign_delay_ms=reassign_delay_ms,
             confirm_release=True,
             clock=clock,
+            capacity=settings.capacity,
+            imbalance_tolerance=settings.imbalance_tolerance,
+            max_moves=settings.max_moves,
+            balance_interval_ms=settings.balance_interval_ms,
         )
         self._store = MemberSlotStore(self.member)
         self._settings = settings
@@ -303,6 +308,7 @@ class GroupRunner:
                 role="standby" if standby else "active",
                 producers=self._producers,
                 clock=self._clock,
+                load_sink=functools.partial(self.member.report_load, resource),
             )
             self._assigned_at[resource] = self._clock.monotonic()
             run = HandlerRun(

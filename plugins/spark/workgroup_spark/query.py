@@ -19,7 +19,8 @@ Rules:
 6. A query that cannot start because the Spark Connect server closed the
    daemon's session drops that session; the restart opens a new one.
 7. Every completed batch is a log event (``spark.batch``) and metrics
-   (:mod:`workgroup_spark.progress`).
+   (:mod:`workgroup_spark.progress`), and its input rate (rows/s) is the
+   shard's load (``lease.report_load``): the leader balances shards on it.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ class ShardQuery:
                     await asyncio.wait_for(lease.wait_revoked(), self.poll_interval_s)
                 if lease.revoked:
                     break
-                last_batch = await asyncio.to_thread(self._report, query, labels, last_batch)
+                last_batch = await asyncio.to_thread(self._report, query, labels, last_batch, lease)
                 if not query.isActive:
                     failure = query.exception()
                     if failure is not None:
@@ -147,14 +148,23 @@ class ShardQuery:
         finally:
             self.metrics.active.labels(*labels).set(0)
 
-    def _report(self, query: Any, labels: tuple[str, str, str], last_batch: int) -> int:
-        """Metrics and a log event for each batch completed since ``last_batch``."""
+    def _report(
+        self,
+        query: Any,
+        labels: tuple[str, str, str],
+        last_batch: int,
+        lease: Lease | None = None,
+    ) -> int:
+        """Metrics, a log event and the lease's load (rule 6) for each batch
+        completed since ``last_batch``."""
         for report in query.recentProgress:
             progress = BatchProgress.parse(report)
             if progress.batch_id <= last_batch:
                 continue
             last_batch = progress.batch_id
             self.metrics.batch(labels, progress)
+            if lease is not None:
+                lease.report_load(progress.input_rows_per_s)
             if progress.input_rows or progress.batch_id == 0:
                 log.info(
                     "spark.batch",

@@ -445,6 +445,34 @@ async def test_a_revoked_query_finishes_its_batch_then_stops() -> None:
     assert metrics.active.labels(*labels)._value.get() == 0
 
 
+async def test_each_batch_reports_its_input_rate_as_the_shards_load() -> None:
+    reported: list[float] = []
+    lease = Lease(
+        "etl.shard",
+        "shard",
+        "s-0",
+        slot=Slot("t", 0),
+        store=FakeStore(),
+        commit_timeout_s=2,
+        load_sink=reported.append,
+    )
+    await lease.acquire()
+    writer = FakeWriter()
+    task = asyncio.create_task(shard_query(writer)(lease))
+    await _until(lambda: writer.query is not None)
+    assert writer.query is not None
+    writer.query.recentProgress = [
+        {**REPORT, "batchId": 0, "inputRowsPerSecond": 250.0},
+        {**REPORT, "batchId": 1, "inputRowsPerSecond": "NaN"},  # an empty batch
+    ]
+    await _until(lambda: len(reported) == 2)
+    assert reported == [250.0, 0.0]
+    await asyncio.sleep(0.1)
+    assert len(reported) == 2  # each batch once
+    lease.end("revoked", grace_s=1.0)
+    await asyncio.wait_for(task, 5)
+
+
 async def test_a_batch_that_outlasts_the_grace_period_is_stopped() -> None:
     lease = await _held_lease(FakeStore())
     writer = FakeWriter()
