@@ -36,7 +36,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from workgroup.assignors.balance import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from workgroup.errors import ConfigError
 from workgroup.log import get_logger
-from workgroup.member.balancing import DEFAULT_BALANCE_INTERVAL_MS
+from workgroup.member.balancing import DEFAULT_BALANCE_INTERVAL_MS, BalanceSettings
 from workgroup.member.config import check_session_margin
 from workgroup.runtime.handlers import DEFAULT_MAX_FAILURES, ON_FAILURE_CHOICES
 from workgroup.security import PLAINTEXT, Security
@@ -223,6 +223,9 @@ class Settings:
         check_failure_policy(self.on_failure, self.max_failures)
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be 0-65535, got {self.metrics_port}")
+        if not self.capacity > 0:
+            raise ConfigError(f"capacity must be > 0, got {self.capacity}")
+        BalanceSettings(self.imbalance_tolerance, self.max_moves, self.balance_interval_ms)
         return self
 
     def replaced(self, values: Mapping[str, Any]) -> Settings:

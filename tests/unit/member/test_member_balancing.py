@@ -54,7 +54,8 @@ def leader(max_moves: int) -> MemberMachine:
         session_timeout_ms=10_000,
         rebalance_timeout_ms=30_000,
         heartbeat_interval_ms=3_000,
-        balance=BalanceSettings(max_moves=max_moves, balance_interval_ms=INTERVAL),
+        max_moves=max_moves,
+        balance_interval_ms=INTERVAL,
     )
     return MemberMachine(config, CATALOG)
 

@@ -164,4 +164,4 @@ async def test_a_child_process_reports_load_through_the_parents_lease() -> None:
     run.start()
     assert await wait_committed(store, "the child's refusal") == "refused: ConfigError"
     assert reported == [42.5]
-    await run.stop("revoked", grace_s=5.0)
+    await run.stop(EndReason.REVOKED, grace_s=5.0)

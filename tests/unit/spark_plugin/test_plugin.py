@@ -469,7 +469,7 @@ async def test_each_batch_reports_its_input_rate_as_the_shards_load() -> None:
     assert reported == [250.0, 0.0]
     await asyncio.sleep(0.1)
     assert len(reported) == 2  # each batch once
-    lease.end("revoked", grace_s=1.0)
+    lease.end(EndReason.REVOKED, grace_s=1.0)
     await asyncio.wait_for(task, 5)
 
 
