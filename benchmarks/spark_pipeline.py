@@ -1,14 +1,17 @@
 """The sharded PySpark pipeline (examples/sharded_etl) against one plain query, same input.
 
-Two measurements, on real daemons, JVMs and a ``workgroup coordinator`` on loopback:
+Two measurements, on real daemons, Spark and a ``workgroup coordinator`` on loopback:
 
 * **throughput**: a backlog of ``--events`` events in 4 shards (JSON files) is
   processed (a) by one plain PySpark Structured Streaming query reading every
   shard (what a user would write without workgroup: same aggregation, same
-  Parquet output, same batch size per shard) and (b) by the workgroup pipeline
-  with 1, 2 and 3 daemons, one SparkSession each.  Records/s counts from the
+  Parquet output, same batch size per shard), in a local JVM and on a Spark
+  Connect server, (b) by the workgroup pipeline with 1, 2 and 3 daemons, one
+  JVM each (``--daemons``), and (c) by 3 thin daemons (``remote=``) sharing one
+  Spark Connect server (``--connect-daemons``).  Records/s counts from the
   moment the first query starts (JVM start-up excluded for both) until the last
-  batch is written.
+  batch is written.  Each workgroup run also gives the time from starting the
+  first daemon to the first batch of any shard, and of every shard.
 * **failover**: two daemons with input arriving; SIGKILL (then, in a fresh run,
   SIGTERM) the one that owns most shards; for each moved shard, the time until
   its next batch is written by its new owner.  SIGTERM runs use
@@ -17,8 +20,9 @@ Two measurements, on real daemons, JVMs and a ``workgroup coordinator`` on loopb
 
 Usage::
 
-    .venv/bin/python benchmarks/spark_pipeline.py            # ≈ 8 minutes on 2 cores
+    .venv/bin/python benchmarks/spark_pipeline.py            # everything, with failover
     .venv/bin/python benchmarks/spark_pipeline.py --events 40000 --skip-failover
+    .venv/bin/python benchmarks/spark_pipeline.py --daemons 3 --connect-daemons 3 --skip-failover
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,10 +48,12 @@ from examples.sharded_etl.feed import Feeder  # noqa: E402
 from examples.sharded_etl.verify import verify  # noqa: E402
 from workgroup.testing import run_coordinator  # noqa: E402
 from workgroup.testing.signals import interrupt_on_termination  # noqa: E402
+from workgroup_spark.connect_server import ConnectServer, run_connect_server  # noqa: E402
 
 SHARDS = 4
 FILES_PER_BATCH = 25  # per shard; the baseline takes SHARDS times as many per batch
 SESSION_MS = 6_000
+FAILOVER_LAYOUTS = {"jvm": "2, a JVM each", "connect": "2 thin, one Connect server"}
 
 
 def make_backlog(data: Path, events: int) -> int:
@@ -56,8 +63,9 @@ def make_backlog(data: Path, events: int) -> int:
     return feeder.written
 
 
-def baseline(data: Path, written: int) -> tuple[float, float]:
-    """One query over every shard: (records/s, session start seconds)."""
+def baseline(data: Path, written: int, remote: str | None = None) -> tuple[float, float]:
+    """One query over every shard, in a local JVM or on a Connect server (``remote``):
+    (records/s, session start seconds)."""
     from pyspark.sql import SparkSession
 
     from examples.sharded_etl.transform import batch_table
@@ -66,15 +74,17 @@ def baseline(data: Path, written: int) -> tuple[float, float]:
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     began = time.monotonic()
-    builder = SparkSession.builder.master("local[*]").appName("baseline")
+    builder = SparkSession.builder.appName("baseline")
+    builder = builder.remote(remote) if remote else builder.master("local[*]")
     for key, value in {**DEFAULT_CONF, "spark.sql.shuffle.partitions": "1"}.items():
-        builder = builder.config(key, value)
+        if not remote or key.startswith("spark.sql."):
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     session_s = time.monotonic() - began
-    output = data / "baseline-output"
+    output = str(data / "baseline-output")
 
     def write(batch: object, batch_id: int) -> None:
-        write_batch_parquet(batch_table(batch, batch_id, 0), str(output), batch_id)
+        write_batch_parquet(batch_table(batch, batch_id, 0), output, batch_id)
 
     started = time.monotonic()
     query = (
@@ -92,30 +102,37 @@ def baseline(data: Path, written: int) -> tuple[float, float]:
 
     processed = sum(
         sum(pq.read_table(p, columns=["events"])["events"].to_pylist())
-        for p in output.glob("batch-*.parquet")
+        for p in Path(output).glob("batch-*.parquet")
     )
     spark.stop()
     assert processed == written, f"baseline processed {processed} of {written}"
     return written / elapsed, session_s
 
 
-def sharded(data: Path, written: int, daemons: int) -> tuple[float, float, bool]:
-    """The workgroup pipeline on a backlog: (records/s from the first query's start,
-    records/s once every shard's query runs, verified exactly once)."""
+@dataclass
+class ShardedRun:
+    rate: float  # records/s from the first query's start to the last batch
+    steady_rate: float  # records/s once every shard's query runs
+    exactly_once: bool
+    first_batch_s: float  # first daemon started -> first batch of any shard
+    every_shard_s: float  # first daemon started -> every shard has written a batch
+
+
+def sharded(data: Path, written: int, daemons: int, remote: str | None = None) -> ShardedRun:
+    """The workgroup pipeline on a backlog: ``daemons`` daemons with a JVM each, or
+    thin daemons on the Connect server ``remote``."""
+    env = {"ETL_TRIGGER_MS": "0", "ETL_FILES_PER_BATCH": str(FILES_PER_BATCH)}
+    if remote:
+        env["WORKGROUP_SPARK_REMOTE"] = remote
+    else:
+        # Daemons sharing one machine share its cores: a JVM each, local[cores/n].
+        env["WORKGROUP_SPARK_MASTER"] = f"local[{max(1, (os.cpu_count() or 1) // daemons)}]"
     with run_coordinator(log=data / "coordinator.log") as coordinator:
         cluster = EtlCluster(
-            data,
-            coordinator.bootstrap,
-            shards=SHARDS,
-            session_ms=SESSION_MS,
-            extra_env={
-                "ETL_TRIGGER_MS": "0",
-                "ETL_FILES_PER_BATCH": str(FILES_PER_BATCH),
-                # Daemons sharing one machine share its cores: a JVM each, local[cores/n].
-                "WORKGROUP_SPARK_MASTER": f"local[{max(1, (os.cpu_count() or 1) // daemons)}]",
-            },
+            data, coordinator.bootstrap, shards=SHARDS, session_ms=SESSION_MS, extra_env=env
         )
         try:
+            began = time.time()
             for i in range(daemons):
                 cluster.start(f"etl-{i + 1}")
             cluster.wait_for(
@@ -130,21 +147,35 @@ def sharded(data: Path, written: int, daemons: int) -> tuple[float, float, bool]
             batches = cluster.batches()
             last = max(b["time"] for b in batches)
             rate = written / (last - min(starts))
-            # Once every shard's query runs: the rate without JVM start-up skew.
+            # Once every shard's query runs: the rate without start-up skew.
             all_running = max(starts)
             steady = sum(b["events"] for b in batches if b["time"] > all_running)
             steady_rate = steady / (last - all_running) if last > all_running else rate
+            firsts = {
+                shard: min(b["time"] for b in batches if b["shard"] == shard)
+                for shard in {b["shard"] for b in batches}
+            }
             cluster.stop_all()
         finally:
             cluster.kill_all()
     result = verify(data, SHARDS, check_summary=False)
-    return rate, steady_rate, result.ok
+    return ShardedRun(
+        rate,
+        steady_rate,
+        result.ok,
+        min(firsts.values()) - began,
+        max(firsts.values()) - began,
+    )
 
 
-def failover(data: Path, how: str) -> list[float]:
-    """Seconds from the signal until each moved shard's next batch on its new owner."""
+def failover(data: Path, how: str, remote: str | None = None) -> list[float]:
+    """Seconds from the signal until each moved shard's next batch on its new owner
+    (JVM daemons, or thin daemons on the Connect server ``remote``)."""
+    env = {"WORKGROUP_SPARK_REMOTE": remote} if remote else {}
     with run_coordinator(log=data / "coordinator.log") as coordinator:
-        cluster = EtlCluster(data, coordinator.bootstrap, shards=SHARDS, session_ms=SESSION_MS)
+        cluster = EtlCluster(
+            data, coordinator.bootstrap, shards=SHARDS, session_ms=SESSION_MS, extra_env=env
+        )
         feeder = Feeder(data, SHARDS, rate=400)
         extra = ("--leave-on-stop",) if how == "SIGTERM" else ()
         try:
@@ -183,6 +214,10 @@ def failover(data: Path, how: str) -> list[float]:
             cluster.kill_all()
 
 
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "NO"
+
+
 def _epoch(stamp: str) -> float:
     from datetime import datetime
 
@@ -195,36 +230,70 @@ def workdir() -> Iterator[Path]:
         yield Path(name)
 
 
+@contextlib.contextmanager
+def connect_server(logs: Path) -> Iterator[tuple[ConnectServer, float]]:
+    """A Connect server for the thin-daemon rows: (server, seconds it took to listen)."""
+    began = time.monotonic()
+    path = os.pathsep.join(
+        filter(None, [str(ROOT), str(ROOT / "plugins" / "spark"), os.environ.get("PYTHONPATH")])
+    )
+    with run_connect_server(logs / "spark-connect.log", env={"PYTHONPATH": path}) as server:
+        yield server, time.monotonic() - began
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=600_000)
-    parser.add_argument("--daemons", default="1,2,3")
+    parser.add_argument("--daemons", default="1,2,3", help="JVM daemon counts ('' for none)")
+    parser.add_argument(
+        "--connect-daemons", default="3", help="thin daemon counts on one Connect server"
+    )
     parser.add_argument("--trials", type=int, default=2, help="failover trials per signal")
+    parser.add_argument(
+        "--failover-layouts", default="jvm,connect", help="jvm, connect or both (jvm,connect)"
+    )
     parser.add_argument("--skip-failover", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args()
-    print(f"machine: {os.cpu_count()} cores; {args.events:,} events in {SHARDS} shards")
+    print(f"machine: {os.cpu_count()} cores; {args.events:,} events in {SHARDS} shards; {load()}")
 
     if not args.skip_throughput:
         rows = []
+        starts = []
         with workdir() as data:
             written = make_backlog(data, args.events)
             rate, session_s = baseline(data, written)
-            rows.append(("one plain PySpark query", 1, rate, rate, "yes (asserted count)"))
-            print(f"(SparkSession start: {session_s:.1f} s, excluded)")
-        for daemons in (int(n) for n in args.daemons.split(",")):
+            rows.append(("one plain PySpark query, local JVM", 1, rate, rate, "yes (count)"))
+            print(f"(local SparkSession start: {session_s:.1f} s, excluded; {load()})")
+        for daemons in (int(n) for n in args.daemons.split(",") if n):
             with workdir() as data:
                 written = make_backlog(data, args.events)
-                rate, steady, ok = sharded(data, written, daemons)
-                rows.append(
-                    (
-                        f"workgroup, {daemons} daemon(s)",
-                        daemons,
-                        rate,
-                        steady,
-                        "yes" if ok else "NO",
-                    )
-                )
+                run = sharded(data, written, daemons)
+                name = f"workgroup, {daemons} daemon(s), a JVM each"
+                rows.append((name, daemons, run.rate, run.steady_rate, _yes(run.exactly_once)))
+                starts.append((name, run))
+                print(f"({name} done; {load()})")
+        connect_counts = [int(n) for n in args.connect_daemons.split(",") if n]
+        if connect_counts:
+            with workdir() as logs, connect_server(logs) as (server, listen_s):
+                print(f"(Connect server listening after {listen_s:.1f} s, excluded; {load()})")
+                with workdir() as data:
+                    written = make_backlog(data, args.events)
+                    rate, session_s = baseline(data, written, server.remote)
+                    rows.append(("one plain PySpark query, Connect server", 1, rate, rate,
+                                 "yes (count)"))  # fmt: skip
+                for daemons in connect_counts:
+                    with workdir() as data:
+                        written = make_backlog(data, args.events)
+                        run = sharded(data, written, daemons, server.remote)
+                        name = f"workgroup, {daemons} thin daemon(s), one Connect server"
+                        rows.append((name, 1, run.rate, run.steady_rate, _yes(run.exactly_once)))
+                        starts.append((name, run))
+                        print(f"({name} done; {load()})")
         base = rows[0][2]
         print()
         print(
@@ -237,20 +306,32 @@ def main() -> None:
                 f"| {name} | {jvms} | {rate:,.0f} | {rate / base:.0%} | {steady:,.0f} "
                 f"| {steady / base:.0%} | {ok} |"
             )
+        print()
+        print("| pipeline | first daemon start -> first batch | -> every shard's first batch |")
+        print("|---|---:|---:|")
+        for name, run in starts:
+            print(f"| {name} | {run.first_batch_s:.1f} s | {run.every_shard_s:.1f} s |")
 
     if not args.skip_failover:
         print()
-        print("| signal | moved shards | median s | max s | target |")
-        print("|---|---:|---:|---:|---|")
-        for how, target in (("SIGKILL", SESSION_MS / 1000 + 5), ("SIGTERM", 5.0)):
-            delays: list[float] = []
-            for _ in range(args.trials):
-                with workdir() as data:
-                    delays += failover(data, how)
-            print(
-                f"| {how} | {len(delays)} | {statistics.median(delays):.2f} | "
-                f"{max(delays):.2f} | < {target:.0f} s |"
-            )
+        print("| daemons | signal | moved shards | median s | max s | target | load after |")
+        print("|---|---|---:|---:|---:|---|---:|")
+        for layout_name in args.failover_layouts.split(","):
+            with contextlib.ExitStack() as stack:
+                remote = None
+                if layout_name == "connect":
+                    logs = stack.enter_context(workdir())
+                    remote = stack.enter_context(connect_server(logs))[0].remote
+                for how, target in (("SIGKILL", SESSION_MS / 1000 + 5), ("SIGTERM", 5.0)):
+                    delays: list[float] = []
+                    for _ in range(args.trials):
+                        with workdir() as data:
+                            delays += failover(data, how, remote)
+                    print(
+                        f"| {FAILOVER_LAYOUTS[layout_name]} | {how} | {len(delays)} "
+                        f"| {statistics.median(delays):.2f} | {max(delays):.2f} "
+                        f"| < {target:.0f} s | {os.getloadavg()[0]:.1f} |"
+                    )
 
 
 if __name__ == "__main__":

@@ -67,9 +67,11 @@ def aggregate_shard(session: Any, lease: workgroup.Lease) -> Any:
         .json(str(source))
     )
 
+    token = lease.token  # not the lease: with Spark Connect, `write` runs in another process
+
     def write(batch: Any, batch_id: int) -> None:
-        table = batch_table(batch, batch_id, lease.token)
-        write_batch_parquet(table, str(output), batch_id)
+        table = batch_table(batch, batch_id, token)
+        write_batch_parquet(table, str(output), batch_id)  # checks the fence before its rename
 
     return events.writeStream.foreachBatch(fenced(lease, write)).trigger(
         processingTime=f"{TRIGGER_MS} milliseconds"

@@ -270,9 +270,17 @@ class EtlCluster:
             for b in self.batches()
         )
 
-    def all_committing(self, after: float) -> bool:
+    def all_committing(self, after: float, *, owners_only: bool = False) -> bool:
+        """Every shard wrote a batch after ``after`` (``owners_only``: with the token
+        of its newest acquisition, not a batch its previous owner finished)."""
         batches = self.batches()
+        owners = self.owners() if owners_only else {}
         return all(
-            any(b["shard"] == shard and b["time"] > after for b in batches)
+            any(
+                b["shard"] == shard
+                and b["time"] > after
+                and (not owners_only or (shard in owners and b["token"] == owners[shard][1]))
+                for b in batches
+            )
             for shard in layout.shard_names(self.shards)
         )

@@ -1,10 +1,13 @@
 """``make demo``: a sharded PySpark pipeline that survives a crash and a rolling restart.
 
-1. Starts the embedded coordinator and three daemons (``workgroup run
-   examples.sharded_etl.app:app``), each with one SparkSession, sharing 4 shards
-   and one publisher; a feeder writes events into every shard meanwhile.
-2. SIGKILLs one daemon (its JVM too): its shards move after the session timeout
-   and resume from their checkpoints.
+1. Starts the embedded coordinator, one Spark Connect server (the pyspark
+   package's own) and three thin daemons (``workgroup run
+   examples.sharded_etl.app:app`` with ``WORKGROUP_SPARK_REMOTE``: no JVM in the
+   daemon), sharing 4 shards and one publisher; a feeder writes events into
+   every shard meanwhile.  ``--layout jvm`` gives each daemon a JVM of its own
+   instead (slower on one machine: benchmarks/README.md).
+2. SIGKILLs one daemon: its shards move after the session timeout and resume
+   from their checkpoints (its queries, still on the server, are fenced).
 3. Starts a replacement: the cooperative assignor hands it shards.
 4. Restarts the three daemons one after the other (SIGTERM, start again with
    the same instance id: static membership keeps their shards in place).
@@ -19,19 +22,26 @@ and throughput).  Exits 1 if verification fails or a step times out.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from examples.sharded_etl.cluster import EtlCluster
+from examples.sharded_etl.cluster import ROOT, EtlCluster
 from examples.sharded_etl.feed import Feeder
 from examples.sharded_etl.report import figures, table_rows, write_html
 from examples.sharded_etl.verify import verify
 from workgroup.testing.signals import interrupt_on_termination
+
+if TYPE_CHECKING:
+    from workgroup_spark.connect_server import ConnectServer
 
 console = Console(highlight=False)
 
@@ -45,8 +55,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=Path("demo-output"))
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--rate", type=int, default=1_000, help="input events a second")
+    parser.add_argument(
+        "--skew",
+        type=float,
+        default=1.1,
+        help="Zipf exponent of the shards' shares of the input (0: even); the "
+        "daemons' leader balances the shards by the rows/s they read",
+    )
     parser.add_argument("--steady-s", type=float, default=10.0, help="run between steps")
     parser.add_argument("--step-timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--layout",
+        choices=["connect", "jvm"],
+        default="connect",
+        help="thin daemons on one Spark Connect server (default), or a JVM in each daemon",
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -65,20 +88,36 @@ def main(argv: list[str] | None = None) -> int:
     data.mkdir(parents=True)
     started = time.time()
     timeout = args.step_timeout
-    with run_coordinator(
-        "--data-dir", str(output / "coordinator"), log=output / "coordinator.log"
-    ) as coordinator:
-        cluster = EtlCluster(data, coordinator.bootstrap, shards=args.shards)
+    with contextlib.ExitStack() as stack:
+        coordinator = stack.enter_context(
+            run_coordinator(
+                "--data-dir", str(output / "coordinator"), log=output / "coordinator.log"
+            )
+        )
+        env = {}
+        if args.layout == "jvm":
+            step(started, "layout: a JVM in each daemon (--layout jvm)")
+        else:
+            step(
+                started,
+                "layout: thin daemons on one Spark Connect server, the machine's one JVM "
+                "(faster here than a JVM per daemon: benchmarks/README.md; --layout jvm)",
+            )
+            server = stack.enter_context(spark_connect_server(output, data))
+            env["WORKGROUP_SPARK_REMOTE"] = server.remote
+            step(started, f"Spark Connect server on {server.remote}")
+        cluster = EtlCluster(data, coordinator.bootstrap, shards=args.shards, extra_env=env)
         status = console.status("")
         cluster.on_poll = lambda what: status.update(progress_line(cluster, started, what))
         status.start()
-        feeder = Feeder(data, args.shards, rate=args.rate)
+        feeder = Feeder(data, args.shards, rate=args.rate, skew=args.skew)
         try:
-            step(started, f"coordinator on {coordinator.bootstrap}; starting 3 daemons")
+            kind = "thin daemons" if args.layout == "connect" else "daemons, a JVM each"
+            step(started, f"coordinator on {coordinator.bootstrap}; starting 3 {kind}")
             for name in ("etl-1", "etl-2", "etl-3"):
                 cluster.start(name)
             feeder.start(seconds=3_600)
-            step(started, "feeding events; waiting for the SparkSessions and first batches")
+            step(started, "feeding events; waiting for the Spark sessions and first batches")
             cluster.wait_for(
                 "every shard to commit a batch", lambda: cluster.all_committing(0), timeout
             )
@@ -93,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             for shard in moved:
                 cluster.wait_for(
                     f"{shard} to commit on its new owner",
+                    # A batch of the new owner's token: with Spark Connect the killed
+                    # daemon's query goes on writing on the server until it is fenced.
                     lambda s=shard: (
-                        cluster.committing(s, killed_at)  # type: ignore[misc]
-                        and cluster.owners()[s][0] != victim
+                        cluster.owners()[s][0] != victim  # type: ignore[misc]
+                        and cluster.committing(s, killed_at, cluster.owners()[s][1])
                     ),
                     timeout,
                 )
@@ -109,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             cluster.wait_for(
                 "etl-4 to own a shard and commit",
                 lambda: any(
-                    m == "etl-4" and cluster.committing(k, replacement_at)
-                    for k, (m, *_) in cluster.owners().items()
+                    m == "etl-4" and cluster.committing(k, replacement_at, t)
+                    for k, (m, t, _) in cluster.owners().items()
                 ),
                 timeout,
             )
@@ -120,12 +161,12 @@ def main(argv: list[str] | None = None) -> int:
             running = sorted(n for n, d in cluster.daemons.items() if d.alive())
             for name in running:
                 step(started, f"[yellow]rolling restart:[/yellow] SIGTERM {name}, start it again")
-                stopped_at = time.time()
-                cluster.stop(name)
+                cluster.stop(name)  # its queries stopped, its batch in flight finished
+                exited_at = time.time()
                 cluster.start(name)
                 cluster.wait_for(
                     "every shard to commit again",
-                    lambda at=stopped_at: cluster.all_committing(at),  # type: ignore[misc]
+                    lambda at=exited_at: cluster.all_committing(at, owners_only=True),  # type: ignore[misc]
                     timeout,
                 )
             show_owners(cluster, started)
@@ -168,6 +209,19 @@ def main(argv: list[str] | None = None) -> int:
         "the summary is the sum of the shards"
     )
     return 0
+
+
+@contextlib.contextmanager
+def spark_connect_server(output: Path, data: Path) -> Iterator[ConnectServer]:
+    """The demo's Connect server: its Python workers run the shards' ``foreachBatch``
+    (they import this checkout's ``examples``)."""
+    from workgroup_spark.connect_server import run_connect_server
+
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    # ETL_DATA marks it as the demo's, like the daemons (tests/e2e/spark/test_demo_signals.py).
+    env = {"PYTHONPATH": path, "ETL_DATA": str(data)}
+    with run_connect_server(output / "spark-connect" / "server.log", env=env) as server:
+        yield server
 
 
 def progress_line(cluster: EtlCluster, started: float, waiting_for: str) -> str:

@@ -24,12 +24,22 @@ CUSTOMERS = [f"customer-{i:02d}" for i in range(20)]
 
 
 class Feeder:
-    """Writes event files into each shard's input, ``rate`` events a second in total."""
+    """Writes event files into each shard's input, ``rate`` events a second in total.
 
-    def __init__(self, data: Path, shards: int, *, rate: int, files_per_s: float = 4.0) -> None:
+    ``skew`` > 0 splits the rate unevenly, as real shards are (a big tenant, a
+    hot partition): shard *i* gets a share proportional to ``1 / (i + 1) ** skew``
+    (Zipf); 0 splits it evenly.
+    """
+
+    def __init__(
+        self, data: Path, shards: int, *, rate: int, files_per_s: float = 4.0, skew: float = 0.0
+    ) -> None:
         self.data = data
         self.shards = layout.shard_names(shards)
         self.rate = rate
+        weights = [1 / (i + 1) ** skew for i in range(len(self.shards))]
+        #: Events a second for each shard.
+        self.rates = {s: rate * w / sum(weights) for s, w in zip(self.shards, weights, strict=True)}
         self.files_per_s = files_per_s
         self.written = 0
         self.files = 0
@@ -46,9 +56,11 @@ class Feeder:
 
     def write_round(self) -> int:
         """One file per shard with this round's share of events; returns events written."""
-        per_file = max(int(self.rate / self.files_per_s / len(self.shards)), 1)
         self._staging.mkdir(parents=True, exist_ok=True)
+        written = 0
         for shard in self.shards:
+            per_file = max(int(self.rates[shard] / self.files_per_s), 1)
+            written += per_file
             lines = []
             for _ in range(per_file):
                 lines.append(
@@ -72,7 +84,7 @@ class Feeder:
             self.written += len(lines)
             self.files += 1
         (self.data / "input" / ".next-id").write_text(str(self._next_id))
-        return per_file * len(self.shards)
+        return written
 
     def run(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -105,9 +117,16 @@ def run_until_interrupted(feeder: Feeder, seconds: float) -> bool:
 @click.command()
 @click.option("--seconds", type=float, default=60.0, show_default=True)
 @click.option("--rate", type=int, default=2_000, show_default=True, help="Events a second.")
-def main(seconds: float, rate: int) -> None:
+@click.option(
+    "--skew",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Zipf exponent of the shards' shares.",
+)
+def main(seconds: float, rate: int, skew: float) -> None:
     """Write event files into every shard's input directory."""
-    feeder = Feeder(layout.data_dir(), layout.shard_count(), rate=rate)
+    feeder = Feeder(layout.data_dir(), layout.shard_count(), rate=rate, skew=skew)
     interrupted = run_until_interrupted(feeder, seconds)
     click.echo(f"wrote {feeder.written} events in {feeder.files} files")
     if interrupted:

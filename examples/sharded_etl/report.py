@@ -114,6 +114,26 @@ def ownership_intervals(
     return spans
 
 
+def load_by_daemon(
+    events: list[dict[str, Any]],
+    batches: list[dict[str, Any]],
+    started: float,
+    bin_s: float = 2.0,
+) -> dict[str, dict[int, float]]:
+    """``daemon -> time bin -> records/s`` it wrote: each output batch counts for
+    the daemon whose lease (shard and token) wrote it."""
+    writer = {
+        (str(e["key"]), e["token"]): e["member"]
+        for e in events
+        if e["event"] == "acquired" and e["group"] == SHARD_GROUP
+    }
+    out: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for batch in batches:
+        daemon = writer.get((batch["shard"], batch["token"]), "unknown")
+        out[daemon][int((batch["time"] - started) // bin_s)] += batch["events"] / bin_s
+    return out
+
+
 def chart_png(cluster: EtlCluster, started: float, ended: float) -> bytes:
     import matplotlib
 
@@ -168,13 +188,23 @@ def chart_png(cluster: EtlCluster, started: float, ended: float) -> bytes:
     fig.suptitle("Who owned each shard (bars); kills (red), stops (orange), starts (green), "
                  "rebalances (triangles)", fontsize=10)  # fmt: skip
 
-    bins: dict[int, int] = defaultdict(int)
-    for batch in cluster.batches():
-        bins[int((batch["time"] - started) // 2)] += batch["events"]
-    if bins:
-        xs = list(range(0, max(bins) + 1))
-        bottom.bar([x * 2 for x in xs], [bins.get(x, 0) / 2 for x in xs], width=2, align="edge")
-    bottom.set_ylabel("records/s")
+    # Load per daemon over time: stacked, so that skew and balancing show.
+    per_daemon = load_by_daemon(cluster.events(), cluster.batches(), started)
+    last = max((max(b) for b in per_daemon.values() if b), default=-1)
+    base = [0.0] * (last + 1)
+    for daemon in sorted(per_daemon):
+        heights = [per_daemon[daemon].get(x, 0.0) for x in range(last + 1)]
+        bottom.bar(
+            [x * 2 for x in range(last + 1)],
+            heights,
+            bottom=base,
+            width=2,
+            align="edge",
+            color=colours.get(daemon, "grey"),
+            label=daemon,
+        )
+        base = [b + h for b, h in zip(base, heights, strict=True)]
+    bottom.set_ylabel("records/s by daemon")
     bottom.set_xlabel("seconds since the start of the demo")
     bottom.set_xlim(0, ended - started)
     fig.tight_layout()

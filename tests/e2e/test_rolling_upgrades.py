@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import pytest
 from members import Event, MemberProcess, Members, backend, shards, wait_converged
 
+from workgroup.protocol import LATEST_VERSION
 from workgroup.testing.ownership import check_ownership
 
 pytestmark = pytest.mark.slow
@@ -238,16 +239,16 @@ def test_version_probing(members: Members) -> None:
     converged = rollout.start("a", *old, expect="cooperative-sticky.v1")
     assert converged["a"]["leader"]
     assert converged["a"]["metadata_version"] == 1
-    # B and C send v2 metadata; A reads what it knows, assigns with v1 and has
-    # them rejoin speaking v1.
+    # B and C send the latest metadata; A reads what it knows, assigns with v1
+    # and has them rejoin speaking v1.
     for name in "bc":
         converged = rollout.start(name, expect="cooperative-sticky.v1")
         assert converged["a"]["leader"]
         assert {e["metadata_version"] for e in converged.values()} == {1}
     assert_quiet(rollout)
-    # A is upgraded; the new leader finds that everyone reads v2 and says so.
+    # A is upgraded; the new leader finds that everyone reads the latest and says so.
     converged = rollout.restart("a", expect="cooperative-sticky.v1")
-    assert_eventually_version(rollout, 2)
+    assert_eventually_version(rollout, LATEST_VERSION)
     assert_quiet(rollout)
     # A new leader that is older than a member: C is downgraded while B leads.
     leader = next(n for n, e in converged.items() if e["leader"])

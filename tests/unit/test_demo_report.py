@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from examples.sharded_etl.cluster import EtlCluster, Mark
 from examples.sharded_etl.report import ownership_intervals, with_kills, write_html
 from examples.sharded_etl.verify import Verification
@@ -58,3 +60,29 @@ def test_the_report_is_html_with_an_embedded_chart(tmp_path: Path) -> None:
     assert "data:image/png;base64,iVBOR" in html  # a PNG's signature
     assert "kill etl-1" in html
     assert "passed" in html
+
+
+def test_load_per_daemon_follows_the_lease_that_wrote_each_batch() -> None:
+    from examples.sharded_etl.report import load_by_daemon
+
+    batches = [
+        {"shard": "shard-0", "batch": 0, "token": 1, "time": 1.0, "events": 100},
+        {"shard": "shard-1", "batch": 0, "token": 1, "time": 1.5, "events": 40},
+        {"shard": "shard-0", "batch": 1, "token": 2, "time": 17.0, "events": 60},
+    ]
+    load = load_by_daemon(EVENTS, batches, started=0.0, bin_s=2.0)
+    assert load["etl-1"] == {0: 50.0}  # shard-0 under token 1
+    assert load["etl-2"] == {0: 20.0, 8: 30.0}  # shard-1, then shard-0 under token 2
+
+
+def test_a_skewed_feeder_splits_the_rate_by_zipf(tmp_path: Path) -> None:
+    from examples.sharded_etl.feed import Feeder
+
+    feeder = Feeder(tmp_path, 4, rate=1000, skew=1.1)
+    rates = list(feeder.rates.values())
+    assert sum(rates) == pytest.approx(1000)
+    assert rates == sorted(rates, reverse=True)
+    assert rates[0] / rates[1] == pytest.approx(2**1.1)
+    even = Feeder(tmp_path, 4, rate=1000)
+    assert list(even.rates.values()) == [250.0] * 4
+    assert feeder.write_round() == sum(int(r / 4) for r in rates)

@@ -63,6 +63,7 @@ SANS_IO = (
     "workgroup.member.state",
     "workgroup.member.errors",
     "workgroup.member.actions",
+    "workgroup.member.commits",
     "workgroup.member.config",
     "workgroup.member.delay",
     "workgroup.member.lookup",

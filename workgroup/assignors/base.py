@@ -39,6 +39,9 @@ class MemberInfo:
     #: Relative capacity for weighted assignors (> 0).
     capacity: float = 1.0
     user_data: bytes = b""
+    #: Total load the member reported for ``owned`` when it measured every one
+    #: of them (``None``: not known); the load balancing stage uses it.
+    owned_load: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,10 @@ class AssignmentInput:
     resource_racks: Mapping[Resource, frozenset[str]] = field(default_factory=dict)
     #: Free-form attributes of resources (from the resource source); absent: none.
     resource_attributes: Mapping[Resource, Mapping[str, str]] = field(default_factory=dict)
+    #: Measured load of resources (finite, >= 0), as their owners reported it;
+    #: absent: not measured.  Used by the load balancing stage
+    #: (:mod:`workgroup.assignors.balance`); assignors may ignore it.
+    resource_loads: Mapping[Resource, float] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -8,7 +8,8 @@ Reads a JSON description of resources and members (a file, or stdin)::
                         "capacity": 2}}}
 
 A kind maps to a key count ``N`` (keys ``0..N-1``) or to a list of keys; a key
-is a string, an integer or ``{"key": K, "racks": [...], "attributes": {...}}``.
+is a string, an integer or ``{"key": K, "racks": [...], "attributes": {...},
+"load": X}``.
 Every member field is optional: ``kinds`` defaults to every kind (an empty list
 too, as for a live member), ``owned`` to nothing, ``generation`` to -1,
 ``capacity`` to 1.
@@ -19,23 +20,34 @@ leader uses (:mod:`workgroup.member.leader`): the output's ``assignment`` is
 what the leader hands out this round, ``target`` what the group owns once the
 follow-up rounds are done.  Kinds and owned resources the catalog does not have
 are ignored, as the leader ignores them, and listed under ``stats.ignored``.
+
+Loads (``"load"``: records/s, bytes/s, any number >= 0) turn on the load
+balancing stage the live leader runs after its assignor
+(:mod:`workgroup.assignors.balance`; ``--imbalance-tolerance``, ``--max-moves``):
+owners report the loads of what they own in their metadata, and the leader's
+view holds the rest.  The output's ``load`` shows each member's load before
+(what it owns) and after (its target), the largest over the mean, and the
+stage's moves.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import click
 
+from workgroup.assignors.balance import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from workgroup.assignors.registry import get_assignor
 from workgroup.assignors.stats import assignment_stats
 from workgroup.errors import ConfigError
 from workgroup.kafka.messages import JoinedMember
-from workgroup.member.leader import read_members, simulate_rebalance
+from workgroup.member.balancing import BalanceSettings, check_load
+from workgroup.member.leader import Rebalance, read_members, simulate_rebalance
 from workgroup.protocol.catalog import Catalog, CatalogEntry, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import MemberMetadata
 from workgroup.protocol.protocol import Protocol, RebalanceMode
@@ -51,6 +63,8 @@ class Group:
     catalog: Catalog
     #: ``member id -> metadata`` in the input's order (the JoinGroup order).
     members: dict[str, MemberMetadata]
+    #: ``resource -> load``, for the resources the input gives one.
+    loads: dict[Resource, float] = field(default_factory=dict)
 
 
 def parse_input(document: Any) -> Group:
@@ -60,16 +74,23 @@ def parse_input(document: Any) -> Group:
     unknown = set(document) - {"resources", "members"}
     if unknown:
         raise ConfigError(f"unknown top-level fields: {', '.join(sorted(unknown))}")
-    catalog = _parse_resources(document.get("resources", {}))
+    loads: dict[Resource, float] = {}
+    catalog = _parse_resources(document.get("resources", {}), loads)
     members = _parse_members(document.get("members", {}))
-    return Group(catalog, members)
+    members = {
+        mid: replace(meta, loads=tuple(loads.get(r, math.nan) for r in meta.owned))
+        if any(r in loads for r in meta.owned)
+        else meta
+        for mid, meta in members.items()
+    }
+    return Group(catalog, members, loads)
 
 
 def _is_key(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def _parse_resources(raw: Any) -> dict[str, Sequence[CatalogEntry]]:
+def _parse_resources(raw: Any, loads: dict[Resource, float]) -> dict[str, Sequence[CatalogEntry]]:
     if not isinstance(raw, dict):
         raise ConfigError("'resources' must be an object: {kind: count or [keys]}")
     catalog: dict[str, Sequence[CatalogEntry]] = {}
@@ -86,13 +107,18 @@ def _parse_resources(raw: Any) -> dict[str, Sequence[CatalogEntry]]:
         for item in spec:
             entry: CatalogEntry
             if isinstance(item, dict):
-                extra = set(item) - {"key", "racks", "attributes"}
+                extra = set(item) - {"key", "racks", "attributes", "load"}
                 if extra or "key" not in item:
                     raise ConfigError(
                         f'kind {kind!r}: a key object is {{"key": K, "racks": [...], '
-                        f'"attributes": {{...}}}}, got {json.dumps(item)}'
+                        f'"attributes": {{...}}, "load": X}}, got {json.dumps(item)}'
                     )
                 key = item["key"]
+                if "load" in item:
+                    try:
+                        loads[(kind, key)] = check_load(item["load"])
+                    except ConfigError as exc:
+                        raise ConfigError(f"kind {kind!r}, key {key!r}: {exc}") from None
                 racks = item.get("racks", [])
                 if not isinstance(racks, list) or not all(isinstance(r, str) for r in racks):
                     raise ConfigError(f"kind {kind!r}, key {key!r}: racks must be strings")
@@ -193,9 +219,11 @@ def run(
     text: str,
     options: dict[str, Any],
     mode: RebalanceMode | None = None,
+    balance: BalanceSettings | None = None,
 ) -> dict[str, Any]:
     """Parse ``text``, play the rebalance as the leader would and return the
-    printable result (``mode`` overrides the protocol's rebalance mode)."""
+    printable result (``mode`` overrides the protocol's rebalance mode;
+    ``balance``: the load balancing settings, used when the input has loads)."""
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -217,12 +245,22 @@ def run(
     if read.unreadable:  # the codec wrote it: only a bug gets here
         member_id, error = next(iter(read.unreadable.items()))
         raise ConfigError(f"member {member_id!r}: metadata does not decode: {error}")
-    rebalance = simulate_rebalance(assignor, joined, read.metadata, frozen, protocol.mode)
+    balancing = (balance or BalanceSettings()) if group.loads else None
+    rebalance = simulate_rebalance(
+        assignor,
+        joined,
+        read.metadata,
+        frozen,
+        protocol.mode,
+        balance=balancing,
+        loads=group.loads,
+    )
     target = {mid: list(rs) for mid, rs in rebalance.target.items()}
     stats = assignment_stats(
         rebalance.input, target, exclusive=getattr(assignor, "exclusive", True)
     )
     first = rebalance.first
+    load_report = _load_report(group, rebalance) if balancing is not None else None
     return {
         "assignment": _listing(first.assigned),
         "revoked": _listing(first.revoked),
@@ -236,14 +274,53 @@ def run(
             "converged": rebalance.converged,
             "ignored": {mid: found.as_dict() for mid, found in sorted(rebalance.ignored.items())},
         },
+        **({"load": load_report} if load_report is not None else {}),
+    }
+
+
+def _load_report(group: Group, rebalance: Rebalance) -> dict[str, Any]:
+    """Each member's load before (what it owns) and after (its target), and the
+    stage's moves in each round."""
+    known = list(group.loads.values())
+    average = sum(known) / len(known) if known else 0.0
+    capacity = {mid: meta.capacity for mid, meta in group.members.items()}
+
+    def load_of(resources: Sequence[Resource]) -> float:
+        return round(sum(group.loads.get(r, average) for r in resources), 6)
+
+    def max_over_mean(loads: Mapping[str, float]) -> float | None:
+        total_capacity = sum(capacity.values())
+        mean = sum(loads.values()) / total_capacity if total_capacity else 0.0
+        if not mean:
+            return None
+        return round(max(loads[mid] / capacity[mid] for mid in loads) / mean, 4)
+
+    owned = {mid: rebalance.input.members[mid].owned for mid in rebalance.input.members}
+    before = {mid: load_of(owned.get(mid, ())) for mid in sorted(group.members)}
+    after = {mid: load_of(rebalance.target.get(mid, ())) for mid in sorted(group.members)}
+    moves = [
+        [move.resource[0], move.resource[1], move.giver, move.taker, round(move.load, 6)]
+        for balanced in rebalance.balanced
+        if balanced is not None
+        for move in balanced.moves
+    ]
+    return {
+        "before": before,
+        "after": after,
+        "max_over_mean_before": max_over_mean(before),
+        "max_over_mean_after": max_over_mean(after),
+        "moves": moves,
     }
 
 
 def _as_sent(meta: MemberMetadata, digest: bytes) -> MemberMetadata:
     """The metadata as a live member sends it: it saw the same catalog."""
+    owned = sorted_resources(meta.owned)
+    measured = dict(zip(meta.owned, meta.loads, strict=True)) if meta.loads else {}
     return MemberMetadata(
         kinds=meta.kinds,
-        owned=sorted_resources(meta.owned),
+        owned=owned,
+        loads=tuple(measured[r] for r in owned) if measured else (),
         owned_generation=meta.owned_generation if meta.owned else NO_GENERATION_ID,
         rack=meta.rack,
         capacity=meta.capacity,
@@ -297,6 +374,20 @@ def format_json(value: Any, indent: int, depth: int = 0) -> str:
     help="Rebalance protocol [default: cooperative if the assignor supports it, else eager].",
 )
 @click.option(
+    "--imbalance-tolerance",
+    type=float,
+    default=DEFAULT_TOLERANCE,
+    show_default=True,
+    help="With loads: how far above the mean load the busiest member may be.",
+)
+@click.option(
+    "--max-moves",
+    type=int,
+    default=DEFAULT_MAX_MOVES,
+    show_default=True,
+    help="With loads: resources the balancing stage moves per round at most (0: off).",
+)
+@click.option(
     "--indent",
     type=int,
     default=2,
@@ -308,6 +399,8 @@ def command(
     input_path: str,
     option_pairs: tuple[str, ...],
     mode: RebalanceMode | None,
+    imbalance_tolerance: float,
+    max_moves: int,
     indent: int,
 ) -> None:
     """Show what the group's leader hands out for a group described in JSON."""
@@ -319,7 +412,8 @@ def command(
                 text = handle.read()
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read {input_path}: {exc}") from exc
-    result = run(assignor_name, text, parse_options(option_pairs), mode)
+    balance = BalanceSettings(imbalance_tolerance=imbalance_tolerance, max_moves=max_moves)
+    result = run(assignor_name, text, parse_options(option_pairs), mode, balance)
     sys.stdout.write(format_json(result, indent) + "\n")
     sys.stdout.flush()  # before the warnings on stderr
     stats = result["stats"]

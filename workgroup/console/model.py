@@ -7,7 +7,8 @@ what must be remembered between refreshes and builds the JSON the page renders.
 Rules:
 
 1. A *view* is one JSON document: every group with its members (instance id,
-   host, advertised endpoint, how many resources each owns), its resources
+   host, advertised endpoint, how many resources each owns, the load it
+   reported when it last joined and its capacity), its resources
    (kind, key, role, owner, token, checkpoint and checkpoint age) and how many
    resources nobody owns now, plus the timeline.
 2. Checkpoint age: a slot's token and checkpoint are remembered with the time
@@ -21,7 +22,7 @@ Rules:
 4. Timeline, the daemons' view: ownership events read from event logs
    (``--event-log``), merged by time.  The timeline keeps the newest
    :data:`TIMELINE_LIMIT` entries.
-5. Role: resources of a standby kind (``KIND~standby`` style, see
+5. Role: resources of a standby kind (``KIND.standby``, see
    :mod:`workgroup.assignors.standby`) are ``standby`` of ``KIND``; every other
    resource is ``active``.
 """
@@ -151,6 +152,7 @@ class ConsoleModel:
                     resources.append(
                         self._resource(kind, key, m.member_id, name, slots.get(encoded), ages)
                     )
+            endpoint, load, capacity = self._member_info(m.metadata)
             members_out.append(
                 {
                     "member_id": m.member_id,
@@ -158,7 +160,9 @@ class ConsoleModel:
                     "name": name,
                     "client_id": m.client_id,
                     "host": m.client_host,
-                    "endpoint": self._endpoint(m.metadata),
+                    "endpoint": endpoint,
+                    "load": load,
+                    "capacity": capacity,
                     "owns": owned,
                     "assignment_error": m.assignment_error,
                 }
@@ -268,13 +272,17 @@ class ConsoleModel:
             "moved": moved,
         }
 
-    def _endpoint(self, metadata: bytes) -> str | None:
+    def _member_info(self, metadata: bytes) -> tuple[str | None, float | None, float]:
+        """A member's advertised endpoint, the load it reported (``None``: none)
+        and its capacity, from its metadata."""
         if not metadata:
-            return None
+            return None, None, 1.0
         try:
-            return dict(self._codec.decode_metadata(metadata).value.tags).get(ENDPOINT_TAG)
-        except Exception:  # another protocol type's metadata: no endpoint to show
-            return None
+            meta = self._codec.decode_metadata(metadata).value
+        except Exception:  # another protocol type's metadata: nothing to show
+            return None, None, 1.0
+        load = round(sum(meta.loads), 3) if meta.loads else None
+        return dict(meta.tags).get(ENDPOINT_TAG), load, meta.capacity
 
 
 __all__ = ["TIMELINE_LIMIT", "ConsoleModel", "GroupRead"]

@@ -1,5 +1,19 @@
 """The group member: a sans-I/O state machine and its asyncio driver on aiokafka.
 
+What each module owns:
+
+* ``state`` — :class:`MemberMachine`, the one decider (its Rules list); its
+  parts, all sans-I/O: ``transitions`` (states and legal moves), ``lookup``
+  (finding the coordinator), ``requests`` (requests in flight), ``generation``,
+  ``heartbeat`` (heartbeat and session timing), ``ownership`` (what is owned
+  and releasing), ``commits`` (commits in flight), ``leader`` (the leader's
+  round), ``delay`` (reassignment delay); ``config``, ``actions`` (its outputs)
+  and ``errors``.
+* ``transport`` — bootstrap addresses, the coordinator connection, and the one
+  place aiokafka's errors become workgroup's; ``wire`` — the requests' codec.
+* ``driver`` — :class:`GroupMember`: feeds the machine its events and carries
+  out its actions.
+
 ``GroupMember`` (the driver) is imported lazily so that the state machine can be
 used without asyncio or aiokafka being loaded.
 """

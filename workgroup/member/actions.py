@@ -6,12 +6,13 @@ answers it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from workgroup.assignors.base import AssignmentInput, Assignor
-from workgroup.errors import WorkgroupError
-from workgroup.kafka.messages import Heartbeat, JoinGroup, LeaveGroup, SyncGroup
+from workgroup.errors import ErrorCode, WorkgroupError
+from workgroup.kafka.messages import Heartbeat, JoinGroup, LeaveGroup, OffsetCommit, SyncGroup
 from workgroup.types import Resource
 
 
@@ -23,22 +24,45 @@ class FindCoordinator:
 
 @dataclass(frozen=True, slots=True)
 class SendRequest:
-    """Send ``request`` to the coordinator; answer with ``response`` or ``request_failed``."""
+    """Send ``request`` to the coordinator; answer with ``response`` or
+    ``request_failed`` (an OffsetCommit: with ``commit_answered``)."""
 
     request_id: int
-    request: JoinGroup | SyncGroup | Heartbeat | LeaveGroup
+    request: JoinGroup | SyncGroup | Heartbeat | LeaveGroup | OffsetCommit
     timeout_ms: int
     #: Send it on a second connection: a JoinGroup or SyncGroup of this member is
     #: held on the first, and a coordinator answers one connection in order.
     beside_held: bool = False
+    #: Its timeout says nothing about the connection (keep it): the request may
+    #: wait behind a JoinGroup the coordinator holds on the same connection.
+    may_wait_behind_held: bool = False
+
+
+#: A partition of a commit: ``(topic, partition)``.
+Partition = tuple[str, int]
+#: What a commit got for one partition: the coordinator's error code (or the
+#: machine's, when it sent nothing for it), or the error its request failed with.
+CommitOutcome = ErrorCode | WorkgroupError
+
+
+@dataclass(frozen=True, slots=True)
+class CommitDone:
+    """The answer to the machine's ``commit`` event, for its caller: every
+    partition's outcome (the machine's rule 11)."""
+
+    commit_id: int
+    outcomes: Mapping[Partition, CommitOutcome]
 
 
 CallbackKind = Literal["on_assigned", "on_revoked", "on_lost"]
+#: What a callback that raises does to the member (the machine's rule 12).
+CallbackErrorPolicy = Literal["log", "release", "fail"]
 
 
 @dataclass(frozen=True, slots=True)
 class InvokeCallback:
-    """Run the application's callback; answer with ``callback_done``.
+    """Run the application's callback; answer with ``callback_done``, or with
+    ``callback_failed`` if it raised.
 
     Callbacks must run one after another in the order they are issued.
     ``resources`` is what changes (never empty); ``owned`` is everything the
@@ -74,16 +98,20 @@ class Closed:
     """The member finished closing."""
 
 
-Action = FindCoordinator | SendRequest | InvokeCallback | RunAssignor | Failed | Closed
+Action = FindCoordinator | SendRequest | InvokeCallback | RunAssignor | CommitDone | Failed | Closed
 
 
 __all__ = [
     "Action",
+    "CallbackErrorPolicy",
     "CallbackKind",
     "Closed",
+    "CommitDone",
+    "CommitOutcome",
     "Failed",
     "FindCoordinator",
     "InvokeCallback",
+    "Partition",
     "RunAssignor",
     "SendRequest",
 ]

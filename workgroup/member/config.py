@@ -17,7 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TypedDict
 
+from workgroup.assignors.balance import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from workgroup.errors import ConfigError
+from workgroup.member.balancing import DEFAULT_BALANCE_INTERVAL_MS, BalanceSettings
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
 
 #: Time between a request and its response that the coordinator may hold a JoinGroup
@@ -137,6 +139,18 @@ class MemberConfig:
     session_margin_ms: int | None = None
     #: Time limit of a lookup, OffsetCommit and OffsetFetch (rule 2); ``None``: default.
     request_timeout_ms: int | None = None
+    #: As leader, load balancing after the assignor (:mod:`workgroup.member.balancing`):
+    #: at most ``max_moves`` moves (0: off) bring the busiest member within
+    #: ``imbalance_tolerance`` of the mean load; while a round ends above it, a
+    #: probing rebalance follows every ``balance_interval_ms``.
+    imbalance_tolerance: float = DEFAULT_TOLERANCE
+    max_moves: int = DEFAULT_MAX_MOVES
+    balance_interval_ms: int = DEFAULT_BALANCE_INTERVAL_MS
+
+    @property
+    def balance(self) -> BalanceSettings:
+        """The three balancing settings together (validated in ``__post_init__``)."""
+        return BalanceSettings(self.imbalance_tolerance, self.max_moves, self.balance_interval_ms)
 
     def __post_init__(self) -> None:
         # Frozen copies of what the caller may change (or read once) afterwards.
@@ -146,6 +160,7 @@ class MemberConfig:
         object.__setattr__(self, "tags", dict(self.tags or {}))
         if not self.group_id:
             raise ConfigError("group_id must not be empty")
+        self.balance  # noqa: B018  (its checks: a bad tolerance, max_moves or interval)
         if not self.protocols:
             raise ConfigError("a member needs at least one protocol")
         names = [p.wire_name for p in self.protocols]
@@ -232,6 +247,9 @@ class MemberSettings(TypedDict, total=False):
     reassign_delay_ms: int
     session_margin_ms: int | None
     request_timeout_ms: int | None
+    imbalance_tolerance: float
+    max_moves: int
+    balance_interval_ms: int
 
 
 def member_config(

@@ -1,13 +1,15 @@
-"""The asyncio driver of a group member, on aiokafka's client.
+"""The asyncio driver of a group member: feeds the state machine its events and
+carries out its actions.
 
-All decisions are the state machine's (``state.py``); this module only carries
-out its actions: it finds the coordinator and sends requests over one aiokafka
-connection (:class:`CoordinatorConnection`; ApiVersions negotiation), runs
-callbacks one at a time (coroutine functions in the event loop, plain functions
-in a worker thread, so heartbeats keep flowing while a long revocation runs),
-runs the leader's assignor in a worker thread, polls the resource source and
-wakes the machine at its deadlines.  aiokafka's exceptions are mapped to
-:class:`~workgroup.errors.WorkgroupError` here.
+All decisions are the state machine's (``state.py``): when to send which
+request, under which generation a commit goes, the order of callbacks and what
+a failing one does.  This module only carries them out: it sends the machine's
+requests over the member's :class:`~workgroup.member.transport.CoordinatorConnection`
+(which also maps aiokafka's errors), runs callbacks one at a time (coroutine
+functions in the event loop, plain functions in a worker thread, so heartbeats
+keep flowing while a long revocation runs), runs the leader's assignor in a
+worker thread, polls the resource source and wakes the machine at its
+deadlines.
 
 Example::
 
@@ -23,43 +25,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import ipaddress
 import itertools
-import re
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, Unpack, get_args
-
-from aiokafka import errors as aiokafka_errors
-from aiokafka.client import CoordinationType
-from aiokafka.conn import AIOKafkaConnection, CloseReason, create_conn
-from aiokafka.errors import (
-    CoordinatorNotAvailableError,
-    IncompatibleBrokerVersion,
-    KafkaConnectionError,
-    KafkaError,
-    NoError,
-    NotCoordinatorError,
-    for_code,
-)
-from aiokafka.protocol.coordination import FindCoordinatorRequest
+from typing import Any, Unpack, get_args
 
 from workgroup.assignors.base import Assignment
 from workgroup.clock import SYSTEM_CLOCK, Clock
-from workgroup.errors import (
-    AuthenticationError,
-    ConfigError,
-    ProtocolError,
-    UnsupportedVersionError,
-    WorkgroupError,
-)
-from workgroup.kafka.adapter import KafkaRequest, to_result
+from workgroup.errors import ConfigError, ProtocolError, WorkgroupError
 from workgroup.kafka.messages import (
     CommitTopic,
-    DescribeGroups,
     FetchedGroup,
     FetchTopic,
-    GroupResult,
     OffsetCommit,
     OffsetCommitResult,
     OffsetFetch,
@@ -69,23 +46,29 @@ from workgroup.kafka.messages import (
 from workgroup.log import describe_error, get_logger, user_frames
 from workgroup.member.actions import (
     Action,
+    CallbackErrorPolicy,
     Closed,
+    CommitDone,
+    CommitOutcome,
     Failed,
     FindCoordinator,
     InvokeCallback,
+    Partition,
     RunAssignor,
     SendRequest,
 )
+from workgroup.member.balancing import check_load
+from workgroup.member.commits import commit_result
 from workgroup.member.config import MemberSettings, member_config
-from workgroup.member.errors import (
-    CallbackError,
-    CoordinatorUnavailableError,
-    InconsistentProtocolError,
-    MemberClosedError,
-    describe_group_summary,
-)
+from workgroup.member.errors import InconsistentProtocolError, MemberClosedError
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
+from workgroup.member.transport import (
+    CoordinatorConnection,
+    kafka_errors,
+    map_kafka_error,
+    parse_bootstrap,
+)
 from workgroup.protocol.catalog import Catalog
 from workgroup.protocol.protocol import Protocol
 from workgroup.security import PLAINTEXT, Security
@@ -96,251 +79,12 @@ log = get_logger(__name__)
 #: ``callback(resources, generation)``: a coroutine function (run in the event
 #: loop) or a plain function (run in a worker thread).
 Callback = Callable[[tuple[Resource, ...], int], Awaitable[None] | None]
-#: What a callback that raises does to the member (see :class:`GroupMember`).
-CallbackErrorPolicy = Literal["log", "release", "fail"]
 #: A fixed catalog, or a (possibly async) function returning the current one.
 ResourceSource = Catalog | Callable[[], Catalog | Awaitable[Catalog]]
 
 _ids = itertools.count(1)
-#: How long closing a connection waits for its socket to close.
-CLOSE_SOCKET_TIMEOUT_S = 1.0
 #: How long the DescribeGroups that explains an INCONSISTENT_GROUP_PROTOCOL may take.
 DESCRIBE_TIMEOUT_S = 5.0
-
-_PORT = re.compile(r"[0-9]{1,5}")
-_HOST_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
-
-
-def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
-    """``HOST:PORT[,HOST:PORT...]`` (or a sequence of them) as ``(host, port)`` pairs.
-
-    An IPv6 address goes in brackets (``[::1]:9092``).  Anything else — an empty
-    list or entry, a missing host or port, a port outside 1..65535, a host that
-    cannot be a host name — is a :class:`ConfigError`: such an address can never
-    work, unlike a host that does not resolve (yet) or refuses connections.
-    """
-    text = bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap)
-    if not text.strip():
-        raise ConfigError("no bootstrap servers given (expected HOST:PORT[,HOST:PORT...])")
-    return [_parse_address(entry.strip(), text) for entry in text.split(",")]
-
-
-def _parse_address(entry: str, text: str) -> tuple[str, int]:
-    def bad(why: str) -> ConfigError:
-        return ConfigError(f"bad bootstrap address {entry!r} in {text!r}: {why}")
-
-    if not entry:
-        raise bad("empty entry (expected HOST:PORT)")
-    if entry.startswith("["):
-        address, sep, port_text = entry[1:].partition("]:")
-        if not sep:
-            raise bad("expected [IPV6]:PORT")
-        try:
-            host = str(ipaddress.IPv6Address(address))
-        except ValueError as exc:
-            raise bad(f"not an IPv6 address: {exc}") from None
-    else:
-        host, sep, port_text = entry.rpartition(":")
-        if not sep:
-            raise bad("no port (expected HOST:PORT)")
-        if not host:
-            raise bad("no host (expected HOST:PORT)")
-        if ":" in host:
-            raise bad("too many ':' (an IPv6 address goes in brackets: [::1]:9092)")
-        if len(host) > 253 or not all(_HOST_LABEL.fullmatch(p) for p in host.split(".")):
-            raise bad(f"{host!r} is not a host name or IPv4 address")
-    if not _PORT.fullmatch(port_text) or not 1 <= int(port_text) <= 65535:
-        raise bad(f"port {port_text!r} is not a number in 1..65535")
-    return host, int(port_text)
-
-
-#: aiokafka's ways of saying the credentials were refused.
-_AUTHENTICATION_ERRORS = (
-    aiokafka_errors.SaslAuthenticationFailed,
-    aiokafka_errors.AuthenticationFailedError,
-    aiokafka_errors.AuthenticationMethodNotSupported,
-    aiokafka_errors.UnsupportedSaslMechanismError,
-    aiokafka_errors.IllegalSaslStateError,
-)
-
-
-def map_kafka_error(exc: BaseException, what: str) -> WorkgroupError:
-    """aiokafka / asyncio exceptions at this boundary, as WorkgroupError."""
-    if isinstance(exc, WorkgroupError):
-        return exc
-    if isinstance(exc, IncompatibleBrokerVersion):
-        return UnsupportedVersionError(f"{what}: {exc}")
-    if isinstance(exc, _AUTHENTICATION_ERRORS):
-        return AuthenticationError(f"{what}: authentication failed: {exc}")
-    if isinstance(exc, TimeoutError):
-        return CoordinatorUnavailableError(f"{what}: timed out")
-    if isinstance(exc, NotCoordinatorError | CoordinatorNotAvailableError):
-        return CoordinatorUnavailableError(f"{what}: {type(exc).__name__}")
-    if isinstance(exc, KafkaError | OSError):
-        # Disconnects, unknown nodes, timeouts: the coordinator must be found again.
-        return CoordinatorUnavailableError(f"{what}: {exc}")
-    return WorkgroupError(f"{what}: unexpected {type(exc).__name__}: {exc}")
-
-
-class CoordinatorConnection:
-    """The member's one broker connection: FindCoordinator, then the group requests.
-
-    aiokafka's client spends three connections on a lookup (bootstrap metadata, a
-    broker for FindCoordinator, the coordinator itself), each opened with its own
-    ApiVersions round trip, and a full metadata request.  A member talks to nothing
-    but its coordinator, so FindCoordinator goes straight to a bootstrap broker (or
-    to the broker already connected), and when the coordinator is that broker — a
-    single broker, the embedded coordinator — the same connection carries the group
-    requests.  Otherwise it is replaced by a connection to the coordinator.
-
-    A request that times out gives its connection up (Kafka's client does the
-    same): a connection that silently lost a request, or its answer, would
-    otherwise be reused until the operating system noticed, and answers on one
-    connection come in order.
-    """
-
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str],
-        *,
-        client_id: str,
-        request_timeout_ms: int,
-        security: Security = PLAINTEXT,
-    ) -> None:
-        self._hosts = parse_bootstrap(bootstrap)
-        self._options = security.client_options()
-        self._next_host = 0
-        self._client_id = client_id
-        self._request_timeout_ms = request_timeout_ms
-        self._conn: AIOKafkaConnection | None = None
-        #: A second connection to the coordinator, for heartbeats beside a held
-        #: JoinGroup/SyncGroup (opened when first needed, closed with ``_conn``).
-        self._beside: AIOKafkaConnection | None = None
-        #: Node id of the coordinator that ``_conn`` leads to; ``None`` during a lookup.
-        self.coordinator: int | None = None
-
-    async def find(self, group_id: str, timeout_s: float | None = None) -> int:
-        """Ask a broker for the group's coordinator and connect to it; its node id."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                return await self._find(group_id)
-        except TimeoutError:
-            self._drop()
-            raise
-
-    async def _find(self, group_id: str) -> int:
-        self.coordinator = None
-        self._close_beside()
-        conn = self._conn if self._conn is not None and self._conn.connected() else None
-        if conn is None:
-            self._drop()
-            conn = await self._connect_bootstrap()
-        response = await conn.send(FindCoordinatorRequest(group_id, CoordinationType.GROUP))
-        error = for_code(response.error_code)
-        if error is not NoError:
-            raise error()
-        node, host, port = int(response.coordinator_id), str(response.host), int(response.port)
-        if (host, port) != (conn.host, conn.port):
-            coordinator = await self._connect(host, port)
-            if self._conn is not None:
-                self._conn.close(reason=CloseReason.SHUTDOWN)
-            self._conn = coordinator
-        self.coordinator = node
-        return node
-
-    async def send(
-        self, request: Any, timeout_s: float | None = None, *, give_up_on_timeout: bool = True
-    ) -> Any:
-        """Send ``request`` to the coordinator; ``give_up_on_timeout=False`` keeps the
-        connection when it times out (a request that may wait behind a held one)."""
-        conn = self._conn
-        if self.coordinator is None or conn is None or not conn.connected():
-            raise CoordinatorUnavailableError("not connected to the coordinator")
-        try:
-            async with asyncio.timeout(timeout_s):
-                return await conn.send(request)
-        except TimeoutError:
-            if give_up_on_timeout and conn is self._conn:
-                self._drop()
-            raise
-
-    async def send_beside(self, request: Any, timeout_s: float | None = None) -> Any:
-        """Send ``request`` to the coordinator on the second connection: the first
-        is busy with a request the coordinator holds (answers come in order)."""
-        conn = self._conn
-        if self.coordinator is None or conn is None or not conn.connected():
-            raise CoordinatorUnavailableError("not connected to the coordinator")
-        beside = self._beside
-        try:
-            async with asyncio.timeout(timeout_s):
-                if beside is None or not beside.connected():
-                    self._close_beside()
-                    beside = self._beside = await self._connect(conn.host, conn.port)
-                return await beside.send(request)
-        except TimeoutError:
-            if beside is not None and beside is self._beside:
-                self._close_beside()
-            raise
-
-    def _close_beside(self) -> None:
-        if self._beside is not None:
-            self._beside.close(reason=CloseReason.SHUTDOWN)
-            self._beside = None
-
-    async def send_to_bootstrap(self, request: Any) -> Any:
-        """Send ``request`` to a bootstrap broker (requests any broker answers)."""
-        conn = self._conn if self._conn is not None and self._conn.connected() else None
-        if conn is None:
-            self._drop()
-            conn = await self._connect_bootstrap()
-        return await conn.send(request)
-
-    async def close(self) -> None:
-        """Close the connection; wait (briefly) until its socket is closed."""
-        self._close_beside()
-        conn, self._conn, self.coordinator = self._conn, None, None
-        if conn is not None:
-            closed = conn.close(reason=CloseReason.SHUTDOWN)
-            # A socket closes once its unsent bytes are out: a peer that stopped
-            # reading must not hold a member's close (and a revocation) forever.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(closed), CLOSE_SOCKET_TIMEOUT_S)
-
-    def _drop(self) -> None:
-        self._close_beside()
-        if self._conn is not None:
-            self._conn.close(reason=CloseReason.CONNECTION_BROKEN)
-            self._conn = None
-
-    async def _connect_bootstrap(self) -> AIOKafkaConnection:
-        """A connection to the first bootstrap broker that answers (round robin)."""
-        failures: list[str] = []
-        for _ in self._hosts:
-            host, port = self._hosts[self._next_host]
-            self._next_host = (self._next_host + 1) % len(self._hosts)
-            try:
-                conn = await self._connect(host, port)
-            except _AUTHENTICATION_ERRORS as exc:
-                # Every broker of a cluster checks the same credentials.
-                raise AuthenticationError(
-                    f"{host}:{port} refused the credentials: {str(exc) or type(exc).__name__}"
-                ) from exc
-            except (KafkaError, OSError, TimeoutError) as exc:
-                failures.append(f"{host}:{port}: {str(exc) or type(exc).__name__}")
-                continue
-            self._conn = conn
-            return conn
-        raise KafkaConnectionError(f"no bootstrap server reachable ({'; '.join(failures)})")
-
-    async def _connect(self, host: str, port: int) -> AIOKafkaConnection:
-        conn: AIOKafkaConnection = await create_conn(
-            host,
-            port,
-            client_id=self._client_id,
-            request_timeout_ms=self._request_timeout_ms,
-            **self._options,
-        )
-        return conn
 
 
 class GroupMember:
@@ -406,7 +150,8 @@ class GroupMember:
             to ``member.callback_failed``.
         kinds: The kinds of resources this member takes (``None``: every kind).
         rack: This member's rack, for rack-aware assignors.
-        capacity: This member's relative capacity (> 0), for weighted assignors.
+        capacity: This member's relative capacity (> 0), for weighted assignors
+            and load balancing (its share of the load).
         user_data: Opaque bytes the leader's assignor receives with the member.
         tags: Free-form labels sent in the member's metadata.
         client_id: The Kafka client id (default ``workgroup-<instance id or N>``).
@@ -438,6 +183,12 @@ class GroupMember:
             member heartbeats until every revoked resource was released.
         clock: The clock every machine event's ``now`` is read from
             (:class:`~workgroup.clock.Clock`; the runtime shares its own).
+        imbalance_tolerance, max_moves, balance_interval_ms: As the leader, load
+            balancing after the assignor (:mod:`workgroup.member.balancing`): at
+            most ``max_moves`` moves (0: off) bring the busiest member within
+            ``imbalance_tolerance`` of the mean load; while a round ends above
+            it, a probing rebalance follows every ``balance_interval_ms``.
+            Loads come from :meth:`report_load`.
 
     Raises:
         ConfigError: A setting that cannot work.
@@ -524,6 +275,9 @@ class GroupMember:
         self._main: asyncio.Task[None] | None = None
         self._started = False
         self._listeners: list[Callable[[GroupMember], None]] = []
+        self._commit_ids = itertools.count(1)
+        #: Callers of :meth:`commit_offsets` waiting for the machine's answer.
+        self._commits: dict[int, asyncio.Future[Mapping[Partition, CommitOutcome]]] = {}
 
     # --- public API ---------------------------------------------------------
 
@@ -614,11 +368,16 @@ class GroupMember:
             raise WorkgroupError("the member was already started")
         self._started = True
         catalog = await self._read_source()
-        self._machine = MemberMachine(self.config, catalog, confirm_release=self._confirm_release)
+        self._machine = MemberMachine(
+            self.config,
+            catalog,
+            confirm_release=self._confirm_release,
+            on_callback_error=self._on_callback_error,
+        )
         self._services.add(self._spawn(self._run_callbacks(), "callbacks"))
         if self._source is not None and callable(self._source):
             self._services.add(self._spawn(self._poll_source(), "resources"))
-        self._feed(self._machine.start(self._clock.monotonic_ms()))
+        self._feed(self._machine.start(self._now()))
         self._main = asyncio.create_task(self._run(), name=f"workgroup-member-{self._client_id}")
 
     async def wait_stable(self) -> None:
@@ -685,7 +444,7 @@ class GroupMember:
     def heartbeat_age_s(self) -> float | None:
         """Seconds since the newest request that proved the session alive was sent."""
         since = self._machine.alive_since if self._machine else None
-        return None if since is None else (self._clock.monotonic_ms() - since) / 1000
+        return None if since is None else (self._now() - since) / 1000
 
     def request_rejoin(self, reason: str = "requested by the application") -> None:
         """Ask for a rebalance (a new generation), e.g. after this member's
@@ -693,7 +452,7 @@ class GroupMember:
         running; ignored while a rebalance is under way anyway."""
         self._require_started()
         assert self._machine is not None
-        self._feed(self._machine.request_rejoin(self._clock.monotonic_ms(), reason))
+        self._feed(self._machine.request_rejoin(self._now(), reason))
 
     @property
     def releasing(self) -> frozenset[Resource]:
@@ -705,7 +464,17 @@ class GroupMember:
         them now (with ``confirm_release``; others are ignored)."""
         machine = self._machine
         if machine is not None and not self._closed.is_set():
-            self._feed(machine.released(self._clock.monotonic_ms(), resources))
+            self._feed(machine.released(self._now(), resources))
+
+    def report_load(self, resource: Resource, value: float) -> None:
+        """Record ``value`` (finite, >= 0: records/s, bytes/s, ...) as the current
+        load of ``resource``; the member publishes its smoothed load the next time
+        it joins (:mod:`workgroup.member.balancing`).  Safe from any thread.
+        A bad value is a :class:`~workgroup.errors.ConfigError`."""
+        load = check_load(value)
+        machine = self._machine
+        if machine is not None:
+            machine.loads.record(resource, load, self._now())
 
     def refuse(self, resources: Iterable[Resource], for_ms: int, reason: str) -> None:
         """Give up ``resources`` (no callback) and refuse them for ``for_ms``:
@@ -713,70 +482,69 @@ class GroupMember:
         (the state machine's rule 10)."""
         machine = self._machine
         if machine is not None and not self._closed.is_set():
-            self._feed(machine.refuse(self._clock.monotonic_ms(), resources, for_ms, reason))
+            self._feed(machine.refuse(self._now(), resources, for_ms, reason))
 
     async def refresh_resources(self) -> None:
         """Read the resource source now (the leader rebalances if it changed)."""
         if self._machine is None:
             return
         catalog = await self._read_source()
-        self._feed(self._machine.resources_changed(self._clock.monotonic_ms(), catalog))
+        self._feed(self._machine.resources_changed(self._now(), catalog))
 
     async def commit_offsets(
-        self, topics: Sequence[CommitTopic], *, generation: int | None = None
+        self,
+        topics: Sequence[CommitTopic],
+        *,
+        resources: Mapping[Partition, Resource] | None = None,
     ) -> OffsetCommitResult:
-        """OffsetCommit under this member's generation, member id and instance id.
+        """OffsetCommit with this member's member id and instance id.
 
-        ``generation``: commit under that (older) generation instead, for work the
-        member gave up in it: the coordinator accepts it only until the group
-        moves on, so nothing is committed for a resource once its next owner
-        may hold it (Kafka's commits in ``onPartitionsRevoked``).
+        The state machine chooses the generation (its rule 11): the current one,
+        except for a partition whose ``resources`` entry (``(topic, partition)``
+        -> resource) names a resource the member gave up and is still releasing,
+        which goes under the generation it was given up in.  The coordinator
+        accepts that only until the group moves on, so nothing is committed for a
+        resource once its next owner may hold it (Kafka's commits in
+        ``onPartitionsRevoked``).  A partition for a resource the member neither
+        owns nor releases is not sent (ILLEGAL_GENERATION in the result), nor is
+        anything once the member is closed, failed or left (UNKNOWN_MEMBER_ID).
 
-        The coordinator accepts it only from a current member of the current
-        generation: the fence against a member that missed a rebalance (a paused
-        process, a replaced static member).  Per-partition errors are in the
-        result; a lost connection is a
+        The coordinator accepts a commit only from a current member of the
+        current generation: the fence against a member that missed a rebalance
+        (a paused process, a replaced static member); a refusal reaches the
+        member's state machine (its resources are lost, it rejoins), and an
+        accepted commit proves its session alive as a heartbeat does.
+        Per-partition errors are in the result; a lost connection is a
         :class:`~workgroup.member.errors.CoordinatorUnavailableError`.
         """
         self._require_started()
         machine = self._machine
         assert machine is not None
-        request = OffsetCommit(
-            group_id=self.config.group_id,
-            generation_id=machine.generation if generation is None else generation,
-            member_id=machine.member_id,
-            topics=tuple(topics),
-            group_instance_id=self.config.instance_id,
+        commit_id = next(self._commit_ids)
+        answer: asyncio.Future[Mapping[Partition, CommitOutcome]] = (
+            asyncio.get_running_loop().create_future()
         )
-        result = await self._request(request)
-        assert isinstance(result, OffsetCommitResult)
-        return result
+        self._commits[commit_id] = answer
+        try:
+            self._feed(machine.commit(self._now(), commit_id, tuple(topics), resources))
+            outcomes = await answer
+        finally:
+            self._commits.pop(commit_id, None)
+        return commit_result(topics, outcomes)
 
     async def fetch_offsets(self, topics: Sequence[FetchTopic]) -> FetchedGroup:
         """OffsetFetch of this group's committed offsets for ``topics``."""
         self._require_started()
         request = OffsetFetch(groups=(OffsetFetchGroup(self.config.group_id, tuple(topics)),))
-        result = await self._request(request)
+        # It may wait behind a JoinGroup the coordinator holds on the same
+        # connection: its timeout says nothing about the connection.
+        result = await self._connection.request(
+            request, self._lookup_timeout_s, may_wait_behind_held=True
+        )
         assert isinstance(result, OffsetFetchResult)
         if len(result.groups) != 1:
             raise ProtocolError(f"OffsetFetch answered {len(result.groups)} groups, asked for 1")
         return result.groups[0]
-
-    async def _request(self, request: OffsetCommit | OffsetFetch) -> GroupResult:
-        what = type(request).__name__
-        try:
-            # It may wait behind a JoinGroup the coordinator holds on the same
-            # connection: its timeout says nothing about the connection.
-            response = await self._connection.send(
-                KafkaRequest(request), self._lookup_timeout_s, give_up_on_timeout=False
-            )
-            return to_result(request, response)
-        except asyncio.CancelledError:
-            raise
-        except (KafkaError, OSError, TimeoutError, WorkgroupError) as exc:
-            raise map_kafka_error(exc, what) from exc
-        except Exception as exc:  # malformed response from kio
-            raise ProtocolError(f"{what}: {exc}") from exc
 
     async def close(self, *, leave: bool | None = None) -> None:
         """Revoke, leave (dynamic members) and release every connection.
@@ -794,7 +562,7 @@ class GroupMember:
             return
         machine = self._machine
         if machine is not None and not self._closed.is_set():
-            self._feed(machine.close(self._clock.monotonic_ms(), leave=leave))
+            self._feed(machine.close(self._now(), leave=leave))
             try:
                 async with asyncio.timeout(self._close_timeout_s):
                     await self._closed.wait()
@@ -823,7 +591,14 @@ class GroupMember:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for waiter in self._commits.values():  # their requests were cancelled
+            if not waiter.done():
+                waiter.set_exception(MemberClosedError("the member closed before the commit"))
         await self._connection.close()
+
+    def _now(self) -> int:
+        """``now`` for the machine's events: this member's clock, in milliseconds."""
+        return self._clock.monotonic_ms()
 
     def _require_started(self) -> None:
         if not self._started:
@@ -836,17 +611,13 @@ class GroupMember:
         assert machine is not None
         while not self._closed.is_set():
             deadline = machine.next_deadline()
-            delay = (
-                None
-                if deadline is None
-                else max(0.0, (deadline - self._clock.monotonic_ms()) / 1000)
-            )
+            delay = None if deadline is None else max(0.0, (deadline - self._now()) / 1000)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._wake.wait()
             if not self._closed.is_set():
-                self._feed(machine.tick(self._clock.monotonic_ms()))
+                self._feed(machine.tick(self._now()))
 
     def _feed(self, actions: list[Action]) -> None:
         for action in actions:
@@ -858,6 +629,10 @@ class GroupMember:
                 self._callback_queue.put_nowait(action)
             elif isinstance(action, RunAssignor):
                 self._spawn(self._assign(action), f"assignor-{action.run_id}")
+            elif isinstance(action, CommitDone):
+                waiter = self._commits.get(action.commit_id)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(action.outcomes)
             elif isinstance(action, Failed):
                 # The machine has logged it (member.fatal).
                 if isinstance(action.error, InconsistentProtocolError):
@@ -901,54 +676,44 @@ class GroupMember:
         try:
             await self._lookup()
         except WorkgroupError as exc:
-            self._feed(machine.find_coordinator_failed(self._clock.monotonic_ms(), exc))
+            self._feed(machine.find_coordinator_failed(self._now(), exc))
             return
-        self._feed(machine.coordinator_found(self._clock.monotonic_ms()))
+        self._feed(machine.coordinator_found(self._now()))
 
     async def _lookup(self) -> int:
-        what = f"finding the coordinator of group {self.config.group_id!r}"
-        try:
+        # Anything unexpected (not a network error) is fatal rather than a lookup
+        # that never answers.
+        with kafka_errors(f"finding the coordinator of group {self.config.group_id!r}"):
             node_id = await self._connection.find(self.config.group_id, self._lookup_timeout_s)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            # Anything unexpected (not a network error) is fatal rather than a
-            # lookup that never answers.
-            raise map_kafka_error(exc, what) from exc
         log.debug("member.coordinator", node=node_id, group=self.config.group_id)
         return node_id
 
     async def _send(self, action: SendRequest) -> None:
         machine = self._machine
         assert machine is not None
-        what = type(action.request).__name__
-        request = KafkaRequest(action.request)
         try:
-            timeout_s = action.timeout_ms / 1000
-            if action.beside_held:
-                response = await self._connection.send_beside(request, timeout_s)
+            result = await self._connection.request(
+                action.request,
+                action.timeout_ms / 1000,
+                beside_held=action.beside_held,
+                may_wait_behind_held=action.may_wait_behind_held,
+            )
+        except WorkgroupError as exc:
+            if isinstance(action.request, OffsetCommit):
+                self._feed(machine.commit_answered(self._now(), action.request_id, exc))
             else:
-                response = await self._connection.send(request, timeout_s)
-            result = to_result(action.request, response)
-        except asyncio.CancelledError:
-            raise
-        except (KafkaError, OSError, TimeoutError, WorkgroupError) as exc:
-            error = map_kafka_error(exc, what)
-            self._feed(machine.request_failed(self._clock.monotonic_ms(), action.request_id, error))
+                self._feed(machine.request_failed(self._now(), action.request_id, exc))
             return
-        except Exception as exc:  # malformed response from kio
-            error = ProtocolError(f"{what}: {exc}")
-            self._feed(machine.request_failed(self._clock.monotonic_ms(), action.request_id, error))
-            return
-        self._feed(machine.response(self._clock.monotonic_ms(), action.request_id, result))
+        if isinstance(action.request, OffsetCommit):
+            assert isinstance(result, OffsetCommitResult)
+            self._feed(machine.commit_answered(self._now(), action.request_id, result))
+        else:
+            self._feed(machine.response(self._now(), action.request_id, result))
 
     async def _explain_and_report(self, error: InconsistentProtocolError) -> None:
         """Add what the group speaks to the error (one DescribeGroups), then report it."""
         try:
-            async with asyncio.timeout(DESCRIBE_TIMEOUT_S):
-                request = DescribeGroups((self.config.group_id,))
-                response = await self._connection.send(KafkaRequest(request))
-            summary = describe_group_summary(to_result(request, response), self.config.group_id)
+            summary = await self._connection.describe(self.config.group_id, DESCRIBE_TIMEOUT_S)
             if summary:
                 error.args = (f"{error}; {summary}",)
         except Exception as exc:  # the error stands as it is
@@ -968,7 +733,7 @@ class GroupMember:
         except Exception as exc:
             log.exception("member.assignor_failed", assignor=action.assignor.name)
             target = WorkgroupError(f"{type(exc).__name__}: {exc}")
-        self._feed(machine.assignment_done(self._clock.monotonic_ms(), action.run_id, target))
+        self._feed(machine.assignment_done(self._now(), action.run_id, target))
 
     async def _run_callbacks(self) -> None:
         machine = self._machine
@@ -977,9 +742,22 @@ class GroupMember:
             action = await self._callback_queue.get()
             try:
                 failure = await self._invoke(action)
-                if failure is not None:
-                    self._callback_failed(machine, action, failure)
-                self._feed(machine.callback_done(self._clock.monotonic_ms(), action.callback_id))
+                if failure is None:
+                    self._feed(machine.callback_done(self._now(), action.callback_id))
+                else:  # the machine applies on_callback_error (its rule 12)
+                    details = (
+                        "".join(traceback.format_exception(failure)).rstrip()
+                        if self._log_tracebacks
+                        else None
+                    )
+                    self._feed(
+                        machine.callback_failed(
+                            self._now(),
+                            action.callback_id,
+                            failure,
+                            traceback=details,
+                        )
+                    )
             finally:
                 self._callback_queue.task_done()
 
@@ -1004,33 +782,6 @@ class GroupMember:
         finally:
             self._running_callback = None
         return None
-
-    def _callback_failed(
-        self, machine: MemberMachine, action: InvokeCallback, exc: Exception
-    ) -> None:
-        """Carry out ``on_callback_error`` for a callback that raised ``exc``."""
-        what = f"{action.kind} failed in generation {action.generation}"
-        if self._on_callback_error == "fail" and machine.state not in (State.FATAL, State.CLOSED):
-            error = CallbackError(f"{what}: {type(exc).__name__}: {exc}")
-            error.__cause__ = exc
-            self._feed(machine.fail(self._clock.monotonic_ms(), error))  # logged as member.fatal
-            return
-        details: dict[str, Any] = {}
-        if self._log_tracebacks:
-            details["traceback"] = "".join(traceback.format_exception(exc)).rstrip()
-        # Kafka's clients log callback failures and carry on; the ownership
-        # change has happened either way.
-        log.error(
-            "member.callback_failed",
-            callback=action.kind,
-            generation=action.generation,
-            error_type=type(exc).__name__,
-            error=str(exc),
-            policy=self._on_callback_error,
-            **details,
-        )
-        if self._on_callback_error == "release" and action.kind == "on_assigned":
-            self._feed(machine.release(self._clock.monotonic_ms(), action.resources, what))
 
     async def _read_source(self) -> Catalog:
         source = self._source
@@ -1091,3 +842,16 @@ class GroupMember:
                     )
                 failures = 0
                 last_error = None
+
+
+# CoordinatorConnection, map_kafka_error and parse_bootstrap are the transport's,
+# importable from here as before it had its own module.
+__all__ = [
+    "Callback",
+    "CallbackErrorPolicy",
+    "CoordinatorConnection",
+    "GroupMember",
+    "ResourceSource",
+    "map_kafka_error",
+    "parse_bootstrap",
+]

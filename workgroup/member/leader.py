@@ -9,7 +9,8 @@ A round, as the leader plays it:
    are ignored, as Kafka's assignors ignore topics missing from the cluster
    metadata, and returned in an :class:`Ignored` record so that a typo stays
    visible;
-3. the assignor computes the *target* assignment;
+3. the assignor computes the *target* assignment (followed, when members
+   report loads, by the load balancing stage: :mod:`~workgroup.member.balancing`);
 4. :func:`plan_round` decides what each member is handed now and what it must
    revoke: a resource still owned by a member that must give it up is withheld
    until that member has revoked it (KIP-429, Kafka's
@@ -26,13 +27,16 @@ Nothing here logs: the functions return what they found and the caller reports i
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import repeat
 
+from workgroup.assignors.balance import Balanced
 from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, MemberInfo
 from workgroup.errors import ProtocolError
 from workgroup.kafka.messages import JoinedMember
+from workgroup.member.balancing import BalanceSettings, LeaderBalancing
 from workgroup.member.errors import AssignorError
 from workgroup.protocol.catalog import FrozenCatalog
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
@@ -143,7 +147,8 @@ def build_input(
 
     A member subscribing to no kind (``kinds`` empty) takes every kind; its
     instance id is the JoinGroup's, else its metadata's; a capacity <= 0 counts
-    as 1.
+    as 1.  The loads members measured on resources they own (metadata v3) become
+    the input's ``resource_loads`` (NaN, negative and infinite ones are left out).
     """
     keys = catalog.keys
     all_kinds = frozenset(keys)
@@ -151,11 +156,24 @@ def build_input(
     by_text: dict[str, dict[str, Key]] = {}
     infos: dict[str, MemberInfo] = {}
     ignored: dict[str, Ignored] = {}
+    loads: dict[Resource, float] = {}
     for member in members:
         meta = metadata.get(member.member_id)
         if meta is None:
             continue
         known = tuple(r for r in meta.owned if r[1] in key_sets.get(r[0], ()))
+        owned_load: float | None = None
+        if meta.loads and len(meta.loads) == len(meta.owned):
+            total = math.fsum(meta.loads)  # NaN when some resource is not measured
+            if len(known) == len(meta.owned) and 0 <= total < math.inf:
+                loads.update(zip(meta.owned, meta.loads, strict=True))  # at C speed
+                owned_load = total
+            else:
+                loads.update(
+                    (r, x)
+                    for r, x in zip(meta.owned, meta.loads, strict=True)
+                    if 0 <= x < math.inf and r[1] in key_sets.get(r[0], ())
+                )
         unknown_owned: list[Resource] = []
         mismatched: list[Resource] = []
         if len(known) != len(meta.owned):
@@ -191,12 +209,14 @@ def build_input(
             rack=meta.rack,
             capacity=meta.capacity if meta.capacity > 0 else 1.0,
             user_data=meta.user_data,
+            owned_load=owned_load,
         )
     data = AssignmentInput(
         resources=dict(keys),
         members=infos,
         resource_racks=dict(catalog.racks),
         resource_attributes={r: dict(a) for r, a in catalog.attributes.items()},
+        resource_loads=loads,
     )
     return LeaderInput(data, ignored)
 
@@ -366,6 +386,8 @@ class Rebalance:
     #: The first round's assignor input: the group before the rebalance, with
     #: what every member reported owning.
     input: AssignmentInput
+    #: What the load balancing stage did in each round (``None``: it did not run).
+    balanced: tuple[Balanced | None, ...] = ()
 
     @property
     def first(self) -> RoundPlan:
@@ -385,6 +407,8 @@ def simulate_rebalance(
     mode: RebalanceMode,
     *,
     max_rounds: int = MAX_ROUNDS,
+    balance: BalanceSettings | None = None,
+    loads: Mapping[Resource, float] | None = None,
 ) -> Rebalance:
     """Play a rebalance of ``members`` until nothing is withheld.
 
@@ -396,6 +420,11 @@ def simulate_rebalance(
     have given up what they revoked and rejoin owning what they were handed (in
     the previous round's generation); the assignor runs again.  At most
     ``max_rounds`` rounds are played.
+
+    With ``balance`` (and loads: ``loads``, the leader's view, and those in the
+    members' metadata), each round's assignor is followed by the load balancing
+    stage as the live leader runs it (:class:`~workgroup.member.balancing.LeaderBalancing`):
+    a follow-up round keeps what the previous one planned.
     """
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
@@ -405,14 +434,23 @@ def simulate_rebalance(
     before = build_input(members, metadata, catalog)
     generation = max([meta.owned_generation for meta in metadata.values()] + [0]) + 1
     rounds: list[RoundPlan] = []
+    balanced: list[Balanced | None] = []
+    memory = LeaderBalancing(balance) if balance is not None else None
+    if memory is not None and loads:
+        memory.loads = dict(loads)
     first: AssignmentInput | None = None
     converged = False
     while len(rounds) < max_rounds:
         prepared = before if not rounds else build_input(members, current, catalog)
         if first is None:
             first = prepared.input
-        target = assignor.assign(prepared.input)
+        round_assignor = assignor
+        if memory is not None:
+            round_assignor = memory.wrap(len(rounds), assignor, 0)
+        target = round_assignor.assign(prepared.input)
         plan = plan_round(member_ids, target, withholding_claims(mode, current))
+        if memory is not None:
+            balanced.append(memory.finished(len(rounds), 0, plan.withheld))
         if mode == "eager" and not rounds:
             plan = replace(plan, revoked={mid: owned_before.get(mid, ()) for mid in plan.assigned})
         rounds.append(plan)
@@ -429,7 +467,7 @@ def simulate_rebalance(
         }
         generation += 1
     assert first is not None
-    return Rebalance(tuple(rounds), converged, before.ignored, first)
+    return Rebalance(tuple(rounds), converged, before.ignored, first, tuple(balanced))
 
 
 # --- refusals --------------------------------------------------------------------------

@@ -13,6 +13,9 @@ Rules:
 2. A releasing resource assigned to the member again is owned again (it is
    reported as added: its work starts again once the old work has stopped).
 3. Losing everything (:meth:`Ownership.lose`) drops what is releasing too.
+4. A releasing resource remembers the generation it was given up in (the
+   generation whose assignment, or close, revoked it): its commits go under
+   that generation (:meth:`Ownership.given_up_in`, the machine's rule 11).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class Ownership:
         #: Revoked, the application not yet done with them (rule 1).
         self.releasing: frozenset[Resource] = frozenset()
         self._releasing_generation = NO_GENERATION_ID
+        #: Releasing resource -> the generation it was given up in (rule 4).
+        self._given_up_in: dict[Resource, int] = {}
         # What an eager rebalance revoked, and its generation: eager metadata
         # reports it so that sticky assignors keep it in place (as Kafka's
         # StickyAssignor does through its user data).
@@ -43,15 +48,25 @@ class Ownership:
         """Something is owned or still releasing."""
         return bool(self.resources or self.releasing)
 
-    def start_release(self, resources: Iterable[Resource]) -> tuple[Resource, ...]:
-        """Revoke ``resources``: no longer owned, releasing until :meth:`released`;
+    def start_release(
+        self, resources: Iterable[Resource], given_up_in: int | None = None
+    ) -> tuple[Resource, ...]:
+        """Revoke ``resources`` in generation ``given_up_in`` (``None``: the one
+        they were assigned in): no longer owned, releasing until :meth:`released`;
         returns those that were owned, in resource order."""
         generation = self.generation
         gone = self.give_up(resources)
         if gone:
             self.releasing = self.releasing | set(gone)
             self._releasing_generation = max(self._releasing_generation, generation)
+            for resource in gone:
+                self._given_up_in[resource] = generation if given_up_in is None else given_up_in
         return gone
+
+    def given_up_in(self, resource: Resource) -> int | None:
+        """The generation releasing ``resource`` was given up in (rule 4); ``None``
+        if it is not releasing."""
+        return self._given_up_in.get(resource)
 
     def released(self, resources: Iterable[Resource]) -> tuple[Resource, ...]:
         """The application stopped working on ``resources``; returns those that
@@ -59,6 +74,8 @@ class Ownership:
         done = sorted_resources(self.releasing & frozenset(resources))
         if done:
             self.releasing = self.releasing - set(done)
+            for resource in done:
+                del self._given_up_in[resource]
             if not self.releasing:
                 self._releasing_generation = NO_GENERATION_ID
         return done
@@ -91,6 +108,7 @@ class Ownership:
         self.generation = NO_GENERATION_ID
         self.releasing = frozenset()
         self._releasing_generation = NO_GENERATION_ID
+        self._given_up_in.clear()
         self._eager_previous = ((), NO_GENERATION_ID)
         return lost
 

@@ -52,8 +52,9 @@ Rules:
    Finding the coordinator: each failed lookup is retried after the back-off
    (the machine's, the only retry policy); ``connect_timeout_ms`` bounds the
    search for the first coordinator (then FATAL, CoordinatorUnavailableError).
-4. Session: if no heartbeat sent at time *t* succeeded and ``t + session
-   timeout`` less the session margin passes, the coordinator may evict this
+4. Session: if no request sent at time *t* proved the session (a heartbeat
+   answered, or a commit: rule 11) and ``t + session timeout`` less the
+   session margin passes, the coordinator may evict this
    member at any moment, so its resources are reported lost (a margin before
    anyone else can be handed them), and it rejoins to learn where it stands.
    A JoinGroup or SyncGroup in flight does not extend this: the coordinator
@@ -101,7 +102,10 @@ Rules:
    LeaveGroup with the instance id).  ``fail``: what is owned is lost, dynamic
    members send LeaveGroup, then FATAL.
 8. Callbacks report a change already made: ``resources`` (never empty) is the
-   change, ``owned`` everything owned afterwards.  ``release`` drops resources
+   change, ``owned`` everything owned afterwards.  The machine issues them in
+   the order of the changes, and the driver runs them one after another in
+   that order: a close's revocation comes after the callbacks issued before
+   it, and the LeaveGroup only once the last has returned (rule 9).  ``release`` drops resources
    without a callback (the application gave them up) and rejoins so that the
    assignor hands them to another member.  An assignment is trusted only so
    far: resources of kinds the member does not take, or (when the leader used
@@ -137,11 +141,51 @@ Rules:
    refusal ends.  The leader moves a refused resource from the assignor's
    target to the member taking its kind with the fewest resources that does
    not refuse it; if there is none, it stays (run rather than idle).
+11. Commits (:meth:`MemberMachine.commit`; bookkeeping in
+   :mod:`~workgroup.member.commits`): the machine chooses the generation each
+   partition is committed under, here and nowhere else.  A partition committed
+   for a resource the member owns goes under the current generation; for a
+   resource it gave up and is still releasing (rule 9), under the generation it
+   was given up in, so the coordinator refuses it once the group moved on (a
+   next owner may hold the resource by then); a partition naming no resource
+   goes under the current generation.  Nothing is sent, and the commit is
+   answered at once, where it cannot be accepted: a member not started, CLOSED,
+   FATAL or past its LeaveGroup gets UNKNOWN_MEMBER_ID; a member without a
+   coordinator, a retriable
+   :class:`~workgroup.member.errors.CoordinatorUnavailableError`; a partition
+   for a resource neither owned nor releasing (lost, released),
+   ILLEGAL_GENERATION; one that would go without a valid generation,
+   ILLEGAL_GENERATION (UNKNOWN_MEMBER_ID without a member id).  One
+   OffsetCommit goes per generation; the commit is answered
+   (:class:`~workgroup.member.actions.CommitDone`) once every part is.
+   An answer to an OffsetCommit sent under the current generation counts like
+   a heartbeat's: NONE, REBALANCE_IN_PROGRESS or OFFSET_METADATA_TOO_LARGE on
+   any partition (the coordinator checked the member) proves the session alive
+   when it was sent (rule 4); UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION and
+   FENCED_INSTANCE_ID are handled as rule 3 says (while LEAVING, as a refused
+   heartbeat: what is left is lost).  Other answers (the coordinator moved,
+   a topic error) say nothing about the member: the heartbeats find out.
+   Answers to older generations, or read after the coordinator was lost, only
+   go to the caller.  A coordinator answers one connection in order: a commit
+   sent after a JoinGroup is answered after it, when it is one of an older
+   generation already.
+12. Callback failures (:meth:`MemberMachine.callback_failed`): a callback that
+   raised has still made its change.  ``on_callback_error="fail"`` fails the
+   member (a :class:`~workgroup.member.errors.CallbackError` whose cause is the
+   callback's exception; a dynamic member leaves) unless it is FATAL or CLOSED
+   already; otherwise the machine logs ``member.callback_failed`` and, with
+   ``"release"``, gives the resources of a failed ``on_assigned`` back as
+   :meth:`MemberMachine.release` does (rule 8); ``"log"`` keeps the change.
+13. Load balancing (:mod:`~workgroup.member.balancing`): the member's
+   metadata carries the smoothed loads of what it owns; as leader, the
+   assignor runs followed by the balancing stage, and while a round ends over
+   the tolerance a probing rebalance is requested ``balance_interval_ms``
+   later (only while STABLE, with no other rejoin pending).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from workgroup.assignors.base import Assignment, MemberInfo
@@ -153,6 +197,7 @@ from workgroup.errors import (
     WorkgroupError,
 )
 from workgroup.kafka.messages import (
+    CommitTopic,
     GroupResult,
     Heartbeat,
     HeartbeatResult,
@@ -162,24 +207,33 @@ from workgroup.kafka.messages import (
     LeaveGroup,
     LeaveGroupResult,
     LeavingMember,
+    OffsetCommit,
+    OffsetCommitResult,
     SyncGroup,
     SyncGroupResult,
 )
 from workgroup.log import get_logger
 from workgroup.member.actions import (
     Action,
+    CallbackErrorPolicy,
     CallbackKind,
     Closed,
+    CommitDone,
     Failed,
     FindCoordinator,
     InvokeCallback,
+    Partition,
     RunAssignor,
     SendRequest,
 )
+from workgroup.member.balancing import LeaderBalancing, LoadMeter
+from workgroup.member.commits import Commits, SentCommit, split_by_generation
 from workgroup.member.config import MemberConfig
 from workgroup.member.delay import ReassignDelay
 from workgroup.member.errors import (
     AssignorError,
+    CallbackError,
+    CoordinatorUnavailableError,
     InconsistentProtocolError,
     fatal_error,
 )
@@ -219,6 +273,18 @@ _MEMBERSHIP_GONE = frozenset(
     {MemberAction.RESET_MEMBER, MemberAction.RESET_GENERATION, MemberAction.FATAL}
 )
 
+#: A commit refused with one of these (under the current generation) means the
+#: member is no longer what it thinks it is (rules 3 and 11).
+_MEMBERSHIP_CODES = (
+    ErrorCode.FENCED_INSTANCE_ID,
+    ErrorCode.UNKNOWN_MEMBER_ID,
+    ErrorCode.ILLEGAL_GENERATION,
+)
+#: A commit answered with one of these passed the coordinator's member check (rule 11).
+_CHECKED_MEMBER_CODES = frozenset(
+    {ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.OFFSET_METADATA_TOO_LARGE}
+)
+
 
 @dataclass(frozen=True, slots=True)
 class _LeaderRound:
@@ -242,8 +308,11 @@ class MemberMachine:
         catalog: Catalog | None = None,
         *,
         confirm_release: bool = False,
+        on_callback_error: CallbackErrorPolicy = "log",
     ) -> None:
         self.config = config
+        #: What a callback that raises does to the member (rule 12).
+        self._on_callback_error = on_callback_error
         #: Revoked resources stay releasing until :meth:`released` (rule 9), not
         #: only until their ``on_revoked`` callback returns.
         self._confirm_release = confirm_release
@@ -265,7 +334,10 @@ class MemberMachine:
         self._out: list[Action] = []
         self._next_id = 0
         self._pending = InFlight()
-        self._callbacks: set[int] = set()
+        #: Commits not answered yet (rule 11): never dropped, their callers wait.
+        self._commits = Commits()
+        #: The callbacks issued and not done yet, by id.
+        self._callbacks: dict[int, InvokeCallback] = {}
         #: on_revoked callbacks running, and what they revoke (released when they
         #: return unless the application confirms each release: rule 9).
         self._revoking: dict[int, tuple[Resource, ...]] = {}
@@ -294,6 +366,9 @@ class MemberMachine:
         #: only when told (scale-down, KIP-812), else they keep their place.
         self._leave_on_close = config.instance_id is None
         self._delay = ReassignDelay(config.reassign_delay_ms)
+        #: Load balancing: what this member measures, and as leader its memory.
+        self.loads = LoadMeter(config.balance.smoothing_ms)
+        self._balancing = LeaderBalancing(config.balance)
         #: Resources this member refuses, until when (rule 10).
         self._refused: dict[Resource, int] = {}
         #: The newest ``now`` seen (refusals end by it).
@@ -411,6 +486,8 @@ class MemberMachine:
             candidates.append(self._departing_until)
         if self.state is State.STABLE and self.is_leader and self._delay.next_at is not None:
             candidates.append(self._delay.next_at)
+        if self.state is State.STABLE and self.is_leader and self._balancing.probe_at is not None:
+            candidates.append(self._balancing.probe_at)
         if self._pending.rebalancing:
             # A watchdog: being woken late tells us the process was frozen or starved,
             # so a held answer read afterwards may be old (heartbeat.py, rule 4).
@@ -498,7 +575,7 @@ class MemberMachine:
 
     def callback_done(self, now: int, callback_id: int) -> list[Action]:
         self._observe(now)
-        self._callbacks.discard(callback_id)
+        self._callbacks.pop(callback_id, None)
         revoked = self._revoking.pop(callback_id, ())
         if revoked and not self._confirm_release:
             self._release(revoked)
@@ -566,6 +643,10 @@ class MemberMachine:
         up, e.g. its ``on_assigned`` failed) and rejoin so that the assignor hands
         them to another member.  Resources this member does not own are ignored."""
         self._observe(now)
+        self._give_up(resources, reason)
+        return self._drain(now)
+
+    def _give_up(self, resources: Iterable[Resource], reason: str) -> None:
         released = self._owned.give_up(resources)
         if released:
             log.warning(
@@ -576,7 +657,6 @@ class MemberMachine:
                 reason=reason,
             )
             self._request_rejoin(f"released {len(released)} resources: {reason}")
-        return self._drain(now)
 
     def refuse(
         self, now: int, resources: Iterable[Resource], for_ms: int, reason: str
@@ -605,6 +685,154 @@ class MemberMachine:
     def tick(self, now: int) -> list[Action]:
         self._observe(now)
         return self._drain(now)
+
+    def callback_failed(
+        self, now: int, callback_id: int, error: BaseException, *, traceback: str | None = None
+    ) -> list[Action]:
+        """The callback ``callback_id`` raised ``error`` (its change stands): apply
+        the callback-error policy (rule 12), then count it done.  ``traceback``:
+        the callback's, to log with ``member.callback_failed``."""
+        self._observe(now)
+        callback = self._callbacks.get(callback_id)
+        if callback is not None:
+            self._callback_failed(now, callback, error, traceback)
+        return self.callback_done(now, callback_id)
+
+    def _callback_failed(
+        self, now: int, callback: InvokeCallback, error: BaseException, traceback: str | None
+    ) -> None:
+        what = f"{callback.kind} failed in generation {callback.generation}"
+        policy = self._on_callback_error
+        if policy == "fail" and self.state not in (State.FATAL, State.CLOSED):
+            failure = CallbackError(f"{what}: {type(error).__name__}: {error}")
+            failure.__cause__ = error
+            self._fail(now, failure, leave=True)  # logged as member.fatal
+            return
+        # Kafka's clients log callback failures and carry on; the ownership
+        # change has happened either way.
+        log.error(
+            "member.callback_failed",
+            callback=callback.kind,
+            generation=callback.generation,
+            error_type=type(error).__name__,
+            error=str(error),
+            policy=policy,
+            **({"traceback": traceback} if traceback else {}),
+        )
+        if policy == "release" and callback.kind == "on_assigned":
+            self._give_up(callback.resources, what)
+
+    # --- commits (rule 11) ----------------------------------------------------
+
+    def commit(
+        self,
+        now: int,
+        commit_id: int,
+        topics: Sequence[CommitTopic],
+        resources: Mapping[Partition, Resource] | None = None,
+    ) -> list[Action]:
+        """Commit ``topics``' offsets; ``resources`` names the resource a partition's
+        commit is for (its generation follows from it: rule 11).  Answered with
+        :class:`~workgroup.member.actions.CommitDone` (at once for what is refused)."""
+        self._observe(now)
+        refusal = self._commit_refusal()
+        if isinstance(refusal, WorkgroupError):
+            outcomes = {(t.name, p.partition): refusal for t in topics for p in t.partitions}
+            self._out.append(CommitDone(commit_id, outcomes))
+            return self._drain(now)
+        by_resource = resources or {}
+
+        def generation_of(partition: Partition) -> int | ErrorCode:
+            if refusal is not None:
+                return refusal
+            resource = by_resource.get(partition)
+            if resource is None or resource in self._owned.resources:
+                generation = self.generation
+            else:
+                given_up_in = self._owned.given_up_in(resource)
+                if given_up_in is None:
+                    return ErrorCode.ILLEGAL_GENERATION  # lost or released: not ours
+                generation = given_up_in
+            if generation != NO_GENERATION_ID:
+                return generation
+            return ErrorCode.ILLEGAL_GENERATION if self.member_id else ErrorCode.UNKNOWN_MEMBER_ID
+
+        by_generation, refused = split_by_generation(topics, generation_of)
+        if refused:
+            log.debug("member.commit_refused", group=self.config.group_id, partitions=len(refused))
+        self._commits.open(commit_id, refused)
+        for generation, parts in by_generation.items():
+            request = OffsetCommit(
+                group_id=self.config.group_id,
+                generation_id=generation,
+                member_id=self.member_id,
+                topics=parts,
+                group_instance_id=self.config.instance_id,
+            )
+            self._next_id += 1
+            under = Generation(generation, self.member_id, None)
+            partitions = tuple((t.name, p.partition) for t in parts for p in t.partitions)
+            self._commits.sent(self._next_id, SentCommit(commit_id, under, now, partitions))
+            self._out.append(
+                SendRequest(
+                    self._next_id,
+                    request,
+                    self.config.effective_request_timeout_ms,
+                    may_wait_behind_held=True,
+                )
+            )
+        done = self._commits.done_if_complete(commit_id)
+        if done is not None:
+            self._out.append(done)
+        return self._drain(now)
+
+    def _commit_refusal(self) -> ErrorCode | WorkgroupError | None:
+        """Why no partition of a commit can be sent now (rule 11); ``None``: each
+        partition is decided on its own."""
+        if self.state in (State.CLOSED, State.FATAL, State.UNJOINED) or self._leave_sent:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if not self._lookup.known:
+            return CoordinatorUnavailableError("OffsetCommit: the coordinator is not known")
+        return None
+
+    def commit_answered(
+        self, now: int, request_id: int, result: OffsetCommitResult | WorkgroupError
+    ) -> list[Action]:
+        """The coordinator answered an OffsetCommit (or its request failed): the
+        commit's caller gets it, and the machine reads it as rule 11 says."""
+        self._observe(now)
+        sent, done = self._commits.answered(request_id, result)
+        if done is not None:
+            self._out.append(done)
+        if (
+            sent is not None
+            and isinstance(result, OffsetCommitResult)
+            and self.state not in (State.CLOSED, State.FATAL)
+            # Sent to a coordinator the member has given up since: its session
+            # is for the rediscovery to find out.
+            and self._lookup.known
+            and self._generation.answers_to(sent.generation)
+        ):
+            self._on_commit_answer(now, sent, result)
+        return self._drain(now)
+
+    def _on_commit_answer(self, now: int, sent: SentCommit, result: OffsetCommitResult) -> None:
+        codes = {p.error for topic in result.topics for p in topic.partitions}
+        refused = next((code for code in _MEMBERSHIP_CODES if code in codes), None)
+        if refused is not None:
+            log.warning(
+                "member.commit_fenced",
+                group=self.config.group_id,
+                member_id=self.member_id,
+                generation=self.generation,
+                error=refused.name,
+            )
+            if self.state is State.LEAVING:
+                self._membership_lost_while_leaving(now, refused)
+            else:
+                self._common_error(now, refused, "OffsetCommit")
+        elif codes & _CHECKED_MEMBER_CODES:
+            self._heartbeat.proved_alive(now, sent.sent_at, held=False)
 
     def close(self, now: int, *, leave: bool | None = None) -> list[Action]:
         """Revoke, leave and close.  ``leave``: send LeaveGroup even as a static
@@ -788,6 +1016,14 @@ class MemberMachine:
             and self._rejoin_reason is None
         ):
             self._request_rejoin("reassignment delay over")
+        if (
+            self.state is State.STABLE
+            and self.is_leader
+            and self._balancing.due(now)
+            and self._rejoin_reason is None
+        ):
+            self._balancing.probed()
+            self._request_rejoin("load over the imbalance tolerance: probing rebalance")
         if self.state is State.STABLE and self._rejoin_reason is not None and not self._callbacks:
             reason, self._rejoin_reason = self._rejoin_reason, None
             self._to_joining(now, reason, immediately=True)
@@ -963,6 +1199,7 @@ class MemberMachine:
             owned_generation=generation if owned else NO_GENERATION_ID,
             rack=self.config.rack,
             capacity=self.config.capacity,
+            loads=self.loads.report(owned),
             instance_id=self.config.instance_id,
             user_data=self.config.user_data,
             catalog_hash=self._catalog_hash,
@@ -1073,11 +1310,12 @@ class MemberMachine:
         if not resources:
             return
         self._next_id += 1
-        self._callbacks.add(self._next_id)
-        self._out.append(InvokeCallback(self._next_id, kind, resources, gen, self.owned))
+        callback = InvokeCallback(self._next_id, kind, resources, gen, self.owned)
+        self._callbacks[self._next_id] = callback
+        self._out.append(callback)
 
     def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
-        self._report_revoked(self._owned.start_release(resources), generation)
+        self._report_revoked(self._owned.start_release(resources, generation), generation)
 
     def _report_revoked(self, resources: tuple[Resource, ...], generation: int) -> None:
         """``resources`` are releasing: tell the application (rule 9)."""
@@ -1369,7 +1607,7 @@ class MemberMachine:
             data = replace(data, assigned=(), rejoin=True)
         assigned = frozenset(data.assigned)
         # Two changes, each reported with what is owned right after it.
-        revoked = self._owned.start_release(self.owned - assigned)
+        revoked = self._owned.start_release(self.owned - assigned, self.generation)
         if revoked:
             self._report_revoked(revoked, self.generation)
         added = self._owned.assign(data.assigned, self.generation)
@@ -1436,11 +1674,14 @@ class MemberMachine:
             self._heartbeat.succeeded()
             self._proved_alive(now, pending)
         elif code.meaning.member in _MEMBERSHIP_GONE:
-            log.warning("member.session_lost", group=self.config.group_id, error=code.name)
-            self._session_ended_while_leaving()
-            self._maybe_finish_leaving(now)
+            self._membership_lost_while_leaving(now, code)
         else:  # coordinator moved or busy: retry; the session rules bound it
             self._heartbeat.failed(now, self._backoff)
+
+    def _membership_lost_while_leaving(self, now: int, code: ErrorCode) -> None:
+        log.warning("member.session_lost", group=self.config.group_id, error=code.name)
+        self._session_ended_while_leaving()
+        self._maybe_finish_leaving(now)
 
     # --- the leader's part ----------------------------------------------------
 
@@ -1484,7 +1725,12 @@ class MemberMachine:
         )
         self._enter(State.ASSIGNING)
         self._out.append(
-            RunAssignor(self._next_id, protocol.wire_name, protocol.assignor, prepared.input)
+            RunAssignor(
+                self._next_id,
+                protocol.wire_name,
+                self._balancing.wrap(self._next_id, protocol.assignor, now),
+                prepared.input,
+            )
         )
 
     def _leader_assignments(
@@ -1507,6 +1753,20 @@ class MemberMachine:
             },
         )
         plan = plan_round(member_ids, target, claims)
+        balanced = self._balancing.finished(round_.run_id, now, plan.withheld)
+        if balanced is not None and (balanced.moves or balanced.returned):
+            log.info(
+                "member.load_balanced",
+                group=self.config.group_id,
+                generation=round_.generation,
+                moves=len(balanced.moves),
+                returned=len(balanced.returned),
+                max_over_mean_before=round(balanced.ratio_before, 3),
+                max_over_mean_after=round(balanced.ratio(), 3),
+                probe_in_ms=(
+                    None if self._balancing.probe_at is None else self._balancing.probe_at - now
+                ),
+            )
         out = encode_assignments(
             plan,
             round_.protocol.codec,

@@ -46,6 +46,10 @@ class Writer:
     def raw(self, value: bytes) -> None:
         self._parts.append(value)
 
+    def u16s(self, values: list[int] | tuple[int, ...]) -> None:
+        """Unsigned 16-bit integers, without a length (the caller writes it)."""
+        self._parts.append(struct.pack(f">{len(values)}H", *values))
+
     def bytes_(self, value: bytes) -> None:
         self.i32(len(value))
         self._parts.append(value)
@@ -125,6 +129,11 @@ class Reader:
     def f64(self) -> float:
         value: float = _F64.unpack(self._take(8))[0]
         return value
+
+    def u16s(self, n: int) -> tuple[int, ...]:
+        """``n`` unsigned 16-bit integers (see :meth:`Writer.u16s`)."""
+        values: tuple[int, ...] = struct.unpack(f">{n}H", self._take(2 * n))
+        return values
 
     def skip(self, size: int) -> None:
         self._take(size)

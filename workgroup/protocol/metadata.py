@@ -19,9 +19,16 @@ the end, which gives the compatibility rules:
   above the size limit with :class:`~workgroup.errors.MessageTooLargeError`.
 
 Metadata versions:  v1 kinds, owned resources, owned generation, rack, capacity,
-instance id, user data, catalog hash;  v2 adds free-form string tags.
+instance id, user data, catalog hash;  v2 adds free-form string tags;  v3 adds
+the measured load of each owned resource (:func:`encode_loads`).
 Assignment versions: v1 assigned, revoked, generation, leader's catalog hash,
-common version (version probing), flags;  v2 adds assignor user data.
+common version (version probing), flags;  v2 adds assignor user data;  v3 is
+v2 (the version rose with the metadata's: both share the header's numbers).
+
+Loads (v3) are compact: a count (0: the member reports none, else one per owned
+resource, in the same order), then the largest load as a float64 and each load
+as a 16-bit fraction of it (65535: not measured).  A fraction keeps 1/65534 of
+the largest load, plenty for balancing, in two bytes per resource.
 
 The assignment's flags byte (every version has it) carries booleans: bit 0
 *rejoin*, bit 1 *pending* (the leader withheld resources: a follow-up round
@@ -32,6 +39,7 @@ newer reader given an older blob sees the bit clear.
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -44,13 +52,16 @@ MAGIC = b"wg"
 HEADER_SIZE = 7
 FLAG_COMPRESSED = 0x01
 #: The newest metadata / assignment body version this code reads and writes.
-LATEST_VERSION = 2
+LATEST_VERSION = 3
 MIN_VERSION = 1
 DEFAULT_MAX_BYTES = 1024 * 1024
 DEFAULT_COMPRESS_ABOVE = 1024
 
 _ASSIGNMENT_REJOIN = 0x01
 _ASSIGNMENT_PENDING = 0x02
+#: A load's 16-bit fraction that means "not measured".
+_LOAD_UNKNOWN = 0xFFFF
+_LOAD_STEPS = 0xFFFE
 
 T = TypeVar("T")
 
@@ -83,6 +94,9 @@ class MemberMetadata:
     #: Hash of the resource catalog the member saw (:func:`catalog_hash`).
     catalog_hash: bytes = b""
     tags: tuple[tuple[str, str], ...] = field(default=())  # v2
+    #: Smoothed load of each ``owned`` resource, in the same order (NaN: not
+    #: measured); empty when the member reports none.  v3.
+    loads: tuple[float, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +159,8 @@ class BinaryCodec:
             for name, value in meta.tags:
                 w.string(name)
                 w.string(value)
+        if version >= 3:
+            encode_loads(w, meta.owned, meta.loads)
         return self._frame(version, w.getvalue(), "member metadata")
 
     def decode_metadata(self, data: bytes) -> Decoded[MemberMetadata]:
@@ -160,6 +176,9 @@ class BinaryCodec:
         tags: tuple[tuple[str, str], ...] = ()
         if min(header.used_version, self.latest_version) >= 2:
             tags = tuple((r.string(), r.string()) for _ in range(r.count(8)))
+        loads: tuple[float, ...] = ()
+        if min(header.used_version, self.latest_version) >= 3:
+            loads = decode_loads(r, len(owned))
         self._finish(header, r, "member metadata")
         meta = MemberMetadata(
             kinds=kinds,
@@ -171,6 +190,7 @@ class BinaryCodec:
             user_data=user_data,
             catalog_hash=catalog,
             tags=tags,
+            loads=loads,
         )
         return Decoded(header, meta)
 
@@ -279,6 +299,53 @@ class BinaryCodec:
         # know they can only be corruption.
         if r.remaining and header.used_version <= self.latest_version:
             raise ProtocolError(f"{what} is corrupt: {r.remaining} unexpected trailing bytes")
+
+
+def encode_loads(w: Writer, owned: tuple[Resource, ...], loads: tuple[float, ...]) -> None:
+    """Write ``loads`` (one per ``owned`` resource, in its order, or none)
+    compactly: see the module docstring.  Negative, infinite and NaN loads count
+    as not measured."""
+    if len(loads) != len(owned):
+        w.i32(0)
+        return
+    # ``Writer.resources`` groups the owned resources by kind: follow its order.
+    positions: dict[str, list[int]] = {}
+    for index, (kind, _) in enumerate(owned):
+        positions.setdefault(kind, []).append(index)
+    usable = [
+        x if x >= 0 and x != math.inf else math.nan
+        for x in (loads[i] for kind_positions in positions.values() for i in kind_positions)
+    ]
+    if not usable or all(math.isnan(x) for x in usable):
+        w.i32(0)
+        return
+    largest = max(x for x in usable if not math.isnan(x))
+    w.i32(len(usable))
+    w.f64(largest)
+    w.u16s(
+        [
+            _LOAD_UNKNOWN if math.isnan(x) else round(x / largest * _LOAD_STEPS) if largest else 0
+            for x in usable
+        ]
+    )
+
+
+def decode_loads(r: Reader, owned: int) -> tuple[float, ...]:
+    """Read what :func:`encode_loads` wrote for ``owned`` resources."""
+    count = r.count(2)
+    if count == 0:
+        return ()
+    if count != owned:
+        raise ProtocolError(
+            f"member metadata is corrupt: {count} loads for {owned} owned resources"
+        )
+    largest = r.f64()
+    if not largest >= 0 or largest == float("inf"):
+        raise ProtocolError(f"member metadata is corrupt: largest load {largest}")
+    # Fraction first, then scale: ``largest / steps`` underflows for tiny loads.
+    return tuple(
+        math.nan if q == _LOAD_UNKNOWN else q / _LOAD_STEPS * largest for q in r.u16s(count)
+    )
 
 
 def _inflate(data: bytes, limit: int, what: str) -> bytes:

@@ -33,8 +33,10 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from workgroup.assignors.balance import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from workgroup.errors import ConfigError
 from workgroup.log import get_logger
+from workgroup.member.balancing import DEFAULT_BALANCE_INTERVAL_MS, BalanceSettings
 from workgroup.member.config import check_session_margin
 from workgroup.protocol.endpoint import check_endpoint
 from workgroup.runtime.handlers import DEFAULT_MAX_FAILURES, ON_FAILURE_CHOICES
@@ -63,7 +65,7 @@ STOP_MARGIN_MS = 5_000
 
 log = get_logger(__name__)
 _BOOLEANS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
-_TYPE_NAMES = {int: "an integer", str: "a string", bool: "true or false"}
+_TYPE_NAMES = {int: "an integer", str: "a string", bool: "true or false", float: "a number"}
 _SETTINGS_OF: dict[type[Any], tuple[Setting, ...]] = {}
 
 
@@ -175,6 +177,24 @@ class Settings:
         DEFAULT_MAX_FAILURES,
         "Failures in a row after which a handler is failing (see on_failure).",
     )
+    capacity: float = setting(
+        1.0,
+        "Load balancing: this process's share of the load relative to the others' (> 0).",
+    )
+    imbalance_tolerance: float = setting(
+        DEFAULT_TOLERANCE,
+        "Load balancing: how far above the mean load (relative to capacity) the busiest "
+        "process may be before the leader moves resources.",
+    )
+    max_moves: int = setting(
+        DEFAULT_MAX_MOVES,
+        "Load balancing: resources moved per rebalance at most (0: off).",
+    )
+    balance_interval_ms: int = setting(
+        DEFAULT_BALANCE_INTERVAL_MS,
+        "Load balancing: time between probing rebalances while the load is over the "
+        "tolerance (handlers report load with lease.report_load).",
+    )
 
     def heartbeat_ms(self) -> int:
         """The heartbeat interval: given, or a third of the session up to 500 ms.
@@ -218,6 +238,9 @@ class Settings:
             raise ConfigError(f"metrics_port must be 0-65535, got {self.metrics_port}")
         if self.advertise is not None:
             check_endpoint(self.advertise)
+        if not self.capacity > 0:
+            raise ConfigError(f"capacity must be > 0, got {self.capacity}")
+        BalanceSettings(self.imbalance_tolerance, self.max_moves, self.balance_interval_ms)
         return self
 
     def replaced(self, values: Mapping[str, Any]) -> Settings:
@@ -324,7 +347,7 @@ def _kind(hint: object, where: str) -> type:
         rest = [arg for arg in get_args(hint) if arg is not type(None)]
         hint = rest[0] if len(rest) == 1 else hint
     if hint not in _TYPE_NAMES:
-        raise TypeError(f"{where}: a setting is an int, a str or a bool, not {hint!r}")
+        raise TypeError(f"{where}: a setting is an int, a float, a str or a bool, not {hint!r}")
     assert isinstance(hint, type)
     return hint
 
@@ -367,6 +390,11 @@ def read_environment(
                 values[name] = int(raw)
             except ValueError:
                 raise ConfigError(f"{variable} must be an integer, got {raw!r}") from None
+        elif item.kind is float:
+            try:
+                values[name] = float(raw)
+            except ValueError:
+                raise ConfigError(f"{variable} must be a number, got {raw!r}") from None
         else:
             values[name] = raw
     return values
@@ -466,6 +494,8 @@ def _typed(values: Mapping[str, Any], where: str, table: Sequence[Setting]) -> d
     typed = {}
     for name, value in values.items():
         kind = kinds[name]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)  # TOML: ``capacity = 2``
         if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
             raise ConfigError(f"{where}: {name} must be {_TYPE_NAMES[kind]}, got {value!r}")
         typed[name] = value

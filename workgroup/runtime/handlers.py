@@ -151,10 +151,9 @@ class HandlerRun:
             self._main(), name=f"workgroup-handler-{self.lease.kind}/{self.lease.key}"
         )
 
-    async def stop(self, why: EndReason, grace_s: float, *, generation: int | None = None) -> None:
-        """End the lease, give the handler ``grace_s`` to return, then cancel it
-        (``generation``: the one the resource was given up in, see ``Lease.end``)."""
-        self.lease.end(why, grace_s, generation=generation)
+    async def stop(self, why: EndReason, grace_s: float) -> None:
+        """End the lease, give the handler ``grace_s`` to return, then cancel it."""
+        self.lease.end(why, grace_s)
         try:
             await self._stop_task(grace_s)
         finally:

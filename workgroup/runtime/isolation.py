@@ -42,6 +42,7 @@ import cloudpickle
 from workgroup.errors import WorkgroupError
 from workgroup.fence import Fence
 from workgroup.log import get_logger, user_frames
+from workgroup.member.balancing import check_load
 from workgroup.runtime.errors import LeaseLostError
 from workgroup.runtime.lease import Lease, Role
 from workgroup.types import Key
@@ -125,6 +126,9 @@ class ProcessLease:
 
     def commit_sync(self, value: str, timeout_s: float | None = None) -> None:
         self._call("commit", value, timeout_s)
+
+    def report_load(self, value: float) -> None:
+        self._call("report_load", check_load(value), None)
 
     def checkpoint_sync(self, timeout_s: float | None = None) -> str | None:
         result = self._call("checkpoint", None, timeout_s)
@@ -288,6 +292,8 @@ class ProcessHandler:
                 value = await lease.checkpoint()
             elif method == "fence":
                 value = lease.fence(**argument)
+            elif method == "report_load":
+                lease.report_load(argument)
             else:
                 error = ("error", f"unknown lease method {method!r}")
         except LeaseLostError as exc:

@@ -29,8 +29,16 @@ Rules:
    finished (returned, cancelled at the end of the grace period, its thread
    returned, its child process reaped; see the runner's rules), and the
    coordinator still checks the member.  A lost or fenced lease never sends.
+   Every commit names the lease's resource; the member's state machine
+   chooses the generation it goes under (its rule 11: the generation a
+   revoked resource was given up in), so the coordinator refuses a revoked
+   lease's commits once the group moved on.
 5. Time (the grace period, the commit timeout, the back-off) is read from the
    lease's :class:`~workgroup.clock.Clock`.
+6. ``report_load(value)`` records the resource's current load (any finite,
+   non-negative number: records/s, bytes/s) for load balancing; the member
+   smooths it and publishes it when it next joins (:mod:`workgroup.member.balancing`).
+   It never sends anything by itself, and a bad value is a ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exp
 from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import CoordinatorError, ErrorCode, LeaseAction, WorkgroupError, codes_where
 from workgroup.log import get_logger
+from workgroup.member.balancing import check_load
 from workgroup.runtime.errors import CheckpointError, LeaseLostError, SlotMismatchError
 from workgroup.runtime.lease_states import (
     HELD_STATES,
@@ -63,7 +72,7 @@ from workgroup.runtime.slots import (
     slot_header,
 )
 from workgroup.security import Security
-from workgroup.types import Key
+from workgroup.types import Key, Resource
 
 if TYPE_CHECKING:
     from workgroup.fence import Fence
@@ -107,7 +116,7 @@ class SlotStore(Protocol):
     """Commits and reads lease slots through the group's coordinator."""
 
     async def commit(
-        self, slot: Slot, offset: int, metadata: str | None, *, generation: int | None = None
+        self, slot: Slot, offset: int, metadata: str | None, *, resource: Resource | None = None
     ) -> ErrorCode: ...
 
     async def fetch(self, slot: Slot) -> Committed: ...
@@ -138,6 +147,7 @@ class Lease:
         commit_timeout_s: float = 30.0,
         producers: ProducerFactory | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        load_sink: Callable[[float], None] | None = None,
     ) -> None:
         self.group_id = group_id
         self.kind = kind
@@ -155,13 +165,12 @@ class Lease:
         self._ended = asyncio.Event()
         #: Why the lease ended, and the detail its description names.
         self._end: tuple[EndReason, str | None] | None = None
-        #: The generation a revoked lease commits under (``end``).
-        self._fence_generation: int | None = None
         self._stop_by: float | None = None
         self._loop = asyncio.get_running_loop()
         self._producers = producers
         self._producer: Any = None
         self._last_commit_s: float | None = None
+        self._load_sink = load_sink
 
     def __repr__(self) -> str:
         state = "held" if self.held else f"ended ({self.end_reason})" if self.revoked else "new"
@@ -252,22 +261,17 @@ class Lease:
         why: EndReason,
         grace_s: float = 0.0,
         *,
-        generation: int | None = None,
         detail: str | None = None,
     ) -> None:
         """Mark the lease ended (the runtime calls this; handlers read it), with
-        ``grace_s`` for the handler to finish its step.  ``generation``: the
-        generation the resource was given up in; commits during the grace
-        period are sent under it, so the coordinator refuses them once the
-        group moved on (rule 4).  ``detail`` completes :attr:`end_reason`
-        (the refusal's code, the error).  A lease ends once: later calls
-        change nothing."""
+        ``grace_s`` for the handler to finish its step (rule 4).  ``detail``
+        completes :attr:`end_reason` (the refusal's code, the error).  A lease
+        ends once: later calls change nothing."""
         if self._state not in LIVE_STATES:
             return
         self._state = check_transition(self._state, why.state)
         self._end = (why, detail)
         self._stop_by = self._clock.monotonic() + max(grace_s, 0.0)
-        self._fence_generation = generation
         self._ended.set()
 
     # --- token ----------------------------------------------------------------
@@ -375,6 +379,17 @@ class Lease:
             ttl_s=ttl_s,
         )
 
+    # --- load ---------------------------------------------------------------------
+
+    def report_load(self, value: float) -> None:
+        """Report the resource's current load (rule 6): any finite number >= 0 in
+        the unit the app chooses (records/s, bytes/s).  Call it as often as
+        convenient; the leader balances on the smoothed value.  Safe from
+        threads; :class:`~workgroup.errors.ConfigError` for a bad value."""
+        load = check_load(value)
+        if self._load_sink is not None:
+            self._load_sink(load)
+
     # --- transactional producer --------------------------------------------------
 
     @property
@@ -442,8 +457,8 @@ class Lease:
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout_s)
 
     async def _commit_checked(self, offset: int, metadata: str | None) -> None:
-        generation = None if self.held else self._fence_generation
-        error = await self._store.commit(self.slot, offset, metadata, generation=generation)
+        resource = (self.kind, self.key)  # the member maps it to its generation (rule 4)
+        error = await self._store.commit(self.slot, offset, metadata, resource=resource)
         if error is ErrorCode.NONE:
             self._last_commit_s = self._clock.monotonic()
             return

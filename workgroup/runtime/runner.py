@@ -33,6 +33,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 
@@ -173,6 +174,10 @@ class GroupRunner:
             confirm_release=True,
             tags={ENDPOINT_TAG: settings.advertise} if settings.advertise else {},
             clock=clock,
+            capacity=settings.capacity,
+            imbalance_tolerance=settings.imbalance_tolerance,
+            max_moves=settings.max_moves,
+            balance_interval_ms=settings.balance_interval_ms,
         )
         self._store = MemberSlotStore(self.member)
         self._settings = settings
@@ -306,6 +311,7 @@ class GroupRunner:
                 role="standby" if standby else "active",
                 producers=self._producers,
                 clock=self._clock,
+                load_sink=functools.partial(self.member.report_load, resource),
             )
             self._assigned_at[resource] = self._clock.monotonic()
             run = HandlerRun(
@@ -397,7 +403,7 @@ class GroupRunner:
                 continue
             self.stopping[resource] = run
             task = asyncio.create_task(
-                self._stop_and_release(resource, run, generation),
+                self._stop_and_release(resource, run),
                 name=f"workgroup-release-{resource[0]}/{resource[1]}",
             )
             self._releases.add(task)
@@ -405,9 +411,9 @@ class GroupRunner:
         if idle:
             self.member.release_done(idle)
 
-    async def _stop_and_release(self, resource: Resource, run: HandlerRun, generation: int) -> None:
+    async def _stop_and_release(self, resource: Resource, run: HandlerRun) -> None:
         try:
-            await run.stop(EndReason.REVOKED, self._grace_s, generation=generation)
+            await run.stop(EndReason.REVOKED, self._grace_s)
         except Exception as exc:  # closing the lease failed: the handler still stops
             log.error(
                 "worker.stop_failed",
@@ -431,16 +437,10 @@ class GroupRunner:
         await self._stop(resources, EndReason.LOST, 0.0)
 
     async def _stop(
-        self,
-        resources: tuple[Resource, ...],
-        event: EndReason,
-        grace_s: float,
-        generation: int | None = None,
+        self, resources: tuple[Resource, ...], event: EndReason, grace_s: float
     ) -> None:
         runs = [(r, self.runs.pop(r)) for r in resources if r in self.runs]
-        if generation is None and event is EndReason.REVOKED:
-            generation = self.member.generation  # stopping: the current one
-        await asyncio.gather(*(run.stop(event, grace_s, generation=generation) for _, run in runs))
+        await asyncio.gather(*(run.stop(event, grace_s) for _, run in runs))
         for resource, run in runs:
             self._ended(resource, run, event)
 

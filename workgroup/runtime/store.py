@@ -3,7 +3,10 @@
 Calls made in the same event-loop pass are sent together: one OffsetFetch and
 one OffsetCommit carry every slot (up to :data:`MAX_BATCH` partitions each), so
 taking 10,000 leases after a rebalance costs a handful of requests, not 20,000.
-Per-partition errors come back to each caller.
+Per-partition errors come back to each caller.  Each commit names the resource
+it is for; the member's state machine chooses the generation it goes under
+(its rule 11), so a revoked lease's commits in its grace period are refused once
+the group moved on.
 """
 
 from __future__ import annotations
@@ -16,14 +19,15 @@ from workgroup.errors import CoordinatorError, ErrorCode, ProtocolError
 from workgroup.kafka.messages import CommitPartition, CommitTopic, FetchTopic
 from workgroup.member.driver import GroupMember
 from workgroup.runtime.lease import Committed, FenceOrigin, Slot
+from workgroup.types import Resource
 
 #: Most partitions in one batched request.
 MAX_BATCH = 2_000
 #: Callers woken per event-loop pass.
 WAKE_SLICE = 500
 
-#: A commit call: slot, offset, metadata, and the generation to commit under.
-_Commit = tuple[Slot, int, str | None, int | None]
+#: A commit call: slot, offset, metadata, and the resource it is for.
+_Commit = tuple[Slot, int, str | None, Resource | None]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -100,9 +104,9 @@ class MemberSlotStore:
         self._commits: _Batcher[_Commit, ErrorCode] = _Batcher(self._commit_many)
 
     async def commit(
-        self, slot: Slot, offset: int, metadata: str | None, *, generation: int | None = None
+        self, slot: Slot, offset: int, metadata: str | None, *, resource: Resource | None = None
     ) -> ErrorCode:
-        return await self._commits.call((slot, offset, metadata, generation))
+        return await self._commits.call((slot, offset, metadata, resource))
 
     async def fetch(self, slot: Slot) -> Committed:
         return await self._fetches.call(slot)
@@ -120,19 +124,7 @@ class MemberSlotStore:
         )
 
     async def _commit_many(self, calls: list[_Commit]) -> dict[_Commit, ErrorCode | BaseException]:
-        # One request per generation (revoked leases commit under the one they were
-        # given up in), and one commit per slot per request: a later call waits.
-        by_generation: dict[int | None, list[_Commit]] = {}
-        for call in calls:
-            by_generation.setdefault(call[3], []).append(call)
-        out: dict[_Commit, ErrorCode | BaseException] = {}
-        for generation, group in by_generation.items():
-            out.update(await self._commit_once(generation, group))
-        return out
-
-    async def _commit_once(
-        self, generation: int | None, calls: list[_Commit]
-    ) -> dict[_Commit, ErrorCode | BaseException]:
+        # One commit per slot per request: a later call waits.
         first: dict[Slot, _Commit] = {}
         later = []
         for call in calls:
@@ -141,13 +133,16 @@ class MemberSlotStore:
             else:
                 first[call[0]] = call
         topics: dict[str, list[CommitPartition]] = {}
-        for slot, offset, metadata, _ in first.values():
+        resources: dict[tuple[str, int], Resource] = {}
+        for slot, offset, metadata, resource in first.values():
             topics.setdefault(slot.topic, []).append(
                 CommitPartition(slot.partition, offset, metadata)
             )
+            if resource is not None:
+                resources[(slot.topic, slot.partition)] = resource
         result = await self._member.commit_offsets(
             [CommitTopic(name, tuple(parts)) for name, parts in topics.items()],
-            generation=generation,
+            resources=resources,
         )
         errors = {
             Slot(topic.name, p.partition): p.error
@@ -164,7 +159,7 @@ class MemberSlotStore:
             )
         for call in later:
             try:
-                out[call] = await self.commit(*call[:3], generation=call[3])
+                out[call] = await self.commit(*call[:3], resource=call[3])
             except Exception as exc:
                 out[call] = exc
         return out

@@ -21,20 +21,41 @@ See :mod:`workgroup_spark.query` for the rules of a shard's query and
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from workgroup.errors import ConfigError
 from workgroup.runtime.app import App
 from workgroup_spark.java import JavaMissingError, check_java
 from workgroup_spark.progress import BatchProgress, SparkMetrics
 from workgroup_spark.query import Build, ShardQuery, SparkQueryFailed, checkpoint_location
 from workgroup_spark.session import SessionHolder, SessionOptions
-from workgroup_spark.sinks import fenced, write_batch_parquet
+from workgroup_spark.sinks import FencedWriter, check_fence, fenced, write_batch_parquet
 
 B = TypeVar("B", bound=Build)
 
-#: The checkpoint root when none is given: a local directory.
+#: The checkpoint root when none is given: this directory under the daemon's
+#: working directory, resolved once when the plugin is attached.
 DEFAULT_CHECKPOINT_ROOT = "spark-checkpoints"
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def resolve_checkpoint_root(root: str, *, remote: str | None) -> str:
+    """An absolute checkpoint root: a URI (``s3a://``, ``file:/``) or an absolute
+    path as given; a relative path resolved against this process's working
+    directory, except with Spark Connect, where the server, not the daemon, would
+    resolve it (:class:`ConfigError`)."""
+    if _URI.match(root) or os.path.isabs(root):
+        return root
+    if remote:
+        raise ConfigError(
+            f"checkpoint_root {root!r} is relative: with remote={remote} the Spark Connect "
+            "server would resolve it against its own working directory; give an absolute "
+            "path or a URI (checkpoint_root= or WORKGROUP_SPARK_CHECKPOINT_ROOT)"
+        )
+    return os.path.abspath(root)
 
 
 class SparkQueries:
@@ -45,7 +66,9 @@ class SparkQueries:
         checkpoint_root: Where each shard's checkpoint lives
             (``<root>/<kind>/<key>``): a local path on one machine, any
             Hadoop-compatible URI (``hdfs://``, ``s3a://``) when daemons run on
-            several.  ``WORKGROUP_SPARK_CHECKPOINT_ROOT`` overrides it.
+            several.  ``WORKGROUP_SPARK_CHECKPOINT_ROOT`` overrides it.  A
+            relative path is resolved once, here, against the working directory
+            (logged with ``spark.session_starting``); with ``remote=`` it is refused.
         master: Spark master URL (default ``local[*]``); ``WORKGROUP_SPARK_MASTER``
             overrides it.
         remote: Spark Connect URL (``sc://host:15002``) instead of a JVM in the
@@ -64,22 +87,24 @@ class SparkQueries:
         poll_interval_s: float = 1.0,
     ) -> None:
         self.app = app
-        self._checkpoint_root = checkpoint_root or DEFAULT_CHECKPOINT_ROOT
         options = SessionOptions.from_environment(f"workgroup-{app.name}", master, remote, conf)
+        given = os.environ.get("WORKGROUP_SPARK_CHECKPOINT_ROOT") or checkpoint_root
+        #: Resolved once: a daemon that changes directory later keeps the same root.
+        self.checkpoint_root = resolve_checkpoint_root(
+            given or DEFAULT_CHECKPOINT_ROOT, remote=options.remote
+        )
         if not options.remote:
             # Fail before joining the group (one line, exit 2 from `workgroup run`),
             # not with every shard the daemon is given.
             check_java()
-        self.session = SessionHolder(options)
+        # Said where it is once Spark starts (`spark.session_starting`), not here:
+        # attaching happens at import, before the daemon's logging is set up.
+        self.session = SessionHolder(options, checkpoint_root=self.checkpoint_root)
         self.metrics = SparkMetrics()
         self.poll_interval_s = poll_interval_s
         for collector in self.metrics.collectors():
             app.add_collector(collector)
         app.add_cleanup(self.session.stop)
-
-    @property
-    def checkpoint_root(self) -> str:
-        return os.environ.get("WORKGROUP_SPARK_CHECKPOINT_ROOT") or self._checkpoint_root
 
     def query(
         self,
@@ -109,7 +134,7 @@ class SparkQueries:
                 grace_ms=grace_ms,
                 restart_backoff_ms=restart_backoff_ms,
                 max_restart_backoff_ms=max_restart_backoff_ms,
-                isolation=None,  # the query runs in the daemon's JVM
+                isolation=None,  # the query runs in the daemon's one SparkSession
                 reassign_delay_ms=reassign_delay_ms,
             )(handler)
             return build
@@ -125,12 +150,15 @@ def attach(app: App, **options: Any) -> SparkQueries:
 __all__ = [
     "DEFAULT_CHECKPOINT_ROOT",
     "BatchProgress",
+    "FencedWriter",
     "JavaMissingError",
     "SparkQueries",
     "SparkQueryFailed",
     "attach",
+    "check_fence",
     "check_java",
     "checkpoint_location",
     "fenced",
+    "resolve_checkpoint_root",
     "write_batch_parquet",
 ]

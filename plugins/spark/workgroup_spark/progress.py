@@ -45,13 +45,22 @@ class BatchProgress:
         watermark = (report.get("eventTime") or {}).get("watermark")
         return cls(
             batch_id=int(report["batchId"]),
-            input_rows=int(report.get("numInputRows") or 0),
-            input_rows_per_s=_rate(report.get("inputRowsPerSecond")),
-            processed_rows_per_s=_rate(report.get("processedRowsPerSecond")),
+            input_rows=int(_total(report, "numInputRows") or 0),
+            input_rows_per_s=_rate(_total(report, "inputRowsPerSecond")),
+            processed_rows_per_s=_rate(_total(report, "processedRowsPerSecond")),
             duration_s=float(durations.get("triggerExecution") or 0) / 1000,
             watermark=_epoch(watermark),
             timestamp=str(report.get("timestamp", "")),
         )
+
+
+def _total(report: Mapping[str, Any], field: str) -> Any:
+    """The query's figure, or the sum over its sources: a Spark Connect server's
+    progress reports carry these per source only."""
+    if report.get(field) is not None:
+        return report[field]
+    sources = [s.get(field) for s in report.get("sources") or [] if s.get(field) is not None]
+    return sum(_rate(v) for v in sources) if sources else None
 
 
 def _rate(value: Any) -> float:

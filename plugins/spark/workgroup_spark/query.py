@@ -16,8 +16,11 @@ Rules:
 5. A query that fails raises :class:`SparkQueryFailed` from the handler:
    the runtime logs it, counts it and starts it again with back-off while the
    lease is held.  A query that ends by itself (``availableNow``) ends the handler.
-6. Every completed batch is a log event (``spark.batch``) and metrics
-   (:mod:`workgroup_spark.progress`).
+6. A query that cannot start because the Spark Connect server closed the
+   daemon's session drops that session; the restart opens a new one.
+7. Every completed batch is a log event (``spark.batch``) and metrics
+   (:mod:`workgroup_spark.progress`), and its input rate (rows/s) is the
+   shard's load (``lease.report_load``): the leader balances shards on it.
 """
 
 from __future__ import annotations
@@ -87,14 +90,19 @@ class ShardQuery:
         spark = await asyncio.to_thread(self.session.get)
         if lease.revoked:
             return
-        writer = await asyncio.to_thread(self.build, spark, lease)
-        if not hasattr(writer, "start") or not hasattr(writer, "option"):
-            raise WorkgroupError(
-                f"{self.__name__}() must return a DataStreamWriter "
-                f"(df.writeStream...), not {type(writer).__name__}"
-            )
-        writer = writer.queryName(name).option("checkpointLocation", checkpoint)
-        query = await _start(writer)
+        try:
+            writer = await asyncio.to_thread(self.build, spark, lease)
+            if not hasattr(writer, "start") or not hasattr(writer, "option"):
+                raise WorkgroupError(
+                    f"{self.__name__}() must return a DataStreamWriter "
+                    f"(df.writeStream...), not {type(writer).__name__}"
+                )
+            writer = writer.queryName(name).option("checkpointLocation", checkpoint)
+            query = await _start(writer)
+        except Exception as exc:
+            # A Connect session the server closed: the restart opens a new one.
+            self.session.forget_if_gone(exc)
+            raise
         self.metrics.active.labels(*labels).set(1)
         log.info(
             "spark.query_started",
@@ -110,7 +118,7 @@ class ShardQuery:
                     await asyncio.wait_for(lease.wait_revoked(), self.poll_interval_s)
                 if lease.revoked:
                     break
-                last_batch = await asyncio.to_thread(self._report, query, labels, last_batch)
+                last_batch = await asyncio.to_thread(self._report, query, labels, last_batch, lease)
                 if not query.isActive:
                     failure = query.exception()
                     if failure is not None:
@@ -140,14 +148,23 @@ class ShardQuery:
         finally:
             self.metrics.active.labels(*labels).set(0)
 
-    def _report(self, query: Any, labels: tuple[str, str, str], last_batch: int) -> int:
-        """Metrics and a log event for each batch completed since ``last_batch``."""
+    def _report(
+        self,
+        query: Any,
+        labels: tuple[str, str, str],
+        last_batch: int,
+        lease: Lease | None = None,
+    ) -> int:
+        """Metrics, a log event and the lease's load (rule 6) for each batch
+        completed since ``last_batch``."""
         for report in query.recentProgress:
             progress = BatchProgress.parse(report)
             if progress.batch_id <= last_batch:
                 continue
             last_batch = progress.batch_id
             self.metrics.batch(labels, progress)
+            if lease is not None:
+                lease.report_load(progress.input_rows_per_s)
             if progress.input_rows or progress.batch_id == 0:
                 log.info(
                     "spark.batch",

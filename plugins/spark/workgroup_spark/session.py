@@ -1,4 +1,5 @@
-"""One SparkSession per daemon: a JVM shared by all the shards the process owns.
+"""One SparkSession per daemon, shared by all the shards the process owns: a JVM in
+the daemon, or a thin client of a Spark Connect server.
 
 Where Spark runs, in order of precedence:
 
@@ -9,10 +10,18 @@ Where Spark runs, in order of precedence:
 
 Starting the JVM takes seconds (10-20 s on two cores), so the session is made
 once, lazily, by the first shard that needs it, and stopped when the app stops.
+
+A Spark Connect server closes a client's session after its idle timeout
+(``spark.connect.session.manager.defaultSessionTimeout``, 60 min: a daemon that
+owned no shard that long) or when it restarts.  Every call then fails with
+``INVALID_HANDLE.SESSION_CLOSED`` / ``SESSION_NOT_FOUND``;
+:meth:`SessionHolder.forget_if_gone` drops such a session, so the shard's next
+attempt (the runtime restarts it with back-off) opens a new one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Mapping
@@ -23,6 +32,9 @@ from workgroup.errors import ConfigError
 from workgroup.log import get_logger
 
 log = get_logger("workgroup.spark.session")  # under workgroup's root logger
+
+#: Error classes of a Spark Connect call whose session the server no longer has.
+_SESSION_GONE = ("INVALID_HANDLE.SESSION_CLOSED", "INVALID_HANDLE.SESSION_NOT_FOUND")
 
 #: Settings that suit many small per-shard queries in one JVM: few shuffle
 #: partitions (the default 200 costs a task each per micro-batch), no web UI.
@@ -83,8 +95,9 @@ def parse_conf(text: str) -> dict[str, str]:
 class SessionHolder:
     """Makes the SparkSession once (thread-safe) and stops it at the end."""
 
-    def __init__(self, options: SessionOptions) -> None:
+    def __init__(self, options: SessionOptions, *, checkpoint_root: str | None = None) -> None:
         self.options = options
+        self.checkpoint_root = checkpoint_root  # logged with the session's start
         self._lock = threading.Lock()
         self._session: Any = None
 
@@ -98,6 +111,25 @@ class SessionHolder:
             if self._session is None:
                 self._session = self._make()
             return self._session
+
+    def forget_if_gone(self, error: BaseException) -> bool:
+        """Drop the session if ``error`` says the Connect server no longer knows it
+        (the next :meth:`get` makes a new one).  True if it was dropped."""
+        text = str(error)
+        if not self.options.remote or not any(mark in text for mark in _SESSION_GONE):
+            return False
+        with self._lock:
+            session, self._session = self._session, None
+        if session is not None:
+            with contextlib.suppress(Exception):  # the server no longer has it
+                session.stop()  # also clears pyspark's default session: no reuse
+            log.warning(
+                "spark.session_gone",
+                app=self.options.app_name,
+                where=self.options.describe(),
+                error=_first_line(error),
+            )
+        return True
 
     def _make(self) -> Any:
         from pyspark.sql import SparkSession
@@ -116,7 +148,12 @@ class SessionHolder:
             if options.remote and not key.startswith("spark.sql."):
                 continue  # a Connect client sets only session (SQL) settings
             builder = builder.config(key, value)
-        log.info("spark.session_starting", app=options.app_name, where=options.describe())
+        log.info(
+            "spark.session_starting",
+            app=options.app_name,
+            where=options.describe(),
+            checkpoint_root=self.checkpoint_root,
+        )
         session = builder.getOrCreate()
         log.info(
             "spark.session_started",

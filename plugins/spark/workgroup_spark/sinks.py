@@ -7,54 +7,146 @@ writes ``batch-<N>.parquet`` to a temporary name and renames it into place
 (atomic on a POSIX file system), so a replay replaces the file with the same
 content, and readers never see half a file.
 
-:func:`fenced` puts the lease in front of each batch: the batch's id is committed
-as the shard's checkpoint through the coordinator *before* anything is written,
-and the coordinator refuses that commit from a member whose session is gone.
-A zombie (paused past its session, then resumed) therefore fails its next batch
-before writing; see ``docs/spark.md`` for the one window the lease cannot close
-and why Spark's checkpoint log makes it harmless.
+Rules:
+
+1. :func:`fenced` puts the lease in front of each batch: the batch's id is
+   committed as the shard's checkpoint through the coordinator *before*
+   ``write`` runs, and the coordinator refuses that commit once the lease ended
+   (:class:`~workgroup.LeaseLostError`): the batch writes nothing and the query fails.
+2. In the daemon's own process (a local JVM: PySpark calls ``foreachBatch``
+   back in the daemon) the commit goes through the lease.  Pickled and run
+   elsewhere (Spark Connect runs the function in the server's Python worker) it
+   carries the lease's portable fence (:meth:`workgroup.Lease.fence`) instead:
+   the worker talks to the coordinator itself, synchronously.
+3. Inside ``write``, :func:`check_fence` asks the coordinator again whether the
+   lease is still held (it commits the batch's record once more);
+   :func:`write_batch_parquet` calls it just before its rename, so what a writer
+   frozen after its lease ended can still do is the rename alone (``docs/spark.md``:
+   the remaining window, and why Spark's checkpoint log makes it a same-content replay).
+4. The embedded coordinator does not count a fence's requests as the member's
+   heartbeats: a dead daemon's member expires however long its query goes on
+   running on a Connect server.  On Kafka they do count: give the fence a
+   lifetime (``fence_ttl_s``); the query fails once it expires, and the plugin
+   restarts it with a fresh fence while the lease is held.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from workgroup.errors import WorkgroupError
 from workgroup.log import get_logger
 from workgroup.runtime.lease import Lease
+
+if TYPE_CHECKING:
+    from workgroup.fence import Fence
 
 log = get_logger("workgroup.spark.sinks")  # under workgroup's root logger
 
 #: ``write(batch_df, batch_id)``: what ``DataStreamWriter.foreachBatch`` calls.
 BatchWriter = Callable[[Any, int], None]
 
+#: The writer and batch id being written in this thread (set by :class:`FencedWriter`).
+_current: contextvars.ContextVar[tuple[FencedWriter, int] | None] = contextvars.ContextVar(
+    "workgroup_spark_fenced_batch", default=None
+)
 
-def fenced(lease: Lease, write: BatchWriter, *, timeout_s: float = 30.0) -> BatchWriter:
-    """``write`` behind the lease: each batch is committed as the lease's checkpoint
-    (``{"spark_batch": N, "token": T}``) first; a lease that was lost or fenced
-    raises :class:`~workgroup.LeaseLostError` and the batch writes nothing."""
 
-    def fenced_write(batch_df: Any, batch_id: int) -> None:
-        record = json.dumps({"spark_batch": batch_id, "token": lease.token})
+class FencedWriter:
+    """``write`` behind a lease: what :func:`fenced` returns.  Picklable: a copy
+    sent to another process carries the lease's portable fence instead of the lease."""
+
+    def __init__(
+        self,
+        holder: Lease | Fence,
+        write: BatchWriter,
+        timeout_s: float,
+        fence_ttl_s: float | None,
+    ) -> None:
+        from workgroup.fence import Fence
+
+        self.lease: Lease | None = None if isinstance(holder, Fence) else holder
+        #: Made from the lease when the writer is pickled; given: used everywhere.
+        self.fence: Fence | None = holder if isinstance(holder, Fence) else None
+        self.write = write
+        self.timeout_s = timeout_s
+        self.fence_ttl_s = fence_ttl_s
+        self.kind, self.key, self.token = holder.kind, holder.key, holder.token
+        self.__name__ = f"fenced_{getattr(write, '__name__', 'write')}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The lease (an event loop, a coordinator connection) stays in the daemon;
+        # the fence is what another process can use on its own.
+        fence = self.fence
+        if fence is None and self.lease is not None:
+            fence = self.lease.fence(ttl_s=self.fence_ttl_s)
+        return {**self.__dict__, "lease": None, "fence": fence}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        self._commit(batch_id, "spark.batch_fenced")
+        current = _current.set((self, batch_id))
         try:
-            lease.commit_sync(record, timeout_s)
+            self.write(batch_df, batch_id)
+        finally:
+            _current.reset(current)
+
+    def check(self, batch_id: int) -> None:
+        """Ask the coordinator again whether the lease is held (by committing the
+        batch's record once more: refused once the lease ended)."""
+        self._commit(batch_id, "spark.write_fenced")
+
+    def _commit(self, batch_id: int, event: str) -> None:
+        record = json.dumps({"spark_batch": batch_id, "token": self.token})
+        try:
+            if self.lease is not None:
+                self.lease.commit_sync(record, self.timeout_s)
+            elif self.fence is not None:
+                self.fence.commit(record, timeout_s=self.timeout_s)
+            else:  # not reachable through pickling; a hand-made copy
+                raise WorkgroupError("a fenced writer without its lease or fence")
         except Exception as exc:
             log.warning(
-                "spark.batch_fenced",
-                kind=lease.kind,
-                key=lease.key,
-                token=lease.token,
+                event,
+                kind=self.kind,
+                key=self.key,
+                token=self.token,
                 batch=batch_id,
                 error=f"{type(exc).__name__}: {exc}",
             )
             raise
-        write(batch_df, batch_id)
 
-    fenced_write.__name__ = f"fenced_{getattr(write, '__name__', 'write')}"
-    return fenced_write
+
+def fenced(
+    lease: Lease | Fence,
+    write: BatchWriter,
+    *,
+    timeout_s: float = 30.0,
+    fence_ttl_s: float | None = None,
+) -> FencedWriter:
+    """``write`` behind the lease: each batch is committed as the lease's checkpoint
+    (``{"spark_batch": N, "token": T}``) first; a lease that ended raises
+    :class:`~workgroup.LeaseLostError` and the batch writes nothing.  Works with a
+    local JVM and with Spark Connect (where the function runs beside the server,
+    with the lease's portable fence; ``fence_ttl_s``: its lifetime, for Kafka).
+    ``lease`` may also be a :class:`~workgroup.fence.Fence` made elsewhere."""
+    return FencedWriter(lease, write, timeout_s, fence_ttl_s)
+
+
+def check_fence() -> None:
+    """Inside a :func:`fenced` write: raise :class:`~workgroup.LeaseLostError` if
+    the lease has ended (the coordinator is asked).  Elsewhere: nothing to check."""
+    current = _current.get()
+    if current is not None:
+        writer, batch_id = current
+        writer.check(batch_id)
 
 
 def batch_path(directory: str, batch_id: int) -> str:
@@ -63,7 +155,8 @@ def batch_path(directory: str, batch_id: int) -> str:
 
 def write_batch_parquet(table: Any, directory: str, batch_id: int) -> str:
     """Write a ``pyarrow.Table`` as ``<directory>/batch-<N>.parquet``, atomically
-    and idempotently (a replay of batch N replaces it).  Returns the path."""
+    and idempotently (a replay of batch N replaces it).  Inside a :func:`fenced`
+    write, the fence is checked just before the rename.  Returns the path."""
     import pyarrow.parquet as pq
 
     os.makedirs(directory, exist_ok=True)
@@ -71,6 +164,7 @@ def write_batch_parquet(table: Any, directory: str, batch_id: int) -> str:
     temporary = os.path.join(directory, f".batch-{batch_id:010d}.{uuid.uuid4().hex}.tmp")
     try:
         pq.write_table(table, temporary)
+        check_fence()
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):

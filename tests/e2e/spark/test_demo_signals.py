@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 def started_by(data: Path) -> dict[int, str]:
     """pid -> command of every process of this user whose environment names ``data``
-    (the demo's daemons and the Spark JVMs they start inherit ``ETL_DATA``)."""
+    (the demo's daemons, and its Spark Connect server, or the JVMs the daemons
+    start with ``--layout jvm``, have ``ETL_DATA``)."""
     marker = f"ETL_DATA={data}".encode()
     found = {}
     for entry in Path("/proc").iterdir():

@@ -1,6 +1,7 @@
-"""The sharded ETL (examples/sharded_etl) with real daemons, JVMs and a coordinator:
+"""The sharded ETL (examples/sharded_etl) with real daemons, Spark and a coordinator:
 every input event exactly once across a frozen zombie and a SIGKILL, input arriving
-throughout.
+throughout.  Two layouts: a JVM in each daemon (``local[*]``), and thin daemons
+(``remote=``) sharing one Spark Connect server.
 
 What stops the zombie (a daemon frozen past its session timeout, JVM included,
 then resumed while the new owner runs its shards): the lease.  Every micro-batch
@@ -9,6 +10,13 @@ the coordinator refuses the zombie's commit, so its batch writes nothing.  Spark
 checkpoint log (batch files created only if absent) covers the remaining window:
 a batch fenced just before the freeze and written after it is the batch the new
 owner replays, with the same offsets, and only one copy is committed.
+
+With Spark Connect the queries run on the server and outlive their daemon: a
+frozen or killed daemon's queries go on running there.  Their ``foreachBatch``
+(in the server's Python worker) commits through the lease's portable fence; once
+the coordinator has ended the daemon's session it refuses, the batch writes
+nothing and the query fails; the successor's query on the same checkpoint stops
+any run still active (``spark.sql.streaming.stopActiveRunOnRestart``).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from examples.sharded_etl.cluster import EtlCluster
 from examples.sharded_etl.feed import Feeder
 from examples.sharded_etl.verify import verify
 from workgroup.testing import run_coordinator
+from workgroup_spark.connect_server import ConnectServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -30,10 +39,16 @@ SESSION_MS = 6_000
 STEP_S = 150.0
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[EtlCluster]:
+@pytest.fixture(params=["jvm", "connect"])
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EtlCluster]:
+    env = {}
+    if request.param == "connect":
+        server: ConnectServer = request.getfixturevalue("connect_server")
+        env["WORKGROUP_SPARK_REMOTE"] = server.remote
     with run_coordinator(log=tmp_path / "coordinator.log") as coordinator:
-        etl = EtlCluster(tmp_path / "data", coordinator.bootstrap, session_ms=SESSION_MS)
+        etl = EtlCluster(
+            tmp_path / "data", coordinator.bootstrap, session_ms=SESSION_MS, extra_env=env
+        )
         try:
             yield etl
         finally:
@@ -48,7 +63,8 @@ def test_exactly_once_across_a_zombie_and_a_sigkill(cluster: EtlCluster) -> None
         feeder.start(seconds=600)
         cluster.wait_for("every shard to commit", lambda: cluster.all_committing(0), STEP_S)
 
-        # --- the zombie: freeze etl-a (Python and JVM) past its session ---------
+        # --- the zombie: freeze etl-a (Python and its JVM, if it has one) past its
+        # session; on Connect its queries go on running on the server -----------
         owners = cluster.owners()
         frozen = sorted(k for k, (member, *_) in owners.items() if member == "etl-a")
         assert frozen, f"etl-a owns nothing: {owners}"

@@ -126,3 +126,53 @@ def test_rack_awareness_improved_when_owned_partitions_misaligned(
         "t2-4, t2-5, t2-6, t3-0, t3-1",
     ]
     run(assignor, 1, racks(3), racks(3), [ALL] * 3, owned, UNIFORM_EXPECTED, 0)
+
+
+def test_rack_aware_assignment_with_non_equal_subscription(assignor: StickyAssignor) -> None:
+    """Kafka's ``testRackAwareAssignmentWithNonEqualSubscription`` (replication
+    factor 1, fresh group): consumer2 takes t1 and t3 only.  Kafka's assignment
+    puts 4 resources off their consumer's rack, balanced 5/5/5; so does ours
+    (t2's partitions on rack c can only go to a or b, and consumer2 must take 2
+    of its 5 off rack c: 4 is the least possible)."""
+    topics = [ALL, ALL, ["t1", "t3"]]
+    resource_racks = layout(1, racks(3))
+    members = {
+        f"consumer{i}": member(f"consumer{i}", topics[i], [], -1, rack=rack)
+        for i, rack in enumerate(racks(3))
+    }
+    data = AssignmentInput({t: range(n) for t, n in TOPICS.items()}, members, resource_racks)
+    assignment = assignor.assign(data)
+    check_valid(data, assignment)
+    assert sorted(len(rs) for rs in assignment.values()) == [5, 5, 5]
+    off_rack = [
+        r
+        for i, rack in enumerate(racks(3))
+        for r in assignment[f"consumer{i}"]
+        if rack not in resource_racks[r]
+    ]
+    assert len(off_rack) == 4, off_rack
+
+
+def test_locality_trades_never_move_owned_resources(assignor: StickyAssignor) -> None:
+    """The same group, every resource owned where it is off-rack: stickiness wins
+    over locality for owned resources (they only move for balance or when the
+    member's rack does not have them, as Kafka's rules say)."""
+    topics = [ALL, ALL, ["t1", "t3"]]
+    resource_racks = layout(1, racks(3))
+    fresh = {f"consumer{i}": member(f"consumer{i}", topics[i], [], -1, rack=None) for i in range(3)}
+    data = AssignmentInput({t: range(n) for t, n in TOPICS.items()}, fresh, resource_racks)
+    first = assignor.assign(data)
+    # Now the members have racks, and own what a rack-blind round gave them.
+    owning = {
+        f"consumer{i}": member(f"consumer{i}", topics[i], first[f"consumer{i}"], 3, rack=rack)
+        for i, rack in enumerate(racks(3))
+    }
+    again = assignor.assign(AssignmentInput(data.resources, owning, resource_racks))
+    check_valid(data, again)
+    for mid, resources in again.items():
+        for r in resources:
+            if r in first[mid]:
+                continue
+            # Every resource that changed hands left an owner off its rack.
+            previous = next(m for m, rs in first.items() if r in rs)
+            assert owning[previous].rack not in resource_racks[r]

@@ -14,7 +14,7 @@ from member_sim import (
 from workgroup.kafka.messages import Heartbeat, JoinGroup, LeaveGroup
 from workgroup.member.config import MemberConfig
 from workgroup.member.transitions import State
-from workgroup.protocol import BinaryCodec, Protocol
+from workgroup.protocol import LATEST_VERSION, BinaryCodec, Protocol
 from workgroup.testing import capture_logs
 
 CATALOG = {"shard": list(range(12))}
@@ -247,13 +247,15 @@ def test_version_probing_settles_on_the_common_version(sim: Simulation) -> None:
     assert sim.run_until(sim.stable)
     assert sim.members["new"].machine.used_versions == {"sticky.v1": 1}
     assert_balanced(sim)
-    # Upgrade the old member: the group moves to version 2.
+    # Upgrade the old member: the group moves to the latest version.
     sim.close("old")
     sim.run_until(lambda: sim.members["old"].closed)
     sim.members.pop("old")
     sim.add("old", config(cooperative()), CATALOG)
     assert sim.run_until(sim.stable)
-    assert {v for m in sim.members.values() for v in m.machine.used_versions.values()} == {2}
+    assert {v for m in sim.members.values() for v in m.machine.used_versions.values()} == {
+        LATEST_VERSION
+    }
     assert_balanced(sim)
     sim.check_exclusive()
 

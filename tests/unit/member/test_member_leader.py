@@ -22,7 +22,7 @@ from workgroup.member.leader import (
     simulate_rebalance,
     withholding_claims,
 )
-from workgroup.protocol import BinaryCodec, MemberMetadata
+from workgroup.protocol import LATEST_VERSION, BinaryCodec, MemberMetadata
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.testing.assignors import RotatingAssignor
 from workgroup.types import Key, Resource
@@ -55,7 +55,7 @@ def test_read_members_reports_unreadable_metadata_and_catalog_mismatches() -> No
     assert set(read.unreadable) == {"b"}
     assert "not in workgroup's format" in read.unreadable["b"]
     assert read.catalog_mismatches == {"d": b"other"}
-    assert read.used_versions == {"a": 2, "c": 1, "d": 2}
+    assert read.used_versions == {"a": LATEST_VERSION, "c": 1, "d": LATEST_VERSION}
     assert read.common_version == 1
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from workgroup.cli.assign import run
-from workgroup.errors import ErrorCode
+from workgroup.errors import ConfigError, ErrorCode
 from workgroup.kafka.messages import JoinedMember, JoinGroup, JoinGroupResult, SyncGroup
 from workgroup.member.actions import RunAssignor, SendRequest
 from workgroup.member.config import MemberConfig
@@ -148,3 +148,60 @@ def test_the_cli_target_is_what_the_live_follow_up_round_hands_out() -> None:
     shown = run("cooperative-sticky", json.dumps(document), {})
     assert shown["stats"]["rounds"] == 2
     assert shown["target"] == {mid: as_lists(data.assigned) for mid, data in sorted(second.items())}
+
+
+#: A skewed group: "a" owns the three busiest shards.
+SKEWED = {"shard": [{"key": k, "load": 1000.0 / (k + 1)} for k in range(9)]}
+SKEWED_OWNERS = {"a": [0, 1, 2], "b": [3, 4, 5], "c": [6, 7, 8]}
+
+
+def test_with_loads_the_cli_balances_as_the_live_leader_does() -> None:
+    members = {
+        mid: {"owned": [["shard", k] for k in keys], "generation": 4}
+        for mid, keys in SKEWED_OWNERS.items()
+    }
+    document = {"resources": SKEWED, "members": {"me": {}, **members}}
+    shown = run("cooperative-sticky", json.dumps(document), {}, "cooperative")
+    load = shown["load"]
+    assert load["max_over_mean_after"] < load["max_over_mean_before"]
+    assert load["moves"]
+    assert sum(load["after"].values()) == pytest.approx(sum(load["before"].values()))
+    assert shown["stats"]["converged"]
+
+    # A live leader whose members report the same loads hands out the same.
+    catalog = {"shard": list(range(9))}
+    live_members = {
+        mid: MemberMetadata(
+            kinds=(),
+            owned=tuple(("shard", k) for k in keys),
+            owned_generation=4,
+            catalog_hash=catalog_hash(catalog),
+            loads=tuple(1000.0 / (k + 1) for k in keys),
+        )
+        for mid, keys in SKEWED_OWNERS.items()
+    }
+    leader = MemberMachine(
+        MemberConfig(group_id="g", protocols=[Protocol.of("cooperative-sticky")]), catalog
+    )
+    started = leader.start(0) + leader.coordinator_found(1)
+    (join,) = [a for a in started if isinstance(a, SendRequest)]
+    assert isinstance(join.request, JoinGroup)
+    joined = [JoinedMember("me", None, join.request.protocols[0][1])]
+    joined += [JoinedMember(mid, None, CODEC.encode_metadata(m)) for mid, m in live_members.items()]
+    result = JoinGroupResult(
+        ErrorCode.NONE, 5, "workgroup", "cooperative-sticky.v1", "me", "me", tuple(joined)
+    )
+    (assign,) = [
+        a for a in leader.response(2, join.request_id, result) if isinstance(a, RunAssignor)
+    ]
+    synced = leader.assignment_done(3, assign.run_id, assign.assignor.assign(assign.input))
+    (sync,) = [a for a in synced if isinstance(a, SendRequest)]
+    assert isinstance(sync.request, SyncGroup)
+    live = {mid: CODEC.decode_assignment(blob).value for mid, blob in sync.request.assignments}
+    assert shown["assignment"] == {mid: as_lists(d.assigned) for mid, d in sorted(live.items())}
+
+
+def test_bad_loads_in_the_cli_input_are_refused() -> None:
+    document = {"resources": {"shard": [{"key": 0, "load": -3}]}, "members": {"a": {}}}
+    with pytest.raises(ConfigError, match="load"):
+        run("cooperative-sticky", json.dumps(document), {})

@@ -40,7 +40,7 @@ from workgroup.member.heartbeat import EXPEDITED_INTERVAL_MS
 from workgroup.member.leader import LEAVING_TAG
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
-from workgroup.protocol import AssignmentData, BinaryCodec, MemberMetadata, Protocol
+from workgroup.protocol import LATEST_VERSION, AssignmentData, BinaryCodec, MemberMetadata, Protocol
 from workgroup.testing import capture_logs
 
 PROTOCOL = Protocol("sticky", StickyTestAssignor())
@@ -863,9 +863,10 @@ def test_leader_assigns_a_member_from_the_future_with_the_common_version() -> No
     assert run.input.members["future"].owned == (("shard", 5),)
     sync = sent(m.assignment_done(3, run.run_id, run.assignor.assign(run.input)))
     given = {k: CODEC.decode_assignment(v) for k, v in sync.request.assignments}
-    assert given["future"].header.used_version == 2  # what every member can read
-    assert given["future"].value.common_version == 2
-    assert given["future"].value.rejoin  # it must re-encode with version 2
+    # What every member can read: the leader's latest.
+    assert given["future"].header.used_version == LATEST_VERSION
+    assert given["future"].value.common_version == LATEST_VERSION
+    assert given["future"].value.rejoin  # it must re-encode with the leader's latest
     assert ("shard", 5) in given["future"].value.assigned
     assert not given["me"].value.rejoin
 

@@ -1,8 +1,9 @@
 """One member fed random events in random order: answers with random error codes,
-late and stale answers, callbacks finishing out of turn, outages, close, fail and
-release.  Whatever happens, the machine only makes moves its transition table
-allows (an illegal one raises), its callbacks describe exactly what it owns, and
-it never asks for a tick in the past."""
+late and stale answers, callbacks finishing (or failing) out of turn, commits,
+outages, close, fail and release.  Whatever happens, the machine only makes
+moves its transition table allows (an illegal one raises), its callbacks
+describe exactly what it owns, every commit is answered exactly once, and it
+never asks for a tick in the past."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ from member_sim import StickyTestAssignor
 
 from workgroup.errors import ErrorCode, WorkgroupError
 from workgroup.kafka.messages import (
+    CommitPartition,
+    CommitPartitionResult,
+    CommitTopic,
+    CommitTopicResult,
     GroupResult,
     Heartbeat,
     HeartbeatResult,
@@ -22,11 +27,15 @@ from workgroup.kafka.messages import (
     JoinGroupResult,
     LeaveGroup,
     LeaveGroupResult,
+    OffsetCommit,
+    OffsetCommitResult,
     SyncGroup,
     SyncGroupResult,
 )
 from workgroup.member.actions import (
     Action,
+    CallbackErrorPolicy,
+    CommitDone,
     FindCoordinator,
     InvokeCallback,
     RunAssignor,
@@ -70,6 +79,9 @@ class Run:
     owned: set[Resource] = field(default_factory=set)
     generation: int = 0
     states: set[State] = field(default_factory=set)
+    #: Commits not answered yet.
+    commits: set[int] = field(default_factory=set)
+    next_commit: int = 0
 
     def apply(self, actions: list[Action]) -> None:
         for action in actions:
@@ -89,6 +101,8 @@ class Run:
                     self.owned -= set(action.resources)
                 assert action.owned == self.owned, action
                 self.callbacks[action.callback_id] = action
+            elif isinstance(action, CommitDone):
+                self.commits.remove(action.commit_id)  # answered once
         assert self.machine.owned == self.owned
         deadline = self.machine.next_deadline()
         assert deadline is None or deadline >= self.now, (deadline, self.now)
@@ -126,16 +140,47 @@ def answer(run: Run, data: st.DataObject, request: SendRequest) -> GroupResult:
         return SyncGroupResult(ErrorCode.NONE, blob)
     if isinstance(body, Heartbeat):
         return HeartbeatResult(error)
+    if isinstance(body, OffsetCommit):
+        return OffsetCommitResult(
+            tuple(
+                CommitTopicResult(
+                    t.name, tuple(CommitPartitionResult(p.partition, error) for p in t.partitions)
+                )
+                for t in body.topics
+            )
+        )
     assert isinstance(body, LeaveGroup)
     return LeaveGroupResult(ErrorCode.NONE)
 
 
-def step(run: Run, data: st.DataObject) -> None:
+def commit(run: Run, data: st.DataObject, now: int) -> None:
+    """Commit some shards' slots (partition i for shard i), naming their resources."""
+    shards = data.draw(st.lists(st.integers(0, 5), unique=True, min_size=1, max_size=3))
+    topic = CommitTopic("leases", tuple(CommitPartition(i, 1) for i in shards))
+    run.next_commit += 1
+    run.commits.add(run.next_commit)
+    resources = {("leases", i): ("shard", i) for i in shards}
+    run.apply(run.machine.commit(now, run.next_commit, (topic,), resources))
+
+
+def respond(run: Run, now: int, request_id: int, result: GroupResult | WorkgroupError) -> None:
     m = run.machine
-    choices = ["tick", "tick", "tick", "late tick", "rejoin", "release", "catalog"]
+    request = run.requests.pop(request_id)
+    if isinstance(request.request, OffsetCommit):
+        assert isinstance(result, OffsetCommitResult | WorkgroupError)
+        run.apply(m.commit_answered(now, request_id, result))
+    elif isinstance(result, WorkgroupError):
+        run.apply(m.request_failed(now, request_id, result))
+    else:
+        run.apply(m.response(now, request_id, result))
+
+
+def step(run: Run, data: st.DataObject, policy: CallbackErrorPolicy) -> None:
+    m = run.machine
+    choices = ["tick", "tick", "tick", "late tick", "rejoin", "release", "catalog", "commit"]
     choices += ["lookup"] if run.lookups else []
     choices += ["answer", "answer", "fail request"] if run.requests else []
-    choices += ["callback", "callback"] if run.callbacks else []
+    choices += ["callback", "callback", "callback failed"] if run.callbacks else []
     choices += ["assignor"] if run.runs else []
     if data.draw(RARELY):
         choices += ["close", "fail"]
@@ -165,15 +210,22 @@ def step(run: Run, data: st.DataObject) -> None:
             run.apply(m.find_coordinator_failed(now, CoordinatorUnavailableError("refused")))
     elif op in ("answer", "fail request"):
         request_id = data.draw(st.sampled_from(sorted(run.requests)))
-        request = run.requests.pop(request_id)
         if op == "answer":
-            run.apply(m.response(now, request_id, answer(run, data, request)))
+            respond(run, now, request_id, answer(run, data, run.requests[request_id]))
         else:
-            run.apply(m.request_failed(now, request_id, CoordinatorUnavailableError("timed out")))
+            respond(run, now, request_id, CoordinatorUnavailableError("timed out"))
+    elif op == "commit":
+        commit(run, data, now)
     elif op == "callback":
         callback_id = data.draw(st.sampled_from(sorted(run.callbacks)))
         del run.callbacks[callback_id]
         run.apply(m.callback_done(now, callback_id))
+    elif op == "callback failed":
+        callback_id = data.draw(st.sampled_from(sorted(run.callbacks)))
+        callback = run.callbacks.pop(callback_id)
+        if policy == "release" and callback.kind == "on_assigned":
+            run.owned -= set(callback.resources)  # given back without a callback
+        run.apply(m.callback_failed(now, callback_id, RuntimeError("boom")))
     elif op == "assignor":
         run_id = data.draw(st.sampled_from(sorted(run.runs)))
         action = run.runs.pop(run_id)
@@ -190,9 +242,14 @@ def step(run: Run, data: st.DataObject) -> None:
     rebalance=st.sampled_from(["cooperative", "eager"]),
     static=st.booleans(),
     connect_timeout_ms=st.sampled_from([None, None, None, 30_000]),
+    policy=st.sampled_from(["log", "release", "fail"]),
 )
 def test_random_events_keep_the_machine_within_its_rules(
-    data: st.DataObject, rebalance: str, static: bool, connect_timeout_ms: int | None
+    data: st.DataObject,
+    rebalance: str,
+    static: bool,
+    connect_timeout_ms: int | None,
+    policy: CallbackErrorPolicy,
 ) -> None:
     protocol = Protocol("sticky", StickyTestAssignor(), rebalance=rebalance)  # type: ignore[arg-type]
     config = MemberConfig(
@@ -204,10 +261,10 @@ def test_random_events_keep_the_machine_within_its_rules(
         heartbeat_interval_ms=1_000,
         connect_timeout_ms=connect_timeout_ms,
     )
-    run = Run(MemberMachine(config, CATALOG))
+    run = Run(MemberMachine(config, CATALOG, on_callback_error=policy))
     run.apply(run.machine.start(0))
     for _ in range(data.draw(st.integers(20, 120))):
-        step(run, data)
+        step(run, data, policy)
     if run.machine.state not in (State.CLOSED, State.FATAL):
         # Closing always completes once callbacks finish and the LeaveGroup is
         # answered, the hand-over's deadline included (nothing else is answered).
@@ -230,6 +287,10 @@ def test_random_events_keep_the_machine_within_its_rules(
                 run.apply(run.machine.tick(run.now))
         assert run.machine.state is State.CLOSED
     assert not run.machine.owned
+    for request_id, request in sorted(run.requests.items()):  # answered late: still answered
+        if isinstance(request.request, OffsetCommit):
+            respond(run, run.now, request_id, answer(run, data, request))
+    assert not run.commits, "a commit was never answered"
     event(f"states: {len(run.states)}")
     for state in run.states:
         event(f"reached {state.name}")

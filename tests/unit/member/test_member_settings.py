@@ -30,6 +30,9 @@ CHANGED: dict[str, Any] = {
     "reassign_delay_ms": 1_500,
     "session_margin_ms": 900,
     "request_timeout_ms": 4_000,
+    "imbalance_tolerance": 0.2,
+    "max_moves": 4,
+    "balance_interval_ms": 30_000,
 }
 
 

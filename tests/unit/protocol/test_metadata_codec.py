@@ -51,8 +51,8 @@ def _group_order(items: tuple[tuple[str, object], ...]) -> list[tuple[str, objec
 def test_metadata_round_trip(meta: MemberMetadata, compress_above: int | None) -> None:
     codec = BinaryCodec(compress_above=compress_above)
     decoded = codec.decode_metadata(codec.encode_metadata(meta))
-    assert decoded.header.used_version == 2
-    assert decoded.header.latest_supported_version == 2
+    assert decoded.header.used_version == 3
+    assert decoded.header.latest_supported_version == 3
     assert _group_order(decoded.value.owned) == _group_order(meta.owned)
     assert decoded.value == MemberMetadata(**{**_fields(meta), "owned": decoded.value.owned})
 
@@ -76,11 +76,68 @@ def test_older_reader_reads_newer_metadata(meta: MemberMetadata) -> None:
     new, old = BinaryCodec(), BinaryCodec(latest_version=1)
     decoded = old.decode_metadata(new.encode_metadata(meta))
     # The header still tells the old reader what the writer could do.
-    assert decoded.header.used_version == 2
-    assert decoded.header.latest_supported_version == 2
+    assert decoded.header.used_version == 3
+    assert decoded.header.latest_supported_version == 3
     assert decoded.value.tags == ()
     assert decoded.value.catalog_hash == meta.catalog_hash
     assert decoded.value.instance_id == meta.instance_id
+
+
+loads_of = st.one_of(
+    st.floats(0, 1e12),
+    st.just(float("nan")),
+    st.just(-1.0),
+    st.just(float("inf")),
+)
+
+
+@given(resources.map(lambda rs: tuple(dict.fromkeys(rs))), st.data(), st.sampled_from([None, 0]))
+def test_loads_round_trip_within_a_fraction_of_the_largest(
+    owned: tuple[tuple[str, object], ...], data: st.DataObject, compress_above: int | None
+) -> None:
+    loads = tuple(data.draw(loads_of) for _ in owned)
+    codec = BinaryCodec(compress_above=compress_above)
+    meta = MemberMetadata(owned=owned, loads=loads)  # type: ignore[arg-type]
+    decoded = codec.decode_metadata(codec.encode_metadata(meta)).value
+    measured = {r: x for r, x in zip(owned, loads, strict=True) if 0 <= x < float("inf")}
+    if not measured:
+        assert decoded.loads == ()  # nothing measured: nothing sent
+        return
+    largest = max(measured.values())
+    assert len(decoded.loads) == len(decoded.owned)
+    for resource, load in zip(decoded.owned, decoded.loads, strict=True):
+        if resource in measured:
+            assert abs(load - measured[resource]) <= largest / 65534 / 2 + 1e-9 * largest
+        else:  # negative, infinite or NaN: not measured
+            assert load != load
+
+
+def test_loads_cost_two_bytes_per_resource() -> None:
+    owned = tuple(("shard", k) for k in range(1000))
+    codec = BinaryCodec(compress_above=None)
+    plain = codec.encode_metadata(MemberMetadata(owned=owned))
+    loaded = codec.encode_metadata(MemberMetadata(owned=owned, loads=(1.5,) * 1000))
+    assert len(loaded) - len(plain) == 8 + 2 * 1000
+
+
+def test_loads_not_matching_the_owned_resources_are_corrupt() -> None:
+    codec = BinaryCodec(compress_above=None)
+    blob = codec.encode_metadata(MemberMetadata(owned=(("s", 1), ("s", 2)), loads=(1.0, 2.0)))
+    # The loads' count (after the tags) says 2; claim 1 instead.
+    index = blob.rindex(struct.pack(">i", 2))
+    forged = blob[:index] + struct.pack(">i", 1) + blob[index + 4 :]
+    with pytest.raises(ProtocolError, match="loads"):
+        codec.decode_metadata(forged)
+
+
+def test_older_readers_ignore_loads() -> None:
+    meta = MemberMetadata(owned=(("s", 1),), loads=(3.0,), tags=(("a", "b"),))
+    decoded = BinaryCodec(latest_version=2).decode_metadata(BinaryCodec().encode_metadata(meta))
+    assert decoded.value.loads == ()
+    assert decoded.value.tags == (("a", "b"),)
+    # Written for an older group (version probing), the loads are left out.
+    old = BinaryCodec().encode_metadata(meta, version=2)
+    assert BinaryCodec().decode_metadata(old).value.loads == ()
 
 
 @given(metadata)
@@ -92,7 +149,7 @@ def test_newer_reader_reads_older_metadata(meta: MemberMetadata) -> None:
     assert decoded.value.user_data == meta.user_data
 
 
-@given(metadata, st.binary(min_size=1, max_size=40), st.integers(3, 100))
+@given(metadata, st.binary(min_size=1, max_size=40), st.integers(4, 100))
 def test_unknown_future_version_with_trailing_fields_is_readable(
     meta: MemberMetadata, future_fields: bytes, future_version: int
 ) -> None:

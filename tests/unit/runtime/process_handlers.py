@@ -26,3 +26,12 @@ async def fail_once(lease: ProcessLease) -> None:
         raise RuntimeError("first run fails")
     await lease.commit("second run")
     await lease.wait_revoked()
+
+
+def report_loads(lease: ProcessLease) -> None:
+    lease.report_load(42.5)
+    try:
+        lease.report_load(-1)
+    except Exception as exc:  # refused in the child, before anything is sent
+        lease.commit_sync(f"refused: {type(exc).__name__}", 10)
+    lease.wait_revoked_sync(30)

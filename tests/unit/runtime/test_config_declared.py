@@ -48,6 +48,8 @@ def sample(declared: Setting) -> tuple[Any, str, str]:
         return True, "yes", "true"
     if declared.kind is int:
         return 1234, "1234", "1234"
+    if declared.kind is float:
+        return 0.25, "0.25", "0.25"
     value = declared.doc.choices[-1] if declared.doc.choices else "some-value"
     return value, value, f'"{value}"'
 
@@ -212,8 +214,8 @@ def test_settings_that_cannot_be_declared_are_refused_at_import() -> None:
         retention_ms: int = 3_000
 
     @dataclass(frozen=True)
-    class Fractional:
-        ratio: float = setting(0.5, "A share.")
+    class Listed:
+        names: tuple[str, ...] = setting(("a",), "Several names.")
 
     @dataclass(frozen=True)
     class Twice(Settings):
@@ -221,8 +223,8 @@ def test_settings_that_cannot_be_declared_are_refused_at_import() -> None:
 
     with pytest.raises(TypeError, match=r"Plain\.retention_ms is not declared by setting"):
         settings_of(Plain)
-    with pytest.raises(TypeError, match=r"Fractional\.ratio: a setting is an int, a str or"):
-        settings_of(Fractional)
+    with pytest.raises(TypeError, match=r"Listed\.names: a setting is an int, a float, a str"):
+        settings_of(Listed)
     with pytest.raises(TypeError, match="settings declared twice: security_protocol"):
         settings_of(Twice)
 

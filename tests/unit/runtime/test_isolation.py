@@ -14,7 +14,7 @@ from tests.unit.runtime import process_handlers
 from tests.unit.runtime.test_lease import SLOT, FakeStore, lease
 from workgroup.runtime.handlers import HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.isolation import ProcessHandler
-from workgroup.runtime.lease import Committed, EndReason
+from workgroup.runtime.lease import Committed, EndReason, Lease
 from workgroup.runtime.slots import read_value
 from workgroup.testing import capture_logs
 
@@ -148,3 +148,20 @@ def test_the_parent_signs_with_a_key_its_children_inherit(monkeypatch: pytest.Mo
     assert handler_key() == key
     monkeypatch.setenv(HANDLER_KEY_ENV, "configured")
     assert handler_key() == b"configured"
+
+
+async def test_a_child_process_reports_load_through_the_parents_lease() -> None:
+    store = FakeStore()
+    reported: list[float] = []
+    held = Lease("g", "shard", 3, slot=SLOT, store=store, load_sink=reported.append)
+    run = HandlerRun(
+        held,
+        ProcessHandler(process_handlers.report_loads),
+        name="g",
+        restart=RestartPolicy(),
+        stats=HandlerStats(),
+    )
+    run.start()
+    assert await wait_committed(store, "the child's refusal") == "refused: ConfigError"
+    assert reported == [42.5]
+    await run.stop(EndReason.REVOKED, grace_s=5.0)

@@ -16,6 +16,7 @@ from workgroup.runtime.lease import Committed, EndReason, Lease, LeaseState, Slo
 from workgroup.runtime.lease_states import LIVE_STATES, NEXT_STATES, check_transition
 from workgroup.runtime.slots import MAX_METADATA_BYTES, check_value, slot_header
 from workgroup.testing import FakeClock
+from workgroup.types import Resource
 
 SLOT = Slot("workgroup-leases.g", 3)
 #: What every commit of ``lease()`` (key 3) starts with.
@@ -29,12 +30,13 @@ class FakeStore:
         self.offsets: dict[Slot, Committed] = {}
         self.answers: list[ErrorCode] = []
         self.commits: list[tuple[Slot, int, str | None]] = []
-        self.generations: list[int | None] = []
+        #: The resource each commit named (the member maps it to a generation).
+        self.resources: list[Resource | None] = []
 
     async def commit(
-        self, slot: Slot, offset: int, metadata: str | None, *, generation: int | None = None
+        self, slot: Slot, offset: int, metadata: str | None, *, resource: Resource | None = None
     ) -> ErrorCode:
-        self.generations.append(generation)
+        self.resources.append(resource)
         error = self.answers.pop(0) if self.answers else ErrorCode.NONE
         if error is ErrorCode.NONE:
             self.offsets[slot] = Committed(offset, metadata)
@@ -103,18 +105,20 @@ async def test_a_revoked_lease_commits_during_its_grace_period_only() -> None:
     assert store.offsets[SLOT] == Committed(1, HEADER + "just in time")
 
 
-async def test_a_revoked_lease_commits_under_the_generation_it_was_given_up_in() -> None:
-    """Once the member has joined a newer generation, the coordinator refuses those
-    commits: a next owner may hold the resource by then (found by the chaos suite:
-    a revoked handler in its grace period committed under the member's new
-    generation while the new owner already committed)."""
+async def test_every_commit_names_the_leases_resource() -> None:
+    """The member's machine maps the resource to the generation the commit goes
+    under (its rule 11): a revoked lease's commits go under the generation it was
+    given up in, so the coordinator refuses them once the group moved on (found
+    by the chaos suite: a revoked handler in its grace period committed under the
+    member's new generation while the new owner already committed).  The machine's
+    tests check that choice; here, that the lease names its resource every time."""
     store = FakeStore()
     held = lease(store)
     await held.acquire()
     await held.commit("while held")
-    held.end(EndReason.REVOKED, grace_s=30.0, generation=7)
+    held.end(EndReason.REVOKED, grace_s=30.0)
     await held.commit("last step")
-    assert store.generations == [None, None, 7]  # acquire, held commit: the member's current
+    assert store.resources == [("shard", 3)] * 3  # acquire, held, revoked
 
 
 async def test_a_lost_lease_never_commits_even_with_grace() -> None:
@@ -166,7 +170,7 @@ async def test_a_commit_retried_past_its_deadline_raises_the_coordinator_error()
         await held.commit("x")
     # Backing off up to 1 s between tries, it gave up once 30 s had passed.
     assert 30.0 <= clock.monotonic() < 31.0
-    assert 30 < len(store.generations) - 1 < 100
+    assert 30 < len(store.resources) - 1 < 100
     assert held.held  # a rebalance that lasts does not end the lease
 
 
@@ -301,10 +305,10 @@ async def test_a_revoked_lease_the_coordinator_refuses_is_fenced_and_stops_at_on
     assert held.lost  # the member is gone: stop at once
     assert held.end_reason == "fenced by the coordinator (UNKNOWN_MEMBER_ID)"
     assert not held.can_commit
-    sent = len(store.generations)
+    sent = len(store.resources)
     with pytest.raises(LeaseLostError):
         await held.commit("again")
-    assert len(store.generations) == sent  # nothing sent
+    assert len(store.resources) == sent  # nothing sent
 
 
 async def test_a_lease_revoked_while_taking_its_token_never_holds() -> None:
@@ -390,8 +394,8 @@ def test_whatever_happens_the_state_and_the_properties_agree(
                 assert not held.held
             ended_once = ended_once or held.revoked
             if sent_when_stopped is not None:
-                assert len(store.generations) == sent_when_stopped  # nothing sent since
+                assert len(store.resources) == sent_when_stopped  # nothing sent since
             elif held.revoked and not held.can_commit:
-                sent_when_stopped = len(store.generations)
+                sent_when_stopped = len(store.resources)
 
     asyncio.run(scenario())

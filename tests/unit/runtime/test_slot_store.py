@@ -1,4 +1,5 @@
-"""MemberSlotStore: commits batched per loop pass, one request per generation."""
+"""MemberSlotStore: commits batched per loop pass, each partition naming its resource
+(the member's machine chooses the generations: tests/unit/member/test_member_commits.py)."""
 
 from __future__ import annotations
 
@@ -14,40 +15,51 @@ from workgroup.kafka.messages import (
 )
 from workgroup.runtime.lease import Slot
 from workgroup.runtime.store import MemberSlotStore
+from workgroup.types import Resource
 
 
 class FakeMember:
     def __init__(self) -> None:
-        self.requests: list[tuple[int | None, list[tuple[str, int, str | None]]]] = []
+        self.requests: list[tuple[list[tuple[str, int, str | None]], dict[Any, Resource]]] = []
 
     async def commit_offsets(
-        self, topics: list[CommitTopic], *, generation: int | None = None
+        self, topics: list[CommitTopic], *, resources: dict[Any, Resource] | None = None
     ) -> OffsetCommitResult:
         parts = [(t.name, p.partition, p.metadata) for t in topics for p in t.partitions]
-        self.requests.append((generation, parts))
-        # The coordinator refuses the old generation: the group moved on.
-        error = ErrorCode.ILLEGAL_GENERATION if generation == 3 else ErrorCode.NONE
+        self.requests.append((parts, dict(resources or {})))
+
+        def error(topic: str, partition: int) -> ErrorCode:
+            # As the machine answers a resource given up in a generation the group left.
+            resource = (resources or {}).get((topic, partition))
+            return ErrorCode.ILLEGAL_GENERATION if resource == ("shard", "c") else ErrorCode.NONE
+
         return OffsetCommitResult(
             tuple(
                 CommitTopicResult(
-                    t.name, tuple(CommitPartitionResult(p.partition, error) for p in t.partitions)
+                    t.name,
+                    tuple(
+                        CommitPartitionResult(p.partition, error(t.name, p.partition))
+                        for p in t.partitions
+                    ),
                 )
                 for t in topics
             )
         )
 
 
-async def test_commits_of_one_pass_go_in_one_request_per_generation() -> None:
+async def test_commits_of_one_pass_go_in_one_request_naming_each_partitions_resource() -> None:
     member = FakeMember()
     store = MemberSlotStore(member)  # type: ignore[arg-type]
     calls: list[Any] = [
-        store.commit(Slot("leases", 0), 5, "a"),
+        store.commit(Slot("leases", 0), 5, "a", resource=("shard", "a")),
         store.commit(Slot("leases", 1), 6, "b"),
-        store.commit(Slot("leases", 2), 2, "c", generation=3),
+        store.commit(Slot("leases", 2), 2, "c", resource=("shard", "c")),
     ]
     errors = await asyncio.gather(*calls)
     assert errors == [ErrorCode.NONE, ErrorCode.NONE, ErrorCode.ILLEGAL_GENERATION]
-    assert sorted(member.requests, key=lambda r: str(r[0])) == [
-        (3, [("leases", 2, "c")]),
-        (None, [("leases", 0, "a"), ("leases", 1, "b")]),
+    assert member.requests == [
+        (
+            [("leases", 0, "a"), ("leases", 1, "b"), ("leases", 2, "c")],
+            {("leases", 0): ("shard", "a"), ("leases", 2): ("shard", "c")},
+        )
     ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import pickle
 import threading
 import time
 from pathlib import Path
@@ -29,9 +30,11 @@ from workgroup_spark import (
     JavaMissingError,
     SparkQueries,
     SparkQueryFailed,
+    check_fence,
     check_java,
     checkpoint_location,
     fenced,
+    resolve_checkpoint_root,
     write_batch_parquet,
 )
 from workgroup_spark.progress import SparkMetrics
@@ -101,6 +104,34 @@ def test_environment_chooses_where_spark_runs(monkeypatch: pytest.MonkeyPatch) -
     assert SparkQueries(workgroup.App("x")).checkpoint_root == "/elsewhere"
 
 
+def test_a_relative_checkpoint_root_is_resolved_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("WORKGROUP_SPARK_CHECKPOINT_ROOT", raising=False)
+    monkeypatch.delenv("WORKGROUP_SPARK_REMOTE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    spark = SparkQueries(workgroup.App("x"))  # the default, "spark-checkpoints"
+    assert spark.checkpoint_root == str(tmp_path / "spark-checkpoints")
+    monkeypatch.chdir("/")  # a later change of directory moves nothing
+    assert spark.checkpoint_root == str(tmp_path / "spark-checkpoints")
+    assert resolve_checkpoint_root("s3a://b/ckpt", remote=None) == "s3a://b/ckpt"
+    assert resolve_checkpoint_root("file:/data/c", remote="sc://h:1") == "file:/data/c"
+    assert resolve_checkpoint_root("/data/c", remote="sc://h:1") == "/data/c"
+
+
+def test_a_relative_checkpoint_root_is_refused_with_spark_connect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("WORKGROUP_SPARK_CHECKPOINT_ROOT", raising=False)
+    monkeypatch.setenv("WORKGROUP_SPARK_REMOTE", "sc://127.0.0.1:15002")
+    with pytest.raises(ConfigError) as caught:
+        SparkQueries(workgroup.App("x"))  # the default root is relative too
+    message = str(caught.value)
+    assert "'spark-checkpoints' is relative" in message
+    assert "Spark Connect server would resolve it" in message
+    assert "\n" not in message
+
+
 def test_a_missing_java_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAVA_HOME", "/nonexistent/jdk")
     with pytest.raises(JavaMissingError) as caught:
@@ -141,6 +172,19 @@ def test_a_progress_report_becomes_a_batch() -> None:
         {**REPORT, "eventTime": {"watermark": "1970-01-01T00:00:00.000Z"}}
     )
     assert no_watermark.watermark is None
+
+
+def test_a_spark_connect_report_counts_its_sources() -> None:
+    # A Connect server's progress JSON has these figures per source only.
+    report = {k: v for k, v in REPORT.items() if not k.endswith(("Rows", "Second"))}
+    report["sources"] = [
+        {"numInputRows": 1000, "inputRowsPerSecond": 300.0, "processedRowsPerSecond": 250.0},
+        {"numInputRows": 200, "inputRowsPerSecond": 100.0, "processedRowsPerSecond": "NaN"},
+    ]
+    progress = BatchProgress.parse(report)
+    assert (progress.input_rows, progress.input_rows_per_s) == (1200, 400.0)
+    assert progress.processed_rows_per_s == 250.0
+    assert BatchProgress.parse({**report, "sources": []}).input_rows == 0
 
 
 @given(
@@ -201,6 +245,102 @@ async def test_a_fenced_zombie_writes_nothing() -> None:
     assert lease.lost
 
 
+class FakeFence:
+    """A portable fence's interface: commits recorded; refuses once ``ended``."""
+
+    def __init__(self) -> None:
+        self.ended = False
+        self.commits: list[str] = []
+
+    def commit(self, value: str, *, timeout_s: float = 10.0) -> None:
+        if self.ended:
+            raise LeaseLostError("etl.shard/s-0: fenced by the coordinator (UNKNOWN_MEMBER_ID)")
+        self.commits.append(value)
+
+    def check(self, *, timeout_s: float = 10.0) -> None:
+        self.commit("check", timeout_s=timeout_s)
+
+
+def _write_parquet_to(directory: Path) -> Any:
+    def write(batch: Any, batch_id: int) -> None:
+        write_batch_parquet(pa.table({"n": [batch_id]}), str(directory), batch_id)
+
+    return write
+
+
+async def test_a_pickled_fenced_writer_carries_the_fence_not_the_lease(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    store = FakeStore()
+    lease = await _held_lease(store)
+    fence = FakeFence()
+    monkeypatch.setattr(lease, "fence", lambda **options: fence)
+    writer = fenced(lease, _write_parquet_to(tmp_path))
+    # What Spark Connect does with a foreachBatch function: pickle it for the server.
+    from pyspark import cloudpickle  # Spark's own pickler for Python functions
+
+    shipped = pickle.loads(cloudpickle.dumps(writer))
+    assert shipped.lease is None
+    assert isinstance(shipped.fence, FakeFence)
+    shipped(object(), 7)
+    assert os.listdir(tmp_path) == ["batch-0000000007.parquet"]
+    # Committed before the write, checked again before the rename; never through the lease.
+    assert shipped.fence.commits == ['{"spark_batch": 7, "token": 1}'] * 2
+    assert store.commits[-1][2] is not None
+    assert "spark_batch" not in (store.commits[-1][2] or "")
+    shipped.fence.ended = True
+    with pytest.raises(LeaseLostError, match="fenced"):
+        shipped(object(), 8)
+    assert os.listdir(tmp_path) == ["batch-0000000007.parquet"]
+
+
+def test_a_fence_that_cannot_reach_its_coordinator_writes_nothing(tmp_path: Path) -> None:
+    from pyspark import cloudpickle
+
+    from workgroup.fence import FenceTimeoutError, make_fence
+    from workgroup.security import Security
+    from workgroup_spark.connect_server import free_port
+
+    closed = free_port()
+    fence = make_fence(
+        bootstrap=f"127.0.0.1:{closed}",
+        security=Security(),
+        group_id="etl.shard",
+        member_id="m-1",
+        instance_id=None,
+        generation=2,
+        topic="t",
+        partition=0,
+        kind="shard",
+        key="s-0",
+        token=5,
+    )
+    # A Fence given to fenced(): what a process other than the daemon does.
+    shipped = cloudpickle.dumps(fenced(fence, _write_parquet_to(tmp_path), timeout_s=0.5))
+    writer = pickle.loads(shipped)
+    with pytest.raises(FenceTimeoutError, match=rf"no verdict from 127\.0\.0\.1:{closed}"):
+        writer(object(), 1)
+    assert os.listdir(tmp_path) == []
+
+
+async def test_the_fence_is_checked_again_just_before_the_rename(tmp_path: Path) -> None:
+    store = FakeStore()
+    lease = await _held_lease(store)
+    written: list[str] = []
+
+    def write(batch: Any, batch_id: int) -> None:
+        # A slow collect() or transform: the lease ends meanwhile.
+        store.answers = [ErrorCode.UNKNOWN_MEMBER_ID]
+        written.append(write_batch_parquet(pa.table({"n": [1]}), str(tmp_path), batch_id))
+
+    writer = fenced(lease, write)
+    with pytest.raises(LeaseLostError, match="fenced"):
+        await asyncio.to_thread(writer, object(), 9)
+    assert written == []
+    assert os.listdir(tmp_path) == []  # neither the file nor its temporary copy
+    check_fence()  # outside a fenced write: nothing to check, no error
+
+
 # --- the shard query's life ----------------------------------------------------------------
 
 
@@ -250,10 +390,15 @@ class FakeWriter:
 class FakeSession:
     def __init__(self) -> None:
         self.made = 0
+        self.failures: list[BaseException] = []
 
     def get(self) -> str:
         self.made += 1
         return "spark-session"
+
+    def forget_if_gone(self, error: BaseException) -> bool:
+        self.failures.append(error)
+        return False
 
 
 def shard_query(writer: Any, metrics: SparkMetrics | None = None) -> ShardQuery:
@@ -298,6 +443,34 @@ async def test_a_revoked_query_finishes_its_batch_then_stops() -> None:
     await asyncio.wait_for(task, 5)
     assert query.stopped_at is not None
     assert metrics.active.labels(*labels)._value.get() == 0
+
+
+async def test_each_batch_reports_its_input_rate_as_the_shards_load() -> None:
+    reported: list[float] = []
+    lease = Lease(
+        "etl.shard",
+        "shard",
+        "s-0",
+        slot=Slot("t", 0),
+        store=FakeStore(),
+        commit_timeout_s=2,
+        load_sink=reported.append,
+    )
+    await lease.acquire()
+    writer = FakeWriter()
+    task = asyncio.create_task(shard_query(writer)(lease))
+    await _until(lambda: writer.query is not None)
+    assert writer.query is not None
+    writer.query.recentProgress = [
+        {**REPORT, "batchId": 0, "inputRowsPerSecond": 250.0},
+        {**REPORT, "batchId": 1, "inputRowsPerSecond": "NaN"},  # an empty batch
+    ]
+    await _until(lambda: len(reported) == 2)
+    assert reported == [250.0, 0.0]
+    await asyncio.sleep(0.1)
+    assert len(reported) == 2  # each batch once
+    lease.end(EndReason.REVOKED, grace_s=1.0)
+    await asyncio.wait_for(task, 5)
 
 
 async def test_a_batch_that_outlasts_the_grace_period_is_stopped() -> None:
@@ -348,6 +521,37 @@ async def test_build_must_return_a_stream_writer() -> None:
     lease = await _held_lease(FakeStore())
     with pytest.raises(WorkgroupError, match=r"must return a DataStreamWriter \(df.writeStream"):
         await shard_query("not a writer")(lease)
+
+
+def test_a_connect_session_the_server_closed_is_dropped() -> None:
+    from workgroup_spark.session import SessionHolder, SessionOptions
+
+    class Closed:
+        stopped = False
+
+        def stop(self) -> None:
+            self.stopped = True
+            raise RuntimeError("the server no longer has this session")
+
+    gone = RuntimeError("[INVALID_HANDLE.SESSION_CLOSED] The handle 1f2e is invalid.")
+    local = SessionHolder(SessionOptions("etl"))
+    local._session = Closed()
+    assert not local.forget_if_gone(gone)  # a JVM session has no such failure
+    remote = SessionHolder(SessionOptions("etl", remote="sc://127.0.0.1:15002"))
+    session = remote._session = Closed()
+    assert not remote.forget_if_gone(RuntimeError("[TABLE_OR_VIEW_NOT_FOUND] t"))
+    assert remote.started
+    assert remote.forget_if_gone(gone)
+    assert session.stopped  # pyspark's default session is cleared with it
+    assert not remote.started  # the next get() opens a new one
+
+
+async def test_a_query_that_cannot_start_hands_its_error_to_the_session() -> None:
+    lease = await _held_lease(FakeStore())
+    query = shard_query("not a writer")
+    with pytest.raises(WorkgroupError):
+        await query(lease)
+    assert [type(e) for e in query.session.failures] == [WorkgroupError]  # type: ignore[attr-defined]
 
 
 def test_stopping_a_session_whose_jvm_is_gone_is_not_a_failure() -> None:

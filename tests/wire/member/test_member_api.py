@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from workgroup.errors import ConfigError
+from workgroup.errors import ConfigError, ErrorCode
+from workgroup.kafka.messages import CommitPartition, CommitTopic, FetchTopic
 from workgroup.member.driver import GroupMember, parse_bootstrap
 from workgroup.member.errors import (
     CallbackError,
@@ -487,3 +488,24 @@ async def test_a_newcomer_gets_delayed_resources_at_once(bootstrap: str) -> None
             async with asyncio.timeout(TIMEOUT_S):
                 await c.wait_for(lambda _: a.assignment | c.assignment == ALL)
             assert len(c.assignment) == 3
+
+
+async def test_commit_offsets_goes_under_the_generation_the_machine_chooses(
+    bootstrap: str,
+) -> None:
+    """Owned: accepted under the current generation; never owned: refused by the
+    member itself (nothing sent); after close: refused as not a member."""
+    group = new_group()
+    a = member(bootstrap, group, resources={"shard": [0, 1]})
+    topic = CommitTopic("leases", (CommitPartition(0, 7, "a"), CommitPartition(1, 8, "b")))
+    resources = {("leases", 0): ("shard", 0), ("leases", 1): ("shard", 9)}
+    async with a, asyncio.timeout(TIMEOUT_S):
+        await a.wait_stable()
+        result = await a.commit_offsets([topic], resources=resources)
+        codes = {p.partition: p.error for t in result.topics for p in t.partitions}
+        assert codes == {0: ErrorCode.NONE, 1: ErrorCode.ILLEGAL_GENERATION}
+        fetched = await a.fetch_offsets([FetchTopic("leases", (0, 1))])
+        offsets = {p.partition: p.offset for t in fetched.topics for p in t.partitions}
+        assert offsets == {0: 7, 1: -1}
+    after = await a.commit_offsets([topic], resources=resources)
+    assert {p.error for t in after.topics for p in t.partitions} == {ErrorCode.UNKNOWN_MEMBER_ID}

@@ -55,6 +55,7 @@ function renderMembers(group) {
     cell(row, m.host);
     cell(row, m.endpoint);
     cell(row, m.owns);
+    cell(row, m.load === null ? null : m.capacity === 1 ? m.load : `${m.load} (capacity ${m.capacity})`);
     body.appendChild(row);
   }
 }

@@ -1,0 +1,200 @@
+"""A Spark Connect server from the pyspark package, on this machine (tests, demo, benchmark).
+
+pyspark's pip package ships ``sbin/start-connect-server.sh`` and the Connect
+server jar: one JVM that runs every daemon's queries, while each daemon is a thin
+client (``remote="sc://127.0.0.1:<port>"``) with no JVM of its own.
+
+Rules:
+
+1. The server runs in the foreground (``--wait``), in a process group of its own,
+   bound to loopback; stopping it sends SIGTERM to the group, then SIGKILL.
+2. Its Python workers (``foreachBatch`` functions run beside the server) use
+   ``python`` (``PYSPARK_PYTHON``), which must have pyspark and the functions'
+   modules (``PYTHONPATH`` is passed on); without it they fail with
+   "Python worker failed to connect back".
+3. Its ``SPARK_HOME`` is a directory of links to the pyspark package without
+   ``python/lib/pyspark.zip``: Spark puts that zip first on every Python worker's
+   path, and modules imported from a zip are compiled on every start (twice the
+   CPU of the installed, compiled pyspark).  Spark waits a fixed 10 s for a
+   ``foreachBatch`` worker to connect back; on a loaded machine the zip alone
+   made every worker miss it.
+4. It is ready once its gRPC port accepts connections; a server that exits or
+   stays closed past the timeout raises :class:`ConnectServerError` with the
+   tail of its log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from workgroup.errors import WorkgroupError
+
+#: Settings for a small server shared by a few thin daemons on one machine.
+DEFAULT_SERVER_CONF: Mapping[str, str] = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    # A new owner's query with the same checkpoint stops a dead owner's run still
+    # on the server (Spark's default; set here because exactly-once relies on it).
+    "spark.sql.streaming.stopActiveRunOnRestart": "true",
+}
+
+
+class ConnectServerError(WorkgroupError):
+    """The Spark Connect server did not start."""
+
+    retriable = False
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectServer:
+    """A running server: ``remote`` is the URL for ``remote=`` / ``WORKGROUP_SPARK_REMOTE``."""
+
+    port: int
+    pid: int
+    log: Path
+
+    @property
+    def remote(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+
+def spark_home() -> Path:
+    """The pyspark package directory: it is a SPARK_HOME (bin/, sbin/, jars/)."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def worker_spark_home(package: Path, directory: Path) -> Path:
+    """A SPARK_HOME of links to ``package`` whose ``python/lib`` holds py4j only
+    (rule 3): Python workers then import the installed, compiled pyspark."""
+    lib = directory / "python" / "lib"
+    lib.mkdir(parents=True, exist_ok=True)
+    for entry in package.iterdir():
+        if entry.name != "python" and not (directory / entry.name).exists():
+            (directory / entry.name).symlink_to(entry)
+    for py4j in (package / "python" / "lib").glob("py4j-*.zip"):
+        if not (lib / py4j.name).exists():
+            (lib / py4j.name).symlink_to(py4j)
+    return directory
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def run_connect_server(
+    log: Path,
+    *,
+    port: int | None = None,
+    python: str = sys.executable,
+    conf: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    start_timeout_s: float = 180.0,
+) -> Iterator[ConnectServer]:
+    """Start a Connect server on ``127.0.0.1:port`` (a free one by default), yield it
+    once it accepts connections, stop it on the way out."""
+    package = spark_home()
+    port = port or free_port()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    home = worker_spark_home(package, log.parent / "spark-home")
+    settings = {
+        **DEFAULT_SERVER_CONF,
+        **(conf or {}),
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+    }
+    argv = ["bash", str(home / "sbin" / "start-connect-server.sh"), "--wait"]
+    for key, value in settings.items():
+        argv += ["--conf", f"{key}={value}"]
+    server_env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": python,
+        # Not under site-packages: the log and pid directories of spark-daemon.sh.
+        "SPARK_LOG_DIR": str(log.parent),
+        "SPARK_PID_DIR": str(log.parent),
+        **(env or {}),
+    }
+    with log.open("ab") as sink:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=server_env,
+            start_new_session=True,
+        )
+    try:
+        _wait_listening(process, port, log, start_timeout_s)
+        yield ConnectServer(port, process.pid, log)
+    finally:
+        _stop(process)
+
+
+def _wait_listening(
+    process: subprocess.Popen[bytes], port: int, log: Path, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ConnectServerError(
+                f"the Spark Connect server exited ({process.returncode}):\n{_tail(log)}"
+            )
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1.0):
+            return
+        time.sleep(0.25)
+    raise ConnectServerError(
+        f"the Spark Connect server did not listen on 127.0.0.1:{port} within "
+        f"{timeout_s:.0f} s:\n{_tail(log)}"
+    )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the server's process group (the script and its JVM), SIGKILL if
+    it is still there after 30 s."""
+    for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and _group_alive(process):
+            time.sleep(0.1)
+        if not _group_alive(process):
+            break
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(1.0)
+
+
+def _group_alive(process: subprocess.Popen[bytes]) -> bool:
+    process.poll()  # reap the script, or the group stays alive as a zombie
+    try:
+        os.killpg(process.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _tail(log: Path, chars: int = 2_000) -> str:
+    with contextlib.suppress(OSError):
+        return log.read_text(errors="replace")[-chars:]
+    return ""

@@ -1,0 +1,120 @@
+"""The console's view, computed from readings and times (no server, no clock)."""
+
+from __future__ import annotations
+
+from workgroup.admin import GroupDescription, LeaseSlot, MemberDescription
+from workgroup.assignors.standby import standby_kind
+from workgroup.console.model import TIMELINE_LIMIT, ConsoleModel, GroupRead
+from workgroup.protocol.endpoint import ENDPOINT_TAG
+from workgroup.protocol.metadata import BinaryCodec, MemberMetadata
+
+CODEC = BinaryCodec()
+
+
+def member(
+    name: str, keys: list[int], *, kind: str = "shard", load: float | None = None
+) -> MemberDescription:
+    owned = tuple((kind, k) for k in keys)
+    meta = MemberMetadata(
+        kinds=(kind,),
+        owned=owned,
+        tags=((ENDPOINT_TAG, f"10.0.0.1:{8000 + len(name)}"),),
+        loads=tuple(load / len(keys) for _ in keys) if load is not None and keys else (),
+    )
+    return MemberDescription(
+        f"{name}-id", name, f"workgroup-{name}", "/127.0.0.1", {kind: keys}, None, 3,
+        CODEC.encode_metadata(meta),
+    )  # fmt: skip
+
+
+def described(*members: MemberDescription, generation: int = 3) -> GroupDescription:
+    return GroupDescription(
+        "g", "Stable", "workgroup", "sticky.v1", generation, None, list(members)
+    )
+
+
+def slot(key: int, token: int, checkpoint: str | None) -> LeaseSlot:
+    return LeaseSlot(f"workgroup-leases.g.{key}", key, token, checkpoint)
+
+
+def test_the_view_joins_members_resources_and_slots() -> None:
+    model = ConsoleModel("127.0.0.1:9092", started=100.0)
+    view = model.update(
+        [GroupRead("g", described(member("a", [0, 1], load=30.0), member("b", [2])),
+                   [slot(0, 4, "at-4"), slot(1, 2, None), slot(7, 9, "old")])],
+        now=100.0,
+    )  # fmt: skip
+    [group] = view["groups"]
+    members = {m["name"]: m for m in group["members"]}
+    assert members["a"]["owns"] == 2
+    assert members["a"]["endpoint"] == "10.0.0.1:8001"
+    assert members["a"]["load"] == 30.0
+    assert members["b"]["load"] is None  # it reported none
+    rows = {(r["kind"], r["key"]): r for r in group["resources"]}
+    assert rows["shard", 0]["owner_name"] == "a"
+    assert (rows["shard", 0]["token"], rows["shard", 0]["checkpoint"]) == (4, "at-4")
+    assert rows["shard", 2]["token"] is None  # no slot yet
+    assert rows[None, 7]["owner"] is None  # a slot nobody owns
+    assert group["unowned"] == 1
+    assert group["resources"][-1]["key"] == 7  # unowned last
+
+
+def test_checkpoint_ages_count_from_the_change_and_are_lower_bounds_at_first() -> None:
+    model = ConsoleModel("c", started=100.0)
+    members = described(member("a", [0, 1]))
+    model.update([GroupRead("g", members, [slot(0, 4, "x"), slot(1, 2, "y")])], now=100.0)
+    view = model.update([GroupRead("g", members, [slot(0, 4, "x"), slot(1, 2, "z")])], now=130.0)
+    rows = {r["key"]: r for r in view["groups"][0]["resources"]}
+    # Unchanged since the first reading: at least 30 s old.
+    assert (rows[0]["checkpoint_age_s"], rows[0]["age_at_least"]) == (30.0, True)
+    # Changed at 130: 0 s old, exactly.
+    assert (rows[1]["checkpoint_age_s"], rows[1]["age_at_least"]) == (0.0, False)
+    view = model.update([GroupRead("g", members, [slot(0, 4, "x"), slot(1, 2, "z")])], now=135.0)
+    rows = {r["key"]: r for r in view["groups"][0]["resources"]}
+    assert rows[1]["checkpoint_age_s"] == 5.0
+
+
+def test_the_timeline_shows_appearing_moves_leaving_and_gone_groups() -> None:
+    model = ConsoleModel("c", started=0.0)
+    model.update([GroupRead("g", described(member("a", [0, 1]), member("b", [2])), [])], now=1.0)
+    model.update([GroupRead("g", described(member("a", [0, 1, 2]), generation=5), [])], now=2.0)
+    view = model.update([], now=3.0)
+    whats = [(e["what"], e["time"]) for e in view["timeline"]]
+    assert whats == [("gone", 3.0), ("rebalance", 2.0), ("appeared", 1.0)]  # newest first
+    rebalance = view["timeline"][1]
+    assert rebalance["left"] == ["b"]
+    assert rebalance["joined"] == []
+    assert rebalance["generation"] == 5
+    assert rebalance["moved"] == [{"kind": "shard", "key": 2, "from": "b", "to": "a"}]
+
+
+def test_event_logs_merge_into_the_timeline_by_time_and_it_stays_bounded() -> None:
+    model = ConsoleModel("c", started=0.0)
+    model.add_events(
+        [{"time": 1.5, "member": "a", "group": "g", "kind": "shard", "key": 0,
+          "event": "acquired", "token": 4}]
+    )  # fmt: skip
+    view = model.update([GroupRead("g", described(member("a", [0])), [])], now=2.0)
+    assert [(e["source"], e["what"]) for e in view["timeline"]] == [
+        ("coordinator", "appeared"),
+        ("event-log", "acquired"),
+    ]
+    model.add_events(
+        [{"time": 3.0 + i, "group": "g", "event": "revoked"} for i in range(TIMELINE_LIMIT + 10)]
+    )
+    assert len(model.update([], now=5_000.0)["timeline"]) == TIMELINE_LIMIT
+
+
+def test_standby_resources_show_as_the_standby_role_of_their_kind() -> None:
+    model = ConsoleModel("c", started=0.0)
+    standby = member("b", [0], kind=standby_kind("shard"))
+    view = model.update([GroupRead("g", described(member("a", [0]), standby), [])], now=1.0)
+    roles = sorted((r["kind"], r["role"], r["owner_name"]) for r in view["groups"][0]["resources"])
+    assert roles == [("shard", "active", "a"), ("shard", "standby", "b")]
+
+
+def test_a_group_that_could_not_be_read_says_why() -> None:
+    model = ConsoleModel("c", started=0.0)
+    view = model.update([GroupRead("g", None, [], "lease slots not read: timed out")], now=1.0)
+    [group] = view["groups"]
+    assert (group["state"], group["error"]) == ("Empty", "lease slots not read: timed out")

@@ -1,0 +1,261 @@
+"""Load balancing in the member: the meter, the leader's memory and probing rebalances."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from machine_steps import ack_callbacks, sent
+
+from workgroup.assignors.balance import LoadBalancing
+from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
+from workgroup.assignors.sticky import CooperativeStickyAssignor
+from workgroup.errors import ConfigError, ErrorCode
+from workgroup.kafka.messages import (
+    Heartbeat,
+    HeartbeatResult,
+    JoinedMember,
+    JoinGroup,
+    JoinGroupResult,
+    SyncGroupResult,
+)
+from workgroup.member.actions import Action, RunAssignor, SendRequest
+from workgroup.member.balancing import BalanceSettings, LeaderBalancing, LoadMeter, check_load
+from workgroup.member.config import MemberConfig
+from workgroup.member.leader import read_members, simulate_rebalance
+from workgroup.member.state import MemberMachine
+from workgroup.member.transitions import State
+from workgroup.protocol import BinaryCodec, MemberMetadata, Protocol
+from workgroup.protocol.catalog import catalog_hash, freeze_catalog
+from workgroup.testing import capture_logs
+
+CODEC = BinaryCodec()
+CATALOG = {"shard": list(range(6))}
+INTERVAL = 10_000
+
+
+class AllToOther:
+    """Gives every resource to member "other": a count-blind assignor that the
+    stage must correct."""
+
+    name = "all-to-other"
+    supports_cooperative = False
+
+    def assign(self, data: AssignmentInput) -> Assignment:
+        out: Assignment = {mid: [] for mid in data.members}
+        out["other"] = [("shard", k) for k in data.resources["shard"]]
+        return out
+
+
+def leader(max_moves: int) -> MemberMachine:
+    config = MemberConfig(
+        group_id="g",
+        protocols=[Protocol("all", AllToOther())],
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=30_000,
+        heartbeat_interval_ms=3_000,
+        max_moves=max_moves,
+        balance_interval_ms=INTERVAL,
+    )
+    return MemberMachine(config, CATALOG)
+
+
+def lead_one_round(m: MemberMachine, loads: tuple[float, ...]) -> tuple[int, RunAssignor]:
+    """Drive ``m`` as leader through one round where "other" owns every shard
+    with ``loads``; returns the time it reached STABLE and the assignor run."""
+    join = sent(m.start(0) + m.coordinator_found(1))
+    mine = join.request.protocols[0][1]
+    other = CODEC.encode_metadata(
+        MemberMetadata(
+            kinds=("shard",),
+            owned=tuple(("shard", k) for k in range(6)),
+            owned_generation=4,
+            loads=loads,
+        )
+    )
+    members = (JoinedMember("me", None, mine), JoinedMember("other", None, other))
+    actions = m.response(
+        2,
+        join.request_id,
+        JoinGroupResult(ErrorCode.NONE, 5, "workgroup", "all.v1", "me", "me", members),
+    )
+    run = next(a for a in actions if isinstance(a, RunAssignor))
+    sync = sent(m.assignment_done(3, run.run_id, run.assignor.assign(run.input)))
+    blob = dict(sync.request.assignments)["me"]
+    ack_callbacks(m, m.response(4, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), 4)
+    assert m.state is State.STABLE
+    return 4, run
+
+
+def advance(m: MemberMachine, until: int) -> list[Action]:
+    """Tick at every deadline up to ``until`` (a driver that is never late)."""
+    out: list[Action] = []
+    while (next_at := m.next_deadline()) is not None and next_at <= until:
+        out += m.tick(next_at)
+    return out
+
+
+def joins(m: MemberMachine, actions: list[Action], now: int) -> list[JoinGroup]:
+    """The JoinGroups among ``actions`` and what follows once the (eager)
+    revocation they start is done."""
+    actions = actions + ack_callbacks(m, actions, now) + advance(m, now + 1_000)
+    return [
+        a.request
+        for a in actions
+        if isinstance(a, SendRequest) and isinstance(a.request, JoinGroup)
+    ]
+
+
+def test_the_leader_balances_after_its_assignor_and_probes_while_over() -> None:
+    m = leader(max_moves=1)
+    with capture_logs() as logs:
+        now, run = lead_one_round(m, (10.0,) * 6)
+    assert isinstance(run.assignor, LoadBalancing)
+    assert run.input.resource_loads == {("shard", k): pytest.approx(10.0) for k in range(6)}
+    # One move (the cap) leaves "other" at 50 of a mean of 30: over the tolerance.
+    event = next(e for e in logs if e["event"] == "member.load_balanced")
+    assert event["moves"] == 1
+    assert event["probe_in_ms"] == INTERVAL
+    due = 3 + INTERVAL  # an interval after the round (the assignor finished at 3)
+    assert m._balancing.probe_at == due
+    # Nothing before the interval (heartbeats answered); at the interval the leader rejoins.
+    before: list[Action] = []
+    while (next_at := m.next_deadline()) is not None and next_at < due:
+        actions = m.tick(next_at)
+        before += actions
+        for action in actions:
+            if isinstance(action, SendRequest) and isinstance(action.request, Heartbeat):
+                m.response(next_at, action.request_id, HeartbeatResult(ErrorCode.NONE))
+    assert not joins(m, before, now)
+    with capture_logs() as logs:
+        assert joins(m, advance(m, due), due)
+    assert any(e["event"] == "member.rejoin_requested" and "probing" in e["reason"] for e in logs)
+
+
+def test_a_round_within_the_tolerance_schedules_no_probe() -> None:
+    m = leader(max_moves=16)
+    now, run = lead_one_round(m, (10.0,) * 6)
+    assert isinstance(run.assignor, LoadBalancing)
+    assert run.assignor.last is not None
+    assert not run.assignor.last.over(0.10)
+    assert m._balancing.probe_at is None
+    deadline = m.next_deadline()
+    assert deadline is not None
+    assert deadline <= now + 3_000  # the heartbeat, nothing else
+
+
+def test_balancing_off_runs_the_assignor_alone() -> None:
+    m = leader(max_moves=0)
+    _, run = lead_one_round(m, (10.0,) * 6)
+    assert isinstance(run.assignor, AllToOther)
+
+
+def test_members_publish_their_smoothed_loads_when_they_join() -> None:
+    m = leader(max_moves=16)
+    lead_one_round(m, (1.0,) * 6)
+    owned = sorted(m.owned)
+    assert owned  # the stage gave "me" some shards
+    m.loads.record(owned[0], 8.0, 100)
+    join = joins(m, m.request_rejoin(200, "test"), 200)[0]
+    meta = CODEC.decode_metadata(join.protocols[0][1]).value
+    loads = dict(zip(meta.owned, meta.loads, strict=True))
+    assert loads[owned[0]] == pytest.approx(8.0, rel=1e-4)
+    assert all(math.isnan(x) for r, x in loads.items() if r != owned[0])
+
+
+def test_meter_smooths_with_the_time_constant_and_forgets_what_is_gone() -> None:
+    meter = LoadMeter(smoothing_ms=1_000)
+    meter.record(("s", 0), 100, 0)
+    meter.record(("s", 0), 0, 1_000)  # one time constant later: 1/e of the way left
+    assert meter.load(("s", 0)) == pytest.approx(100 / math.e)
+    meter.record(("s", 0), 1_000, 1_000)  # same instant: no weight
+    assert meter.load(("s", 0)) == pytest.approx(100 / math.e)
+    meter.record(("s", 1), 5, 0)
+    assert meter.report([("s", 1), ("s", 2)])[0] == 5
+    assert math.isnan(meter.report([("s", 1), ("s", 2)])[1])
+    assert meter.load(("s", 0)) is None  # not owned any more: forgotten
+    assert meter.report([("s", 3)]) == ()
+
+
+@pytest.mark.parametrize("bad", [-1, math.nan, math.inf, "3", True, None])
+def test_bad_loads_are_refused_with_a_clear_error(bad: object) -> None:
+    with pytest.raises(ConfigError, match="load"):
+        check_load(bad)
+    with pytest.raises(ConfigError, match="load"):
+        LoadMeter().record(("s", 0), bad, 0)
+
+
+def test_moved_resources_stay_pinned_for_the_pinned_intervals() -> None:
+    settings = BalanceSettings(max_moves=1, balance_interval_ms=1_000, pinned_intervals=3)
+    memory = LeaderBalancing(settings)
+    wrapper = memory.wrap(1, AllToOther(), 0)
+    assert isinstance(wrapper, LoadBalancing)
+    members = {m: MemberInfo(m, frozenset({"shard"})) for m in ("me", "other")}
+    data = AssignmentInput(
+        resources={"shard": range(6)},
+        members=members,
+        resource_loads={("shard", k): 10.0 for k in range(6)},
+    )
+    wrapper.assign(data)
+    balanced = memory.finished(1, 0, {})
+    assert balanced is not None
+    moved = balanced.moves[0].resource
+    assert memory.pinned(2_999) == {moved}
+    assert memory.pinned(3_000) == frozenset()
+    assert memory.probe_at == 1_000
+    assert memory.loads == {("shard", k): 10.0 for k in range(6)}
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="balance_interval_ms"):
+        BalanceSettings(balance_interval_ms=0)
+    with pytest.raises(ConfigError, match="max_moves"):
+        BalanceSettings(max_moves=-1)
+    with pytest.raises(ConfigError, match="imbalance_tolerance"):
+        BalanceSettings(imbalance_tolerance=-0.5)
+
+
+def test_the_follow_up_round_of_a_cooperative_rebalance_keeps_the_plan() -> None:
+    catalog = {"shard": list(range(8))}
+    loads = {("shard", k): 1000.0 / (k + 1) for k in range(8)}
+    owners = {"a": [0, 1, 2], "b": [3, 4, 5], "c": [6, 7]}
+    digest = catalog_hash(freeze_catalog(catalog))
+    metadata = {
+        mid: MemberMetadata(
+            owned=tuple(("shard", k) for k in keys),
+            owned_generation=4,
+            catalog_hash=digest,
+            loads=tuple(loads[("shard", k)] for k in keys),
+        )
+        for mid, keys in owners.items()
+    }
+    joined = tuple(JoinedMember(mid, None, CODEC.encode_metadata(m)) for mid, m in metadata.items())
+    read = read_members(CODEC, joined, digest)
+    rebalance = simulate_rebalance(
+        CooperativeStickyAssignor(),
+        joined,
+        read.metadata,
+        freeze_catalog(catalog),
+        "cooperative",
+        balance=BalanceSettings(max_moves=8),
+    )
+    assert rebalance.converged
+    assert len(rebalance.rounds) == 2  # the moves are withheld, then handed out
+    first, second = rebalance.balanced
+    assert first is not None
+    assert first.moves
+    assert second is not None
+    assert second.moves == ()  # the follow-up round only carries out the plan
+    assert rebalance.rounds[1].target == rebalance.rounds[0].target
+
+
+def test_no_probe_when_no_move_can_help() -> None:
+    # Shard 0 alone is far above the mean: after the best moves the group is
+    # still over the tolerance, but probing again could not change that.
+    m = leader(max_moves=16)
+    _, run = lead_one_round(m, (100.0, 1.0, 1.0, 1.0, 1.0, 1.0))
+    assert isinstance(run.assignor, LoadBalancing)
+    assert run.assignor.last is not None
+    assert run.assignor.last.over(0.10)
+    assert not run.assignor.last.unfinished(0.10)
+    assert m._balancing.probe_at is None

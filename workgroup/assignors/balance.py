@@ -1,0 +1,633 @@
+"""Load-aware balancing: a stage after any exclusive assignor that evens out
+measured load by moving the fewest resources.
+
+Assignors balance counts; real resources are skewed.  :func:`balance` takes the
+assignor's target, each resource's load (records/s, bytes/s: any non-negative
+number the handlers report) and each member's capacity, and moves resources
+from the most utilised member (load / capacity) to less utilised ones.
+
+Rules:
+
+1. **Utilisation.**  A member's utilisation is its resources' load over its
+   capacity; the mean is the total load over the total capacity of the members
+   that take some kind.  A resource without a reported load counts as the mean
+   of the reported loads (members that send no load, new resources); standby
+   twins (``kind.standby``) count as 0 unless reported.
+2. **Trigger and target (hysteresis).**  Nothing moves while the most utilised
+   member is within ``tolerance`` of the mean (``max <= mean * (1 +
+   tolerance)``).  Above it, resources move until the most utilised member is
+   within ``target`` (default ``tolerance / 2``), so that noise around the
+   tolerance does not trigger a move at every rebalance.
+3. **Fewest moves.**  Each move takes a resource from the most utilised member:
+   the lightest resource that brings both members within the target if one
+   does (one move settles that member), else the one that lowers the larger
+   of the two members' utilisations most.  When no single move lowers it (its
+   resources are all too big for anyone), a swap with one of the lightest
+   members may: it gives a resource and takes back a lighter one (two moves).
+   Never more than ``max_moves`` moves; a move never makes the most utilised
+   member busier, so the largest utilisation never rises and the total load
+   is unchanged.
+4. **The assignor's guarantees.**  A resource moves only to a member that takes
+   its kind, that does not hold it or its standby twin already, and, when the
+   resource sits on its holder's rack (rack matching as in
+   :class:`~workgroup.assignors._common.RackInfo`), on that rack too.  Resources
+   held by several members (standbys, replicas) and ``pinned`` resources (moved
+   recently: the leader's hysteresis) never move.
+5. **Stickiness.**  Given what each member runs now (``owned``), a resource the
+   assignor took from its owner (to even out counts) goes back first when that
+   keeps the owner at or below the most utilised member and the assignor's
+   choice at or above ``mean * (1 - tolerance)``: load balance replaces count
+   balance, and an unrelated rebalance does not undo earlier moves.  Such a
+   return is not a move (the resource stays where it runs).
+6. Deterministic: members are taken by utilisation then id, resources by load
+   then :func:`~workgroup.types.resource_sort_key`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from itertools import filterfalse, repeat
+from operator import itemgetter
+
+from workgroup.assignors._common import RackInfo
+from workgroup.assignors.base import Assignment, AssignmentInput, Assignor
+from workgroup.assignors.standby import (
+    STANDBY_SUFFIX,
+    StandbyAssignor,
+    active_kind,
+    is_standby_kind,
+)
+from workgroup.errors import ConfigError
+from workgroup.types import Resource, resource_sort_key
+
+#: Default allowed excess of the most utilised member over the mean (10 %).
+DEFAULT_TOLERANCE = 0.10
+#: Default cap on the moves of one rebalance.
+DEFAULT_MAX_MOVES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One resource given from one member to another."""
+
+    resource: Resource
+    giver: str
+    taker: str
+    load: float
+
+
+@dataclass(frozen=True, slots=True)
+class Balanced:
+    """What :func:`balance` did."""
+
+    assignment: Assignment
+    #: The moves, in the order made (at most ``max_moves``).
+    moves: tuple[Move, ...] = ()
+    #: Resources given back to their owner (rule 5): not moves.
+    returned: tuple[Move, ...] = ()
+    #: ``member id -> load`` before (the assignor's target) and after.
+    before: dict[str, float] = field(default_factory=dict)
+    after: dict[str, float] = field(default_factory=dict)
+    #: Mean utilisation (total load / total capacity).
+    mean: float = 0.0
+    #: ``member id -> capacity`` of the members counted in the mean.
+    capacities: dict[str, float] = field(default_factory=dict)
+    #: ``max_moves`` ran out, or the busiest member held pinned resources.
+    stopped_early: bool = False
+
+    def ratio(self, loads: Mapping[str, float] | None = None) -> float:
+        """Largest utilisation over the mean (1.0 when there is no load)."""
+        loads = self.after if loads is None else loads
+        if not self.mean or not self.capacities:
+            return 1.0
+        return max(loads.get(m, 0.0) / c for m, c in self.capacities.items()) / self.mean
+
+    @property
+    def ratio_before(self) -> float:
+        return self.ratio(self.before)
+
+    def over(self, tolerance: float) -> bool:
+        """The result is still above ``tolerance``."""
+        return self.ratio() > 1 + tolerance + 1e-12
+
+    def unfinished(self, tolerance: float) -> bool:
+        """Above ``tolerance`` because ``max_moves`` or pinned resources stopped
+        the stage, not because no move could help: another round may do better
+        (the leader probes).  When no move helps (a resource alone above the
+        mean, say), only changed loads can: the next rebalance sees them."""
+        return self.over(tolerance) and self.stopped_early
+
+
+def check_settings(tolerance: float, max_moves: int, target: float | None = None) -> None:
+    """Raise :class:`ConfigError` for settings :func:`balance` cannot use."""
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float):
+        raise ConfigError(f"imbalance_tolerance must be a number, got {tolerance!r}")
+    if not 0 <= tolerance < math.inf:
+        raise ConfigError(f"imbalance_tolerance must be >= 0, got {tolerance}")
+    if isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0:
+        raise ConfigError(f"max_moves must be an integer >= 0, got {max_moves!r}")
+    if target is not None and not 0 <= target <= tolerance:
+        raise ConfigError(f"the balancing target must be in 0..tolerance, got {target}")
+
+
+def balance(
+    assignment: Assignment,
+    loads: Mapping[Resource, float],
+    capacities: Mapping[str, float],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    target: float | None = None,
+    max_moves: int = DEFAULT_MAX_MOVES,
+    kinds: Mapping[str, Collection[str]] | None = None,
+    owned: Mapping[str, Collection[Resource]] | None = None,
+    pinned: Collection[Resource] = frozenset(),
+    racks: RackInfo | None = None,
+    exclusive: bool = True,
+    owned_loads: Mapping[str, float] | None = None,
+) -> Balanced:
+    """Even out ``assignment`` by load (see the module's rules).
+
+    ``loads`` are finite and >= 0 (:func:`clean_loads`); ``capacities`` lists
+    the members (a member absent from it has capacity 1); ``kinds`` what each
+    takes (``None``: every kind); ``owned`` what each runs now (rule 5).
+    ``exclusive``: only standby twins may have several holders (any assignor
+    but ``replicated``); otherwise resources with several holders are found
+    and never moved.  ``owned_loads``: each member's total load over ``owned``
+    where known (what it reported): its load is then that, less what it lost
+    and plus what it gained, without looking up every resource (at a million
+    resources, those lookups cost more than the assignor).  ``assignment`` is
+    not modified; the result shares the lists of members nothing moved from or to.
+    """
+    check_settings(tolerance, max_moves, target)
+    goal = tolerance / 2 if target is None else target
+    members = sorted(set(assignment) | set(capacities))
+    # Copied on first change (shift): copying a million entries costs more than
+    # the rest of a rebalance that moves nothing.
+    out: Assignment = {mid: assignment.get(mid) or [] for mid in members}
+    copied: set[str] = set()
+    if not loads or not members:
+        return Balanced(out)
+    default = math.fsum(loads.values()) / len(loads)
+
+    def load_of(resource: Resource) -> float:
+        value = loads.get(resource)
+        if value is not None:
+            return value
+        return 0.0 if is_standby_kind(resource[0]) else default
+
+    capacity = {mid: _positive(capacities.get(mid, 1.0)) for mid in members}
+    changes = {m: _changes(owned.get(m, ()), out[m]) for m in members} if owned else {}
+    member_load = {}
+    for mid in members:
+        known = owned_loads.get(mid) if owned_loads is not None else None
+        if known is None or not owned or not owned.get(mid):
+            member_load[mid] = _sum_loads(out[mid], loads, default)
+            continue
+        gained, lost = changes[mid]
+        member_load[mid] = (
+            known - _sum_loads(lost, loads, default) + _sum_loads(gained, loads, default)
+        )
+    takes = {mid: (None if kinds is None else frozenset(kinds.get(mid, ()))) for mid in members}
+    counted = {
+        mid: capacity[mid] for mid in members if takes[mid] is None or takes[mid] or out[mid]
+    }
+    total_capacity = sum(counted.values())
+    mean = sum(member_load.values()) / total_capacity if total_capacity else 0.0
+    before = dict(member_load)
+    if mean <= 0:
+        return Balanced(out, before=before, after=dict(member_load), capacities=counted)
+
+    util = {mid: member_load[mid] / capacity[mid] for mid in members}
+    taken = _taken_from_owners(changes) if changes else []
+    trigger = mean * (1 + tolerance) * (1 + 1e-12)
+    if not taken and max(util.values()) <= trigger:
+        # Within tolerance, nothing to give back: skip the indexes below (at a
+        # million resources they cost as much as summing the loads).
+        return Balanced(out, before=before, after=dict(member_load), mean=mean, capacities=counted)
+    held_kinds: set[str] = set()
+    if kinds is not None:  # what members take bounds what they hold: no scan
+        held_kinds = held_kinds.union(*{frozenset(ks) for ks in kinds.values()})
+    else:
+        for mid in members:
+            held_kinds.update(map(itemgetter(0), out[mid]))
+    standby_kinds = {k for k in held_kinds if is_standby_kind(k)}
+    standby_of: dict[Resource, set[str]] = {}
+    if standby_kinds:
+        for mid in members:
+            for kind, key in out[mid]:
+                if kind in standby_kinds:
+                    standby_of.setdefault((active_kind(kind), key), set()).add(mid)
+    shared: set[Resource] = set()  # resources with several holders: never moved
+    if not exclusive:
+        seen: set[Resource] = set()
+        for mid in members:
+            mine = set(out[mid])
+            shared |= seen & mine
+            seen |= mine
+
+    def may_take(mid: str, resource: Resource, giver: str) -> bool:
+        wanted = takes[mid]
+        if wanted is not None and resource[0] not in wanted:
+            return False
+        if mid in standby_of.get(resource, ()):
+            return False
+        if racks is not None and racks.enabled and racks.matches(giver, resource):
+            return racks.matches(mid, resource)
+        return True
+
+    def shift(resource: Resource, giver: str, taker: str, load: float) -> None:
+        for mid in (giver, taker):
+            if mid not in copied:
+                out[mid] = list(out[mid])
+                copied.add(mid)
+        out[giver].remove(resource)
+        out[taker].append(resource)
+        member_load[giver] -= load
+        member_load[taker] += load
+        util[giver] = member_load[giver] / capacity[giver]
+        util[taker] = member_load[taker] / capacity[taker]
+
+    returned: list[Move] = []
+    if taken:
+        floor = mean * (1 - tolerance)
+        for resource, owner, holder in taken:
+            if resource in shared or is_standby_kind(resource[0]):
+                continue
+            load = load_of(resource)
+            peak = max(util.values())
+            if (
+                may_take(owner, resource, holder)
+                and (member_load[owner] + load) / capacity[owner] <= peak
+                and (member_load[holder] - load) / capacity[holder] >= floor
+            ):
+                shift(resource, holder, owner, load)
+                returned.append(Move(resource, holder, owner, load))
+
+    moves: list[Move] = []
+    settled = mean * (1 + goal) * (1 + 1e-12)
+    stopped_early = False
+    if max(util.values()) > trigger:
+        frozen = frozenset(pinned)
+        while len(moves) < max_moves:
+            # ``members`` is in id order and max keeps the first: ties go to the lowest id.
+            giver = max(members, key=util.__getitem__)
+            if util[giver] <= settled:
+                break
+            move = _best_move(
+                giver,
+                out[giver],
+                sorted([m for m in members if m != giver], key=util.__getitem__),
+                util,
+                member_load,
+                capacity,
+                shared,
+                frozen,
+                load_of,
+                may_take,
+                settled,
+            )
+            if move is not None:
+                shift(move.resource, move.giver, move.taker, move.load)
+                moves.append(move)
+                continue
+            swap = None
+            if len(moves) + 2 <= max_moves:
+                swap = _best_swap(
+                    giver,
+                    out,
+                    sorted([m for m in members if m != giver], key=util.__getitem__),
+                    util,
+                    member_load,
+                    capacity,
+                    shared,
+                    frozen,
+                    load_of,
+                    may_take,
+                )
+            if swap is None:
+                break  # nothing the busiest member holds can go anywhere useful
+            for half in swap:
+                shift(half.resource, half.giver, half.taker, half.load)
+                moves.append(half)
+        busiest = max(members, key=util.__getitem__)
+        stopped_early = util[busiest] > settled and (
+            len(moves) >= max_moves or (bool(frozen) and not frozen.isdisjoint(out[busiest]))
+        )
+    return Balanced(
+        out,
+        tuple(moves),
+        tuple(returned),
+        before=before,
+        after=dict(member_load),
+        mean=mean,
+        capacities=counted,
+        stopped_early=stopped_early,
+    )
+
+
+def _best_move(
+    giver: str,
+    held: list[Resource],
+    by_utilisation: list[str],
+    util: dict[str, float],
+    member_load: dict[str, float],
+    capacity: dict[str, float],
+    shared: set[Resource],
+    pinned: frozenset[Resource],
+    load_of: Callable[[Resource], float],
+    may_take: Callable[[str, Resource, str], bool],
+    settled: float,
+) -> Move | None:
+    """The move rule 3 picks for ``giver``, or None."""
+    peak = util[giver]
+    finishing: tuple[float, tuple[object, ...], Move] | None = None
+    best: tuple[float, float, tuple[object, ...], Move] | None = None
+    taker_for_kind: dict[str, str | None] = {}
+    for resource in held:
+        if resource in pinned or resource in shared or is_standby_kind(resource[0]):
+            continue
+        load = load_of(resource)
+        if load <= 0:
+            continue
+        taker: str | None
+        kind = resource[0]
+        cached = kind in taker_for_kind
+        taker = taker_for_kind.get(kind) if cached else None
+        if not cached or (taker is not None and not may_take(taker, resource, giver)):
+            taker = next((m for m in by_utilisation if may_take(m, resource, giver)), None)
+            if not cached:
+                taker_for_kind[kind] = taker
+        if taker is None:
+            continue
+        giver_after = (member_load[giver] - load) / capacity[giver]
+        taker_after = (member_load[taker] + load) / capacity[taker]
+        worst = max(giver_after, taker_after)
+        if worst >= peak:
+            continue  # would not lower the peak
+        order = resource_sort_key(resource)
+        move = Move(resource, giver, taker, load)
+        if giver_after <= settled and taker_after <= settled:
+            if finishing is None or (load, order) < finishing[:2]:
+                finishing = (load, order, move)
+        elif best is None or (worst, -load, order) < best[:3]:
+            best = (worst, -load, order, move)
+    if finishing is not None:
+        return finishing[2]
+    return best[3] if best is not None else None
+
+
+#: Lightest members :func:`_best_swap` tries as partners.
+_SWAP_PARTNERS = 4
+
+
+def _best_swap(
+    giver: str,
+    out: Assignment,
+    by_utilisation: list[str],
+    util: dict[str, float],
+    member_load: dict[str, float],
+    capacity: dict[str, float],
+    shared: set[Resource],
+    pinned: frozenset[Resource],
+    load_of: Callable[[Resource], float],
+    may_take: Callable[[str, Resource, str], bool],
+) -> tuple[Move, Move] | None:
+    """When no single move lowers the busiest member (all its resources are too
+    big for anyone), a swap may: ``giver`` gives ``r`` and takes back a lighter
+    ``s``, moving ``load(r) - load(s)``.  Among the lightest partners, the pair
+    whose difference comes nearest to evening the two members out (found by
+    bisection on the partner's sorted loads), if it lowers the larger of the two."""
+
+    def movable(resource: Resource) -> bool:
+        return (
+            resource not in pinned and resource not in shared and not is_standby_kind(resource[0])
+        )
+
+    peak = util[giver]
+    mine = [(load_of(r), resource_sort_key(r), r) for r in out[giver] if movable(r)]
+    best: tuple[float, tuple[object, ...], Move, Move] | None = None
+    for taker in by_utilisation[:_SWAP_PARTNERS]:
+        theirs = sorted((load_of(s), resource_sort_key(s), s) for s in out[taker] if movable(s))
+        if not theirs or not mine:
+            continue
+        weights = [x for x, _, _ in theirs]
+        # Moving ``delta`` evens the two out when both end at the same utilisation.
+        even = (member_load[giver] * capacity[taker] - member_load[taker] * capacity[giver]) / (
+            capacity[giver] + capacity[taker]
+        )
+        for load_r, order_r, r in mine:
+            if not may_take(taker, r, giver):
+                continue
+            index = bisect.bisect_left(weights, load_r - even)
+            for j in (index - 1, index):
+                if not 0 <= j < len(theirs):
+                    continue
+                load_s, order_s, s = theirs[j]
+                delta = load_r - load_s
+                if delta <= 0 or not may_take(giver, s, taker):
+                    continue
+                worst = max(
+                    (member_load[giver] - delta) / capacity[giver],
+                    (member_load[taker] + delta) / capacity[taker],
+                )
+                if worst >= peak:
+                    continue
+                key = (order_r, order_s)
+                if best is None or (worst, key) < best[:2]:
+                    best = (
+                        worst,
+                        key,
+                        Move(r, giver, taker, load_r),
+                        Move(s, taker, giver, load_s),
+                    )
+    return (best[2], best[3]) if best is not None else None
+
+
+def _changes(
+    mine: Collection[Resource], held: list[Resource]
+) -> tuple[list[Resource], list[Resource]]:
+    """What a member gained and lost: ``held`` against ``mine`` (what it owned).
+
+    Sticky assignors keep what a member owned, as the very same objects, first
+    and often in its order: a prefix comparison (identity first, at C speed)
+    settles most members; only the others build a set.
+    """
+    if not mine:
+        return held, []
+    owned = list(mine)
+    if len(held) >= len(owned) and held[: len(owned)] == owned:
+        return held[len(owned) :], []
+    owned_set = set(owned)
+    return list(filterfalse(owned_set.__contains__, held)), list(owned_set.difference(held))
+
+
+def _taken_from_owners(
+    changes: Mapping[str, tuple[list[Resource], list[Resource]]],
+) -> list[tuple[Resource, str, str]]:
+    """``(resource, owner, holder)`` for each resource the assignor gave a member
+    other than its owner (the owner still being a member), in resource order:
+    what one member lost and another gained."""
+    lost_by: dict[Resource, str] = {}
+    for owner, (_, lost) in changes.items():
+        lost_by.update(zip(lost, repeat(owner)))
+    if not lost_by:
+        return []
+    taken = [
+        (resource, lost_by[resource], holder)
+        for holder, (gained, _) in changes.items()
+        for resource in gained
+        if lost_by.get(resource, holder) != holder
+    ]
+    taken.sort(key=lambda item: (resource_sort_key(item[0]), item[1]))
+    return taken
+
+
+def _sum_loads(resources: list[Resource], loads: Mapping[Resource, float], default: float) -> float:
+    values = list(map(loads.get, resources))
+    if None not in values:
+        return math.fsum(values)  # type: ignore[arg-type]
+    total = 0.0
+    for resource, value in zip(resources, values, strict=True):
+        if value is not None:
+            total += value
+        elif not resource[0].endswith(STANDBY_SUFFIX):
+            total += default
+    return total
+
+
+def fewest_moves(
+    assignment: Assignment,
+    loads: Mapping[Resource, float],
+    capacities: Mapping[str, float],
+    limit: float,
+) -> int:
+    """A lower bound on the moves that bring every member to a utilisation of at
+    most ``limit``: each member above it must give away at least as many
+    resources as it takes when it gives its largest first."""
+    needed = 0
+    for mid, resources in assignment.items():
+        room = limit * _positive(capacities.get(mid, 1.0))
+        held = sorted((loads.get(r, 0.0) for r in resources), reverse=True)
+        total = math.fsum(held)
+        for load in held:
+            if total <= room * (1 + 1e-12):
+                break
+            total -= load
+            needed += 1
+    return needed
+
+
+def clean_loads(loads: Mapping[Resource, float]) -> dict[Resource, float]:
+    """``loads`` without the values :func:`balance` cannot use (negative, NaN,
+    infinite): those resources count as unmeasured."""
+    return {r: x for r, x in loads.items() if 0 <= x < math.inf}
+
+
+def _by_resource(item: tuple[Resource, str]) -> tuple[object, ...]:
+    return resource_sort_key(item[0])
+
+
+def _positive(value: float) -> float:
+    return value if value > 0 and value < math.inf else 1.0
+
+
+class LoadBalancing:
+    """``base`` followed by :func:`balance` with the input's resource loads.
+
+    The live leader and ``workgroup assign`` wrap their assignor in one for each
+    round (:mod:`workgroup.member.balancing`): ``owners`` adds, to what the
+    members report owning, where the previous round meant resources to go
+    (withheld from their new holder until revoked), so that the follow-up round
+    keeps the same plan; ``pinned`` lists recently moved resources.  The last
+    result is kept in :attr:`last`.
+    """
+
+    def __init__(
+        self,
+        base: Assignor,
+        *,
+        tolerance: float = DEFAULT_TOLERANCE,
+        target: float | None = None,
+        max_moves: int = DEFAULT_MAX_MOVES,
+        planned: Mapping[Resource, str] | None = None,
+        pinned: Collection[Resource] = frozenset(),
+        loads: Mapping[Resource, float] | None = None,
+    ) -> None:
+        check_settings(tolerance, max_moves, target)
+        self.base = base
+        self.name = base.name
+        self.supports_cooperative = base.supports_cooperative
+        self.tolerance = tolerance
+        self.target = target
+        self.max_moves = max_moves
+        self.planned = dict(planned or {})
+        self.pinned = frozenset(pinned)
+        #: Loads the leader remembers from earlier rounds (the input's win); only
+        #: read, so not copied (the leader's event loop builds this object).
+        self.remembered: Mapping[Resource, float] = loads or {}
+        self.last: Balanced | None = None
+        #: The loads the last round used (remembered ones and the input's).
+        self.loads_seen: Mapping[Resource, float] = self.remembered
+
+    @property
+    def exclusive(self) -> bool:
+        return bool(getattr(self.base, "exclusive", True))
+
+    def assign(self, data: AssignmentInput) -> Assignment:
+        target = self.base.assign(data)
+        loads: Mapping[Resource, float] = data.resource_loads
+        if self.remembered:
+            loads = {**self.remembered, **loads}
+        self.loads_seen = loads
+        if not loads:
+            self.last = None
+            return target
+        owned: dict[str, Collection[Resource]] = {mid: m.owned for mid, m in data.members.items()}
+        owned_loads = {
+            mid: m.owned_load for mid, m in data.members.items() if m.owned_load is not None
+        }
+        if self.planned:
+            claimed: set[Resource] = set()
+            for resources in owned.values():
+                claimed.update(resources)
+            extra: dict[str, list[Resource]] = {}
+            for resource, mid in sorted(self.planned.items(), key=_by_resource):
+                if mid in owned and resource not in claimed:
+                    extra.setdefault(mid, []).append(resource)
+            for mid, resources in extra.items():
+                owned[mid] = [*owned[mid], *resources]
+                known = owned_loads.pop(mid, None)
+                planned_loads = [loads.get(r) for r in resources]
+                if known is not None and None not in planned_loads:
+                    owned_loads[mid] = known + math.fsum(planned_loads)  # type: ignore[arg-type]
+        self.last = balance(
+            target,
+            loads,
+            {mid: m.capacity for mid, m in data.members.items()},
+            tolerance=self.tolerance,
+            target=self.target,
+            max_moves=self.max_moves,
+            kinds={mid: m.kinds for mid, m in data.members.items()},
+            owned=owned,
+            pinned=self.pinned,
+            racks=RackInfo.build(data),
+            exclusive=self.exclusive or isinstance(self.base, StandbyAssignor),
+            owned_loads=owned_loads,
+        )
+        return self.last.assignment
+
+
+__all__ = [
+    "DEFAULT_MAX_MOVES",
+    "DEFAULT_TOLERANCE",
+    "Balanced",
+    "LoadBalancing",
+    "Move",
+    "balance",
+    "check_settings",
+    "clean_loads",
+    "fewest_moves",
+]

@@ -1,0 +1,225 @@
+"""Load balancing, the member's part and the leader's, without I/O.
+
+A member measures its load (:class:`LoadMeter`) and publishes it in its
+metadata; the leader runs the balancing stage after its assignor
+(:class:`~workgroup.assignors.balance.LoadBalancing`) and remembers, between
+rounds, what it needs to keep the stage steady (:class:`LeaderBalancing`).
+
+Rules:
+
+1. **Reports.**  A handler reports any non-negative, finite number per resource
+   (records/s, bytes/s: :meth:`LoadMeter.record`; anything else is a
+   :class:`~workgroup.errors.ConfigError`).  Each resource's reports are smoothed
+   by an exponentially weighted moving average with time constant
+   ``smoothing_ms`` (half the balancing interval), so a burst or a quiet second
+   moves the published load only a little.
+2. **Publishing.**  The smoothed load of every owned resource goes in the
+   member's metadata (version 3) each time it joins; a resource without
+   reports is sent as "not measured".  Load changes never make a member rejoin
+   by themselves: the leader decides when to look again (rule 4).
+3. **The leader's view.**  The leader keeps the last load it saw for each
+   resource, so that a resource whose owner is revoking it (and reports it no
+   more) keeps its load; resources nobody ever measured count as the average
+   (the stage's rule 1).  Resources the stage moved are *pinned* for
+   ``pinned_intervals`` balancing intervals (not moved again meanwhile), and
+   where the last round meant withheld resources to go is passed to the next
+   round, so that the follow-up round of a cooperative rebalance keeps the plan.
+4. **Probing.**  When a round ends still above the tolerance because
+   ``max_moves`` or pinned resources stopped it (not when no move could help,
+   as with one resource above the mean: then only changed loads can, and the
+   next rebalance brings them), the leader asks for a rebalance
+   ``balance_interval_ms`` later (Kafka Streams' probing rebalance): members
+   rejoin with fresh loads and the stage goes on.  A round that ends within the
+   tolerance schedules nothing; the next rebalance, whatever its cause, brings
+   fresh loads.  Together with the stage's target (half the tolerance) and the
+   pins, noise cannot start a storm of moves: at most one round per interval,
+   and a resource never moves back within ``pinned_intervals`` intervals.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from workgroup.assignors.balance import (
+    DEFAULT_MAX_MOVES,
+    DEFAULT_TOLERANCE,
+    Balanced,
+    LoadBalancing,
+    check_settings,
+)
+from workgroup.assignors.base import Assignor
+from workgroup.errors import ConfigError
+from workgroup.types import Resource
+
+#: Default time between probing rebalances while the load stays over tolerance.
+DEFAULT_BALANCE_INTERVAL_MS = 60_000
+#: A resource the stage moved is not moved again for this many intervals.
+DEFAULT_PINNED_INTERVALS = 3
+
+
+def check_load(value: object) -> float:
+    """``value`` as a load, or :class:`ConfigError` (rule 1)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"a load is a number (records/s, bytes/s, ...), got {value!r}")
+    load = float(value)
+    if not 0 <= load < math.inf:
+        raise ConfigError(f"a load must be finite and >= 0, got {value!r}")
+    return load
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceSettings:
+    """The balancing settings of a group (``imbalance_tolerance``, ``max_moves``,
+    ``balance_interval_ms``); ``max_moves=0`` turns balancing off."""
+
+    imbalance_tolerance: float = DEFAULT_TOLERANCE
+    max_moves: int = DEFAULT_MAX_MOVES
+    balance_interval_ms: int = DEFAULT_BALANCE_INTERVAL_MS
+    pinned_intervals: int = DEFAULT_PINNED_INTERVALS
+
+    def __post_init__(self) -> None:
+        check_settings(self.imbalance_tolerance, self.max_moves)
+        if isinstance(self.balance_interval_ms, bool) or not (
+            isinstance(self.balance_interval_ms, int) and self.balance_interval_ms > 0
+        ):
+            raise ConfigError(
+                f"balance_interval_ms must be an integer > 0, got {self.balance_interval_ms!r}"
+            )
+        if self.pinned_intervals < 0:
+            raise ConfigError(f"pinned_intervals must be >= 0, got {self.pinned_intervals}")
+
+    @property
+    def smoothing_ms(self) -> float:
+        return self.balance_interval_ms / 2
+
+
+class LoadMeter:
+    """A member's smoothed load per resource (rules 1 and 2)."""
+
+    def __init__(self, smoothing_ms: float = DEFAULT_BALANCE_INTERVAL_MS / 2) -> None:
+        if not smoothing_ms > 0:
+            raise ConfigError(f"smoothing_ms must be > 0, got {smoothing_ms}")
+        self.smoothing_ms = smoothing_ms
+        #: ``resource -> (smoothed load, time of the last report)``.
+        self._loads: dict[Resource, tuple[float, int]] = {}
+        # Handlers in threads report while the member reads: one lock, held briefly.
+        self._lock = threading.Lock()
+
+    def record(self, resource: Resource, value: object, now: int) -> None:
+        load = check_load(value)
+        with self._lock:
+            previous = self._loads.get(resource)
+            if previous is None:
+                self._loads[resource] = (load, now)
+                return
+            smoothed, at = previous
+            weight = 1 - math.exp(-max(now - at, 0) / self.smoothing_ms)
+            self._loads[resource] = (smoothed + weight * (load - smoothed), max(now, at))
+
+    def load(self, resource: Resource) -> float | None:
+        with self._lock:
+            entry = self._loads.get(resource)
+        return entry[0] if entry else None
+
+    def report(self, owned: Iterable[Resource]) -> tuple[float, ...]:
+        """The loads of ``owned`` for the metadata (NaN: not measured; empty when
+        nothing is); forgets resources no longer owned."""
+        owned = tuple(owned)
+        with self._lock:
+            if not self._loads:
+                return ()
+            keep = set(owned)
+            for resource in [r for r in self._loads if r not in keep]:
+                del self._loads[resource]
+            loads = tuple(self._loads[r][0] if r in self._loads else math.nan for r in owned)
+        return loads if any(not math.isnan(x) for x in loads) else ()
+
+
+class LeaderBalancing:
+    """The leader's memory between rounds and its probing timer (rules 3 and 4)."""
+
+    def __init__(self, settings: BalanceSettings) -> None:
+        self.settings = settings
+        #: The loads the last round used (never modified: rounds build new ones).
+        self.loads: Mapping[Resource, float] = {}
+        self.planned: dict[Resource, str] = {}
+        #: When ``planned`` was recorded: it serves the follow-up round only.
+        self._planned_at = 0
+        #: ``resource -> when the stage moved it``.
+        self.moved_at: dict[Resource, int] = {}
+        #: When to probe (``None``: nothing scheduled).
+        self.probe_at: int | None = None
+        self._round: tuple[int, LoadBalancing] | None = None
+        #: What the last round's stage did (``None``: it did not run).
+        self.last: Balanced | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.max_moves > 0
+
+    def pinned(self, now: int) -> frozenset[Resource]:
+        span = self.settings.pinned_intervals * self.settings.balance_interval_ms
+        for resource in [r for r, at in self.moved_at.items() if now - at >= span]:
+            del self.moved_at[resource]
+        return frozenset(self.moved_at)
+
+    def wrap(self, run_id: int, assignor: Assignor, now: int) -> Assignor:
+        """The assignor the round ``run_id`` runs: ``assignor`` then the stage."""
+        if not self.enabled:
+            return assignor
+        # A plan older than an interval is not this rebalance's (this member
+        # may have lost and regained the leadership meanwhile): forget it.
+        fresh = now - self._planned_at < self.settings.balance_interval_ms
+        wrapper = LoadBalancing(
+            assignor,
+            tolerance=self.settings.imbalance_tolerance,
+            max_moves=self.settings.max_moves,
+            planned=self.planned if fresh else {},
+            pinned=self.pinned(now),
+            loads=self.loads,
+        )
+        self._round = (run_id, wrapper)
+        self.probe_at = None  # this round is the probe; it schedules the next
+        return wrapper
+
+    def finished(
+        self, run_id: int, now: int, withheld: dict[str, tuple[Resource, ...]]
+    ) -> Balanced | None:
+        """Record round ``run_id`` (its plan withheld ``withheld``) and schedule
+        the next probe; returns what the stage did."""
+        if self._round is None or self._round[0] != run_id:
+            return None
+        wrapper = self._round[1]
+        self._round = None
+        self.last = wrapper.last
+        self.loads = wrapper.loads_seen  # a new mapping each round: no copy needed
+        self.planned = {r: mid for mid, rs in withheld.items() for r in rs}
+        self._planned_at = now
+        if self.last is None:
+            self.probe_at = None
+            return None
+        for move in self.last.moves:
+            self.moved_at[move.resource] = now
+        unfinished = self.last.unfinished(self.settings.imbalance_tolerance)
+        self.probe_at = now + self.settings.balance_interval_ms if unfinished else None
+        return self.last
+
+    def due(self, now: int) -> bool:
+        return self.probe_at is not None and now >= self.probe_at
+
+    def probed(self) -> None:
+        """The probing rebalance was requested."""
+        self.probe_at = None
+
+
+__all__ = [
+    "DEFAULT_BALANCE_INTERVAL_MS",
+    "DEFAULT_PINNED_INTERVALS",
+    "BalanceSettings",
+    "LeaderBalancing",
+    "LoadMeter",
+    "check_load",
+]
