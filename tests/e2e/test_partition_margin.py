@@ -56,7 +56,7 @@ def evictions(cluster: Cluster) -> list[tuple[float, str, str]]:
         entry = json.loads(line)
         if entry["event"] == "member.session_expired":
             when = datetime.fromisoformat(entry["timestamp"]).timestamp()
-            found.append((when, entry["group_id"], entry["member_id"]))
+            found.append((when, entry["group"], entry["member_id"]))
     return found
 
 

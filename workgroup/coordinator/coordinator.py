@@ -323,7 +323,7 @@ class GroupCoordinator:
             elif group.num_members > self._config.group_max_size:
                 log.info(
                     "group.over_capacity",
-                    group_id=group.group_id,
+                    group=group.group_id,
                     size=group.num_members,
                     limit=self._config.group_max_size,
                 )
@@ -523,7 +523,7 @@ class GroupCoordinator:
         """
         log.info(
             "group.join_rejected",
-            group_id=request.group_id,
+            group=request.group_id,
             member_id=request.member_id,
             group_instance_id=request.group_instance_id,
             client_id=request.client.client_id,
@@ -638,7 +638,7 @@ class GroupCoordinator:
         member = group.replace_static_member(instance_id, old_id, new_id)
         log.info(
             "member.static_replaced",
-            group_id=group.group_id,
+            group=group.group_id,
             group_instance_id=instance_id,
             old_member_id=old_id,
             member_id=new_id,
@@ -717,7 +717,7 @@ class GroupCoordinator:
         group.transition_to(GroupState.PREPARING_REBALANCE)
         log.info(
             "group.rebalance_started",
-            group_id=group.group_id,
+            group=group.group_id,
             generation_id=group.generation_id,
             reason=reason,
         )
@@ -763,7 +763,7 @@ class GroupCoordinator:
             if not member.is_static:
                 log.info(
                     "member.removed",
-                    group_id=group.group_id,
+                    group=group.group_id,
                     member_id=member.member_id,
                     reason="did not rejoin before the rebalance timeout",
                 )
@@ -777,13 +777,13 @@ class GroupCoordinator:
         if group.is_in(GroupState.EMPTY):
             group.empty_since_ms = self._now
         if group.is_in(GroupState.EMPTY):
-            log.info("group.empty", group_id=group.group_id, generation_id=group.generation_id)
+            log.info("group.empty", group=group.group_id, generation_id=group.generation_id)
             self._persist_group(group)
             self._arm_cleanup(group)
             return
         log.info(
             "group.join_completed",
-            group_id=group.group_id,
+            group=group.group_id,
             generation_id=group.generation_id,
             protocol=group.protocol_name,
             members=group.num_members,
@@ -875,7 +875,7 @@ class GroupCoordinator:
                 group.transition_to(GroupState.STABLE)
                 log.info(
                     "group.stable",
-                    group_id=group.group_id,
+                    group=group.group_id,
                     generation_id=group.generation_id,
                     members=group.num_members,
                 )
@@ -930,7 +930,7 @@ class GroupCoordinator:
             if member is not None:
                 log.info(
                     "member.removed",
-                    group_id=group.group_id,
+                    group=group.group_id,
                     member_id=member_id,
                     reason="did not send SyncGroup before the rebalance timeout",
                 )
@@ -978,7 +978,7 @@ class GroupCoordinator:
         if group.is_in(GroupState.DEAD):
             return
         if group.is_pending(member_id):
-            log.info("member.pending_expired", group_id=group.group_id, member_id=member_id)
+            log.info("member.pending_expired", group=group.group_id, member_id=member_id)
             group.remove(member_id)
             if group.is_in(GroupState.PREPARING_REBALANCE) and group.has_all_members_joined():
                 self._complete_join(group)
@@ -986,7 +986,7 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         if member is None or member.has_satisfied_heartbeat():
             return
-        log.info("member.session_expired", group_id=group.group_id, member_id=member_id)
+        log.info("member.session_expired", group=group.group_id, member_id=member_id)
         self._remove_member(group, member)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance_or_complete_join(group, "member.session_expired")
@@ -1039,7 +1039,7 @@ class GroupCoordinator:
             return ErrorCode.NONE
         error = group.validate_member(member_id, instance_id)
         if error is ErrorCode.NONE:
-            log.info("member.left", group_id=group.group_id, member_id=member_id)
+            log.info("member.left", group=group.group_id, member_id=member_id)
             self._remove_member(group, group.members[member_id])
         return error
 
@@ -1212,7 +1212,7 @@ class GroupCoordinator:
                 offsets=tombstones,
             )
         )
-        log.info("group.deleted", group_id=group.group_id)
+        log.info("group.deleted", group=group.group_id)
 
     def _drop_group_timers(self, group_id: str) -> None:
         for kind in (TimerKind.JOIN, TimerKind.SYNC, TimerKind.CLEANUP):
@@ -1254,7 +1254,7 @@ class GroupCoordinator:
                     continue
                 tombstones = self._offsets.expire(group.group_id, None)
             if tombstones:
-                log.info("group.offsets_expired", group_id=group.group_id, count=len(tombstones))
+                log.info("group.offsets_expired", group=group.group_id, count=len(tombstones))
                 self._out.append(Persist(offsets=tombstones))
             if not self._offsets.has_offsets(group.group_id):
                 self._delete_group(group)

@@ -27,7 +27,7 @@ def test_an_out_of_range_session_timeout_is_logged_with_the_range() -> None:
     assert result.error is ErrorCode.INVALID_SESSION_TIMEOUT
     (entry,) = rejections(logs)
     assert entry["log_level"] == "info"
-    assert entry["group_id"] == "g"
+    assert entry["group"] == "g"
     assert entry["member_id"] == "m-1"
     assert entry["client_id"] == "app"
     assert entry["error"] == "INVALID_SESSION_TIMEOUT"
