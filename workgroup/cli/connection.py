@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
+from workgroup.cli.options import configure_logging, log_options
+from workgroup.member.transport import parse_bootstrap
 from workgroup.runtime.config import Settings, read_environment, read_file
 from workgroup.security import Security
 
@@ -31,6 +33,40 @@ def config_option(command: F) -> F:
         help="TOML file with the connection settings (security_protocol, sasl_*, ssl_*), "
         "as for 'workgroup run'; WORKGROUP_* variables override it.",
     )(command)
+
+
+#: Where the commands that ask a coordinator look for it by default.
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def coordinator_options(*, timeout: bool = True) -> Callable[[F], F]:
+    """``--bootstrap``, ``--config``, ``--timeout-s`` (unless ``timeout=False``) and
+    the log options of a command that asks a coordinator (see :func:`connect`)."""
+
+    def decorate(command: F) -> F:
+        command = log_options(level="warning")(command)
+        if timeout:
+            command = click.option(
+                "--timeout-s",
+                type=float,
+                default=10.0,
+                show_default=True,
+                help="Give up after this long.",
+            )(command)
+        command = config_option(command)
+        return click.option(
+            "--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, help="HOST:PORT[,...]"
+        )(command)
+
+    return decorate
+
+
+def connect(bootstrap: str, config_file: Path | None, log_level: str, log_format: str) -> Security:
+    """What each such command does first: logging set up, the address checked
+    (a malformed one exits 2), the connection settings read."""
+    configure_logging(log_level, log_format)
+    parse_bootstrap(bootstrap)
+    return security_from(config_file)
 
 
 def security_from(config_file: Path | None, environ: Mapping[str, str] = os.environ) -> Security:

@@ -16,13 +16,11 @@ from pathlib import Path
 
 import click
 
-from workgroup.cli.connection import config_option, security_from
+from workgroup.cli.connection import DEFAULT_BOOTSTRAP, config_option, security_from
 from workgroup.cli.options import configure_logging, log_options
 from workgroup.console.server import DEFAULT_REFRESH_MS, ConsoleServer, check_listen
 from workgroup.errors import ConfigError
 from workgroup.member.driver import parse_bootstrap
-
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -30,15 +30,12 @@ from workgroup.admin import (
     describe_group,
     read_lease_slots,
 )
-from workgroup.cli.connection import config_option, security_from
-from workgroup.cli.options import configure_logging, console, log_options
+from workgroup.cli.connection import connect, coordinator_options
+from workgroup.cli.options import console
 from workgroup.errors import WorkgroupError
-from workgroup.member.driver import parse_bootstrap
 from workgroup.runtime.slots import encode_key, same_key
 from workgroup.security import Security
 from workgroup.types import Key
-
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 def render(description: GroupDescription) -> Table:
@@ -146,13 +143,8 @@ def render_resources(rows: list[ResourceRow]) -> Table:
 
 @click.command("describe")
 @click.argument("group")
-@click.option("--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, help="HOST:PORT[,...]")
-@config_option
+@coordinator_options()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
-@click.option(
-    "--timeout-s", type=float, default=10.0, show_default=True, help="Give up after this long."
-)
-@log_options(level="warning")
 def command(
     group: str,
     bootstrap: str,
@@ -163,9 +155,7 @@ def command(
     log_format: str,
 ) -> None:
     """Describe GROUP: state, protocol, members and their assignments."""
-    configure_logging(log_level, log_format)
-    parse_bootstrap(bootstrap)
-    security = security_from(config_file)
+    security = connect(bootstrap, config_file, log_level, log_format)
     description, slots, slots_error = asyncio.run(_describe(bootstrap, group, security, timeout_s))
     rows = resource_rows(description, slots)
     if as_json:

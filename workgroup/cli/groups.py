@@ -14,23 +14,15 @@ import click
 from rich.table import Table
 
 from workgroup.admin import list_groups
-from workgroup.cli.connection import config_option, security_from
-from workgroup.cli.options import configure_logging, console, log_options
-from workgroup.member.driver import parse_bootstrap
-
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+from workgroup.cli.connection import connect, coordinator_options
+from workgroup.cli.options import console
 
 
 @click.command("list")
-@click.option("--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, help="HOST:PORT[,...]")
-@config_option
+@coordinator_options()
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document (a list) instead of a table."
 )
-@click.option(
-    "--timeout-s", type=float, default=10.0, show_default=True, help="Give up after this long."
-)
-@log_options(level="warning")
 def command(
     bootstrap: str,
     config_file: Path | None,
@@ -40,9 +32,7 @@ def command(
     log_format: str,
 ) -> None:
     """List the groups: id, protocol type and state."""
-    configure_logging(log_level, log_format)
-    parse_bootstrap(bootstrap)
-    security = security_from(config_file)
+    security = connect(bootstrap, config_file, log_level, log_format)
     groups = asyncio.run(list_groups(bootstrap, security=security, timeout_s=timeout_s))
     if as_json:
         click.echo(json.dumps([group.as_json() for group in groups]))

@@ -17,14 +17,11 @@ from pathlib import Path
 import click
 
 from workgroup.admin import reset_checkpoint
-from workgroup.cli.connection import config_option, security_from
-from workgroup.cli.options import configure_logging, log_options
-from workgroup.member.driver import parse_bootstrap
+from workgroup.cli.connection import connect, coordinator_options
 from workgroup.runtime.errors import CheckpointError
 from workgroup.runtime.slots import check_value
 from workgroup.types import Key
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 _INT = re.compile(r"-?[0-9]+")
 
 
@@ -40,12 +37,7 @@ def parse_key(text: str, *, as_str: bool = False) -> Key:
 @click.option("--str-key", is_flag=True, help="Take a numeric KEY as a string, not an int.")
 @click.option("--to", "value", default=None, help="The new checkpoint (default: clear it).")
 @click.option("--force", is_flag=True, help="Skip the check that the group has no members.")
-@click.option("--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, help="HOST:PORT[,...]")
-@config_option
-@click.option(
-    "--timeout-s", type=float, default=10.0, show_default=True, help="Give up after this long."
-)
-@log_options(level="warning")
+@coordinator_options()
 def command(
     group: str,
     kind: str,
@@ -60,9 +52,7 @@ def command(
     log_format: str,
 ) -> None:
     """Set (--to VALUE) or clear the checkpoint of one resource of GROUP."""
-    configure_logging(log_level, log_format)
-    parse_bootstrap(bootstrap)
-    security = security_from(config_file)
+    security = connect(bootstrap, config_file, log_level, log_format)
     key = parse_key(key_text, as_str=str_key)
     if value is not None:
         try:

@@ -20,11 +20,10 @@ from rich.table import Table
 from rich.text import Text
 
 from workgroup.admin import GroupDescription, describe_group
-from workgroup.cli.connection import config_option, security_from
-from workgroup.cli.describe import DEFAULT_BOOTSTRAP, render
-from workgroup.cli.options import configure_logging, console, log_options
+from workgroup.cli.connection import connect, coordinator_options
+from workgroup.cli.describe import render
+from workgroup.cli.options import console
 from workgroup.errors import WorkgroupError
-from workgroup.member.driver import parse_bootstrap
 from workgroup.security import Security
 
 #: Rebalances kept in the view.
@@ -95,11 +94,9 @@ async def _poll(group: str, bootstrap: str, security: Security, watch: Watch) ->
 
 @click.command("top")
 @click.argument("group")
-@click.option("--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, help="HOST:PORT[,...]")
-@config_option
+@coordinator_options(timeout=False)
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds per poll.")
 @click.option("--once", is_flag=True, help="Print one view and exit.")
-@log_options(level="warning")
 def command(
     group: str,
     bootstrap: str,
@@ -110,9 +107,7 @@ def command(
     log_format: str,
 ) -> None:
     """Watch GROUP live: members, ownership, rebalances."""
-    configure_logging(log_level, log_format)
-    parse_bootstrap(bootstrap)
-    security = security_from(config_file)
+    security = connect(bootstrap, config_file, log_level, log_format)
     watch = Watch()
     if once:
         asyncio.run(_poll(group, bootstrap, security, watch))

@@ -16,13 +16,10 @@ from pathlib import Path
 
 import click
 
-from workgroup.cli.connection import config_option, security_from
-from workgroup.cli.options import configure_logging, log_options
+from workgroup.cli.connection import connect, coordinator_options
 from workgroup.cli.reset import parse_key
 from workgroup.directory import lookup_owner
-from workgroup.member.driver import parse_bootstrap
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 #: Exit status when nobody owns the resource.
 NOBODY = 4
 
@@ -32,13 +29,8 @@ NOBODY = 4
 @click.argument("kind")
 @click.argument("key_text", metavar="KEY")
 @click.option("--str-key", is_flag=True, help="Take a numeric KEY as a string, not an int.")
-@click.option("--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, help="HOST:PORT[,...]")
-@config_option
+@coordinator_options()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option(
-    "--timeout-s", type=float, default=10.0, show_default=True, help="Give up after this long."
-)
-@log_options(level="warning")
 def command(
     group: str,
     kind: str,
@@ -52,9 +44,7 @@ def command(
     log_format: str,
 ) -> None:
     """Who owns KIND/KEY in GROUP, and where to reach it."""
-    configure_logging(log_level, log_format)
-    parse_bootstrap(bootstrap)
-    security = security_from(config_file)
+    security = connect(bootstrap, config_file, log_level, log_format)
     key = parse_key(key_text, as_str=str_key)
     owner = asyncio.run(
         lookup_owner(bootstrap, group, kind, key, security=security, timeout_s=timeout_s)
