@@ -50,8 +50,16 @@ def parse_listen(text: str) -> tuple[str, int]:
     type=click.Path(path_type=Path, dir_okay=False),
     help="A daemon's ownership event log (--event-log of workgroup run); repeatable.",
 )
-@click.option("--tls-cert", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option("--tls-key", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option(
+    "--tls-cert",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Serve the page over TLS with this PEM certificate (needed to listen beyond loopback).",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="The certificate's PEM private key.",
+)
 @log_options(level="info")
 def command(
     bootstrap: str,

@@ -143,6 +143,10 @@ class SessionHolder:
         if options.remote:
             builder = builder.remote(options.remote)
         else:  # Java was checked when the plugin was attached
+            # pyspark marks a process that made a Connect session with this
+            # variable, and its children inherit it: a JVM session would then
+            # be refused (CONNECT_URL_NOT_SET).  This session is not one.
+            os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
             builder = builder.master(options.master or "local[*]")
         for key, value in options.conf.items():
             if options.remote and not key.startswith("spark.sql."):

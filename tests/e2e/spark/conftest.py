@@ -43,3 +43,19 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
                                          os.environ.get("PYTHONPATH")]))  # fmt: skip
     with run_connect_server(log, env={"PYTHONPATH": path}) as server:
         yield server
+
+
+#: What pyspark leaves in the test process's environment after a Connect session
+#: (children inherit it: JVM daemons started later would take it for theirs).
+CONNECT_MARKS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
+@pytest.fixture(autouse=True)
+def _no_connect_marks_left_behind() -> Iterator[None]:
+    before = {name: os.environ.get(name) for name in CONNECT_MARKS}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
