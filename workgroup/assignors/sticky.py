@@ -51,13 +51,16 @@ optimal semi-matching (with it, see below); owned resources stay unless
 balance or racks require a move.
 
 With rack matching, the resources placed in the rebalance (not the owned ones
-kept) are then re-placed for locality without changing what balance decided:
+kept) are then re-placed for locality:
 in groups up to ``_PLACEMENT_LIMIT`` (resource classes x members), exactly, as
 a transportation problem (the fewest off-rack resources for the members'
 loads), then shifting single units of load along the cheapest residual path
 when that places more on-rack and keeps Kafka's ``isBalanced`` (nobody holds a
-kind that a subscriber with two fewer takes); in larger groups by pairwise
-swaps that make more resources local.  Such a shift may raise the largest load
+kind that a subscriber with two fewer takes), and in groups up to
+``_EXCHANGE_LIMIT``, moving one unit of load between any two members with the
+whole placement re-solved for the loads after it (barring what would break
+that criterion) when that places more on-rack; in larger groups by pairwise
+swaps that make more resources local.  Such a move may raise the largest load
 above the smallest the subscriptions allow, as Kafka's assignor does: with
 rack matching the guarantee is Kafka's balance, not the optimal largest load
 (without rack matching, unchanged).  On random groups this places no more
@@ -558,7 +561,14 @@ def _place_for_locality(
     class_index = {c: i for i, c in enumerate(class_keys)}
     n_classes = len(class_keys)
 
+    # Edges a load plan may not use (see the exchanges below): dearer than any
+    # placement, so that cancelling cycles empties them first.
+    forbidden: set[tuple[int, str]] = set()
+    barred = len(members) * sum(len(rs) for rs in placed.values()) + 1
+
     def cost(c: int, m: str) -> int:
+        if (c, m) in forbidden:
+            return barred
         rack = racks.member_racks.get(m)
         on = class_keys[c][1]
         return 1 if rack is not None and on and rack not in on else 0
@@ -646,6 +656,24 @@ def _place_for_locality(
                     break
             if shifted:
                 cancel_cycles()
+        if len(members) * n_classes <= _EXCHANGE_LIMIT:
+            _exchange(
+                members,
+                n_classes,
+                class_keys,
+                subscribers,
+                kinds_of,
+                kept_load,
+                flow,
+                forbidden,
+                cost,
+                residual,
+                push,
+                cancel_cycles,
+                balanced,
+                member_node,
+                n_nodes,
+            )
     # Back to resources: members keep what they hold of a class, up to their flow.
     pools = {c: [] for c in range(n_classes)}  # type: dict[int, list[Resource]]
     kept: dict[str, list[Resource]] = {}
@@ -670,6 +698,93 @@ def _place_for_locality(
             stays = [r for r in assignment[mid] if kept_by.get(r) == mid]
             assignment[mid] = stays + kept[mid]
     return True
+
+
+#: Largest (resource classes x members) for which :func:`_exchange` runs.
+_EXCHANGE_LIMIT = 200
+
+
+def _exchange(
+    members: list[str],
+    n_classes: int,
+    class_keys: list[tuple[str, frozenset[str]]],
+    subscribers: dict[str, list[str]],
+    kinds_of: dict[str, frozenset[str]],
+    kept_load: dict[str, int],
+    flow: dict[tuple[int, str], int],
+    forbidden: set[tuple[int, str]],
+    cost: Callable[[int, str], int],
+    residual: Callable[[], list[tuple[int, int, int]]],
+    push: Callable[[list[int], int], None],
+    cancel_cycles: Callable[[], None],
+    balanced: Callable[[], bool],
+    member_node: dict[str, int],
+    n_nodes: int,
+) -> None:
+    """One unit of load from a member to another where no single shift helps:
+    the whole placement changes with it.  For the loads after the move, the
+    edges that would break Kafka's balance (a member holding a kind that a
+    subscriber with two fewer takes) are barred; the unit moves along the
+    cheapest path, and cycles are cancelled until the barred edges are empty
+    (else the move is undone).  Kept when it places fewer off-rack and stays
+    balanced in Kafka's sense.  Each kept move removes an off-rack resource."""
+
+    def load_now() -> dict[str, int]:
+        load = dict(kept_load)
+        for (_, m), units in flow.items():
+            load[m] += units
+        return load
+
+    def off_rack() -> int:
+        forbidden_now = set(forbidden)
+        forbidden.clear()
+        total = sum(units * cost(c, m) for (c, m), units in flow.items() if units > 0)
+        forbidden.update(forbidden_now)
+        return total
+
+    improved = True
+    while improved and off_rack() > 0:
+        improved = False
+        for giver in members:
+            for taker in members:
+                if taker == giver:
+                    continue
+                load = load_now()
+                if load[giver] == 0:
+                    break
+                load[giver] -= 1
+                load[taker] += 1
+                lightest = {
+                    k: min(load[s] for s in subs) for k, subs in subscribers.items() if subs
+                }
+                if all(load[taker] - lightest[k] > 1 for k in kinds_of[taker] if k in lightest):
+                    continue  # the taker could hold nothing it takes
+                before, saved = off_rack(), dict(flow)
+                forbidden.update(
+                    (c, m)
+                    for c in range(n_classes)
+                    for m in members
+                    if load[m] - lightest.get(class_keys[c][0], load[m]) > 1
+                )
+                # Empty the barred edges as far as the present loads allow: then
+                # the residual graph has no negative cycle and paths are simple.
+                cancel_cycles()
+                distance, parent = _shortest_paths(n_nodes, residual(), member_node[giver])
+                reached = distance[member_node[taker]] < math.inf
+                if reached:
+                    path = [member_node[taker]]
+                    while path[-1] != member_node[giver]:
+                        path.append(parent[path[-1]])
+                    path.reverse()
+                    push(path, 1)
+                    cancel_cycles()
+                barred_used = any(flow.get(edge, 0) > 0 for edge in forbidden)
+                forbidden.clear()
+                if reached and not barred_used and off_rack() < before and balanced():
+                    improved = True
+                    continue
+                flow.clear()
+                flow.update(saved)
 
 
 def _shortest_paths(
