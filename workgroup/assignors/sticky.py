@@ -616,7 +616,7 @@ def _place_for_locality(
         # Shift one resource of load from a member to another along the cheapest
         # residual path when that places more on-rack and the loads stay
         # balanced in Kafka's sense.  The largest load may rise: where Kafka's
-        # own assignor gives a member one more to keep resources on their rack,
+        # own assignor gives a member more to keep resources on their rack,
         # so may this (its balance criterion, not the smallest largest load).
         kept_load = {m: len(rs) - len(placed.get(m, ())) for m, rs in assignment.items()}
         kept_kinds = {m: {r[0] for r in rs if kept_by.get(r) == m} for m, rs in assignment.items()}

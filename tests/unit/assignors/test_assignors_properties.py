@@ -119,7 +119,7 @@ def test_sticky_general_path_largest_load_is_optimal(name: str, data: Assignment
     """Different subscriptions: the busiest member holds no more than the
     subscriptions force on someone (balanced as far as subscriptions allow).
     With rack matching in use, placing resources on their rack may give a member
-    one more than that, as Kafka's assignor does; Kafka's balance criterion
+    more than that, as Kafka's assignor does; Kafka's balance criterion
     still holds (the test above)."""
     assignment = assign(name, data)
     largest = max(len(rs) for rs in assignment.values())
