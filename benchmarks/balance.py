@@ -27,14 +27,13 @@ Four tables:
   downloads the wheel there with pip).  Without Java or the jar the table says so.
 
     .venv/bin/python benchmarks/balance.py [--only skew|noise|cost|racks] [--repeat N]
-        [--groups N] [--kafka-jar PATH] [--fetch-kafka] [--dump-worse PATH]
+        [--groups N] [--kafka-jar PATH] [--fetch-kafka]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import random
 import shutil
@@ -414,7 +413,7 @@ def run_kafka(jar: Path, groups: list[Group], assignor: str) -> list[dict[str, l
     return results
 
 
-def racks_table(count: int, jar: Path | None, console: Console, dump: Path | None = None) -> Table:
+def racks_table(count: int, jar: Path | None, console: Console) -> Table:
     example: Group = (EXAMPLE_RACKS, EXAMPLE_MEMBERS)
     rng = random.Random(20_251_125)
     groups = [example] + [random_group(rng) for _ in range(count)]
@@ -458,15 +457,6 @@ def racks_table(count: int, jar: Path | None, console: Console, dump: Path | Non
             (off_rack(g, a), off_rack(g, k)) for g, a, k in zip(groups, mine, theirs, strict=True)
         ]
         random_pairs = pairs[1:]
-        if dump is not None:
-            worse = [
-                {"group": i, "kinds": g[0], "members": g[1], "ours": a, "kafka": k}
-                for i, (g, a, k) in enumerate(zip(groups, mine, theirs, strict=True))
-                if off_rack(g, a) > off_rack(g, k)
-            ]
-            target = dump.with_name(f"{dump.stem}-{name}{dump.suffix}")
-            target.write_text(json.dumps(worse, indent=1))
-            console.log(f"{len(worse)} groups where {name} has more off-rack: {target}")
         out.add_row(
             name,
             str(pairs[0][0]),
@@ -489,12 +479,6 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=500, help="random groups with racks")
     parser.add_argument("--kafka-jar", type=Path, default=None)
     parser.add_argument("--fetch-kafka", action="store_true")
-    parser.add_argument(
-        "--dump-worse",
-        type=Path,
-        default=None,
-        help="write the random groups where ours has more off-rack than Kafka (JSON)",
-    )
     args = parser.parse_args()
     console = Console(width=max(Console().width, 150))
     wanted = args.only or ["skew", "noise", "racks", "cost"]
@@ -504,12 +488,7 @@ def main() -> None:
         console.print(noise_table())
     if "racks" in wanted:
         console.print(
-            racks_table(
-                args.groups,
-                kafka_jar(args.kafka_jar, args.fetch_kafka, console),
-                console,
-                args.dump_worse,
-            )
+            racks_table(args.groups, kafka_jar(args.kafka_jar, args.fetch_kafka, console), console)
         )
     if "cost" in wanted:
         console.print(cost_table(max(1, args.repeat), console))

@@ -49,10 +49,10 @@ import bisect
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from itertools import chain, filterfalse, repeat
+from itertools import filterfalse, repeat
 from operator import itemgetter
 
-from workgroup.assignors._common import RackInfo, collector_paused
+from workgroup.assignors._common import RackInfo
 from workgroup.assignors.base import Assignment, AssignmentInput, Assignor
 from workgroup.assignors.standby import (
     STANDBY_SUFFIX,
@@ -162,40 +162,7 @@ def balance(
     not modified; the result shares the lists of members nothing moved from or to.
     """
     check_settings(tolerance, max_moves, target)
-    # As the assignors: the stage makes no cycles, and at a million resources
-    # each collection would walk the assignment's million tuples.
-    with collector_paused():
-        return _balance(
-            assignment,
-            loads,
-            capacities,
-            tolerance=tolerance,
-            goal=tolerance / 2 if target is None else target,
-            max_moves=max_moves,
-            kinds=kinds,
-            owned=owned,
-            pinned=pinned,
-            racks=racks,
-            exclusive=exclusive,
-            owned_loads=owned_loads,
-        )
-
-
-def _balance(
-    assignment: Assignment,
-    loads: Mapping[Resource, float],
-    capacities: Mapping[str, float],
-    *,
-    tolerance: float,
-    goal: float,
-    max_moves: int,
-    kinds: Mapping[str, Collection[str]] | None,
-    owned: Mapping[str, Collection[Resource]] | None,
-    pinned: Collection[Resource],
-    racks: RackInfo | None,
-    exclusive: bool,
-    owned_loads: Mapping[str, float] | None,
-) -> Balanced:
+    goal = tolerance / 2 if target is None else target
     members = sorted(set(assignment) | set(capacities))
     # Copied on first change (shift): copying a million entries costs more than
     # the rest of a rebalance that moves nothing.
@@ -213,19 +180,12 @@ def _balance(
 
     capacity = {mid: _positive(capacities.get(mid, 1.0)) for mid in members}
     changes = {m: _changes(owned.get(m, ()), out[m]) for m in members} if owned else {}
-    unknown = [
-        mid
-        for mid in members
-        if owned_loads is None or not owned or not owned.get(mid) or owned_loads.get(mid) is None
-    ]
-    totals = _totals(unknown, out, loads, default)
-    member_load: dict[str, float] = {}
+    member_load = {}
     for mid in members:
-        total = totals.get(mid)
-        if total is not None:
-            member_load[mid] = total
+        known = owned_loads.get(mid) if owned_loads is not None else None
+        if known is None or not owned or not owned.get(mid):
+            member_load[mid] = _sum_loads(out[mid], loads, default)
             continue
-        known = owned_loads[mid]  # type: ignore[index]
         gained, lost = changes[mid]
         member_load[mid] = (
             known - _sum_loads(lost, loads, default) + _sum_loads(gained, loads, default)
@@ -525,37 +485,7 @@ def _taken_from_owners(
     return taken
 
 
-def _totals(
-    ids: list[str], out: Assignment, loads: Mapping[Resource, float], default: float
-) -> dict[str, float]:
-    """``member id -> load`` of ``ids`` over what they hold in ``out``.
-
-    At a million resources the dictionary lookups are the whole cost, and they
-    are dominated by cache misses: a freshly dealt assignment gives each member
-    every n-th resource, so looking them up member by member strides through
-    memory.  Reading the lists side by side (row by row) visits the resources
-    in the order they were dealt, which is usually the order the loads were
-    recorded in; the totals are then the columns.  One C-level pass, no
-    per-resource Python code; unmeasured resources fall back to
-    :func:`_sum_loads`.
-    """
-    lists = [out[mid] for mid in ids]
-    rows = min(map(len, lists), default=0)
-    if len(lists) < 2 or rows < 2:
-        return {mid: _sum_loads(out[mid], loads, default) for mid in ids}
-    width = len(lists)
-    values = list(map(loads.get, chain.from_iterable(zip(*lists, strict=False))))
-    if None in values:
-        return {mid: _sum_loads(out[mid], loads, default) for mid in ids}
-    return {
-        mid: sum(values[column::width]) + _sum_loads(resources[rows:], loads, default)  # type: ignore[arg-type]
-        for column, (mid, resources) in enumerate(zip(ids, lists, strict=True))
-    }
-
-
 def _sum_loads(resources: list[Resource], loads: Mapping[Resource, float], default: float) -> float:
-    if not resources:
-        return 0.0
     values = list(map(loads.get, resources))
     if None not in values:
         return math.fsum(values)  # type: ignore[arg-type]
@@ -673,21 +603,20 @@ class LoadBalancing:
                 planned_loads = [loads.get(r) for r in resources]
                 if known is not None and None not in planned_loads:
                     owned_loads[mid] = known + math.fsum(planned_loads)  # type: ignore[arg-type]
-        with collector_paused():
-            self.last = balance(
-                target,
-                loads,
-                {mid: m.capacity for mid, m in data.members.items()},
-                tolerance=self.tolerance,
-                target=self.target,
-                max_moves=self.max_moves,
-                kinds={mid: m.kinds for mid, m in data.members.items()},
-                owned=owned,
-                pinned=self.pinned,
-                racks=RackInfo.build(data),
-                exclusive=self.exclusive or isinstance(self.base, StandbyAssignor),
-                owned_loads=owned_loads,
-            )
+        self.last = balance(
+            target,
+            loads,
+            {mid: m.capacity for mid, m in data.members.items()},
+            tolerance=self.tolerance,
+            target=self.target,
+            max_moves=self.max_moves,
+            kinds={mid: m.kinds for mid, m in data.members.items()},
+            owned=owned,
+            pinned=self.pinned,
+            racks=RackInfo.build(data),
+            exclusive=self.exclusive or isinstance(self.base, StandbyAssignor),
+            owned_loads=owned_loads,
+        )
         return self.last.assignment
 
 

@@ -45,30 +45,20 @@ chains of moves (``a -> b -> c``, where ``b``'s load does not change) until no
 member can pass one resource to a member holding two fewer.  Resources their
 holder received in this rebalance move before the ones it kept, so a member
 that joins takes from the busiest members exactly what balance requires.
-Guarantees: valid; balanced in Kafka's sense; without rack matching, the
-largest load is the smallest the subscriptions allow and the loads are an
-optimal semi-matching (with it, see below); owned resources stay unless
-balance or racks require a move.
+Guarantees: valid; balanced in Kafka's sense; the largest load is the smallest
+the subscriptions allow and the loads are an optimal semi-matching; owned
+resources stay unless balance or racks require a move.
 
 With rack matching, the resources placed in the rebalance (not the owned ones
-kept) are then re-placed for locality:
+kept) are then re-placed for locality without changing what balance decided:
 in groups up to ``_PLACEMENT_LIMIT`` (resource classes x members), exactly, as
 a transportation problem (the fewest off-rack resources for the members'
 loads), then shifting single units of load along the cheapest residual path
-when that places more on-rack and keeps Kafka's ``isBalanced`` (nobody holds a
-kind that a subscriber with two fewer takes), and in groups up to
-``_EXCHANGE_LIMIT``, moving one unit of load between any two members with the
-whole placement re-solved for the loads after it (barring what would break
-that criterion) when that places more on-rack (up to ``_TWO_STEP_PAIRS``
-ordered member pairs, two units where one alone gains nothing); in larger
-groups by pairwise
-swaps that make more resources local.  Such a move may raise the largest load
-above the smallest the subscriptions allow, as Kafka's assignor does: with
-rack matching the guarantee is Kafka's balance, not the optimal largest load
-(without rack matching, unchanged).  On random groups this places no more
-off-rack than Kafka's rack-aware general path (none of 500 in
-``benchmarks/balance.py``; before the exchanges, 17 where Kafka's assignment
-is less balanced).  Moves work on counts of
+when that places more on-rack, keeps Kafka's ``isBalanced`` and does not raise
+the largest load; in larger groups by pairwise swaps that make more resources
+local.  On random groups this places no more off-rack than Kafka's rack-aware
+general path except where Kafka's assignment is less balanced (see
+``benchmarks/balance.py``).  Moves work on counts of
 kinds per member, not on resource lists, and a chain search that fails marks
 every member it reached as stuck for good, so balancing costs about
 O(resources + moves x kinds): about 1.5 s for 2,000 members and a million
@@ -564,14 +554,7 @@ def _place_for_locality(
     class_index = {c: i for i, c in enumerate(class_keys)}
     n_classes = len(class_keys)
 
-    # Edges a load plan may not use (see the exchanges below): dearer than any
-    # placement, so that cancelling cycles empties them first.
-    forbidden: set[tuple[int, str]] = set()
-    barred = len(members) * sum(len(rs) for rs in placed.values()) + 1
-
     def cost(c: int, m: str) -> int:
-        if (c, m) in forbidden:
-            return barred
         rack = racks.member_racks.get(m)
         on = class_keys[c][1]
         return 1 if rack is not None and on and rack not in on else 0
@@ -615,11 +598,10 @@ def _place_for_locality(
     if subscribers is not None:
         # Shift one resource of load from a member to another along the cheapest
         # residual path when that places more on-rack and the loads stay
-        # balanced in Kafka's sense.  The largest load may rise: where Kafka's
-        # own assignor gives a member more to keep resources on their rack,
-        # so may this (its balance criterion, not the smallest largest load).
+        # balanced in Kafka's sense, without raising the largest load.
         kept_load = {m: len(rs) - len(placed.get(m, ())) for m, rs in assignment.items()}
         kept_kinds = {m: {r[0] for r in rs if kept_by.get(r) == m} for m, rs in assignment.items()}
+        peak = max(len(rs) for rs in assignment.values())
 
         def balanced() -> bool:
             load = dict(kept_load)
@@ -628,6 +610,8 @@ def _place_for_locality(
                 if units > 0:
                     load[m] += units
                     held[m].add(class_keys[c][0])
+            if max(load.values()) > peak:
+                return False
             return all(
                 load[m] - min(load[s] for s in subscribers[k]) <= 1
                 for m, kinds in held.items()
@@ -659,24 +643,6 @@ def _place_for_locality(
                     break
             if shifted:
                 cancel_cycles()
-        if len(members) * n_classes <= _EXCHANGE_LIMIT:
-            _exchange(
-                members,
-                n_classes,
-                class_keys,
-                subscribers,
-                kinds_of,
-                kept_load,
-                flow,
-                forbidden,
-                cost,
-                residual,
-                push,
-                cancel_cycles,
-                balanced,
-                member_node,
-                n_nodes,
-            )
     # Back to resources: members keep what they hold of a class, up to their flow.
     pools = {c: [] for c in range(n_classes)}  # type: dict[int, list[Resource]]
     kept: dict[str, list[Resource]] = {}
@@ -701,124 +667,6 @@ def _place_for_locality(
             stays = [r for r in assignment[mid] if kept_by.get(r) == mid]
             assignment[mid] = stays + kept[mid]
     return True
-
-
-#: Largest (resource classes x members) for which :func:`_exchange` runs.
-_EXCHANGE_LIMIT = 200
-
-
-def _exchange(
-    members: list[str],
-    n_classes: int,
-    class_keys: list[tuple[str, frozenset[str]]],
-    subscribers: dict[str, list[str]],
-    kinds_of: dict[str, frozenset[str]],
-    kept_load: dict[str, int],
-    flow: dict[tuple[int, str], int],
-    forbidden: set[tuple[int, str]],
-    cost: Callable[[int, str], int],
-    residual: Callable[[], list[tuple[int, int, int]]],
-    push: Callable[[list[int], int], None],
-    cancel_cycles: Callable[[], None],
-    balanced: Callable[[], bool],
-    member_node: dict[str, int],
-    n_nodes: int,
-) -> None:
-    """One unit of load from a member to another where no single shift helps:
-    the whole placement changes with it.  For the loads after the move, the
-    edges that would break Kafka's balance (a member holding a kind that a
-    subscriber with two fewer takes) are barred; the unit moves along the
-    cheapest path, and cycles are cancelled until the barred edges are empty
-    (else the move is undone).  Kept when it places fewer off-rack and stays
-    balanced in Kafka's sense.  Each kept move removes an off-rack resource."""
-
-    def load_now() -> dict[str, int]:
-        load = dict(kept_load)
-        for (_, m), units in flow.items():
-            load[m] += units
-        return load
-
-    def off_rack() -> int:
-        forbidden_now = set(forbidden)
-        forbidden.clear()
-        total = sum(units * cost(c, m) for (c, m), units in flow.items() if units > 0)
-        forbidden.update(forbidden_now)
-        return total
-
-    def attempt(giver: str, taker: str) -> int | None:
-        """Move one unit from ``giver`` to ``taker`` with the placement re-solved:
-        the off-rack count after it, or None (nothing changed) when that is not
-        possible within Kafka's balance."""
-        load = load_now()
-        if load[giver] == 0:
-            return None
-        load[giver] -= 1
-        load[taker] += 1
-        lightest = {k: min(load[s] for s in subs) for k, subs in subscribers.items() if subs}
-        if all(load[taker] - lightest[k] > 1 for k in kinds_of[taker] if k in lightest):
-            return None  # the taker could hold nothing it takes
-        saved = dict(flow)
-        forbidden.update(
-            (c, m)
-            for c in range(n_classes)
-            for m in members
-            if load[m] - lightest.get(class_keys[c][0], load[m]) > 1
-        )
-        # Empty the barred edges as far as the present loads allow: then the
-        # residual graph has no negative cycle and paths are simple.
-        cancel_cycles()
-        distance, parent = _shortest_paths(n_nodes, residual(), member_node[giver])
-        reached = distance[member_node[taker]] < math.inf
-        if reached:
-            path = [member_node[taker]]
-            while path[-1] != member_node[giver]:
-                path.append(parent[path[-1]])
-            path.reverse()
-            push(path, 1)
-            cancel_cycles()
-        barred_used = any(flow.get(edge, 0) > 0 for edge in forbidden)
-        forbidden.clear()
-        if reached and not barred_used and balanced():
-            return off_rack()
-        flow.clear()
-        flow.update(saved)
-        return None
-
-    pairs = [(g, t) for g in members for t in members if g != t]
-
-    def improve_once(before: int) -> bool:
-        for giver, taker in pairs:
-            saved = dict(flow)
-            after = attempt(giver, taker)
-            if after is not None and after < before:
-                return True
-            if after is not None:
-                flow.clear()
-                flow.update(saved)
-        return False
-
-    while (before := off_rack()) > 0:
-        if improve_once(before):
-            continue
-        if len(pairs) > _TWO_STEP_PAIRS:
-            break
-        # Two units at once, where the first alone gains nothing.
-        found = False
-        for giver, taker in pairs:
-            saved = dict(flow)
-            after = attempt(giver, taker)
-            if after == before and improve_once(before):
-                found = True
-                break
-            flow.clear()
-            flow.update(saved)
-        if not found:
-            break
-
-
-#: Largest number of (giver, taker) pairs for which :func:`_exchange` also
-#: tries two units at once (quadratic in the pairs).
-_TWO_STEP_PAIRS = 42
 
 
 def _shortest_paths(

@@ -314,30 +314,3 @@ def test_owned_loads_give_the_same_loads_as_looking_everything_up(
     assert len(quick.moves) <= 8
     if quick.mean:
         assert quick.ratio() <= quick.ratio_before + 1e-9
-
-
-@settings(max_examples=100, deadline=None)
-@given(
-    st.lists(st.lists(st.integers(0, 40), max_size=12, unique=True), min_size=1, max_size=6).filter(
-        lambda lists: len({k for keys in lists for k in keys}) == sum(map(len, lists))
-    ),
-    st.dictionaries(st.integers(0, 40), st.floats(0, 100), max_size=41),
-)
-def test_member_totals_are_the_sums_of_their_resources(
-    held: list[list[int]], measured: dict[int, float]
-) -> None:
-    # Lists of any lengths, read side by side, with or without unmeasured resources:
-    # each member's load before is the sum over what it holds (unmeasured: the mean).
-    assignment: Assignment = {f"m{i}": [("shard", k) for k in keys] for i, keys in enumerate(held)}
-    loads: dict[Resource, float] = {("shard", k): x for k, x in measured.items()}
-    # A standby twin unmeasured counts as 0, measured as reported.
-    assignment["m0"].append(("shard.standby", 99))
-    result = balance(assignment, loads, dict.fromkeys(assignment, 1.0), max_moves=0)
-    if not loads:
-        return
-    default = math.fsum(loads.values()) / len(loads)
-    for member, resources in assignment.items():
-        expected = math.fsum(
-            loads.get(r, 0.0 if r[0].endswith(".standby") else default) for r in resources
-        )
-        assert result.before[member] == pytest.approx(expected, abs=1e-6)
