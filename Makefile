@@ -4,10 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint typecheck test unit demo bench chaos fuzz clean system-packages postgres
+.PHONY: venv lint typecheck test unit demo bench chaos fuzz clean system-packages
 
-# Debian packages whose tools the tests run (PACKAGE:COMMAND).
-SYSTEM_PACKAGES := prometheus:promtool systemd:systemd-analyze chromium:chromium
+# Debian packages whose tools the tests run (PACKAGE:COMMAND, a command on the
+# PATH or a path pattern); each test that needs one skips, saying why, without it.
+SYSTEM_PACKAGES := prometheus:promtool systemd:systemd-analyze chromium:chromium \
+	'postgresql:/usr/lib/postgresql/*/bin/initdb'
+
 
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,24 +29,8 @@ lint: $(STAMP)
 system-packages:
 	@scripts/system-packages.sh $(SYSTEM_PACKAGES)
 
-test: lint system-packages postgres
+test: lint system-packages
 	$(BIN)/python -m pytest -q
-
-# PostgreSQL for the fenced SQL sink's tests (tests/wire/sinks): Debian's
-# postgresql package, installed when no initdb is found and apt-get can run
-# (as root); otherwise those tests are skipped and say why.
-postgres:
-	@if command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
-		true; \
-	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-		echo "installing Debian's postgresql (for tests/wire/sinks)"; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null 2>&1 || \
-		{ apt-get update -q >/dev/null && \
-		  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; } || \
-		echo "could not install postgresql: its tests will be skipped"; \
-	else \
-		echo "no PostgreSQL and no way to install it (apt-get as root): its tests will be skipped"; \
-	fi
 
 demo: $(STAMP)
 	$(BIN)/python -m examples.sharded_etl.demo

@@ -7,7 +7,8 @@ missing=()
 for pair in "$@"; do
     package=${pair%%:*}
     command=${pair#*:}
-    command -v "$command" >/dev/null 2>&1 || missing+=("$package")
+    # A command on the PATH, or a path pattern (PostgreSQL's initdb is not on it).
+    command -v "$command" >/dev/null 2>&1 || compgen -G "$command" >/dev/null || missing+=("$package")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then

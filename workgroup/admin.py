@@ -41,7 +41,8 @@ from workgroup.kafka.messages import (
     OffsetFetchResult,
 )
 from workgroup.member.driver import CoordinatorConnection, map_kafka_error, parse_bootstrap
-from workgroup.protocol.metadata import BinaryCodec
+from workgroup.protocol.endpoint import ENDPOINT_TAG
+from workgroup.protocol.metadata import BinaryCodec, MemberMetadata
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE
 from workgroup.runtime.slots import (
     LEASE_TOPIC_PREFIX,
@@ -82,6 +83,22 @@ class MemberDescription:
     generation: int | None = None
     #: The member's metadata for the group's protocol (its advertised endpoint).
     metadata: bytes = field(default=b"", repr=False)
+
+    def workgroup_metadata(self) -> MemberMetadata | None:
+        """The metadata as a workgroup member wrote it (``None``: none, or another
+        protocol type's, or a layout this version cannot read)."""
+        if not self.metadata:
+            return None
+        try:
+            return BinaryCodec().decode_metadata(self.metadata).value
+        except WorkgroupError:
+            return None
+
+    @property
+    def endpoint(self) -> str | None:
+        """The ``HOST:PORT`` the member advertised (``--advertise``), if any."""
+        meta = self.workgroup_metadata()
+        return None if meta is None else dict(meta.tags).get(ENDPOINT_TAG)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -46,7 +46,6 @@ from workgroup.clock import monotonic_ms
 from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.protocol.endpoint import ENDPOINT_TAG, check_endpoint
-from workgroup.protocol.metadata import BinaryCodec
 from workgroup.runtime.slots import encode_key
 from workgroup.security import PLAINTEXT, Security
 from workgroup.types import Key
@@ -114,7 +113,6 @@ class Directory:
         self._refresh_ms = refresh_ms
         self._settle_ms = settle_ms
         self._timeout_s = timeout_s
-        self._codec = BinaryCodec()
         self._snapshot = _Snapshot({}, ())
         self._changed_at: int | None = None
         self._slots: dict[str, LeaseSlot] = {}
@@ -186,7 +184,7 @@ class Directory:
                     if where in owners:
                         held_twice.add(where)
                     owners[where] = Owner(
-                        m.member_id, m.instance_id, self._endpoint(m.metadata), None, m.generation
+                        m.member_id, m.instance_id, m.endpoint, None, m.generation
                     )
         for where in held_twice:  # mid-hand-over: nobody answers for it (rule 2)
             del owners[where]
@@ -217,15 +215,6 @@ class Directory:
             )
         self.error = None
         self._refreshed.set()
-
-    def _endpoint(self, metadata: bytes) -> str | None:
-        if not metadata:
-            return None
-        try:
-            tags = dict(self._codec.decode_metadata(metadata).value.tags)
-        except WorkgroupError:
-            return None  # another protocol type's metadata, or a newer layout
-        return tags.get(ENDPOINT_TAG)
 
     async def _poll(self) -> None:
         while True:

@@ -36,8 +36,6 @@ from typing import Any
 
 from workgroup.admin import GroupDescription, LeaseSlot
 from workgroup.assignors.standby import STANDBY_SUFFIX, is_standby_kind
-from workgroup.protocol.endpoint import ENDPOINT_TAG
-from workgroup.protocol.metadata import BinaryCodec
 from workgroup.runtime.slots import encode_key
 from workgroup.types import Key
 
@@ -80,7 +78,6 @@ class ConsoleModel:
         self.started = started
         self._groups: dict[str, _GroupMemory] = {}
         self._timeline: deque[dict[str, Any]] = deque(maxlen=TIMELINE_LIMIT)
-        self._codec = BinaryCodec()
         self._view: dict[str, Any] = {"groups": [], "timeline": []}
 
     @property
@@ -152,7 +149,7 @@ class ConsoleModel:
                     resources.append(
                         self._resource(kind, key, m.member_id, name, slots.get(encoded), ages)
                     )
-            endpoint, load, capacity = self._member_info(m.metadata)
+            meta = m.workgroup_metadata()
             members_out.append(
                 {
                     "member_id": m.member_id,
@@ -160,9 +157,10 @@ class ConsoleModel:
                     "name": name,
                     "client_id": m.client_id,
                     "host": m.client_host,
-                    "endpoint": endpoint,
-                    "load": load,
-                    "capacity": capacity,
+                    "endpoint": m.endpoint,
+                    # What it reported when it last joined (None: nothing).
+                    "load": round(sum(meta.loads), 3) if meta and meta.loads else None,
+                    "capacity": 1.0 if meta is None else meta.capacity,
                     "owns": owned,
                     "assignment_error": m.assignment_error,
                 }
@@ -271,18 +269,6 @@ class ConsoleModel:
             "left": sorted(memory.members[m] for m in set(memory.members) - set(names)),
             "moved": moved,
         }
-
-    def _member_info(self, metadata: bytes) -> tuple[str | None, float | None, float]:
-        """A member's advertised endpoint, the load it reported (``None``: none)
-        and its capacity, from its metadata."""
-        if not metadata:
-            return None, None, 1.0
-        try:
-            meta = self._codec.decode_metadata(metadata).value
-        except Exception:  # another protocol type's metadata: nothing to show
-            return None, None, 1.0
-        load = round(sum(meta.loads), 3) if meta.loads else None
-        return dict(meta.tags).get(ENDPOINT_TAG), load, meta.capacity
 
 
 __all__ = ["TIMELINE_LIMIT", "ConsoleModel", "GroupRead"]
