@@ -244,19 +244,21 @@ async def test_a_process_isolated_handler_gets_its_leases_fence(
 
 async def test_a_fence_for_another_coordinator_or_group_is_refused(backend: Backend) -> None:
     holder = Holder()
-    async with holder.running(backend):
-        lease = await holder.lease()
-        fence = lease.fence()
-        other_group = dataclasses.replace(fence, group_id=fence.group_id + "-other")
-        with pytest.raises(workgroup.LeaseLostError) as caught:
-            await asyncio.to_thread(other_group.commit, "wrong group", timeout_s=5)
-        assert "\n" not in str(caught.value)
-        with run_backend(backend.name) as elsewhere:
+    # The second server starts (blocking) before the holder runs: starting it inside the
+    # running loop would stall the holder's heartbeats past its session.
+    with run_backend(backend.name) as elsewhere:
+        async with holder.running(backend):
+            lease = await holder.lease()
+            fence = lease.fence()
+            other_group = dataclasses.replace(fence, group_id=fence.group_id + "-other")
+            with pytest.raises(workgroup.LeaseLostError) as caught:
+                await asyncio.to_thread(other_group.commit, "wrong group", timeout_s=5)
+            assert "\n" not in str(caught.value)
             moved = dataclasses.replace(fence, bootstrap=(elsewhere.bootstrap,))
             with pytest.raises(workgroup.LeaseLostError, match=r"another coordinator|no longer"):
                 await asyncio.to_thread(moved.commit, "wrong coordinator", timeout_s=5)
-        # The real fence still works: nothing was spoiled.
-        await asyncio.to_thread(fence.commit, "still mine")
+            # The real fence still works: nothing was spoiled.
+            await asyncio.to_thread(fence.commit, "still mine")
 
 
 def test_an_unreachable_coordinator_times_out_with_a_clear_error() -> None:
