@@ -54,7 +54,7 @@ class CommitDone:
     outcomes: Mapping[Partition, CommitOutcome]
 
 
-CallbackKind = Literal["on_assigned", "on_revoked", "on_lost"]
+CallbackKind = Literal["on_assigned", "on_revoked", "on_lost", "on_warming", "on_warming_ended"]
 #: What a callback that raises does to the member (the machine's rule 12).
 CallbackErrorPolicy = Literal["log", "release", "fail"]
 

@@ -22,6 +22,10 @@ from workgroup.errors import ConfigError
 from workgroup.member.balancing import DEFAULT_BALANCE_INTERVAL_MS, BalanceSettings
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
 
+#: Warm-ups running in a group at once, by default: a few planned moves at a
+#: time keep most of the group's work where it is while they prepare.
+DEFAULT_MAX_WARMUPS = 4
+
 #: Time between a request and its response that the coordinator may hold a JoinGroup
 #: beyond the rebalance timeout (Kafka's client adds 5 s too).
 JOIN_TIMEOUT_MARGIN_MS = 5_000
@@ -146,6 +150,11 @@ class MemberConfig:
     imbalance_tolerance: float = DEFAULT_TOLERANCE
     max_moves: int = DEFAULT_MAX_MOVES
     balance_interval_ms: int = DEFAULT_BALANCE_INTERVAL_MS
+    #: Warm resources up before taking them in planned moves (the machine's rule
+    #: 14): the application handles ``on_warming`` and calls ``ready``.
+    warm_up: bool = False
+    #: As leader, the most warm-ups running in the group at once (0: plain moves).
+    max_warmups: int = DEFAULT_MAX_WARMUPS
 
     @property
     def balance(self) -> BalanceSettings:
@@ -182,6 +191,8 @@ class MemberConfig:
             raise ConfigError("rebalance timeout must be > 0")
         if self.capacity <= 0:
             raise ConfigError("capacity must be > 0")
+        if isinstance(self.max_warmups, bool) or self.max_warmups < 0:
+            raise ConfigError(f"max_warmups must be an integer >= 0, got {self.max_warmups!r}")
         if self.reassign_delay_ms < 0:
             raise ConfigError(f"reassign delay must be >= 0, got {self.reassign_delay_ms} ms")
         if self.connect_timeout_ms is not None and self.connect_timeout_ms <= 0:
@@ -250,6 +261,8 @@ class MemberSettings(TypedDict, total=False):
     imbalance_tolerance: float
     max_moves: int
     balance_interval_ms: int
+    warm_up: bool
+    max_warmups: int
 
 
 def member_config(
@@ -267,6 +280,7 @@ def member_config(
 
 
 __all__ = [
+    "DEFAULT_MAX_WARMUPS",
     "JOIN_TIMEOUT_MARGIN_MS",
     "MAX_REQUEST_TIMEOUT_MS",
     "MIN_REQUEST_TIMEOUT_MS",

@@ -139,6 +139,11 @@ class GroupMember:
         on_assigned: ``callback(resources, generation)`` for resources added.
         on_revoked: ``callback(resources, generation)`` for resources revoked.
         on_lost: ``callback(resources, generation)`` for resources lost.
+        on_warming: ``callback(resources, generation)`` for resources to warm up
+            (``warm_up=True``): prepare, then call :meth:`ready`; another member
+            owns them until the cut-over round assigns them here (``on_assigned``).
+        on_warming_ended: ``callback(resources, generation)`` for warm-ups called
+            off (the move went away, the member lost its session or closes).
         on_callback_error: What a callback that raises does: ``"log"`` (the
             default) logs one ``member.callback_failed`` line and keeps the
             change; ``"release"`` also gives back the resources whose
@@ -189,6 +194,11 @@ class GroupMember:
             ``imbalance_tolerance`` of the mean load; while a round ends above
             it, a probing rebalance follows every ``balance_interval_ms``.
             Loads come from :meth:`report_load`.
+        warm_up, max_warmups: Planned moves with a warm-up
+            (:mod:`workgroup.member.warmup`): this member warms resources up
+            before it takes them (``on_warming``, :meth:`ready`); as the leader,
+            at most ``max_warmups`` warm-ups run in the group at once (0: plain
+            moves).
 
     Raises:
         ConfigError: A setting that cannot work.
@@ -204,6 +214,8 @@ class GroupMember:
         on_assigned: Callback | None = None,
         on_revoked: Callback | None = None,
         on_lost: Callback | None = None,
+        on_warming: Callback | None = None,
+        on_warming_ended: Callback | None = None,
         on_callback_error: CallbackErrorPolicy = "log",
         log_tracebacks: bool = False,
         client_id: str | None = None,
@@ -245,7 +257,14 @@ class GroupMember:
             "on_assigned": on_assigned,
             "on_revoked": on_revoked,
             "on_lost": on_lost,
+            "on_warming": on_warming,
+            "on_warming_ended": on_warming_ended,
         }
+        if self.config.warm_up and on_warming is None:
+            raise ConfigError(
+                "warm_up=True needs an on_warming callback: it starts the warm-ups that "
+                "ready() then reports"
+            )
         self._on_callback_error = on_callback_error
         self._log_tracebacks = log_tracebacks
         self._poll_s = resource_poll_interval_ms / 1000
@@ -465,6 +484,30 @@ class GroupMember:
         machine = self._machine
         if machine is not None and not self._closed.is_set():
             self._feed(machine.released(self._now(), resources))
+
+    @property
+    def warming(self) -> frozenset[Resource]:
+        """Resources this member warms up (another member owns them meanwhile)."""
+        return self._machine.warming if self._machine else frozenset()
+
+    def ready(self, resources: Iterable[Resource]) -> None:
+        """The warm-ups of ``resources`` are ready: the next round may hand them
+        over (others are ignored).  Safe only from the event loop's thread."""
+        machine = self._machine
+        if machine is not None and not self._closed.is_set():
+            self._feed(machine.ready(self._now(), resources))
+
+    @property
+    def draining(self) -> bool:
+        """The member takes nothing until :meth:`drain` ``(False)``."""
+        return self._machine.draining if self._machine else False
+
+    def drain(self, draining: bool = True) -> None:
+        """Move everything this member owns to others (with warm-ups where the
+        group has them) and take nothing until ``drain(False)``."""
+        self._require_started()
+        assert self._machine is not None
+        self._feed(self._machine.drain(self._now(), draining))
 
     def report_load(self, resource: Resource, value: float) -> None:
         """Record ``value`` (finite, >= 0: records/s, bytes/s, ...) as the current

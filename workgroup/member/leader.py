@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import repeat
 
 from workgroup.assignors.balance import Balanced
@@ -51,6 +51,9 @@ MAX_ROUNDS = 10
 #: Metadata tag of a member that is closing: it takes nothing this round, so its
 #: resources go to the others while it still works on them (see state.py).
 LEAVING_TAG = "workgroup.leaving"
+#: Metadata tag of a draining member: it stays in the group and takes nothing,
+#: its resources move to others (with warm-ups: :mod:`~workgroup.member.warmup`).
+DRAINING_TAG = "workgroup.draining"
 #: Metadata tag of a member that refuses some resources for a while (a handler
 #: that kept failing there, ``on_failure="release"``): a JSON list of
 #: ``[kind, key]`` pairs.  The leader moves them to another member that takes
@@ -192,8 +195,9 @@ def build_input(
                 unknown_owned.append(resource)
         kinds = all_kinds
         unknown_kinds: tuple[str, ...] = ()
-        if LEAVING_TAG in dict(meta.tags):
-            kinds = frozenset()  # hands its resources over before it leaves
+        tags = dict(meta.tags)
+        if LEAVING_TAG in tags or DRAINING_TAG in tags:
+            kinds = frozenset()  # hands its resources over (before it leaves)
         elif meta.kinds:
             kinds = frozenset(k for k in meta.kinds if k in keys)
             unknown_kinds = tuple(sorted({k for k in meta.kinds if k not in keys}))
@@ -211,6 +215,7 @@ def build_input(
             user_data=meta.user_data,
             owned_load=owned_load,
         )
+    _keep_ready_in_place(infos, metadata, key_sets)
     data = AssignmentInput(
         resources=dict(keys),
         members=infos,
@@ -219,6 +224,32 @@ def build_input(
         resource_loads=loads,
     )
     return LeaderInput(data, ignored)
+
+
+def _keep_ready_in_place(
+    infos: dict[str, MemberInfo],
+    metadata: Mapping[str, MemberMetadata],
+    key_sets: Mapping[str, set[Key]],
+) -> None:
+    """A resource a member warmed up and reports ready, that nobody owns any more
+    (its owner revoked it for the cut-over: :mod:`~workgroup.member.warmup`),
+    counts as that member's own, so that sticky assignors hand it there."""
+    readies = {
+        mid: meta.ready for mid, meta in metadata.items() if meta.ready and mid in infos
+    }
+    if not readies:
+        return
+    claimed = {r for info in infos.values() for r in info.owned}
+    for member_id, ready in readies.items():
+        info = infos[member_id]
+        extra = tuple(
+            r
+            for r in dict.fromkeys(ready)
+            if r not in claimed and r[1] in key_sets.get(r[0], ()) and r[0] in info.kinds
+        )
+        if extra:
+            claimed.update(extra)
+            infos[member_id] = replace(info, owned=(*info.owned, *extra))
 
 
 # --- the round -----------------------------------------------------------------------
@@ -236,6 +267,9 @@ class RoundPlan:
     revoked: dict[str, tuple[Resource, ...]]
     #: Resources of each member's target withheld until their owner has revoked them.
     withheld: dict[str, tuple[Resource, ...]]
+    #: Resources each member warms up while another still owns them
+    #: (:mod:`~workgroup.member.warmup`); members without warm-ups are absent.
+    warming: dict[str, tuple[Resource, ...]] = field(default_factory=dict)
 
     @property
     def withheld_count(self) -> int:
@@ -364,6 +398,7 @@ def encode_assignments(
             common_version=common,
             rejoin=read.used_versions.get(member_id, common) != common,
             pending=plan.pending,
+            warming=plan.warming.get(member_id, ()),
         )
         out.append((member_id, codec.encode_assignment(data, version)))
     return tuple(out)
@@ -525,6 +560,8 @@ def apply_refusals(
 
 
 __all__ = [
+    "DRAINING_TAG",
+    "LEAVING_TAG",
     "MAX_ROUNDS",
     "REFUSES_TAG",
     "Ignored",

@@ -181,6 +181,20 @@ Rules:
    assignor runs followed by the balancing stage, and while a round ends over
    the tolerance a probing rebalance is requested ``balance_interval_ms``
    later (only while STABLE, with no other rejoin pending).
+14. Warm-ups (``warm_up``; the leader's staging: :mod:`~workgroup.member.warmup`):
+   resources in an assignment's ``warming`` that it does not assign are warmed
+   up: ``on_warming`` starts them, and they are reported in the metadata as
+   ``warming`` (and ``ready`` once :meth:`MemberMachine.ready` names them; that
+   asks for a round, the cut-over).  A warming resource the assignment then
+   assigns is simply added (``on_assigned``: the application promotes its warm
+   work); one the assignment neither assigns nor warms, and every warm-up at a
+   loss, a hand-over or a close, ends with ``on_warming_ended``.  Warming
+   resources are never owned: they are not committed for, not reported owned,
+   not revoked.  A member without ``warm_up`` ignores ``warming``.
+15. Drain (:meth:`MemberMachine.drain`): a draining member stays in the group
+   and takes nothing (tag ``workgroup.draining``); the leader moves what it
+   owns to others, with warm-ups where they can.  Undraining rejoins to take
+   work again.
 """
 
 from __future__ import annotations
@@ -240,6 +254,7 @@ from workgroup.member.errors import (
 from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
 from workgroup.member.heartbeat import HeartbeatTimer
 from workgroup.member.leader import (
+    DRAINING_TAG,
     LEAVING_TAG,
     REFUSES_TAG,
     MembersRead,
@@ -256,6 +271,7 @@ from workgroup.member.lookup import CoordinatorLookup
 from workgroup.member.ownership import Ownership
 from workgroup.member.requests import InFlight, Pending, RequestKind
 from workgroup.member.transitions import State, check_transition
+from workgroup.member.warmup import stage_warmups
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
 from workgroup.protocol.protocol import Protocol, RebalanceMode
@@ -376,6 +392,11 @@ class MemberMachine:
         #: Closing by handing over first (rule 7): give up by this time at the latest.
         self._departing_until: int | None = None
         self._group_size: int | None = None
+        #: Resources warming up here (rule 14), and those reported ready.
+        self._warming: set[Resource] = set()
+        self._ready: set[Resource] = set()
+        #: Draining: stay in the group, take nothing (rule 15).
+        self._draining = False
 
     # --- read-only views ----------------------------------------------------
 
@@ -423,6 +444,20 @@ class MemberMachine:
         return {LEAVING_TAG: "1"} if departing else {}
 
     @property
+    def _draining_tag(self) -> dict[str, str]:
+        return {DRAINING_TAG: "1"} if self._draining else {}
+
+    @property
+    def warming(self) -> frozenset[Resource]:
+        """Resources warming up here (rule 14)."""
+        return frozenset(self._warming)
+
+    @property
+    def draining(self) -> bool:
+        """The member takes nothing until undrained (rule 15)."""
+        return self._draining
+
+    @property
     def _refuses_tag(self) -> dict[str, str]:
         self._refused = {r: until for r, until in self._refused.items() if until > self._now}
         return {REFUSES_TAG: encode_refusals(self._refused)} if self._refused else {}
@@ -442,6 +477,7 @@ class MemberMachine:
             and self._rejoin_reason is None
             and not self._follow_up_pending
             and not self._owned.releasing
+            and not self._warming
         )
 
     @property
@@ -637,6 +673,53 @@ class MemberMachine:
         if self.state is State.STABLE:
             self._request_rejoin(reason)
         return self._drain(now)
+
+    def ready(self, now: int, resources: Iterable[Resource]) -> list[Action]:
+        """Warm-ups of ``resources`` are ready (rule 14): the next round may cut
+        them over, so one is asked for.  Resources not warming are ignored."""
+        self._observe(now)
+        fresh = {r for r in resources if r in self._warming and r not in self._ready}
+        if fresh:
+            self._ready.update(fresh)
+            log.info(
+                "member.warmup_ready",
+                group=self.config.group_id,
+                count=len(fresh),
+                warming=len(self._warming),
+            )
+            if self.state is State.STABLE:
+                self._request_rejoin(f"{len(fresh)} warm-ups ready")
+        return self._drain(now)
+
+    def drain(self, now: int, draining: bool = True) -> list[Action]:
+        """Start (or end) draining (rule 15); a round follows the change."""
+        self._observe(now)
+        if draining != self._draining and self.state not in (State.CLOSED, State.FATAL):
+            self._draining = draining
+            log.info(
+                "member.draining" if draining else "member.undrained",
+                group=self.config.group_id,
+                member_id=self.member_id,
+                owned=len(self.owned),
+            )
+            if self.state is State.STABLE:
+                self._request_rejoin("draining" if draining else "undrained")
+        return self._drain(now)
+
+    def _end_warmups(self, reason: str, keep: Iterable[Resource] = ()) -> None:
+        """End the warm-ups not in ``keep`` (rule 14)."""
+        ended = self._warming.difference(keep)
+        if not ended:
+            return
+        self._warming.difference_update(ended)
+        self._ready.difference_update(ended)
+        log.info(
+            "member.warmup_ended",
+            group=self.config.group_id,
+            count=len(ended),
+            reason=reason,
+        )
+        self._callback("on_warming_ended", sorted_resources(ended), self.generation)
 
     def release(self, now: int, resources: Iterable[Resource], reason: str) -> list[Action]:
         """Stop owning ``resources`` without a callback (the application gave them
@@ -842,6 +925,7 @@ class MemberMachine:
             self._leave_on_close = leave or self.config.instance_id is None
         if self.state in (State.CLOSED, State.LEAVING):
             return self._drain(now)
+        self._end_warmups("closing")
         if self.state in (State.UNJOINED, State.FATAL):
             self._finish_close()
             return self._drain(now)
@@ -1204,8 +1288,18 @@ class MemberMachine:
             user_data=self.config.user_data,
             catalog_hash=self._catalog_hash,
             tags=tuple(
-                sorted({**self.config.tags, **self._departing_tag, **self._refuses_tag}.items())
+                sorted(
+                    {
+                        **self.config.tags,
+                        **self._departing_tag,
+                        **self._draining_tag,
+                        **self._refuses_tag,
+                    }.items()
+                )
             ),
+            warms_up=self.config.warm_up and not self._draining,
+            warming=sorted_resources(self._warming),
+            ready=sorted_resources(self._ready),
         )
         return protocol.codec.encode_metadata(meta, self._used_versions[protocol.wire_name])
 
@@ -1356,6 +1450,7 @@ class MemberMachine:
             self._request_rejoin(f"released {len(done)} revoked resources")
 
     def _lose(self, reason: str) -> None:
+        self._end_warmups(reason)
         if not self._owned:
             return
         owned, releasing, generation = self._owned.lose()
@@ -1610,8 +1705,27 @@ class MemberMachine:
         revoked = self._owned.start_release(self.owned - assigned, self.generation)
         if revoked:
             self._report_revoked(revoked, self.generation)
+        warming = set(data.warming).difference(assigned) if self.config.warm_up else set()
+        if self._handing_over or self._draining:
+            warming.clear()
+        # Rule 14: warm-ups promoted (now assigned) just stop being warm-ups.
+        promoted = self._warming.intersection(assigned)
+        self._warming.difference_update(promoted)
+        self._ready.difference_update(promoted)
+        self._end_warmups("the move was called off", keep=warming)
         added = self._owned.assign(data.assigned, self.generation)
         self._callback("on_assigned", added, self.generation)
+        started = sorted_resources(warming.difference(self._warming))
+        if started:
+            self._warming.update(started)
+            log.info(
+                "member.warming",
+                group=self.config.group_id,
+                generation=self.generation,
+                count=len(started),
+                warming=len(self._warming),
+            )
+            self._callback("on_warming", started, self.generation)
         log.info(
             "member.assigned",
             group=self.config.group_id,
@@ -1620,6 +1734,7 @@ class MemberMachine:
             owned=len(assigned),
             added=len(added),
             revoked=len(revoked),
+            warming=len(self._warming),
             follow_up_pending=data.pending,
         )
         used = self._used_versions[protocol.wire_name]
@@ -1754,6 +1869,25 @@ class MemberMachine:
         )
         plan = plan_round(member_ids, target, claims)
         balanced = self._balancing.finished(round_.run_id, now, plan.withheld)
+        if round_.protocol.mode == "cooperative":
+            plan, staged = stage_warmups(
+                plan,
+                round_.read.metadata,
+                max_warmups=self.config.max_warmups,
+                common_version=min(
+                    round_.read.common_version, round_.protocol.codec.latest_version
+                ),
+            )
+            if staged.warming or staged.waiting:
+                log.info(
+                    "member.warmups_staged",
+                    group=self.config.group_id,
+                    generation=round_.generation,
+                    started=staged.started,
+                    continuing=staged.continuing,
+                    cut_over=staged.cut_over,
+                    waiting=staged.waiting,
+                )
         if balanced is not None and (balanced.moves or balanced.returned):
             log.info(
                 "member.load_balanced",

@@ -20,10 +20,14 @@ the end, which gives the compatibility rules:
 
 Metadata versions:  v1 kinds, owned resources, owned generation, rack, capacity,
 instance id, user data, catalog hash;  v2 adds free-form string tags;  v3 adds
-the measured load of each owned resource (:func:`encode_loads`).
+the measured load of each owned resource (:func:`encode_loads`);  v4 adds
+warm-ups: a flags byte (bit 0: the member warms resources up before it takes
+them), the resources it is warming up, and those of them that are ready.
 Assignment versions: v1 assigned, revoked, generation, leader's catalog hash,
 common version (version probing), flags;  v2 adds assignor user data;  v3 is
-v2 (the version rose with the metadata's: both share the header's numbers).
+v2 (the version rose with the metadata's: both share the header's numbers);
+v4 adds the resources the member is to warm up (planned moves: the current
+owner keeps them meanwhile).
 
 Loads (v3) are compact: a count (0: the member reports none, else one per owned
 resource, in the same order), then the largest load as a float64 and each load
@@ -52,13 +56,14 @@ MAGIC = b"wg"
 HEADER_SIZE = 7
 FLAG_COMPRESSED = 0x01
 #: The newest metadata / assignment body version this code reads and writes.
-LATEST_VERSION = 3
+LATEST_VERSION = 4
 MIN_VERSION = 1
 DEFAULT_MAX_BYTES = 1024 * 1024
 DEFAULT_COMPRESS_ABOVE = 1024
 
 _ASSIGNMENT_REJOIN = 0x01
 _ASSIGNMENT_PENDING = 0x02
+_METADATA_WARMS_UP = 0x01
 #: A load's 16-bit fraction that means "not measured".
 _LOAD_UNKNOWN = 0xFFFF
 _LOAD_STEPS = 0xFFFE
@@ -97,6 +102,12 @@ class MemberMetadata:
     #: Smoothed load of each ``owned`` resource, in the same order (NaN: not
     #: measured); empty when the member reports none.  v3.
     loads: tuple[float, ...] = field(default=())
+    #: The member warms resources up before it takes them (planned moves).  v4.
+    warms_up: bool = False
+    #: Resources it is warming up (handed to it to warm, owned by another).  v4.
+    warming: tuple[Resource, ...] = field(default=())
+    #: Those of ``warming`` that are ready: the next round may cut them over.  v4.
+    ready: tuple[Resource, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +128,8 @@ class AssignmentData:
     #: protocols): the group's rebalance ends only with a follow-up round.  A flag
     #: bit, so it is readable in every version (see the module docstring).
     pending: bool = False
+    #: Resources to warm up while their current owner keeps them (v4).
+    warming: tuple[Resource, ...] = ()
 
 
 class BinaryCodec:
@@ -161,6 +174,10 @@ class BinaryCodec:
                 w.string(value)
         if version >= 3:
             encode_loads(w, meta.owned, meta.loads)
+        if version >= 4:
+            w.u8(_METADATA_WARMS_UP if meta.warms_up else 0)
+            w.resources(meta.warming)
+            w.resources(meta.ready)
         return self._frame(version, w.getvalue(), "member metadata")
 
     def decode_metadata(self, data: bytes) -> Decoded[MemberMetadata]:
@@ -179,6 +196,13 @@ class BinaryCodec:
         loads: tuple[float, ...] = ()
         if min(header.used_version, self.latest_version) >= 3:
             loads = decode_loads(r, len(owned))
+        warms_up = False
+        warming: tuple[Resource, ...] = ()
+        ready: tuple[Resource, ...] = ()
+        if min(header.used_version, self.latest_version) >= 4:
+            warms_up = bool(r.u8() & _METADATA_WARMS_UP)  # other bits: newer versions'
+            warming = r.resources()
+            ready = r.resources()
         self._finish(header, r, "member metadata")
         meta = MemberMetadata(
             kinds=kinds,
@@ -191,6 +215,9 @@ class BinaryCodec:
             catalog_hash=catalog,
             tags=tags,
             loads=loads,
+            warms_up=warms_up,
+            warming=warming,
+            ready=ready,
         )
         return Decoded(header, meta)
 
@@ -210,6 +237,8 @@ class BinaryCodec:
         )
         if version >= 2:
             w.bytes_(assignment.user_data)
+        if version >= 4:
+            w.resources(assignment.warming)
         return self._frame(version, w.getvalue(), "assignment")
 
     def decode_assignment(self, data: bytes) -> Decoded[AssignmentData]:
@@ -223,6 +252,9 @@ class BinaryCodec:
         user_data = b""
         if min(header.used_version, self.latest_version) >= 2:
             user_data = r.bytes_()
+        warming: tuple[Resource, ...] = ()
+        if min(header.used_version, self.latest_version) >= 4:
+            warming = r.resources()
         self._finish(header, r, "assignment")
         value = AssignmentData(
             assigned=assigned,
@@ -233,6 +265,7 @@ class BinaryCodec:
             rejoin=bool(flags & _ASSIGNMENT_REJOIN),
             user_data=user_data,
             pending=bool(flags & _ASSIGNMENT_PENDING),
+            warming=warming,
         )
         return Decoded(header, value)
 

@@ -33,6 +33,8 @@ CHANGED: dict[str, Any] = {
     "imbalance_tolerance": 0.2,
     "max_moves": 4,
     "balance_interval_ms": 30_000,
+    "warm_up": True,
+    "max_warmups": 2,
 }
 
 
@@ -53,7 +55,9 @@ def test_member_settings_are_member_configs_fields_with_their_types() -> None:
 
 def test_group_member_takes_every_member_setting_as_a_keyword() -> None:
     protocol = Protocol.of("range")
-    member = GroupMember("127.0.0.1:9092", "g", [protocol], **CHANGED)
+    member = GroupMember(
+        "127.0.0.1:9092", "g", [protocol], on_warming=lambda *_: None, **CHANGED
+    )
     defaults = MemberConfig("g", [protocol])
     for name, value in CHANGED.items():
         assert getattr(defaults, name) != value, name

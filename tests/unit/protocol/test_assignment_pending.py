@@ -72,8 +72,8 @@ def test_pending_round_trips(pending: bool, rejoin: bool, compress_above: int | 
 
 
 def test_a_newer_writers_unknown_flag_bits_are_ignored() -> None:
-    blob = bytearray(CODEC.encode_assignment(AssignmentData(pending=True)))
-    flags_at = len(blob) - 5  # v2: the flags byte, then the empty user data's i32 length
+    blob = bytearray(CODEC.encode_assignment(AssignmentData(pending=True), 3))
+    flags_at = len(blob) - 5  # v2/v3: the flags byte, then the empty user data's i32 length
     assert blob[flags_at] == 0x02
     blob[flags_at] |= 0x80
     decoded = CODEC.decode_assignment(bytes(blob)).value

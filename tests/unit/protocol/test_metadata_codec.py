@@ -29,6 +29,9 @@ metadata = st.builds(
     user_data=st.binary(max_size=50),
     catalog_hash=st.binary(max_size=16),
     tags=st.lists(st.tuples(st.text(max_size=5), st.text(max_size=5)), max_size=4).map(tuple),
+    warms_up=st.booleans(),
+    warming=resources,
+    ready=resources,
 )
 assignments = st.builds(
     AssignmentData,
@@ -39,6 +42,7 @@ assignments = st.builds(
     common_version=st.integers(1, 2),
     rejoin=st.booleans(),
     user_data=st.binary(max_size=50),
+    warming=resources,
 )
 
 
@@ -51,10 +55,14 @@ def _group_order(items: tuple[tuple[str, object], ...]) -> list[tuple[str, objec
 def test_metadata_round_trip(meta: MemberMetadata, compress_above: int | None) -> None:
     codec = BinaryCodec(compress_above=compress_above)
     decoded = codec.decode_metadata(codec.encode_metadata(meta))
-    assert decoded.header.used_version == 3
-    assert decoded.header.latest_supported_version == 3
-    assert _group_order(decoded.value.owned) == _group_order(meta.owned)
-    assert decoded.value == MemberMetadata(**{**_fields(meta), "owned": decoded.value.owned})
+    assert decoded.header.used_version == 4
+    assert decoded.header.latest_supported_version == 4
+    value = decoded.value
+    for name in ("owned", "warming", "ready"):
+        assert _group_order(getattr(value, name)) == _group_order(getattr(meta, name))
+    assert value == MemberMetadata(
+        **{**_fields(meta), "owned": value.owned, "warming": value.warming, "ready": value.ready}
+    )
 
 
 @given(assignments, st.sampled_from([None, 0]))
@@ -63,6 +71,7 @@ def test_assignment_round_trip(data: AssignmentData, compress_above: int | None)
     decoded = codec.decode_assignment(codec.encode_assignment(data)).value
     assert _group_order(decoded.assigned) == _group_order(data.assigned)
     assert _group_order(decoded.revoked) == _group_order(data.revoked)
+    assert _group_order(decoded.warming) == _group_order(data.warming)
     assert (decoded.generation, decoded.catalog_hash, decoded.rejoin, decoded.user_data) == (
         data.generation,
         data.catalog_hash,
@@ -76,8 +85,8 @@ def test_older_reader_reads_newer_metadata(meta: MemberMetadata) -> None:
     new, old = BinaryCodec(), BinaryCodec(latest_version=1)
     decoded = old.decode_metadata(new.encode_metadata(meta))
     # The header still tells the old reader what the writer could do.
-    assert decoded.header.used_version == 3
-    assert decoded.header.latest_supported_version == 3
+    assert decoded.header.used_version == 4
+    assert decoded.header.latest_supported_version == 4
     assert decoded.value.tags == ()
     assert decoded.value.catalog_hash == meta.catalog_hash
     assert decoded.value.instance_id == meta.instance_id
@@ -149,7 +158,7 @@ def test_newer_reader_reads_older_metadata(meta: MemberMetadata) -> None:
     assert decoded.value.user_data == meta.user_data
 
 
-@given(metadata, st.binary(min_size=1, max_size=40), st.integers(4, 100))
+@given(metadata, st.binary(min_size=1, max_size=40), st.integers(5, 100))
 def test_unknown_future_version_with_trailing_fields_is_readable(
     meta: MemberMetadata, future_fields: bytes, future_version: int
 ) -> None:
