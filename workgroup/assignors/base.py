@@ -42,6 +42,9 @@ class MemberInfo:
     #: Total load the member reported for ``owned`` when it measured every one
     #: of them (``None``: not known); the load balancing stage uses it.
     owned_load: float | None = None
+    #: Resources the member reported ready: warm-ups it finished, and standby
+    #: holders ready to take over (:mod:`workgroup.member.warmup`).
+    ready: frozenset[Resource] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

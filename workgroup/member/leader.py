@@ -214,6 +214,7 @@ def build_input(
             capacity=meta.capacity if meta.capacity > 0 else 1.0,
             user_data=meta.user_data,
             owned_load=owned_load,
+            ready=frozenset(meta.ready),
         )
     _keep_ready_in_place(infos, metadata, key_sets)
     data = AssignmentInput(
@@ -234,9 +235,7 @@ def _keep_ready_in_place(
     """A resource a member warmed up and reports ready, that nobody owns any more
     (its owner revoked it for the cut-over: :mod:`~workgroup.member.warmup`),
     counts as that member's own, so that sticky assignors hand it there."""
-    readies = {
-        mid: meta.ready for mid, meta in metadata.items() if meta.ready and mid in infos
-    }
+    readies = {mid: meta.ready for mid, meta in metadata.items() if meta.ready and mid in infos}
     if not readies:
         return
     claimed = {r for info in infos.values() for r in info.owned}

@@ -676,9 +676,14 @@ class MemberMachine:
 
     def ready(self, now: int, resources: Iterable[Resource]) -> list[Action]:
         """Warm-ups of ``resources`` are ready (rule 14): the next round may cut
-        them over, so one is asked for.  Resources not warming are ignored."""
+        them over, so one is asked for.  An owned resource may be reported ready
+        too (a standby holder ready to take over: the leader's assignor sees it
+        in ``MemberInfo.ready``).  Other resources are ignored."""
         self._observe(now)
-        fresh = {r for r in resources if r in self._warming and r not in self._ready}
+        owned = self.owned
+        fresh = {
+            r for r in resources if (r in self._warming or r in owned) and r not in self._ready
+        }
         if fresh:
             self._ready.update(fresh)
             log.info(
@@ -1714,6 +1719,7 @@ class MemberMachine:
         self._ready.difference_update(promoted)
         self._end_warmups("the move was called off", keep=warming)
         added = self._owned.assign(data.assigned, self.generation)
+        self._ready.intersection_update(self._warming.union(assigned))
         self._callback("on_assigned", added, self.generation)
         started = sorted_resources(warming.difference(self._warming))
         if started:

@@ -128,6 +128,8 @@ class App:
         reassign_delay_ms: int = 0,
         on_failure: OnFailure | None = None,
         max_failures: int | None = None,
+        warm_up: bool = False,
+        warmup_timeout_ms: int = 60_000,
     ) -> Callable[[F], F]:
         """Run the decorated function once per owned resource of ``kind``, with its
         :class:`~workgroup.Lease`; see :mod:`workgroup.runtime.handlers` for
@@ -154,6 +156,15 @@ class App:
         (default ``"retry"`` after 5).  Either way the failing handler is on
         ``/healthz`` (503) and ``workgroup_failing_handlers``.
 
+        ``warm_up=True``: a resource moved for a planned reason (a new process,
+        balancing, a drain, a hand-over before leaving) is first handed to its
+        next holder with ``lease.role == "warming"`` while the current holder
+        keeps working; the handler prepares (loads state, opens connections),
+        then ``await lease.ready()``, which returns once the cut-over made it the
+        active holder (``True``) or the move was called off (``False``).  A
+        warm-up that fails or is not ready within ``warmup_timeout_ms`` falls
+        back to a plain move (:mod:`workgroup.member.warmup`).
+
         ``assignor`` may list several names in preference order, to change the
         assignor in a rolling restart: deploy ``["new", "old"]`` everywhere (the
         group keeps ``"old"`` until every member offers ``"new"``), then
@@ -178,6 +189,10 @@ class App:
         if reassign_delay_ms < 0:
             raise ConfigError(f"reassign_delay_ms must be >= 0, got {reassign_delay_ms}")
         _check_own_failure_policy(f"worker {kind!r}", on_failure, max_failures)
+        if not isinstance(warm_up, bool):
+            raise ConfigError(f"warm_up must be True or False, got {warm_up!r}")
+        if isinstance(warmup_timeout_ms, bool) or warmup_timeout_ms <= 0:
+            raise ConfigError(f"warmup_timeout_ms must be > 0, got {warmup_timeout_ms!r}")
 
         _check_isolation(isolation)
 
@@ -194,6 +209,8 @@ class App:
                 reassign_delay_ms,
                 on_failure,
                 max_failures,
+                warm_up,
+                warmup_timeout_ms,
             )
             return function
 

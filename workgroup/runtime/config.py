@@ -37,7 +37,7 @@ from workgroup.assignors.balance import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from workgroup.errors import ConfigError
 from workgroup.log import get_logger
 from workgroup.member.balancing import DEFAULT_BALANCE_INTERVAL_MS, BalanceSettings
-from workgroup.member.config import check_session_margin
+from workgroup.member.config import DEFAULT_MAX_WARMUPS, check_session_margin
 from workgroup.protocol.endpoint import check_endpoint
 from workgroup.runtime.handlers import DEFAULT_MAX_FAILURES, ON_FAILURE_CHOICES
 from workgroup.security import PLAINTEXT, Security
@@ -194,6 +194,11 @@ class Settings:
         DEFAULT_BALANCE_INTERVAL_MS,
         "Load balancing: time between probing rebalances while the load is over the "
         "tolerance (handlers report load with lease.report_load).",
+    )
+    max_warmups: int = setting(
+        DEFAULT_MAX_WARMUPS,
+        "Planned moves: warm-ups running in a group at once, as the leader decides them "
+        "(workers declared with warm_up=True; 0: plain moves).",
     )
 
     def heartbeat_ms(self) -> int:

@@ -17,7 +17,9 @@ from typing import Any, Literal, TextIO
 
 from workgroup.types import Key
 
-Event = Literal["acquired", "revoked", "lost"]
+#: ``warming`` / ``warmup_ended``: a warm-up began / was called off (no ownership:
+#: the warming holder owns the resource only from its ``acquired``).
+Event = Literal["acquired", "revoked", "lost", "warming", "warmup_ended"]
 
 
 class OwnershipLog:

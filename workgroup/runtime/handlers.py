@@ -34,6 +34,12 @@ Rules:
 6. Every duration (grace period, back-off, ``healthy_after_s``, how long a
    thread outlived its grace) is measured on the lease's clock
    (:mod:`workgroup.clock`); only the poll for a thread's end sleeps on the loop.
+7. A warming lease's handler starts at once, without a token.  A failure while
+   warming makes the move fall back to a plain one (``Lease.fall_back``) and
+   the handler is restarted as rule 2 says.  At the cut-over
+   (:meth:`HandlerRun.promote`) the lease takes its token and the running
+   handler's ``ready()`` returns; a handler that had returned while warming
+   is started again, now active.
 """
 
 from __future__ import annotations
@@ -146,9 +152,9 @@ class HandlerRun:
         self._clock = lease.clock
         self._wait = wait_exponential(multiplier=restart.initial_s, max=restart.max_s)
 
-    def start(self) -> None:
+    def start(self, *, acquired: bool = False) -> None:
         self._task = asyncio.create_task(
-            self._main(), name=f"workgroup-handler-{self.lease.kind}/{self.lease.key}"
+            self._main(acquired), name=f"workgroup-handler-{self.lease.kind}/{self.lease.key}"
         )
 
     async def stop(self, why: EndReason, grace_s: float) -> None:
@@ -200,6 +206,31 @@ class HandlerRun:
             after_s=round(clock.monotonic() - since, 1),
         )
 
+    async def promote(self) -> None:
+        """The cut-over (rule 7): take the token; the handler goes on as the active one."""
+        lease = self.lease
+        if not lease.warming:
+            return
+        lease.promote()
+        try:
+            await lease.acquire()
+        except LeaseLostError:
+            return
+        except WorkgroupError as exc:
+            log.error(
+                "worker.acquire_failed",
+                handler=self._name,
+                kind=lease.kind,
+                key=lease.key,
+                error=str(exc),
+            )
+            lease.end(EndReason.NOT_ACQUIRED, detail=str(exc))
+            return
+        if self._on_acquired is not None:
+            self._on_acquired(lease)
+        if self._task is not None and self._task.done() and not lease.revoked:
+            self.start(acquired=True)  # it returned while warming: run it as the active one
+
     def cut_short(self) -> None:
         """Cancel the handler now (its resource was lost while it was stopping)."""
         if self._task is not None:
@@ -222,13 +253,13 @@ class HandlerRun:
                     grace_s=grace_s,
                 )
 
-    async def _main(self) -> None:
+    async def _main(self, acquired: bool = False) -> None:
         lease = self.lease
         if self._after is not None:
             await self._after.wait_finished()  # rule 5
             self._after = None
         try:
-            if lease.role == "active":  # a standby takes no token
+            if lease.role == "active" and not acquired:  # standby, warming: no token
                 await lease.acquire()
         except LeaseLostError:
             return
@@ -245,7 +276,7 @@ class HandlerRun:
             lease.end(EndReason.NOT_ACQUIRED, detail=str(exc))
             return
         self.started = True
-        if self._on_acquired is not None:
+        if self._on_acquired is not None and not lease.warming and not acquired:
             self._on_acquired(lease)
         retrying = AsyncRetrying(
             retry=retry_if_exception(self._restartable),
@@ -404,6 +435,8 @@ class HandlerRun:
             if frames:
                 fields["exception"] = frames
         log.error("worker.failed", **fields)
+        if self.lease.warming:  # rule 7
+            self.lease.fall_back(f"the handler failed while warming up: {error}")
         if self.failures_in_row != self._restart.max_failures:
             return
         if self._restart.on_failure == "retry":

@@ -39,6 +39,14 @@ Rules:
    non-negative number: records/s, bytes/s) for load balancing; the member
    smooths it and publishes it when it next joins (:mod:`workgroup.member.balancing`).
    It never sends anything by itself, and a bad value is a ``ConfigError``.
+7. Warm-ups (planned moves, ``warm_up=True``): a lease handed over with a
+   warm-up starts with ``role == "warming"`` while another member still holds
+   the resource.  It has no token: it cannot commit, fence or produce.  Its
+   handler prepares, then awaits :meth:`ready`, which tells the group and
+   returns once the cut-over made the lease active (token taken: ``True``) or
+   the warm-up was called off (``False``: return).  A standby holder's
+   :meth:`ready` says it is ready to take over (the leader prefers it) and
+   returns at once; an active holder's does nothing and says so, once.
 """
 
 from __future__ import annotations
@@ -79,7 +87,13 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-Role = Literal["active", "standby"]
+Role = Literal["active", "standby", "warming"]
+#: The state a lease of each role starts in.
+_FIRST_STATES: dict[str, LeaseState] = {
+    "active": LeaseState.ACQUIRING,
+    "standby": LeaseState.STANDBY,
+    "warming": LeaseState.WARMING,
+}
 T = TypeVar("T")
 
 #: Answers that mean the member itself is gone: the lease can never be used again.
@@ -148,6 +162,7 @@ class Lease:
         producers: ProducerFactory | None = None,
         clock: Clock = SYSTEM_CLOCK,
         load_sink: Callable[[float], None] | None = None,
+        ready_sink: Callable[[], None] | None = None,
     ) -> None:
         self.group_id = group_id
         self.kind = kind
@@ -161,7 +176,7 @@ class Lease:
         self._store = store
         self._commit_timeout_s = commit_timeout_s
         self._clock = clock
-        self._state = LeaseState.STANDBY if role == "standby" else LeaseState.ACQUIRING
+        self._state = _FIRST_STATES[role]
         self._ended = asyncio.Event()
         #: Why the lease ended, and the detail its description names.
         self._end: tuple[EndReason, str | None] | None = None
@@ -171,6 +186,15 @@ class Lease:
         self._producer: Any = None
         self._last_commit_s: float | None = None
         self._load_sink = load_sink
+        self._ready_sink = ready_sink
+        #: ready() was reported (once per lease), or said to do nothing (once).
+        self._ready_reported = False
+        self._ready_ignored_said = False
+        #: Set when a warming lease becomes active or ends (what ready() awaits).
+        self._settled = asyncio.Event()
+        #: When the warm-up began and ended (the lease's clock), for its span.
+        self.warming_since: float | None = self._clock.monotonic() if role == "warming" else None
+        self.warmed_s: float | None = None
 
     def __repr__(self) -> str:
         state = "held" if self.held else f"ended ({self.end_reason})" if self.revoked else "new"
@@ -190,8 +214,86 @@ class Lease:
 
     @property
     def role(self) -> Role:
-        """``"active"`` (the holder that works) or ``"standby"``."""
+        """``"active"`` (the holder that works), ``"standby"``, or ``"warming"``
+        (a planned move's next holder preparing: rule 7; it becomes ``"active"``
+        at the cut-over)."""
         return self._role
+
+    @property
+    def warming(self) -> bool:
+        """Warming up, not active yet (rule 7)."""
+        return self._state is LeaseState.WARMING
+
+    async def ready(self) -> bool:
+        """Say this holder is ready (rule 7).  A warming lease returns once it is
+        active (``True``) or its warm-up was called off (``False``); a standby
+        or active one returns ``True`` at once."""
+        if self._role == "active" and self._state is not LeaseState.WARMING:
+            if not self._ready_ignored_said:
+                self._ready_ignored_said = True
+                log.info(
+                    "lease.ready_ignored",
+                    group=self.group_id,
+                    kind=self.kind,
+                    key=self.key,
+                    why="ready() is for warming and standby holders: this lease is active already",
+                )
+            return self.held
+        self._report_ready("ready")
+        if self._role == "standby":
+            return self.held
+        await self._settled.wait()
+        return self.held
+
+    def ready_sync(self, timeout_s: float | None = None) -> bool:
+        """:meth:`ready` from a worker thread (a plain-function handler)."""
+        return self._call_from_thread(self.ready, timeout_s)
+
+    def fall_back(self, why: str) -> None:
+        """The warm-up failed or timed out: report it ready all the same, so that
+        the move goes on as a plain one (logged once per move)."""
+        if self._state is not LeaseState.WARMING or self._ready_reported:
+            return
+        log.warning(
+            "lease.warmup_fallback",
+            group=self.group_id,
+            kind=self.kind,
+            key=self.key,
+            why=why,
+            then="the move goes on as a plain one",
+        )
+        self._report_ready(why)
+
+    def _report_ready(self, why: str) -> None:
+        if self._ready_reported or not (
+            self._state is LeaseState.WARMING or self._state is LeaseState.STANDBY
+        ):
+            return
+        self._ready_reported = True
+        if self._state is LeaseState.WARMING and self.warming_since is not None:
+            self.warmed_s = self._clock.monotonic() - self.warming_since
+        log.info(
+            "lease.ready",
+            group=self.group_id,
+            kind=self.kind,
+            key=self.key,
+            role=self._role,
+            why=why,
+            warmed_s=None if self.warmed_s is None else round(self.warmed_s, 3),
+        )
+        if self._ready_sink is not None:
+            self._ready_sink()
+
+    @property
+    def ready_reported(self) -> bool:
+        """:meth:`ready` (or a fall-back) told the group."""
+        return self._ready_reported
+
+    def promote(self) -> None:
+        """The cut-over: a warming lease becomes an active one taking its token
+        (the runner calls :meth:`acquire` next)."""
+        self._state = check_transition(self._state, LeaseState.ACQUIRING)
+        self._role = "active"
 
     @property
     def held(self) -> bool:
@@ -273,6 +375,7 @@ class Lease:
         self._end = (why, detail)
         self._stop_by = self._clock.monotonic() + max(grace_s, 0.0)
         self._ended.set()
+        self._settled.set()
 
     # --- token ----------------------------------------------------------------
 
@@ -294,6 +397,7 @@ class Lease:
                 self.token = token
                 if self._state is LeaseState.ACQUIRING:  # not ended meanwhile
                     self._state = check_transition(self._state, LeaseState.ACTIVE)
+                    self._settled.set()
         log.info(
             "lease.acquired", group=self.group_id, kind=self.kind, key=self.key, token=self.token
         )
@@ -309,9 +413,10 @@ class Lease:
         that cannot be stored (nothing sent).
         """
         check_value(value, self.key)
-        if self.role == "standby":
+        if self.role != "active":
             raise WorkgroupError(
-                f"lease {self.kind}/{self.key} is a standby: only the active holder commits"
+                f"lease {self.kind}/{self.key} is a {self.role} holder: only the active holder "
+                "commits" + (" (await lease.ready() first)" if self.role == "warming" else "")
             )
         self.assert_can_commit()
         async for attempt in self._retrying(until_grace_ends=True):
@@ -347,9 +452,10 @@ class Lease:
         """
         from workgroup.fence import make_fence
 
-        if self.role == "standby":
+        if self.role != "active":
             raise WorkgroupError(
-                f"lease {self.kind}/{self.key} is a standby: only the active holder has a fence"
+                f"lease {self.kind}/{self.key} is a {self.role} holder: only the active holder "
+                "has a fence"
             )
         self.assert_held()
         origin = getattr(self._store, "fence_origin", None)
@@ -407,8 +513,10 @@ class Lease:
         coordinator has no transactions: :class:`WorkgroupError`).
         """
         self.assert_held()
-        if self.role == "standby":
-            raise WorkgroupError("a standby lease has no producer: only the active holder writes")
+        if self.role != "active":
+            raise WorkgroupError(
+                f"a {self.role} lease has no producer: only the active holder writes"
+            )
         if self._producer is None:
             if self._producers is None:
                 raise WorkgroupError("this lease was made without a producer factory")

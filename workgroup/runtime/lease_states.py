@@ -18,8 +18,11 @@ Rules:
 4. :data:`NEXT_STATES` lists, for each state, every state it may move to; every
    change goes through :func:`check_transition`, and a move the table does not
    list is a bug that raises :class:`IllegalLeaseTransitionError` at once.  A
-   new state (e.g. a warm-up before ACTIVE) is a row here and a line in
-   :class:`LeaseState`.
+   new state is a row here and a line in :class:`LeaseState`.
+5. A warming lease (a planned move: another member still holds the resource)
+   starts WARMING: live, not held, tokenless, it never commits.  The cut-over
+   promotes it to ACQUIRING, then ACTIVE as any active lease; a warm-up called
+   off ends it (WARMUP_ENDED).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class LeaseState(enum.Enum):
     ACTIVE = "active"
     #: A standby holder: held from its start, tokenless, never commits.
     STANDBY = "standby"
+    #: Warming up before a cut-over (rule 5): not held, tokenless, never commits.
+    WARMING = "warming"
     #: Ended with a hand-over: finish the step within the grace period.
     REVOKED = "revoked"
     #: Ended with the session: stop at once.
@@ -61,6 +66,8 @@ class EndReason(enum.Enum):
     NOT_ACQUIRED = "not_acquired"
     #: Closed before it ended otherwise.
     CLOSED = "closed"
+    #: A warm-up called off: the move went away, nothing was handed over.
+    WARMUP_ENDED = "warmup_ended"
 
     @property
     def state(self) -> LeaseState:
@@ -80,6 +87,7 @@ _END_STATES: dict[EndReason, LeaseState] = {
     EndReason.RELEASED: LeaseState.ENDED,
     EndReason.NOT_ACQUIRED: LeaseState.ENDED,
     EndReason.CLOSED: LeaseState.ENDED,
+    EndReason.WARMUP_ENDED: LeaseState.ENDED,
 }
 
 _DESCRIPTIONS: dict[EndReason, str] = {
@@ -89,6 +97,7 @@ _DESCRIPTIONS: dict[EndReason, str] = {
     EndReason.RELEASED: "released after failures",
     EndReason.NOT_ACQUIRED: "could not take the token: {detail}",
     EndReason.CLOSED: "closed",
+    EndReason.WARMUP_ENDED: "warm-up called off",
 }
 
 _S = LeaseState
@@ -96,7 +105,7 @@ _S = LeaseState
 #: The states a lease is held in (rule 1).
 HELD_STATES = frozenset({_S.ACTIVE, _S.STANDBY})
 #: The states before a lease ended.
-LIVE_STATES = frozenset({_S.ACQUIRING, _S.ACTIVE, _S.STANDBY})
+LIVE_STATES = frozenset({_S.ACQUIRING, _S.ACTIVE, _S.STANDBY, _S.WARMING})
 #: Ended without a hand-over: the handler stops at once (``Lease.lost``).
 LOST_STATES = frozenset({_S.LOST, _S.FENCED})
 
@@ -108,6 +117,8 @@ NEXT_STATES: dict[LeaseState, frozenset[LeaseState]] = {
     _S.ACTIVE: frozenset({_S.REVOKED, _S.LOST, _S.FENCED, _S.ENDED}),
     # a standby never commits, so the coordinator never fences it
     _S.STANDBY: frozenset({_S.REVOKED, _S.LOST, _S.ENDED}),
+    # promoted by the cut-over (rule 5); called off, lost, closed
+    _S.WARMING: frozenset({_S.ACQUIRING, _S.REVOKED, _S.LOST, _S.ENDED}),
     # a commit in the grace period refused (rule 3)
     _S.REVOKED: frozenset({_S.FENCED}),
     _S.LOST: frozenset(),

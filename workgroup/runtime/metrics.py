@@ -133,6 +133,25 @@ class RuntimeMetrics:
             ["group", "kind", "reason"],
             registry=r,
         )
+        self.warming = Gauge(
+            "workgroup_warming_leases",
+            "Resources warming up here for a planned move (another process holds them)",
+            ["group", "kind"],
+            registry=r,
+        )
+        self.warmup_seconds = Histogram(
+            "workgroup_warmup_seconds",
+            "Time from a warm-up's start to its ready()",
+            ["group"],
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.warmups = Counter(
+            "workgroup_warmups",
+            "Warm-ups ended, by outcome: cut_over (the resource moved here) or called_off",
+            ["group", "kind", "outcome"],
+            registry=r,
+        )
         self.catalog = Gauge(
             "workgroup_catalog_resources",
             "Resources in the group's list as this process last read it",
@@ -257,6 +276,16 @@ class RuntimeMetrics:
                 for gauge in (self.lease_token, self.checkpoint_age):
                     with contextlib.suppress(KeyError):
                         gauge.remove(group, kind, str(key))
+
+    def warmup_started(self, group: str, kind: str) -> None:
+        self.warming.labels(group, kind).inc()
+
+    def warmup_ended(self, group: str, kind: str, outcome: str, warmed_s: float | None) -> None:
+        """A warm-up ended: ``cut_over`` or ``called_off``; ``warmed_s``: until ready()."""
+        self.warming.labels(group, kind).dec()
+        self.warmups.labels(group, kind, outcome).inc()
+        if warmed_s is not None:
+            self.warmup_seconds.labels(group).observe(warmed_s)
 
     def handler_failed(self, group: str) -> None:
         self.failures.labels(group).inc()

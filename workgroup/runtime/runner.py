@@ -28,6 +28,12 @@ Rules:
    (exit 3).
 6. One clock (``clock=``, :mod:`workgroup.clock`) times everything of a runner:
    its members' machines, its leases' grace periods and its handler runs.
+7. Warm-ups (``warm_up=True``; :mod:`workgroup.member.warmup`): a resource to
+   warm up gets a handler run with a warming lease at once (after a run of it
+   still stopping here); the cut-over's ``on_assigned`` promotes that run
+   instead of starting a new one; a warm-up called off stops its run (nothing
+   to release: it never owned the resource); one not ready within
+   ``warmup_timeout_ms`` falls back to a plain move (logged once).
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any
 
 import structlog
 
@@ -111,6 +118,8 @@ class GroupRunner:
         metrics: RuntimeMetrics,
         standbys: int = 0,
         reassign_delay_ms: int = 0,
+        warm_up: bool = False,
+        warmup_timeout_s: float = 60.0,
         client_id: str | None = None,
         on_fatal: Callable[[WorkgroupError], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
@@ -134,6 +143,9 @@ class GroupRunner:
         self.runs: dict[Resource, HandlerRun] = {}
         #: Revoked, their handlers still stopping (rule 1).
         self.stopping: dict[Resource, HandlerRun] = {}
+        #: Warming up for a planned move (another member holds them: rule 7).
+        self.warming: dict[Resource, HandlerRun] = {}
+        self._warmup_timeout_s = warmup_timeout_s
         self._releases: set[asyncio.Task[None]] = set()
         self._standbys = standbys
         protocols = [Protocol.of(name) for name in assignors]
@@ -165,6 +177,10 @@ class GroupRunner:
             on_assigned=self._assigned,
             on_revoked=self._revoked,
             on_lost=self._lost,
+            on_warming=self._warming_started if warm_up else None,
+            on_warming_ended=self._warming_ended,
+            warm_up=warm_up,
+            max_warmups=settings.max_warmups,
             on_callback_error="fail",
             # Rule 2: every handler gets its grace and the cancellation margin
             # (and the hand-over rounds at least 10 s).
@@ -289,6 +305,15 @@ class GroupRunner:
         for index, resource in enumerate(resources):
             if index and index % START_SLICE == 0:
                 await asyncio.sleep(0)  # thousands of starts: let heartbeats through
+            warm = self.warming.pop(resource, None)
+            if warm is not None:  # the cut-over (rule 7)
+                self.runs[resource] = warm
+                self._assigned_at[resource] = self._clock.monotonic()
+                self._metrics.warmup_ended(
+                    self.group_id, resource[0], "cut_over", warm.lease.warmed_s
+                )
+                self._spawn(warm.promote(), f"workgroup-promote-{resource[0]}/{resource[1]}")
+                continue
             slot = self._slot(resource)
             if slot is None:
                 log.error(
@@ -327,6 +352,70 @@ class GroupRunner:
             )
             self.runs[resource] = run
             run.start()
+
+    async def _warming_started(self, resources: tuple[Resource, ...], generation: int) -> None:
+        """Start a warming handler per resource (rule 7)."""
+        for resource in resources:
+            slot = self._slot(resource)
+            if slot is None:
+                await self._read_catalog()
+                slot = self._slot(resource)
+            if slot is None or resource in self.warming or resource in self.runs:
+                continue
+            kind, key = resource
+            lease = Lease(
+                self.group_id,
+                kind,
+                key,
+                slot=slot,
+                store=self._store,
+                attributes=self._catalog.attributes.get(resource),
+                role="warming",
+                producers=self._producers,
+                clock=self._clock,
+                load_sink=functools.partial(self.member.report_load, resource),
+                ready_sink=functools.partial(self.member.ready, (resource,)),
+            )
+            run = HandlerRun(
+                lease,
+                self._handler,
+                name=self.group_id,
+                restart=self._restart,
+                stats=self._stats,
+                on_acquired=self._record_acquired,
+                after=self.stopping.get(resource),
+                on_failing=self._failing_changed,
+                on_gave_up=self._gave_up,
+            )
+            self.warming[resource] = run
+            self._metrics.warmup_started(self.group_id, kind)
+            if self._events is not None:
+                self._events.record("warming", self.group_id, kind, key, 0)
+            run.start()
+            self._spawn(
+                self._warmup_deadline(lease),
+                f"workgroup-warmup-deadline-{kind}/{key}",
+            )
+
+    async def _warmup_deadline(self, lease: Lease) -> None:
+        """Rule 7: a warm-up not ready in time falls back to a plain move."""
+        await self._clock.sleep(self._warmup_timeout_s)
+        if lease.warming and not lease.ready_reported:
+            lease.fall_back(f"not ready after {self._warmup_timeout_s:g} s (warmup_timeout_ms)")
+
+    async def _warming_ended(self, resources: tuple[Resource, ...], generation: int) -> None:
+        """Warm-ups called off (rule 7): stop their handlers; nothing was handed over."""
+        runs = [(r, self.warming.pop(r)) for r in resources if r in self.warming]
+        await asyncio.gather(*(run.stop(EndReason.WARMUP_ENDED, self._grace_s) for _, run in runs))
+        for resource, run in runs:
+            self._metrics.warmup_ended(self.group_id, resource[0], "called_off", run.lease.warmed_s)
+            if self._events is not None:
+                self._events.record("warmup_ended", self.group_id, resource[0], resource[1], 0)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coroutine, name=name)
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
 
     def _failing_changed(self, run: HandlerRun) -> None:
         """Rule 5: a handler became failing, or recovered."""
@@ -469,6 +558,9 @@ class GroupRunner:
         return standby_kind(lease.kind) if lease.role == "standby" else lease.kind
 
     async def stop_all(self, why: EndReason) -> None:
+        warming = list(self.warming.values())
+        self.warming.clear()
+        await asyncio.gather(*(run.stop(why, 0.0) for run in warming))
         await self._stop(tuple(self.runs), why, self._grace_s)
         # Revoked handlers the member stopped waiting for (rule 2): cancel what can be.
         for run in self.stopping.values():
@@ -481,7 +573,7 @@ class GroupRunner:
 
     def running_threads(self) -> list[Resource]:
         """Resources whose handler thread still runs (it cannot be stopped)."""
-        runs = [*self.runs.items(), *self.stopping.items()]
+        runs = [*self.runs.items(), *self.stopping.items(), *self.warming.items()]
         return [resource for resource, run in runs if run.thread_running]
 
 
@@ -536,6 +628,8 @@ class AppRunner:
                 metrics=self.metrics,
                 standbys=spec.standbys,
                 reassign_delay_ms=spec.reassign_delay_ms,
+                warm_up=spec.warm_up,
+                warmup_timeout_s=spec.warmup_timeout_ms / 1000,
                 client_id=client_id,
                 on_fatal=self._fatal,
                 clock=clock,

@@ -34,6 +34,10 @@ class WorkerSpec:
     #: ``None``: the app-wide setting (``Settings.on_failure``, ``max_failures``).
     on_failure: OnFailure | None = None
     max_failures: int | None = None
+    #: Planned moves warm up first (``lease.role == "warming"``, ``lease.ready()``).
+    warm_up: bool = False
+    #: A warm-up not ready by then falls back to a plain move.
+    warmup_timeout_ms: int = 60_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,9 +55,7 @@ def test_member_settings_are_member_configs_fields_with_their_types() -> None:
 
 def test_group_member_takes_every_member_setting_as_a_keyword() -> None:
     protocol = Protocol.of("range")
-    member = GroupMember(
-        "127.0.0.1:9092", "g", [protocol], on_warming=lambda *_: None, **CHANGED
-    )
+    member = GroupMember("127.0.0.1:9092", "g", [protocol], on_warming=lambda *_: None, **CHANGED)
     defaults = MemberConfig("g", [protocol])
     for name, value in CHANGED.items():
         assert getattr(defaults, name) != value, name
