@@ -692,8 +692,7 @@ class MemberMachine:
                 count=len(fresh),
                 warming=len(self._warming),
             )
-            if self.state is State.STABLE:
-                self._request_rejoin(f"{len(fresh)} warm-ups ready")
+            self._rejoin_for_metadata(f"{len(fresh)} warm-ups ready")
         return self._drain(now)
 
     def drain(self, now: int, draining: bool = True) -> list[Action]:
@@ -707,9 +706,14 @@ class MemberMachine:
                 member_id=self.member_id,
                 owned=len(self.owned),
             )
-            if self.state is State.STABLE:
-                self._request_rejoin("draining" if draining else "undrained")
+            self._rejoin_for_metadata("draining" if draining else "undrained")
         return self._drain(now)
+
+    def _rejoin_for_metadata(self, reason: str) -> None:
+        """The metadata changed: the leader must see it, so a round follows, also
+        after the round under way (its JoinGroup may have gone without it)."""
+        if self.state not in (State.UNJOINED, State.LEAVING, State.CLOSED, State.FATAL):
+            self._request_rejoin(reason)
 
     def _end_warmups(self, reason: str, keep: Iterable[Resource] = ()) -> None:
         """End the warm-ups not in ``keep`` (rule 14)."""
