@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Unpack, get_args
 
 from workgroup.assignors.base import Assignment
-from workgroup.clock import SYSTEM_CLOCK, Clock
+from workgroup.clock import SYSTEM_CLOCK, Clock, SystemClock, wait_within
 from workgroup.errors import ConfigError, ProtocolError, WorkgroupError
 from workgroup.kafka.messages import (
     CommitTopic,
@@ -656,9 +656,16 @@ class GroupMember:
             deadline = machine.next_deadline()
             delay = None if deadline is None else max(0.0, (deadline - self._now()) / 1000)
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await self._wake.wait()
+            if delay is None or isinstance(self._clock, SystemClock):
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):  # the loop's own timer
+                        await self._wake.wait()
+            else:  # another clock (a test's FakeClock) times the machine's deadlines
+                woken = asyncio.ensure_future(self._wake.wait())
+                try:
+                    await wait_within(self._clock, woken, delay)
+                finally:
+                    woken.cancel()
             if not self._closed.is_set():
                 self._feed(machine.tick(self._now()))
 
