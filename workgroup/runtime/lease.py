@@ -512,11 +512,11 @@ class Lease:
         closed when the lease ends.  Needs a Kafka cluster (the embedded
         coordinator has no transactions: :class:`WorkgroupError`).
         """
-        self.assert_held()
         if self.role != "active":
             raise WorkgroupError(
                 f"a {self.role} lease has no producer: only the active holder writes"
             )
+        self.assert_held()
         if self._producer is None:
             if self._producers is None:
                 raise WorkgroupError("this lease was made without a producer factory")
