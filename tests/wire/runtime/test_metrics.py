@@ -106,6 +106,11 @@ async def test_metrics_and_health_of_a_running_app(bootstrap: str) -> None:
         assert 0 <= metric(text, "workgroup_heartbeat_age_seconds", group=group) < 3
         assert metric(text, "workgroup_lease_acquire_seconds_count", group=group) == 3
         assert metric(text, "workgroup_rebalance_seconds_count", group=group) >= 1
+        # The leader (this process, alone) handed the three new shards out.
+        assert (
+            metric(text, "workgroup_moves_total", group=group, reason="catalog", how="plain") == 3
+        )
+        assert metric(text, "workgroup_moves_total", group=group, reason="drain") == 0
     finally:
         stop.set()
         await asyncio.wait_for(task, TIMEOUT_S)
@@ -118,6 +123,7 @@ async def test_health_says_which_group_is_not_settled_and_bad_requests_are_answe
         stable = False
         rebalances = 0
         heartbeat_age_s = None
+        moves_total: dict[tuple[str, str], int] = {}
 
         class state:
             value = "joining"
@@ -215,6 +221,7 @@ class Settled:
     stable = True
     rebalances = 1
     heartbeat_age_s = 0.1
+    moves_total: dict[tuple[str, str], int] = {}
 
     class state:
         value = "stable"

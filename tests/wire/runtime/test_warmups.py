@@ -169,3 +169,7 @@ async def test_a_joining_process_warms_up_before_it_takes_over(backend: Backend)
     assert staged
     assert max(e["started"] + e["continuing"] for e in staged) <= 2
     assert all(tokens == sorted(set(tokens)) for tokens in timeline.tokens.values())
+    # The leader counted each move once, when its warm-up began, as b's join.
+    moves = [e for e in logs if e["event"] == "member.moves"]
+    assert sum(e.get("join", 0) for e in moves) == len(moved), moves
+    assert sum(e["warmup"] for e in moves) == len(moved), moves
