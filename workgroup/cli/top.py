@@ -1,5 +1,7 @@
 """``workgroup top GROUP``: a live view of a group (members, what each owns,
-generation) and the rebalances seen while watching.  Ctrl-C ends it.
+generation, warm-ups and draining or leaving members: ``describe``'s table)
+and the changes seen while watching (rebalances, members that join, leave,
+start or stop draining, warm-ups that start or end).  Ctrl-C ends it.
 
 ``--once`` prints one view and exits: 0, or 1 when the group could not be
 described (the error is in the view), as ``describe`` does."""
@@ -80,6 +82,19 @@ def _difference(before: GroupDescription, after: GroupDescription) -> str:
         notes.append(f"joined {', '.join(sorted(new - old))}")
     if old - new:
         notes.append(f"left {', '.join(sorted(old - new))}")
+    was = {m.member_id: m for m in before.members}
+    for m in after.members:
+        prior = was.get(m.member_id)
+        if prior is None:
+            continue
+        if m.status != prior.status and m.status in ("draining", "leaving"):
+            notes.append(f"{m.member_id} {m.status}")
+        elif prior.status == "draining" and m.status != "draining":
+            notes.append(f"{m.member_id} undrained")
+        warming = sum(len(keys) for keys in m.warming.values())
+        warmed = sum(len(keys) for keys in prior.warming.values())
+        if warming != warmed:
+            notes.append(f"{m.member_id} warming {warmed} -> {warming}")
     return "; ".join(notes)
 
 
