@@ -106,3 +106,26 @@ def test_top_notes_draining_undraining_and_warm_ups_starting_and_ending() -> Non
         "a-id draining; b-id warming 0 -> 2",
         "a-id undrained; b-id warming 2 -> 0",
     ]
+
+
+def test_top_shows_how_long_each_warm_up_has_been_under_way() -> None:
+    watch = Watch()
+    watch.observe(group(member("a", [0, 1, 2]), member("b", [], warming=[0])), None, 100.0)
+    watch.observe(
+        group(member("a", [0, 1, 2]), member("b", [], warming=[0, 1], ready=[0])), None, 103.0
+    )
+    table = watch.warmups(now=104.5)
+    assert table is not None
+    out = Console(width=200, record=True)
+    out.print(watch.view(now=104.5))
+    shown = out.export_text()
+    rows = {word: line for line in shown.splitlines() for word in line.split() if "shard/" in word}
+    # shard/0 was warming at the view's first poll: at least 4.5 s; shard/1 since 103.
+    assert "≥ 4.5 s" in rows["shard/0"]
+    assert "✓" in rows["shard/0"]
+    assert "1.5 s" in rows["shard/1"]
+    assert "≥" not in rows["shard/1"]
+    # Cut over: no warm-up left, no table.
+    watch.observe(group(member("a", [2]), member("b", [0, 1])), None, 106.0)
+    assert watch.warmups(now=106.0) is None
+    assert watch.warming_since == {}

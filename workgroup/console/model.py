@@ -29,7 +29,9 @@ Rules:
    ``draining`` or ``leaving``) and how many resources it warms up
    (``warming``) and reported ready (``ready``); each resource names the
    member warming it up for a move (``warming_by``; ``warming_ready`` once it
-   reported ready), while its owner keeps it.
+   reported ready), while its owner keeps it, and for how long
+   (``warming_for_s``: since the console first saw it, a lower bound
+   ``warming_at_least`` for a warm-up seen in the group's first reading).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ class _GroupMemory:
     members: dict[str, str] = field(default_factory=dict)  # member id -> name
     generation: int | None = None
     slots: dict[str, _SlotSeen] = field(default_factory=dict)
+    #: ``(kind, encoded key, member) -> (first seen warming, seen at the group's first read)``.
+    warming: dict[tuple[str, str, str], tuple[float, bool]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -200,13 +204,23 @@ class ConsoleModel:
             self._timeline.append(self._rebalance(read.group, memory, owners, names, d, now))
         memory.owners, memory.members = owners, names
         memory.generation = None if d is None else d.generation
+        warming_seen: dict[tuple[str, str, str], tuple[float, bool]] = {}
+        for (warm_kind, warm_key), (warmer, _) in warming_by.items():
+            seen = (warm_kind, warm_key, warmer)
+            warming_seen[seen] = memory.warming.get(seen, (now, first))
+        memory.warming = warming_seen
         for r in resources:
+            r["warming_by"], r["warming_ready"] = None, False
+            r["warming_for_s"], r["warming_at_least"] = None, False
             if r["kind"] is not None:
                 kind = r["kind"] if r["role"] == "active" else r["kind"] + STANDBY_SUFFIX
-                by, is_ready = warming_by.get((kind, encode_key(r["key"])), (None, False))
-                r["warming_by"], r["warming_ready"] = by, is_ready
-            else:
-                r["warming_by"], r["warming_ready"] = None, False
+                encoded = encode_key(r["key"])
+                found = warming_by.get((kind, encoded))
+                if found is not None:
+                    by, is_ready = found
+                    since, at_least = warming_seen[kind, encoded, by]
+                    r["warming_by"], r["warming_ready"] = by, is_ready
+                    r["warming_for_s"], r["warming_at_least"] = now - since, at_least
         resources.sort(key=lambda r: (r["owner"] is None, r["kind"] or "", encode_key(r["key"])))
         return {
             "group": read.group,

@@ -158,3 +158,13 @@ def test_the_view_shows_warm_ups_at_their_resource_and_draining_members() -> Non
     assert (rows[0]["warming_by"], rows[0]["warming_ready"]) == ("b", False)
     assert (rows[1]["warming_by"], rows[1]["warming_ready"]) == ("b", True)
     assert (rows[2]["warming_by"], rows[2]["warming_ready"]) == (None, False)
+    assert (rows[0]["warming_for_s"], rows[0]["warming_at_least"]) == (0.0, True)
+    # Four seconds on, b warms up shard 2 too (a new warm-up: exact); 0 and 1 go on.
+    view = model.update(
+        [GroupRead("g", described(planned("a", [0, 1, 2], [], [], DRAINING_TAG),
+                                  planned("b", [], [0, 1, 2], [1], None)), [])],
+        now=5.0,
+    )  # fmt: skip
+    rows = {r["key"]: r for r in view["groups"][0]["resources"]}
+    assert (rows[0]["warming_for_s"], rows[0]["warming_at_least"]) == (4.0, True)
+    assert (rows[2]["warming_for_s"], rows[2]["warming_at_least"]) == (0.0, False)

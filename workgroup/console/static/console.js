@@ -77,7 +77,8 @@ function renderResources(page) {
     cell(row, r.token);
     cell(row, r.checkpoint, "checkpoint").title = r.checkpoint ?? "";
     cell(row, age(r.checkpoint_age_s, r.age_at_least));
-    cell(row, r.warming_by ? `${r.warming_by}${r.warming_ready ? " ✓ ready" : ""}` : null,
+    const warmingFor = r.warming_by ? ` for ${age(r.warming_for_s, r.warming_at_least)}` : "";
+    cell(row, r.warming_by ? `${r.warming_by}${warmingFor}${r.warming_ready ? " ✓ ready" : ""}` : null,
       r.warming_by ? "warming" : "");
     body.appendChild(row);
   }
