@@ -249,8 +249,12 @@ class RuntimeMetrics:
                 self.rebalances.labels(group).inc(m.rebalances - seen[0])
                 seen[0] = m.rebalances
             for (why, how), count in m.moves_total.items():
-                if count > moves_seen.get((why, how), 0):
-                    self.moves.labels(group, why, how).inc(count - moves_seen.get((why, how), 0))
+                before = moves_seen.get((why, how), 0)
+                if count != before:
+                    # Lower: the member's machine started afresh, its totals from 0.
+                    self.moves.labels(group, why, how).inc(
+                        count - before if count > before else count
+                    )
                     moves_seen[why, how] = count
             settled = m.stable
             self.stable.labels(group).set(1 if settled else 0)

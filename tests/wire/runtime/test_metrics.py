@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -330,3 +331,32 @@ def test_health_after_the_event_loop_closed_is_503() -> None:
             assert error.read() == b"the event loop is closed\n"
     finally:
         asyncio.run(server.close())
+
+
+def test_moves_follow_the_members_totals_and_a_fresh_machine_counts_from_zero() -> None:
+    listeners: list[Any] = []
+
+    class Leading(Settled):
+        moves_total: dict[tuple[str, str], int] = {}
+
+        def add_listener(self, listener: object) -> None:
+            listeners.append(listener)
+
+    member = Leading()
+    metrics = RuntimeMetrics()
+    metrics.watch("app.shard", member)  # type: ignore[arg-type]
+
+    def moves(reason: str, how: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "workgroup_moves_total", {"group": "app.shard", "reason": reason, "how": how}
+        )
+
+    assert moves("join", "warmup") == 0  # every series from the start
+    member.moves_total = {("join", "warmup"): 3, ("catalog", "plain"): 6}
+    listeners[0](member)
+    member.moves_total = {("join", "warmup"): 4, ("catalog", "plain"): 6}
+    listeners[0](member)
+    assert (moves("join", "warmup"), moves("catalog", "plain")) == (4, 6)
+    member.moves_total = {("join", "warmup"): 1}  # the machine started afresh
+    listeners[0](member)
+    assert moves("join", "warmup") == 5
