@@ -19,6 +19,7 @@ from workgroup.cli import main
 from workgroup.member.driver import GroupMember
 from workgroup.protocol import Protocol
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec
+from workgroup.testing import capture_logs
 
 TIMEOUT_S = 30
 SHARDS = {"shard": [0, 1, 2, 3]}
@@ -102,7 +103,7 @@ async def test_describe_a_workgroup_group(backend: Backend, request: pytest.Fixt
 
 async def test_describe_shows_warm_ups_ready_ones_and_a_draining_member() -> None:
     """b warms two shards up (a keeps them until b is ready), then a drains."""
-    with run_backend("embedded") as backend:
+    with run_backend("embedded") as backend, capture_logs() as logs:
         group = f"admin-warm-{uuid.uuid4().hex[:8]}"
         a = member(backend, group, "a")
         b = GroupMember(
@@ -151,6 +152,11 @@ async def test_describe_shows_warm_ups_ready_ones_and_a_draining_member() -> Non
                 table = await cli(["describe", group, "--bootstrap", backend.bootstrap])
                 assert "draining" in table.output
                 assert "status" in table.output
+        # The leader (a) counted b's join and a's drain, each move once, all warmed up.
+        moves = [e for e in logs if e["event"] == "member.moves"]
+        assert sum(e.get("join", 0) for e in moves) == 2, moves
+        assert sum(e.get("drain", 0) for e in moves) == 2, moves
+        assert sum(e["warmup"] for e in moves) == 4, moves
 
 
 async def test_describe_a_kafka_consumer_group(
