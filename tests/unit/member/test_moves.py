@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.unit.member.test_member_machine import CODEC, make, only, sent
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import JoinedMember, JoinGroupResult
@@ -199,3 +202,50 @@ def test_the_leader_logs_its_moves_by_reason_and_counts_them() -> None:
     # A first round as leader: what nobody owns in a running group lost its owner.
     assert (event["drain"], event["failover"], event["warmup"]) == (3, 3, 0)
     assert m.moves_total == {("drain", "plain"): 3, ("failover", "plain"): 3}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.data(),
+    members=st.integers(min_value=1, max_value=4),
+    resources=st.integers(min_value=1, max_value=10),
+    warm=st.booleans(),
+    max_warmups=st.integers(min_value=1, max_value=4),
+)
+def test_every_resource_that_changes_owner_is_counted_once_whatever_the_rounds(
+    data: st.DataObject, members: int, resources: int, warm: bool, max_warmups: int
+) -> None:
+    """Play a cooperative rebalance to its end (warm-ups reported ready at once):
+    the moves counted are the resources whose owner changed, each once."""
+    ids = [f"m{i}" for i in range(members)]
+    owner_of = st.sampled_from([*ids, None])
+    before = {k: data.draw(owner_of) for k in range(resources)}
+    after = {k: data.draw(st.sampled_from(ids)) for k in range(resources)}
+    target = {m: [k for k in range(resources) if after[k] == m] for m in ids}
+    owned = {m: [k for k in range(resources) if before[k] == m] for m in ids}
+    warming: dict[str, tuple[Resource, ...]] = {}
+    counter = MoveCounter()
+    counter._assigned = frozenset(shards(*range(resources)))  # the group ran before
+    counter._members = frozenset(ids)
+    counted: list[Move] = []
+    for _ in range(3 * resources + 4):
+        metadata = {
+            m: MemberMetadata(
+                owned=shards(*owned[m]),
+                warms_up=warm,
+                warming=warming.get(m, ()),
+                ready=warming.get(m, ()),
+            )
+            for m in ids
+        }
+        plan = round_plan(target, metadata, max_warmups=max_warmups)
+        counted += counter.observe(plan, metadata)
+        owned = {m: [int(r[1]) for r in plan.assigned[m]] for m in ids}
+        warming = {m: rs for m, rs in plan.warming.items() if rs}
+        if not plan.pending and not warming:
+            break
+    assert {k: m for m in ids for k in owned[m]} == after  # the rebalance ended
+    changed = {k for k in range(resources) if before[k] != after[k]}
+    assert sorted(int(m.resource[1]) for m in counted) == sorted(changed)
+    assert all(m.how == ("warmup" if warm and m.giver else "plain") for m in counted)
+    assert all((m.giver is None) == (before[int(m.resource[1])] is None) for m in counted)
