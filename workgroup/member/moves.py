@@ -38,13 +38,14 @@ Rules:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Container, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Literal, get_args
 
 from workgroup.member.leader import DRAINING_TAG, LEAVING_TAG, RoundPlan
 from workgroup.protocol.metadata import MemberMetadata
-from workgroup.types import Resource, sorted_resources
+from workgroup.types import Resource
 
 MoveReason = Literal["join", "rebalance", "balance", "drain", "leave", "failover", "catalog"]
 MoveHow = Literal["warmup", "plain"]
@@ -71,9 +72,9 @@ def classify_moves(
     balanced: Collection[Resource] = (),
     newcomers: Collection[str] = (),
     continuing: Collection[Resource] = (),
-    assigned_before: Collection[Resource] | None = None,
+    assigned_before: Container[Resource] | None = None,
 ) -> tuple[Move, ...]:
-    """The moves ``plan`` begins (rules 1-3), in resource order.
+    """The moves ``plan`` begins (rules 1-3): warm-ups first, then plain moves.
 
     ``plan`` is the round's final plan (warm-ups staged); ``metadata`` what each
     member sent; ``balanced`` the resources the balancing stage moved this
@@ -81,23 +82,52 @@ def classify_moves(
     ``continuing`` resources revoked for a move in an earlier round;
     ``assigned_before`` what the previous round assigned (``None``: not known).
     """
-    claimants: dict[Resource, list[str]] = {}
+    # One claimant per resource, built at C speed; those several members claim
+    # (rare: assignors with several owners, a stale claim) also in ``shared``.
+    owner: dict[Resource, str] = {}
+    total = 0
     for member_id, member_meta in metadata.items():
-        for resource in member_meta.owned:
-            claimants.setdefault(resource, []).append(member_id)
-    targets: dict[Resource, list[str]] = {}
-    for member_id, wanted in plan.target.items():
-        for resource in wanted:
-            targets.setdefault(resource, []).append(member_id)
+        owner.update(zip(member_meta.owned, repeat(member_id), strict=False))
+        total += len(member_meta.owned)
+    shared: dict[Resource, list[str]] = {}
+    if total != len(owner):
+        for member_id, member_meta in metadata.items():
+            for resource in dict.fromkeys(member_meta.owned):
+                shared.setdefault(resource, []).append(member_id)
+
+    def claimants(resource: Resource) -> list[str]:
+        if resource in shared:
+            return shared[resource]
+        claimant = owner.get(resource)
+        return [] if claimant is None else [claimant]
+
+    # Who a revoked resource goes to: the member it is withheld from (cooperative).
+    takers: dict[Resource, list[str]] = {}
+    for member_id, held in plan.withheld.items():
+        for resource in held:
+            takers.setdefault(resource, []).append(member_id)
+    target_sets: dict[str, set[Resource]] = {}
+
+    def keeps(member_id: str, resource: Resource) -> bool:
+        """``member_id``'s target has ``resource``."""
+        if member_id not in target_sets:
+            target_sets[member_id] = set(plan.target.get(member_id, ()))
+        return resource in target_sets[member_id]
+
     warming_now = {r for rs in plan.warming.values() for r in rs}
-    running = assigned_before is None and bool(claimants)
+    running = assigned_before is None and bool(owner)
+
+    handing_over: dict[str, MoveReason | None] = {}
 
     def why(giver: str, taker: str, resource: Resource) -> MoveReason:
-        tags = dict(metadata[giver].tags)
-        if LEAVING_TAG in tags:
-            return "leave"
-        if DRAINING_TAG in tags:
-            return "drain"
+        if giver not in handing_over:
+            tags = dict(metadata[giver].tags)
+            handing_over[giver] = (
+                "leave" if LEAVING_TAG in tags else "drain" if DRAINING_TAG in tags else None
+            )
+        state = handing_over[giver]
+        if state is not None:
+            return state
         if resource in balanced:
             return "balance"
         return "join" if taker in newcomers else "rebalance"
@@ -116,38 +146,55 @@ def classify_moves(
         meta = metadata.get(taker)
         already = set(meta.warming) if meta is not None else set()
         for resource in warming:
-            givers = [c for c in claimants.get(resource, ()) if c != taker]
+            givers = [c for c in claimants(resource) if c != taker]
             if resource not in already and givers:
                 add(resource, givers[0], taker, "warmup")
     for giver, revoked in plan.revoked.items():
         for resource in revoked:
             if resource in warming_now or resource in continuing:
                 continue  # a cut-over (counted when its warm-up began), or revoked before
-            for taker in targets.get(resource, ()):
+            # Not withheld: a new copy beside an owner that keeps its own (several
+            # owners per resource), found in the targets.
+            candidates = takers.get(resource) or [m for m in plan.target if keeps(m, resource)]
+            for taker in candidates:
                 if taker != giver:
                     add(resource, giver, taker, "plain")
                     break
     for taker, given in plan.assigned.items():
         meta = metadata.get(taker)
-        mine = set(meta.owned) if meta is not None else set()
+        fresh = set(given).difference(meta.owned) if meta is not None else set(given)
+        if not fresh:
+            continue
         warmed = set(meta.warming) if meta is not None else set()
-        for resource in given:
-            if resource in mine:
-                continue
-            owners = [c for c in claimants.get(resource, ()) if c != taker]
+        for resource in (r for r in given if r in fresh):
+            owners = [c for c in claimants(resource) if c != taker]
             if owners:
                 # Eager: reported by a member that revoked it; a member that
                 # keeps it too shares it (several owners): not a move.
-                if not any(resource in plan.target.get(c, ()) for c in owners):
+                if not any(keeps(c, resource) for c in owners):
                     add(resource, owners[0], taker, "plain")
             elif resource not in continuing and resource not in warmed:
                 add(resource, None, taker, "plain")
-    return tuple(sorted(found.values(), key=lambda m: (sorted_resources([m.resource]), m.taker)))
+    return tuple(found.values())
 
 
 def count_moves(moves: Iterable[Move]) -> dict[str, int]:
     """``{reason: count}`` for a log line (reasons with no move are left out)."""
     return dict(Counter(m.reason for m in moves))
+
+
+class _Union(Container[Resource]):
+    """Membership in the union of resource lists, built on first use (a leader's
+    round rarely asks: only for a resource nobody owns)."""
+
+    def __init__(self, parts: Iterable[Iterable[Resource]]) -> None:
+        self._parts = parts
+        self._set: frozenset[Resource] | None = None
+
+    def __contains__(self, resource: object) -> bool:
+        if self._set is None:
+            self._set = frozenset[Resource]().union(*self._parts)
+        return resource in self._set
 
 
 class MoveCounter:
@@ -157,7 +204,7 @@ class MoveCounter:
         self._members: frozenset[str] | None = None
         self._newcomers: set[str] = set()
         self._revoked: frozenset[Resource] = frozenset()
-        self._assigned: frozenset[Resource] | None = None
+        self._assigned: Container[Resource] | None = None
         #: ``(reason, how) -> moves begun`` while this member led.
         self.totals: Counter[tuple[str, str]] = Counter()
 
@@ -185,11 +232,12 @@ class MoveCounter:
         )
         self.totals.update((m.reason, m.how) for m in moves)
         self._members = members
-        handed = {r for rs in plan.assigned.values() for r in rs}
-        self._revoked = frozenset(r for rs in plan.revoked.values() for r in rs) | (
-            self._revoked - handed
-        )
-        self._assigned = frozenset(r for rs in plan.target.values() for r in rs)
+        revoked = frozenset[Resource]().union(*plan.revoked.values())
+        if self._revoked:  # those not handed out yet stay in flight
+            handed = frozenset[Resource]().union(*plan.assigned.values())
+            revoked |= self._revoked - handed
+        self._revoked = revoked
+        self._assigned = _Union(plan.target.values())
         if not plan.pending and not any(plan.warming.values()):
             self._newcomers = set()  # the rebalance is over: nobody is new any more
         return moves

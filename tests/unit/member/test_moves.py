@@ -57,7 +57,8 @@ def round_plan(
 
 
 def reasons(moves: Sequence[Move]) -> list[tuple[int, str | None, str, str, str]]:
-    return [(int(m.resource[1]), m.giver, m.taker, m.reason, m.how) for m in moves]
+    """The moves in resource order."""
+    return sorted((int(m.resource[1]), m.giver, m.taker, m.reason, m.how) for m in moves)
 
 
 def test_a_joining_member_takes_plain_moves_counted_once_over_two_rounds() -> None:
