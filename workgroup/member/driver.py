@@ -502,6 +502,12 @@ class GroupMember:
         """The member takes nothing until :meth:`drain` ``(False)``."""
         return self._machine.draining if self._machine else False
 
+    @property
+    def moves_total(self) -> Mapping[tuple[str, str], int]:
+        """``(reason, how) -> moves begun`` while this member led its group
+        (:mod:`~workgroup.member.moves`)."""
+        return self._machine.moves_total if self._machine else {}
+
     def drain(self, draining: bool = True) -> None:
         """Move everything this member owns to others (with warm-ups where the
         group has them) and take nothing until ``drain(False)``."""

@@ -195,6 +195,9 @@ Rules:
    and takes nothing (tag ``workgroup.draining``); the leader moves what it
    owns to others, with warm-ups where they can.  Undraining rejoins to take
    work again.
+16. Moves by reason (:mod:`~workgroup.member.moves`): as leader, each round's
+   final plan is classified (why each move begins, with a warm-up or plain),
+   logged as ``member.moves`` and counted in :attr:`MemberMachine.moves_total`.
 """
 
 from __future__ import annotations
@@ -268,6 +271,7 @@ from workgroup.member.leader import (
     withholding_claims,
 )
 from workgroup.member.lookup import CoordinatorLookup
+from workgroup.member.moves import MoveCounter, count_moves
 from workgroup.member.ownership import Ownership
 from workgroup.member.requests import InFlight, Pending, RequestKind
 from workgroup.member.transitions import State, check_transition
@@ -397,6 +401,8 @@ class MemberMachine:
         self._ready: set[Resource] = set()
         #: Draining: stay in the group, take nothing (rule 15).
         self._draining = False
+        #: As leader: the moves begun, by reason and how (member/moves.py).
+        self._moves = MoveCounter()
 
     # --- read-only views ----------------------------------------------------
 
@@ -456,6 +462,11 @@ class MemberMachine:
     def draining(self) -> bool:
         """The member takes nothing until undrained (rule 15)."""
         return self._draining
+
+    @property
+    def moves_total(self) -> Mapping[tuple[str, str], int]:
+        """``(reason, how) -> moves begun`` while this member led (member/moves.py)."""
+        return self._moves.totals
 
     @property
     def _refuses_tag(self) -> dict[str, str]:
@@ -1898,6 +1909,19 @@ class MemberMachine:
                     cut_over=staged.cut_over,
                     waiting=staged.waiting,
                 )
+        moves = self._moves.observe(
+            plan,
+            round_.read.metadata,
+            balanced={m.resource for m in balanced.moves} if balanced is not None else (),
+        )
+        if moves:
+            log.info(
+                "member.moves",
+                group=self.config.group_id,
+                generation=round_.generation,
+                warmup=sum(m.how == "warmup" for m in moves),
+                **count_moves(moves),
+            )
         if balanced is not None and (balanced.moves or balanced.returned):
             log.info(
                 "member.load_balanced",

@@ -180,6 +180,10 @@ async def test_a_joining_process_warms_up_before_it_takes_over(backend: Backend)
     assert staged
     assert max(e["started"] + e["continuing"] for e in staged) <= 2
     assert all(tokens == sorted(set(tokens)) for tokens in timeline.tokens.values())
+    # The leader counted each move once, when its warm-up began, as b's join.
+    moves = [e for e in logs if e["event"] == "member.moves"]
+    assert sum(e.get("join", 0) for e in moves) == len(moved), moves
+    assert sum(e["warmup"] for e in moves) == len(moved), moves
 
 
 async def test_a_warm_up_that_is_not_ready_in_time_falls_back_to_a_plain_move(
