@@ -29,6 +29,15 @@ Rules:
    ready on the member's side: the move falls back to a plain one.
 5. A resource nobody owns (its owner crashed or left without a hand-over)
    is not a planned move: it is handed out at once, as before.
+6. Standby twins (:mod:`workgroup.assignors.standby`) are never warmed up:
+   they move as before.  A planned move of a resource to a member that holds
+   its standby twin uses that standby as its warm-up: once the member reports
+   the twin ready it is cut over at once (rule 3, without a warm-up of its
+   own); until then it waits with its current owner (no warm-up is started,
+   none of ``max_warmups`` is used).  Either way the member keeps the twin
+   until it is handed the resource (its standby work goes on as the active
+   one), and the twin is withheld from no one meanwhile (no follow-up round
+   is asked for while it waits).
 
 Nothing here logs: :class:`Staged` says what was done, the caller reports it.
 """
@@ -38,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from workgroup.assignors.standby import is_standby_kind, standby_kind
 from workgroup.member.leader import RoundPlan
 from workgroup.protocol.metadata import MemberMetadata
 from workgroup.types import Resource, sorted_resources
@@ -87,6 +97,9 @@ def stage_warmups(
     continuing: list[tuple[str, Resource]] = []
     fresh: list[tuple[str, Resource]] = []
     cut: list[tuple[str, Resource]] = []
+    #: Rule 6: moves to a member holding the twin (ready: cut over; else waiting).
+    twin_cut: list[tuple[str, Resource]] = []
+    twin_waiting: list[tuple[str, Resource]] = []
     for member_id, held in plan.withheld.items():
         meta = metadata.get(member_id)
         if meta is None or not meta.warms_up or not held:
@@ -94,15 +107,18 @@ def stage_warmups(
         warming = set(meta.warming)
         ready = warming.intersection(meta.ready)
         for resource in held:
-            if resource not in giver:
+            if resource not in giver or is_standby_kind(resource[0]):
                 continue
-            if resource in ready:
+            twin = (standby_kind(resource[0]), resource[1])
+            if twin in meta.owned:
+                (twin_cut if twin in meta.ready else twin_waiting).append((member_id, resource))
+            elif resource in ready:
                 cut.append((member_id, resource))
             elif resource in warming:
                 continuing.append((member_id, resource))
             else:
                 fresh.append((member_id, resource))
-    if not (continuing or fresh or cut):
+    if not (continuing or fresh or cut or twin_cut or twin_waiting):
         return plan, Staged()
     budget = max(max_warmups - len(cut) - len(continuing), 0)
     started, waiting = fresh[:budget], fresh[budget:]
@@ -115,19 +131,30 @@ def stage_warmups(
         warming_out.setdefault(member_id, []).append(resource)
         kept.setdefault(giver[resource], set()).add(resource)
         unheld.setdefault(member_id, set()).add(resource)
-    for member_id, resource in waiting:
+    for member_id, resource in [*waiting, *twin_waiting]:
         kept.setdefault(giver[resource], set()).add(resource)
         unheld.setdefault(member_id, set()).add(resource)
+    twins: set[Resource] = set()
+    for member_id, resource in [*twin_cut, *twin_waiting]:  # rule 6: the twin stays
+        twin = (standby_kind(resource[0]), resource[1])
+        kept.setdefault(member_id, set()).add(twin)
+        twins.add(twin)
     assigned = dict(plan.assigned)
     revoked_out = dict(plan.revoked)
     withheld = dict(plan.withheld)
     for member_id, resources in kept.items():
-        assigned[member_id] = (*assigned.get(member_id, ()), *sorted_resources(resources))
+        given = set(assigned.get(member_id, ()))
+        assigned[member_id] = (
+            *assigned.get(member_id, ()),
+            *sorted_resources(r for r in resources if r not in given),
+        )
         revoked_out[member_id] = tuple(
             r for r in revoked_out.get(member_id, ()) if r not in resources
         )
     for member_id, resources in unheld.items():
         withheld[member_id] = tuple(r for r in withheld[member_id] if r not in resources)
+    if twins:
+        withheld = {mid: tuple(r for r in rs if r not in twins) for mid, rs in withheld.items()}
     staged = replace(
         plan,
         assigned=assigned,
@@ -135,7 +162,9 @@ def stage_warmups(
         withheld=withheld,
         warming={mid: sorted_resources(rs) for mid, rs in warming_out.items()},
     )
-    return staged, Staged(len(started), len(continuing), len(cut), len(waiting))
+    return staged, Staged(
+        len(started), len(continuing), len(cut) + len(twin_cut), len(waiting) + len(twin_waiting)
+    )
 
 
 __all__ = ["WARMUP_VERSION", "Staged", "stage_warmups"]
