@@ -36,8 +36,8 @@ Rules:
    own); until then it waits with its current owner (no warm-up is started,
    none of ``max_warmups`` is used).  Either way the member keeps the twin
    until it is handed the resource (its standby work goes on as the active
-   one), and the twin is withheld from no one meanwhile (no follow-up round
-   is asked for while it waits).
+   one), other holders of the twin keep theirs, and the twin is withheld from
+   no one meanwhile (no follow-up round is asked for while it waits).
 
 Nothing here logs: :class:`Staged` says what was done, the caller reports it.
 """
@@ -139,6 +139,11 @@ def stage_warmups(
         twin = (standby_kind(resource[0]), resource[1])
         kept.setdefault(member_id, set()).add(twin)
         twins.add(twin)
+    for member_id, held in plan.withheld.items():
+        meta = metadata.get(member_id)
+        for twin in twins.intersection(held):
+            if meta is not None and twin in meta.owned:  # another standby holder keeps its own
+                kept.setdefault(member_id, set()).add(twin)
     assigned = dict(plan.assigned)
     revoked_out = dict(plan.revoked)
     withheld = dict(plan.withheld)

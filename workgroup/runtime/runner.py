@@ -39,7 +39,7 @@ Rules:
    (``@app.leader(name, standbys=N)``) are promoted: when this process is
    handed the leadership, the standby run of its twin is not stopped but
    becomes the active run (its ``ready()`` returns ``True``), so the warm
-   state it built is used; the twin is released at once.
+   state it built is used; the twin is released once its token is taken.
 """
 
 from __future__ import annotations
@@ -327,7 +327,10 @@ class GroupRunner:
                     key=resource[1],
                     ready=standing_by.lease.ready_reported,
                 )
-                self._spawn(standing_by.promote(), f"workgroup-promote-{resource[0]}/{resource[1]}")
+                self._spawn(
+                    self._promote_standby(resource, standing_by),
+                    f"workgroup-promote-{resource[0]}/{resource[1]}",
+                )
                 continue
             warm = self.warming.pop(resource, None)
             if warm is not None:  # the cut-over (rule 7)
@@ -378,6 +381,13 @@ class GroupRunner:
             )
             self.runs[resource] = run
             run.start()
+
+    async def _promote_standby(self, resource: Resource, run: HandlerRun) -> None:
+        """Rule 8: the standby run takes the token, then its twin is released."""
+        try:
+            await run.promote()
+        finally:
+            self.member.release_done(((standby_kind(resource[0]), resource[1]),))
 
     async def _warming_started(self, resources: tuple[Resource, ...], generation: int) -> None:
         """Start a warming handler per resource (rule 7)."""
@@ -519,9 +529,9 @@ class GroupRunner:
                 continue
             taking_over = (active_kind(resource[0]), resource[1])
             if is_standby_kind(resource[0]) and taking_over in owned_now:
-                # Rule 8: its on_assigned follows; the twin is no one's to wait for.
+                # Rule 8: its on_assigned follows; the twin is released once the
+                # token is taken (a JoinGroup sent first would hold the commit up).
                 self.promoting[taking_over] = run
-                idle.append(resource)
                 continue
             self.stopping[resource] = run
             task = asyncio.create_task(

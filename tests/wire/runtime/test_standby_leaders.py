@@ -218,7 +218,7 @@ async def test_a_drained_leader_waits_for_a_ready_candidate_then_cuts_over(
     assert a_span[2] is not None
     gap = c_span[1] - a_span[2]
     print(f"drain: c led {cut_over_s:.2f} s after its gate opened; gap {gap * 1000:.0f} ms")
-    assert 0 <= gap < 1.0, gap
+    assert 0 <= gap < 0.5, gap  # the old leader's last step and one round
     assert any(e["event"] == "member.warmups_staged" and e["cut_over"] == 1 for e in logs)
 
 
