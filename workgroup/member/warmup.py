@@ -31,13 +31,12 @@ Rules:
    is not a planned move: it is handed out at once, as before.
 6. Standby twins (:mod:`workgroup.assignors.standby`) are never warmed up:
    they move as before.  A planned move of a resource to a member that holds
-   its standby twin uses that standby as its warm-up: once the member reports
-   the twin ready it is cut over at once (rule 3, without a warm-up of its
-   own); until then it waits with its current owner (no warm-up is started,
-   none of ``max_warmups`` is used).  Either way the member keeps the twin
-   until it is handed the resource (its standby work goes on as the active
-   one), other holders of the twin keep theirs, and the twin is withheld from
-   no one meanwhile (no follow-up round is asked for while it waits).
+   its standby twin is staged as any other, with two differences: the twin
+   reported ready counts as the resource ready (the move is cut over at once),
+   and the member keeps the twin until it is handed the resource, so that its
+   standby work goes on (a leader's standby run is its warm-up, and goes on as
+   the active one: the runtime's runner, rule 8).  Other holders of that twin
+   keep theirs meanwhile, and the twin is withheld from no one.
 
 Nothing here logs: :class:`Staged` says what was done, the caller reports it.
 """
@@ -97,33 +96,35 @@ def stage_warmups(
     continuing: list[tuple[str, Resource]] = []
     fresh: list[tuple[str, Resource]] = []
     cut: list[tuple[str, Resource]] = []
-    #: Rule 6: moves to a member holding the twin (ready: cut over; else waiting).
-    twin_cut: list[tuple[str, Resource]] = []
-    twin_waiting: list[tuple[str, Resource]] = []
+    #: Rule 6: standby twins their holder keeps (member, twin).
+    twins_kept: list[tuple[str, Resource]] = []
     for member_id, held in plan.withheld.items():
         meta = metadata.get(member_id)
         if meta is None or not meta.warms_up or not held:
             continue
         warming = set(meta.warming)
         ready = warming.intersection(meta.ready)
+        owned_twins = {r for r in meta.owned if is_standby_kind(r[0])}
         for resource in held:
             if resource not in giver or is_standby_kind(resource[0]):
                 continue
             twin = (standby_kind(resource[0]), resource[1])
-            if twin in meta.owned:
-                (twin_cut if twin in meta.ready else twin_waiting).append((member_id, resource))
-            elif resource in ready:
+            if twin in owned_twins:
+                twins_kept.append((member_id, twin))
+                if twin in meta.ready:
+                    ready.add(resource)
+            if resource in ready:
                 cut.append((member_id, resource))
             elif resource in warming:
                 continuing.append((member_id, resource))
             else:
                 fresh.append((member_id, resource))
-    if not (continuing or fresh or cut or twin_cut or twin_waiting):
+    if not (continuing or fresh or cut):
         return plan, Staged()
     budget = max(max_warmups - len(cut) - len(continuing), 0)
     started, waiting = fresh[:budget], fresh[budget:]
     warming_out: dict[str, list[Resource]] = {}
-    kept: dict[str, set[Resource]] = {}  # giver -> resources it keeps this round
+    kept: dict[str, set[Resource]] = {}  # member -> resources it keeps this round
     unheld: dict[str, set[Resource]] = {}  # next owner -> resources no longer withheld
     for member_id, resource in cut:
         warming_out.setdefault(member_id, []).append(resource)
@@ -131,14 +132,12 @@ def stage_warmups(
         warming_out.setdefault(member_id, []).append(resource)
         kept.setdefault(giver[resource], set()).add(resource)
         unheld.setdefault(member_id, set()).add(resource)
-    for member_id, resource in [*waiting, *twin_waiting]:
+    for member_id, resource in waiting:
         kept.setdefault(giver[resource], set()).add(resource)
         unheld.setdefault(member_id, set()).add(resource)
-    twins: set[Resource] = set()
-    for member_id, resource in [*twin_cut, *twin_waiting]:  # rule 6: the twin stays
-        twin = (standby_kind(resource[0]), resource[1])
+    twins = {twin for _, twin in twins_kept}
+    for member_id, twin in twins_kept:
         kept.setdefault(member_id, set()).add(twin)
-        twins.add(twin)
     for member_id, held in plan.withheld.items():
         meta = metadata.get(member_id)
         for twin in twins.intersection(held):
@@ -167,9 +166,7 @@ def stage_warmups(
         withheld=withheld,
         warming={mid: sorted_resources(rs) for mid, rs in warming_out.items()},
     )
-    return staged, Staged(
-        len(started), len(continuing), len(cut) + len(twin_cut), len(waiting) + len(twin_waiting)
-    )
+    return staged, Staged(len(started), len(continuing), len(cut), len(waiting))
 
 
 __all__ = ["WARMUP_VERSION", "Staged", "stage_warmups"]

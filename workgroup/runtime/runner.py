@@ -39,7 +39,10 @@ Rules:
    (``@app.leader(name, standbys=N)``) are promoted: when this process is
    handed the leadership, the standby run of its twin is not stopped but
    becomes the active run (its ``ready()`` returns ``True``), so the warm
-   state it built is used; the twin is released once its token is taken.
+   state it built is used; the twin is released once its token is taken.  A
+   warm-up of the resource handed to a process holding such a standby run
+   starts no run of its own: the standby run is the warm-up (its ``ready()``
+   reports both), with no time limit: the handover waits for it.
 """
 
 from __future__ import annotations
@@ -364,7 +367,7 @@ class GroupRunner:
                 producers=self._producers,
                 clock=self._clock,
                 load_sink=functools.partial(self.member.report_load, resource),
-                ready_sink=functools.partial(self.member.ready, (resource,)) if standby else None,
+                ready_sink=self._standby_ready_sink(resource) if standby else None,
                 promotable=standby and self._promote_standbys,
             )
             self._assigned_at[resource] = self._clock.monotonic()
@@ -389,9 +392,23 @@ class GroupRunner:
         finally:
             self.member.release_done(((standby_kind(resource[0]), resource[1]),))
 
+    def _standby_ready_sink(self, twin: Resource) -> Callable[[], None]:
+        """What a standby lease's ``ready()`` reports: its twin; a leader's standby
+        also the resource, should it warm up for it (rule 8)."""
+        reported: tuple[Resource, ...] = (twin,)
+        if self._promote_standbys:
+            reported = (twin, (active_kind(twin[0]), twin[1]))
+        return functools.partial(self.member.ready, reported)
+
     async def _warming_started(self, resources: tuple[Resource, ...], generation: int) -> None:
-        """Start a warming handler per resource (rule 7)."""
+        """Start a warming handler per resource (rule 7); a leader's standby run is
+        the warm-up of its resource (rule 8)."""
         for resource in resources:
+            standing_by = self.runs.get((standby_kind(resource[0]), resource[1]))
+            if self._promote_standbys and standing_by is not None:
+                if standing_by.lease.ready_reported:
+                    self.member.ready((resource,))
+                continue
             slot = self._slot(resource)
             if slot is None:
                 await self._read_catalog()

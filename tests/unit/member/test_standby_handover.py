@@ -1,6 +1,6 @@
 """A planned move to a member holding the resource's standby twin
-(:mod:`workgroup.member.warmup` rule 6): the standby is the warm-up.  Once the
-twin is ready the move is cut over at once; until then the resource stays with
+(:mod:`workgroup.member.warmup` rule 6): once the twin is ready the move is cut
+over at once; until then it is staged as a warm-up and the resource stays with
 its owner; the twin stays with the next owner until it is handed the resource.
 Played with the standby assignor and the leader's round planning, round by round."""
 
@@ -89,28 +89,28 @@ def test_a_drained_leader_keeps_leading_while_its_standby_is_not_ready() -> None
     plan, staged = play(group)
     assert owners(plan, BOSS) == ["a"]  # it stays put
     assert plan.revoked["a"] == ()
-    assert TWIN in plan.assigned["b"]  # the standby goes on warming up
+    assert plan.warming == {"b": (BOSS,)}  # b warms up for it...
+    assert TWIN in plan.assigned["b"]  # ...with its standby, which it keeps
     assert plan.revoked["b"] == ()
-    assert plan.warming == {}  # no warm-up of its own: the standby is one
-    assert not plan.pending  # nothing to wait for: no round until b is ready
-    assert staged == Staged(waiting=1)
+    assert not plan.pending  # nothing withheld: no round until b is ready
+    assert staged == Staged(started=1)
     # Still not ready, rounds later (another member joined): still put.
     group = apply(group, plan) | {"c": meta()}
     plan, staged = play(group)
     assert owners(plan, BOSS) == ["a"]
-    assert staged.waiting == 1
+    assert TWIN in plan.assigned["b"]
+    assert staged == Staged(continuing=1)
 
 
 def test_once_the_standby_is_ready_the_leader_cuts_over_in_two_rounds() -> None:
     group = {"a": meta((BOSS,), draining=True), "b": meta((TWIN,), ready=(TWIN,))}
     plan, staged = play(group)
-    assert staged == Staged(cut_over=1)
+    assert staged == Staged(cut_over=1)  # its standby is its warm-up: no wait
     assert plan.revoked["a"] == (BOSS,)  # the owner lets go now
     assert owners(plan, BOSS) == []  # never two leaders: b gets it next round
     assert plan.withheld["b"] == (BOSS,)
     assert plan.pending
     assert TWIN in plan.assigned["b"]  # b's standby run goes on until it leads
-    assert plan.warming == {}
     # The follow-up round: a revoked it, b is handed it and gives up the twin.
     group = apply(group, plan)
     plan, staged = play(group)
@@ -130,12 +130,13 @@ def test_the_ready_standby_is_chosen_and_the_other_keeps_standing_by() -> None:
     assert plan.withheld["c"] == (BOSS,)
     assert TWIN in plan.assigned["b"]
     assert TWIN in plan.assigned["c"]
+    assert plan.revoked["b"] == ()
     group = apply(group, plan)
     plan, _ = play(group, standbys=2)
     assert owners(plan, BOSS) == ["c"]
 
 
-def test_a_standby_twin_moving_is_never_warmed_up_nor_waited_for() -> None:
+def test_a_standby_twin_moving_is_never_warmed_up() -> None:
     # b leads now; the twin b gave up goes to c: a plain move, no warm-up.
     group = {"b": meta((BOSS, TWIN)), "c": meta()}
     plan, staged = play(group)
@@ -151,10 +152,5 @@ def test_members_that_do_not_warm_up_get_plain_moves() -> None:
     assert staged == Staged()
     assert plan.revoked["a"] == (BOSS,)
     assert plan.withheld["b"] == (BOSS,)
-
-
-def test_a_waiting_handover_uses_none_of_max_warmups() -> None:
-    group = {"a": meta((BOSS,), draining=True), "b": meta((TWIN,))}
-    _, staged = play(group, max_warmups=1)
-    assert staged == Staged(waiting=1)
-    assert staged.warming == 0
+    _, staged = play({"a": meta((BOSS,), draining=True), "b": meta((TWIN,))}, max_warmups=0)
+    assert staged == Staged()  # max_warmups=0: plain moves

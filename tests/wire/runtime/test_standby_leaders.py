@@ -44,6 +44,8 @@ class Timeline:
     tokens: list[int] = field(default_factory=list)
     #: Candidates whose handler went on as the leader from its standby call.
     promoted: list[str] = field(default_factory=list)
+    #: Handlers started with a warming lease (a standby's process needs none).
+    warmed: list[str] = field(default_factory=list)
 
     def leader(self) -> str | None:
         open_spans = [who for who, _, end in self.spans if end is None]
@@ -68,6 +70,10 @@ def make_app(name: str, who: str, timeline: Timeline, gate: asyncio.Event) -> wo
 
     @app.leader(LEADER, standbys=2)
     async def lead(lease: workgroup.Lease) -> None:
+        if lease.role == "warming":
+            timeline.warmed.append(who)
+            if not await lease.ready():
+                return
         if lease.role == "standby":
             timeline.standing_by.add(who)
             await gate.wait()
@@ -186,7 +192,8 @@ async def test_a_drained_leader_waits_for_a_ready_candidate_then_cuts_over(
     backend: Backend,
 ) -> None:
     """a leads; c stands by, not ready.  a drains: it keeps leading until c is
-    ready, then c takes over at once, after a stopped."""
+    ready (c's standby run is the warm-up: no second run), then c takes over at
+    once, after a stopped."""
     name = f"standby-drain-{uuid.uuid4().hex[:8]}"
     timeline = Timeline()
     gate = asyncio.Event()
@@ -198,7 +205,7 @@ async def test_a_drained_leader_waits_for_a_ready_candidate_then_cuts_over(
                 a.groups[0].member.drain(True)
                 await wait_until(
                     lambda: any(
-                        e["event"] == "member.warmups_staged" and e["waiting"] == 1 for e in logs
+                        e["event"] == "member.warmups_staged" and e["started"] == 1 for e in logs
                     ),
                     "the handover staged, waiting for c",
                 )
@@ -210,6 +217,7 @@ async def test_a_drained_leader_waits_for_a_ready_candidate_then_cuts_over(
                 await wait_until(lambda: timeline.leader() == "c", "c leads")
                 cut_over_s = time.monotonic() - ready_at
                 assert timeline.promoted == ["c"]
+                assert timeline.warmed == []  # its standby run was the warm-up
                 await asyncio.sleep(0.5)
                 assert timeline.leader() == "c"
     timeline.check_exclusive()
