@@ -237,7 +237,10 @@ class App:
         token taken) or ``False`` once it is no longer a candidate.  Leadership
         goes only to a ready candidate when one exists: after a crash, to a
         ready standby; on a planned handover (the leader drains), it stays put
-        until a candidate is ready, then cuts over at once.
+        until a candidate is ready, then cuts over at once.  A process handed
+        the leadership on a planned move without being a candidate warms up
+        first (``lease.role == "warming"``, as ``worker(warm_up=True)``), so
+        handlers test ``lease.role != "active"``.
         """
         _check_called(name, "leader", "publisher")
         _check_name(name, "leader name")
