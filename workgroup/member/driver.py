@@ -486,6 +486,12 @@ class GroupMember:
             self._feed(machine.released(self._now(), resources))
 
     @property
+    def owned_now(self) -> frozenset[Resource]:
+        """What the machine owns now: unlike :attr:`assignment` in a callback, with
+        the changes whose callbacks are still queued."""
+        return self._machine.owned if self._machine else frozenset()
+
+    @property
     def warming(self) -> frozenset[Resource]:
         """Resources this member warms up (another member owns them meanwhile)."""
         return self._machine.warming if self._machine else frozenset()

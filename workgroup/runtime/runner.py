@@ -34,6 +34,15 @@ Rules:
    instead of starting a new one; a warm-up called off stops its run (nothing
    to release: it never owned the resource); one not ready within
    ``warmup_timeout_ms`` falls back to a plain move (logged once).
+8. Standby holders report ``lease.ready()`` to the group (``MemberInfo.ready``:
+   the leader prefers ready standbys).  A leader's standbys
+   (``@app.leader(name, standbys=N)``) are promoted: when this process is
+   handed the leadership, the standby run of its twin is not stopped but
+   becomes the active run (its ``ready()`` returns ``True``), so the warm
+   state it built is used; the twin is released once its token is taken.  A
+   warm-up of the resource handed to a process holding such a standby run
+   starts no run of its own: the standby run is the warm-up (its ``ready()``
+   reports both), with no time limit: the handover waits for it.
 """
 
 from __future__ import annotations
@@ -120,6 +129,7 @@ class GroupRunner:
         reassign_delay_ms: int = 0,
         warm_up: bool = False,
         warmup_timeout_s: float = 60.0,
+        promote_standbys: bool = False,
         client_id: str | None = None,
         on_fatal: Callable[[WorkgroupError], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
@@ -148,6 +158,9 @@ class GroupRunner:
         self._warmup_timeout_s = warmup_timeout_s
         self._releases: set[asyncio.Task[None]] = set()
         self._standbys = standbys
+        #: A leader's standby runs to promote, by the resource they take over (rule 8).
+        self._promote_standbys = promote_standbys and standbys > 0
+        self.promoting: dict[Resource, HandlerRun] = {}
         protocols = [Protocol.of(name) for name in assignors]
         kinds = [kind]
         if standbys:
@@ -305,6 +318,23 @@ class GroupRunner:
         for index, resource in enumerate(resources):
             if index and index % START_SLICE == 0:
                 await asyncio.sleep(0)  # thousands of starts: let heartbeats through
+            standing_by = self.promoting.pop(resource, None)
+            if standing_by is not None:  # a leader's standby takes over (rule 8)
+                self.runs[resource] = standing_by
+                self._assigned_at[resource] = self._clock.monotonic()
+                self._metrics.lease_ended(self.group_id, resource[0], "standby")
+                log.info(
+                    "worker.standby_promoted",
+                    group=self.group_id,
+                    kind=resource[0],
+                    key=resource[1],
+                    ready=standing_by.lease.ready_reported,
+                )
+                self._spawn(
+                    self._promote_standby(resource, standing_by),
+                    f"workgroup-promote-{resource[0]}/{resource[1]}",
+                )
+                continue
             warm = self.warming.pop(resource, None)
             if warm is not None:  # the cut-over (rule 7)
                 self.runs[resource] = warm
@@ -337,6 +367,8 @@ class GroupRunner:
                 producers=self._producers,
                 clock=self._clock,
                 load_sink=functools.partial(self.member.report_load, resource),
+                ready_sink=self._standby_ready_sink(resource) if standby else None,
+                promotable=standby and self._promote_standbys,
             )
             self._assigned_at[resource] = self._clock.monotonic()
             run = HandlerRun(
@@ -353,9 +385,30 @@ class GroupRunner:
             self.runs[resource] = run
             run.start()
 
+    async def _promote_standby(self, resource: Resource, run: HandlerRun) -> None:
+        """Rule 8: the standby run takes the token, then its twin is released."""
+        try:
+            await run.promote()
+        finally:
+            self.member.release_done(((standby_kind(resource[0]), resource[1]),))
+
+    def _standby_ready_sink(self, twin: Resource) -> Callable[[], None]:
+        """What a standby lease's ``ready()`` reports: its twin; a leader's standby
+        also the resource, should it warm up for it (rule 8)."""
+        reported: tuple[Resource, ...] = (twin,)
+        if self._promote_standbys:
+            reported = (twin, (active_kind(twin[0]), twin[1]))
+        return functools.partial(self.member.ready, reported)
+
     async def _warming_started(self, resources: tuple[Resource, ...], generation: int) -> None:
-        """Start a warming handler per resource (rule 7)."""
+        """Start a warming handler per resource (rule 7); a leader's standby run is
+        the warm-up of its resource (rule 8)."""
         for resource in resources:
+            standing_by = self.runs.get((standby_kind(resource[0]), resource[1]))
+            if self._promote_standbys and standing_by is not None:
+                if standing_by.lease.ready_reported:
+                    self.member.ready((resource,))
+                continue
             slot = self._slot(resource)
             if slot is None:
                 await self._read_catalog()
@@ -485,10 +538,17 @@ class GroupRunner:
         """Stop each revoked handler in the background; release each resource
         once its own handler has finished (rule 1)."""
         idle: list[Resource] = []
+        owned_now = self.member.owned_now if self._promote_standbys else frozenset()
         for resource in resources:
             run = self.runs.pop(resource, None)
             if run is None:
                 idle.append(resource)  # nothing was started for it
+                continue
+            taking_over = (active_kind(resource[0]), resource[1])
+            if is_standby_kind(resource[0]) and taking_over in owned_now:
+                # Rule 8: its on_assigned follows; the twin is released once the
+                # token is taken (a JoinGroup sent first would hold the commit up).
+                self.promoting[taking_over] = run
                 continue
             self.stopping[resource] = run
             task = asyncio.create_task(
@@ -558,8 +618,9 @@ class GroupRunner:
         return standby_kind(lease.kind) if lease.role == "standby" else lease.kind
 
     async def stop_all(self, why: EndReason) -> None:
-        warming = list(self.warming.values())
+        warming = [*self.warming.values(), *self.promoting.values()]
         self.warming.clear()
+        self.promoting.clear()
         await asyncio.gather(*(run.stop(why, 0.0) for run in warming))
         await self._stop(tuple(self.runs), why, self._grace_s)
         # Revoked handlers the member stopped waiting for (rule 2): cancel what can be.
@@ -573,7 +634,12 @@ class GroupRunner:
 
     def running_threads(self) -> list[Resource]:
         """Resources whose handler thread still runs (it cannot be stopped)."""
-        runs = [*self.runs.items(), *self.stopping.items(), *self.warming.items()]
+        runs = [
+            *self.runs.items(),
+            *self.stopping.items(),
+            *self.warming.items(),
+            *self.promoting.items(),
+        ]
         return [resource for resource, run in runs if run.thread_running]
 
 
@@ -652,6 +718,10 @@ class AppRunner:
                 topics=self.topics,
                 producers=self.producers,
                 metrics=self.metrics,
+                standbys=spec.standbys,
+                # A standby is the warm-up of a planned handover (member/warmup.py rule 6).
+                warm_up=spec.standbys > 0,
+                promote_standbys=True,
                 client_id=client_id,
                 on_fatal=self._fatal,
                 clock=clock,
