@@ -707,7 +707,8 @@ class MemberMachine:
                 member_id=self.member_id,
                 owned=len(self.owned),
             )
-            if self.state is State.STABLE:
+            if self.state is not State.UNJOINED:
+                # In a round too: its JoinGroup may have gone without the change.
                 self._request_rejoin("draining" if draining else "undrained")
         return self._drain(now)
 
