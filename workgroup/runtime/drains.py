@@ -314,6 +314,9 @@ class DrainFollower:
         self._requested = requested
         self._apply()
 
+    async def close(self) -> None:
+        await self._requests.close()
+
     def _apply(self) -> None:
         wanted = self._requested or self._to_stop
         if self._member.draining != wanted:
