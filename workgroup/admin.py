@@ -83,6 +83,8 @@ class MemberDescription:
     generation: int | None = None
     #: The member's metadata for the group's protocol (its advertised endpoint).
     metadata: bytes = field(default=b"", repr=False)
+    #: The assignment as the coordinator holds it (for what it warms up).
+    assignment_bytes: bytes = field(default=b"", repr=False)
 
     def workgroup_metadata(self) -> MemberMetadata | None:
         """The metadata as a workgroup member wrote it (``None``: none, or another
@@ -239,6 +241,7 @@ async def describe_group(
                 error,
                 generation,
                 m.metadata,
+                m.assignment,
             )
         )
     return GroupDescription(

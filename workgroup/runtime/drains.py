@@ -49,7 +49,7 @@ import asyncio
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.coordinator.acl import DRAIN_GROUP_PREFIX
@@ -242,13 +242,35 @@ def _refused(error: ErrorCode, what: str) -> WorkgroupError:
     return WorkgroupError(f"{what}: {error.name}", retriable=error.retriable)
 
 
+class Drainable(Protocol):
+    """What a :class:`DrainFollower` needs of a member (a ``GroupMember``)."""
+
+    @property
+    def member_id(self) -> str: ...
+
+    @property
+    def draining(self) -> bool: ...
+
+    def drain(self, draining: bool = True) -> None: ...
+
+
+class RequestReader(Protocol):
+    """What a :class:`DrainFollower` needs of a :class:`DrainRequests`."""
+
+    group_id: str
+
+    async def read(self, targets: Iterable[DrainTarget]) -> dict[DrainTarget, bool | None]: ...
+
+    async def close(self) -> None: ...
+
+
 class DrainFollower:
     """Keeps one member drained as its group's requests say (rules 5-6)."""
 
     def __init__(
         self,
-        member: GroupMember,
-        requests: DrainRequests,
+        member: Drainable,
+        requests: RequestReader,
         *,
         instance_id: str | None,
         interval_s: float = DRAIN_POLL_S,
