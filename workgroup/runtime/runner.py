@@ -100,6 +100,9 @@ log = get_logger(__name__)
 START_SLICE = 500
 #: How long a process refuses a resource it released after failures (rule 5).
 RELEASE_REFUSE_MS = 5 * 60_000
+#: How long one read of the drain requests may take (rule 8): a slow one only
+#: delays the member's start, never fails it.
+DRAIN_READ_TIMEOUT_S = 5.0
 #: The embedded coordinator's default address (``workgroup coordinator``).
 DEFAULT_BOOTSTRAP = f"{LOCAL_HOST}:{LOCAL_PORT}"
 
@@ -211,6 +214,7 @@ class GroupRunner:
                 settings.bootstrap or DEFAULT_BOOTSTRAP,
                 group_id,
                 security=settings.security,
+                timeout_s=DRAIN_READ_TIMEOUT_S,
                 client_id=client_id or "workgroup-drains",
                 topics=topics,
             ),
