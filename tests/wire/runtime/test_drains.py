@@ -459,3 +459,26 @@ async def test_on_tansu_the_command_finds_the_member(tansu: Backend) -> None:
         await a.wait_for(lambda _: a.stable and b.stable and len(a.assignment) == 2)
         result = await cli(["drain", group, "--instance-id", "a", "--bootstrap", tansu.bootstrap])
         assert result.exit_code == 0, result.output
+
+
+async def test_deleting_a_group_deletes_its_drain_requests(backend: Backend) -> None:
+    group = f"drain-del-{uuid.uuid4().hex[:8]}"
+    target = DrainTarget("instance", "a")
+    requests = DrainRequests(backend.bootstrap, group)
+    try:
+        await requests.write(target, True)
+        dynamic = GroupMember(
+            backend.bootstrap,
+            group,
+            [Protocol.of("cooperative-sticky")],
+            resources={"shard": [0]},
+            session_timeout_ms=backend.session_timeout_ms,
+            heartbeat_interval_ms=300,
+        )
+        async with dynamic:  # it leaves when closed: the group is then empty
+            await asyncio.wait_for(dynamic.wait_stable(), TIMEOUT_S)
+        deleted = await cli(["delete", group, "--bootstrap", backend.bootstrap])
+        assert deleted.exit_code == 0, deleted.output
+        assert await requests.read([target]) == {target: None}
+    finally:
+        await requests.close()
