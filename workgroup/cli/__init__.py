@@ -20,6 +20,8 @@ _SUBCOMMANDS = (
     "groups",
     "delete",
     "reset",
+    "drain",
+    "undrain",
     "whois",
     "console",
     "top",

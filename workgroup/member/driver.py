@@ -273,6 +273,8 @@ class GroupMember:
         #: The clock every machine event's ``now`` is read from.
         self._clock = clock
         self._machine: MemberMachine | None = None
+        #: ``drain()`` before ``start()``: the first JoinGroup already drains.
+        self._drain_at_start = False
         self._tasks: set[asyncio.Task[None]] = set()
         #: Loops that run until cancelled (callbacks, resource polling).
         self._services: set[asyncio.Task[None]] = set()
@@ -393,6 +395,8 @@ class GroupMember:
             confirm_release=self._confirm_release,
             on_callback_error=self._on_callback_error,
         )
+        if self._drain_at_start:
+            self._machine.drain(self._now(), True)
         self._services.add(self._spawn(self._run_callbacks(), "callbacks"))
         if self._source is not None and callable(self._source):
             self._services.add(self._spawn(self._poll_source(), "resources"))
@@ -506,7 +510,7 @@ class GroupMember:
     @property
     def draining(self) -> bool:
         """The member takes nothing until :meth:`drain` ``(False)``."""
-        return self._machine.draining if self._machine else False
+        return self._machine.draining if self._machine else self._drain_at_start
 
     @property
     def moves_total(self) -> Mapping[tuple[str, str], int]:
@@ -516,9 +520,11 @@ class GroupMember:
 
     def drain(self, draining: bool = True) -> None:
         """Move everything this member owns to others (with warm-ups where the
-        group has them) and take nothing until ``drain(False)``."""
-        self._require_started()
-        assert self._machine is not None
+        group has them) and take nothing until ``drain(False)``.  Before
+        :meth:`start`, the member joins drained."""
+        if self._machine is None:
+            self._drain_at_start = draining
+            return
         self._feed(self._machine.drain(self._now(), draining))
 
     def report_load(self, resource: Resource, value: float) -> None:

@@ -43,6 +43,12 @@ Rules:
    warm-up of the resource handed to a process holding such a standby run
    starts no run of its own: the standby run is the warm-up (its ``ready()``
    reports both), with no time limit: the handover waits for it.
+9. Drains (:mod:`workgroup.runtime.drains`): each group reads its drain requests
+   before its member starts, then every second, and drains or undrains its
+   member as they say.  A graceful stop with ``drain_on_stop`` (or with
+   ``leave_on_stop`` in a group whose worker warms up) drains every group
+   first and waits, up to ``drain_timeout_ms``, until each owns nothing; then
+   the members close as usual (``app.drained`` / ``app.drain_timed_out``).
 """
 
 from __future__ import annotations
@@ -71,6 +77,7 @@ from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, fre
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.protocol import Protocol
 from workgroup.runtime.config import STOP_MARGIN_MS, Settings
+from workgroup.runtime.drains import DrainFollower, DrainRequests, drain_before_stop
 from workgroup.runtime.errors import HandlerFailedError, ResourceFunctionError
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
@@ -102,6 +109,9 @@ log = get_logger(__name__)
 START_SLICE = 500
 #: How long a process refuses a resource it released after failures (rule 5).
 RELEASE_REFUSE_MS = 5 * 60_000
+#: How long one read of the drain requests may take (rule 9): a slow one only
+#: delays the member's start, never fails it.
+DRAIN_READ_TIMEOUT_S = 5.0
 #: The embedded coordinator's default address (``workgroup coordinator``).
 DEFAULT_BOOTSTRAP = f"{LOCAL_HOST}:{LOCAL_PORT}"
 
@@ -209,6 +219,21 @@ class GroupRunner:
             balance_interval_ms=settings.balance_interval_ms,
         )
         self._store = MemberSlotStore(self.member)
+        self.warm_up = warm_up
+        #: Rule 8: the group's drain requests for this member.
+        self.drains = DrainFollower(
+            self.member,
+            DrainRequests(
+                settings.bootstrap or DEFAULT_BOOTSTRAP,
+                group_id,
+                security=settings.security,
+                timeout_s=DRAIN_READ_TIMEOUT_S,
+                client_id=client_id or "workgroup-drains",
+                topics=topics,
+            ),
+            instance_id=settings.instance_id,
+            clock=clock,
+        )
         self._settings = settings
         self._metrics = metrics
         metrics.watch(group_id, self.member, [kind], clock)
@@ -793,14 +818,17 @@ class AppRunner:
                 security=self.settings.security,
             )
         started: list[GroupRunner] = []
+        following: list[asyncio.Task[None]] = []
         loop_watch = LoopWatch()
         loop_watch.start()
         self.metrics.watch_loop(loop_watch)
         try:
             for group in self.groups:
                 await group.check_lease_layout()
+                await group.drains.before_start()  # rule 9
                 await group.member.start()
                 started.append(group)
+                following.append(asyncio.create_task(group.drains.follow()))
             stopping = asyncio.create_task(stop.wait())
             handler_failed = asyncio.create_task(self._failed_event.wait())
             failures = [asyncio.create_task(g.member.wait_closed()) for g in started]
@@ -819,7 +847,12 @@ class AppRunner:
                 raise self._failed
             if watching.done() and not watching.cancelled():
                 raise watching.result()
+            await self._drain_before_stop(started)
         finally:
+            for task in following:
+                task.cancel()
+            await asyncio.gather(*following, return_exceptions=True)
+            await asyncio.gather(*(g.drains.close() for g in self.groups), return_exceptions=True)
             loop_watch.stop()
             log.info("app.stopping", app=self.app.name)
             leave = True if self.settings.leave_on_stop else None
@@ -834,6 +867,47 @@ class AppRunner:
                 await server.close()
             await self._clean_up()
             log.info("app.stopped", app=self.app.name)
+
+    async def _drain_before_stop(self, groups: Sequence[GroupRunner]) -> None:
+        """Rule 8: drain the groups that drain before stopping, and wait."""
+        draining = [
+            g
+            for g in groups
+            if self.settings.drain_on_stop or (self.settings.leave_on_stop and g.warm_up)
+        ]
+        if not draining:
+            return
+        timeout_s = self.settings.drain_timeout_ms / 1000
+        log.info(
+            "app.draining",
+            app=self.app.name,
+            groups=[g.group_id for g in draining],
+            owned=sum(len(g.member.assignment) for g in draining),
+            timeout_s=timeout_s,
+        )
+        started_at = self._clock.monotonic()
+        for group in draining:
+            group.drains.drain_to_stop()
+        done = await asyncio.gather(*(drain_before_stop(g.member, timeout_s) for g in draining))
+        left = {
+            g.group_id: len(g.member.assignment)
+            for g, ok in zip(draining, done, strict=True)
+            if not ok
+        }
+        if left:
+            log.warning(
+                "app.drain_timed_out",
+                app=self.app.name,
+                timeout_s=timeout_s,
+                still_owned=left,
+                why="stopping anyway: what is still owned is revoked and moves without warm-up",
+            )
+        else:
+            log.info(
+                "app.drained",
+                app=self.app.name,
+                duration_s=round(self._clock.monotonic() - started_at, 3),
+            )
 
     async def _watch(self, groups: Sequence[GroupRunner]) -> WorkgroupError:
         def looking() -> list[str]:
