@@ -160,6 +160,9 @@ def progress_of(description: GroupDescription, member_id: str) -> Progress | Non
         meta = m.workgroup_metadata()
         if meta is not None:
             warming = max(warming, len(meta.warming))
+            # What it reported at its last JoinGroup: revoked resources still
+            # releasing count until its handlers stopped and it rejoined.
+            owns = max(owns, len(meta.owned))
         return Progress(description.state, reports_draining(m), owns, warming)
     return None
 

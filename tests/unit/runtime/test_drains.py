@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workgroup.admin import GroupDescription, MemberDescription
+from workgroup.admin import GroupDescription, MemberDescription, decode_warming
 from workgroup.cli import main
 from workgroup.cli.drain import (
     LastMemberError,
@@ -246,12 +246,15 @@ def described(
     tags = ((DRAINING_TAG, "1"),) if draining else ()
     codec = BinaryCodec()
     metadata = codec.encode_metadata(MemberMetadata(kinds=("shard",), tags=tags))
-    assignment = codec.encode_assignment(
-        AssignmentData(
-            assigned=tuple(("shard", i) for i in range(owns)),
-            generation=3,
-            warming=tuple(("shard", 100 + i) for i in range(warming)),
-        )
+    assignment = decode_warming(
+        "workgroup",
+        codec.encode_assignment(
+            AssignmentData(
+                assigned=tuple(("shard", i) for i in range(owns)),
+                generation=3,
+                warming=tuple(("shard", 100 + i) for i in range(warming)),
+            )
+        ),
     )
     return MemberDescription(
         name,
