@@ -15,7 +15,8 @@ Four tables:
   member they had left.
 * **cost**: 2,000 members x 1,000,000 resources (1,000 kinds x 1,000 keys),
   random skewed loads on every resource: ``cooperative-sticky`` alone, then with
-  the stage, fresh and after one member joins (best of ``--repeat``).
+  the stage, fresh and after one member joins (best of ``--repeat``); the
+  stage's own time is the difference.
 * **racks**: Kafka's ``testRackAwareAssignmentWithNonEqualSubscription``, then
   random fresh groups with racks (members on racks a/b/c subscribing to random
   kinds, one replica per resource): resources placed off their member's rack by
@@ -239,6 +240,8 @@ def cost_table(repeat: int, console: Console) -> Table:
         "assignor alone s",
         "with balancing s",
         "ratio",
+        "stage s",
+        "stage / assignor",
         "moves",
         "max/mean before",
         "after",
@@ -285,6 +288,8 @@ def cost_table(repeat: int, console: Console) -> Table:
             f"{alone:.3f}",
             f"{both:.3f}",
             f"{both / alone:.2f}",
+            f"{both - alone:.3f}",
+            f"{(both - alone) / alone:.2f}",
             str(len(last.moves)) if last else "-",
             f"{last.ratio_before:.3f}" if last else "-",
             f"{last.ratio():.3f}" if last else "-",
