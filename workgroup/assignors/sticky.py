@@ -973,6 +973,9 @@ class _Balancer:
 
     def _move(self, kind: str, giver: str, taker: str) -> None:
         resource = self._resource_to_give(kind, giver, taker)
+        # The taker's counts are read from its list before the resource joins
+        # it: read after, they would count the resource twice.
+        self._held_kinds(taker)
         self.owner[resource] = taker
         self.assignment[taker].append(resource)
         self.changed.add(giver)
