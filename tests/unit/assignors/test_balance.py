@@ -358,3 +358,22 @@ def test_member_totals_are_the_sums_of_their_resources(
         assert result.before[member] == pytest.approx(expected, abs=1e-6)
     assert [m.resource for m in result.moves] == [m.resource for m in plain.moves]
     assert result.assignment == plain.assignment
+
+
+def test_remembered_loads_balance_a_fresh_group_and_are_read_in_place() -> None:
+    # A fresh group (nobody owns or reports anything) balanced on the loads the
+    # leader remembers: the stage reads them as they are, merged only with reports.
+    members = {m: MemberInfo(m, frozenset({"s"})) for m in ("a", "b", "c", "d")}
+    remembered = {("s", k): x for (_, k), x in zipf_loads(64).items()}
+    data = AssignmentInput(resources={"s": range(64)}, members=members)
+    wrapper = LoadBalancing(CooperativeStickyAssignor(), max_moves=64, loads=remembered)
+    wrapper.assign(data)
+    assert wrapper.loads_seen is remembered
+    assert wrapper.last is not None
+    assert wrapper.last.ratio() <= 1.10 < wrapper.last.ratio_before
+    reported = {("s", 0): 1.0}
+    wrapper.assign(
+        AssignmentInput(resources={"s": range(64)}, members=members, resource_loads=reported)
+    )
+    assert wrapper.loads_seen == {**remembered, **reported}
+    assert remembered[("s", 0)] != 1.0  # the remembered loads are never modified
