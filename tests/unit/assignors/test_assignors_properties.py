@@ -129,6 +129,32 @@ def test_sticky_general_path_largest_load_is_optimal(name: str, data: Assignment
         assert largest == smallest_possible_max_load(data)
 
 
+@SETTINGS
+@given(data=inputs(uniform=False, racks=True))
+def test_sticky_raises_the_largest_load_only_for_fewer_off_rack(data: AssignmentInput) -> None:
+    """With racks, the load search keeps other loads than the balanced ones only
+    when fewer resources end off their member's rack than without it."""
+    racks = RackInfo.build(data)
+
+    def off_rack(assignment: Assignment) -> int:
+        return sum(
+            1
+            for mid, rs in assignment.items()
+            for r in rs
+            if (rack := racks.member_racks.get(mid)) is not None
+            and (on := racks.resource_racks.get(r))
+            and rack not in on
+        )
+
+    searched = assign("sticky", data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sticky_module, "_SEARCH_LIMIT", 0)
+        balanced = assign("sticky", data)
+    assert off_rack(searched) <= off_rack(balanced)
+    if max(len(rs) for rs in searched.values()) > smallest_possible_max_load(data):
+        assert off_rack(searched) < off_rack(balanced)
+
+
 def max_kept(data: AssignmentInput, total: int) -> int:
     """Most resources that can stay put in a balanced assignment (identical
     subscriptions): everyone keeps up to q, and r members up to q + 1."""
