@@ -549,8 +549,13 @@ class _LoadIndex:
             return []
         rows = min(map(len, lists))
         width = len(lists)
-        flat = list(chain.from_iterable(zip(*lists, strict=False))) if rows else []
-        values = self.values(flat)
+        by_kind = self.by_kind
+        try:
+            values = [
+                by_kind[kind][key] for kind, key in chain.from_iterable(zip(*lists, strict=False))
+            ]
+        except KeyError:  # some resource is not measured
+            values = self.values(list(chain.from_iterable(zip(*lists, strict=False))))
         return [
             sum(values[column::width]) + sum(self.values(resources[rows:]))
             for column, resources in enumerate(lists)
