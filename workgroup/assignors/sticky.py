@@ -62,7 +62,10 @@ of load from a member to another, or two in a row, with the whole placement
 solved again, exactly, where Kafka's balance criterion allows each member to
 hold each kind, kept when it places fewer off-rack.  Such loads may raise the
 largest load above the smallest the subscriptions allow, as Kafka's own
-assignor does; Kafka's criterion always holds.  In larger groups, pairwise
+assignor does; Kafka's criterion always holds.  At most ``_SEARCH_BUDGET``
+placements are solved (cheap bounds skip most candidates): on the benchmark's
+random groups, 17 ms per group on average, 0.5 s at worst, on 2 busy cores.
+In larger groups, pairwise
 swaps make more resources local.  On random groups this places no more
 off-rack than Kafka's rack-aware general path in any group (1,500 groups of
 ``benchmarks/balance.py`` on three seeds).  Moves work on counts of
