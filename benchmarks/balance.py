@@ -15,19 +15,22 @@ Four tables:
   member they had left.
 * **cost**: 2,000 members x 1,000,000 resources (1,000 kinds x 1,000 keys),
   random skewed loads on every resource: ``cooperative-sticky`` alone, then with
-  the stage, fresh and after one member joins (best of ``--repeat``).
+  the stage, fresh and after one member joins (best of ``--repeat``); the
+  stage's own time is the difference.
 * **racks**: Kafka's ``testRackAwareAssignmentWithNonEqualSubscription``, then
   random fresh groups with racks (members on racks a/b/c subscribing to random
   kinds, one replica per resource): resources placed off their member's rack by
   ``sticky`` and ``cooperative-sticky`` against Kafka 3.9.1's own assignors,
-  run through ``benchmarks/kafka/StickyHarness.java``.  Kafka's
+  run through ``benchmarks/kafka/StickyHarness.java``; the last columns count
+  the groups where an assignment breaks Kafka's balance criterion (a member
+  holds a kind that a subscriber with two fewer takes).  Kafka's
   ``kafka-clients.jar`` comes from the PyPI wheel
   ``shigawire-apache-flink-libraries`` (``pyflink/lib``); ``--kafka-jar`` names
   it (default: ``benchmarks/.cache/kafka-clients.jar``; ``--fetch-kafka``
   downloads the wheel there with pip).  Without Java or the jar the table says so.
 
     .venv/bin/python benchmarks/balance.py [--only skew|noise|cost|racks] [--repeat N]
-        [--groups N] [--kafka-jar PATH] [--fetch-kafka]
+        [--groups N] [--rack-seed N] [--kafka-jar PATH] [--fetch-kafka]
 """
 
 from __future__ import annotations
@@ -239,6 +242,8 @@ def cost_table(repeat: int, console: Console) -> Table:
         "assignor alone s",
         "with balancing s",
         "ratio",
+        "stage s",
+        "stage / assignor",
         "moves",
         "max/mean before",
         "after",
@@ -285,6 +290,8 @@ def cost_table(repeat: int, console: Console) -> Table:
             f"{alone:.3f}",
             f"{both:.3f}",
             f"{both / alone:.2f}",
+            f"{both - alone:.3f}",
+            f"{(both - alone) / alone:.2f}",
             str(len(last.moves)) if last else "-",
             f"{last.ratio_before:.3f}" if last else "-",
             f"{last.ratio():.3f}" if last else "-",
@@ -304,6 +311,8 @@ EXAMPLE_MEMBERS = {
 
 
 Group = tuple[dict[str, str], dict[str, tuple[str, tuple[str, ...]]]]
+#: Seed of the random groups with racks (``--rack-seed``).
+RACK_SEED = 20_251_125
 
 
 def random_group(rng: random.Random) -> Group:
@@ -333,6 +342,19 @@ def off_rack(group: Group, assignment: Mapping[str, list[Resource]]) -> int:
     kinds, members = group
     return sum(
         1 for m, rs in assignment.items() for k, i in rs if kinds[k][int(i)] != members[m][0]
+    )
+
+
+def kafka_balanced(group: Group, assignment: Mapping[str, list[Resource]]) -> bool:
+    """Kafka's balance criterion: nobody holds a kind a subscriber with two fewer takes."""
+    members = group[1]
+    load = {m: len(assignment.get(m, [])) for m in members}
+    return all(
+        load[holder] <= load[other] + 1
+        for holder, resources in assignment.items()
+        for kind in {k for k, _ in resources}
+        for other, (_, kinds) in members.items()
+        if kind in kinds
     )
 
 
@@ -413,11 +435,14 @@ def run_kafka(jar: Path, groups: list[Group], assignor: str) -> list[dict[str, l
     return results
 
 
-def racks_table(count: int, jar: Path | None, console: Console) -> Table:
+def racks_table(count: int, jar: Path | None, console: Console, seed: int = RACK_SEED) -> Table:
     example: Group = (EXAMPLE_RACKS, EXAMPLE_MEMBERS)
-    rng = random.Random(20_251_125)
+    rng = random.Random(seed)
     groups = [example] + [random_group(rng) for _ in range(count)]
-    out = Table(title=f"Off-rack resources: the issue's example, then {count} random fresh groups")
+    out = Table(
+        title=f"Off-rack resources: the issue's example, then {count} random fresh groups"
+        f" (seed {seed})"
+    )
     for column in (
         "assignor",
         "example: ours",
@@ -429,6 +454,8 @@ def racks_table(count: int, jar: Path | None, console: Console) -> Table:
         "more",
         "ours max-min",
         "Kafka max-min",
+        "unbalanced: ours",
+        "Kafka",
     ):
         out.add_column(column, justify="right")
     java = shutil.which("java") and shutil.which("javac")
@@ -450,6 +477,8 @@ def racks_table(count: int, jar: Path | None, console: Console) -> Table:
                 "",
                 str(max(spread(a) for a in mine)),
                 "",
+                str(sum(1 for g, a in zip(groups, mine, strict=True) if not kafka_balanced(g, a))),
+                "",
             )
             continue
         theirs = run_kafka(jar, groups, name)
@@ -468,6 +497,8 @@ def racks_table(count: int, jar: Path | None, console: Console) -> Table:
             str(sum(1 for a, k in random_pairs if a > k)),
             str(max(spread(a) for a in mine)),
             str(max(spread(k) for k in theirs)),
+            str(sum(1 for g, a in zip(groups, mine, strict=True) if not kafka_balanced(g, a))),
+            str(sum(1 for g, k in zip(groups, theirs, strict=True) if not kafka_balanced(g, k))),
         )
     return out
 
@@ -477,6 +508,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["skew", "noise", "cost", "racks"], action="append")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--groups", type=int, default=500, help="random groups with racks")
+    parser.add_argument("--rack-seed", type=int, default=RACK_SEED, help="of the random groups")
     parser.add_argument("--kafka-jar", type=Path, default=None)
     parser.add_argument("--fetch-kafka", action="store_true")
     args = parser.parse_args()
@@ -488,7 +520,12 @@ def main() -> None:
         console.print(noise_table())
     if "racks" in wanted:
         console.print(
-            racks_table(args.groups, kafka_jar(args.kafka_jar, args.fetch_kafka, console), console)
+            racks_table(
+                args.groups,
+                kafka_jar(args.kafka_jar, args.fetch_kafka, console),
+                console,
+                args.rack_seed,
+            )
         )
     if "cost" in wanted:
         console.print(cost_table(max(1, args.repeat), console))

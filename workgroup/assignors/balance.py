@@ -47,12 +47,13 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from itertools import filterfalse, repeat
+from itertools import chain, filterfalse, repeat
 from operator import itemgetter
 
-from workgroup.assignors._common import RackInfo
+from workgroup.assignors._common import RackInfo, collector_paused
 from workgroup.assignors.base import Assignment, AssignmentInput, Assignor
 from workgroup.assignors.standby import (
     STANDBY_SUFFIX,
@@ -170,26 +171,43 @@ def balance(
     copied: set[str] = set()
     if not loads or not members:
         return Balanced(out)
-    default = math.fsum(loads.values()) / len(loads)
+    default = sum(loads.values()) / len(loads)
+    index: _LoadIndex | None = None
 
     def load_of(resource: Resource) -> float:
+        if index is not None:
+            return index.load(resource)
         value = loads.get(resource)
         if value is not None:
             return value
         return 0.0 if is_standby_kind(resource[0]) else default
 
+    def loads_of(resources: list[Resource]) -> list[float]:
+        if index is not None:
+            return index.values(resources)
+        return list(map(load_of, resources))
+
     capacity = {mid: _positive(capacities.get(mid, 1.0)) for mid in members}
     changes = {m: _changes(owned.get(m, ()), out[m]) for m in members} if owned else {}
-    member_load = {}
+    found: dict[str, float] = {}
+    unknown: list[str] = []  # members whose total is summed resource by resource
     for mid in members:
         known = owned_loads.get(mid) if owned_loads is not None else None
         if known is None or not owned or not owned.get(mid):
-            member_load[mid] = _sum_loads(out[mid], loads, default)
+            unknown.append(mid)
             continue
         gained, lost = changes[mid]
-        member_load[mid] = (
-            known - _sum_loads(lost, loads, default) + _sum_loads(gained, loads, default)
-        )
+        found[mid] = known - _sum_loads(lost, loads, default) + _sum_loads(gained, loads, default)
+    if sum(len(out[mid]) for mid in unknown) >= _INDEX_FROM:
+        # As the assignors: no cycles are made, and each collection would walk
+        # every tuple of a large assignment.
+        with collector_paused():
+            index = _LoadIndex(loads, default)
+            totals = index.totals([out[mid] for mid in unknown])
+        found.update(zip(unknown, totals, strict=True))
+    else:
+        found.update((mid, _sum_loads(out[mid], loads, default)) for mid in unknown)
+    member_load = {mid: found[mid] for mid in members}
     takes = {mid: (None if kinds is None else frozenset(kinds.get(mid, ()))) for mid in members}
     counted = {
         mid: capacity[mid] for mid in members if takes[mid] is None or takes[mid] or out[mid]
@@ -285,7 +303,7 @@ def balance(
                 capacity,
                 shared,
                 frozen,
-                load_of,
+                loads_of,
                 may_take,
                 settled,
             )
@@ -337,20 +355,18 @@ def _best_move(
     capacity: dict[str, float],
     shared: set[Resource],
     pinned: frozenset[Resource],
-    load_of: Callable[[Resource], float],
+    loads_of: Callable[[list[Resource]], list[float]],
     may_take: Callable[[str, Resource, str], bool],
     settled: float,
 ) -> Move | None:
     """The move rule 3 picks for ``giver``, or None."""
     peak = util[giver]
-    finishing: tuple[float, tuple[object, ...], Move] | None = None
-    best: tuple[float, float, tuple[object, ...], Move] | None = None
+    finishing: tuple[float, tuple[object, ...], Resource, str] | None = None
+    best: tuple[float, float, tuple[object, ...], Resource, str] | None = None
     taker_for_kind: dict[str, str | None] = {}
-    for resource in held:
-        if resource in pinned or resource in shared or is_standby_kind(resource[0]):
-            continue
-        load = load_of(resource)
-        if load <= 0:
+    giver_load, giver_capacity = member_load[giver], capacity[giver]
+    for resource, load in zip(held, loads_of(held), strict=True):
+        if load <= 0 or resource in pinned or resource in shared or is_standby_kind(resource[0]):
             continue
         taker: str | None
         kind = resource[0]
@@ -362,21 +378,27 @@ def _best_move(
                 taker_for_kind[kind] = taker
         if taker is None:
             continue
-        giver_after = (member_load[giver] - load) / capacity[giver]
+        giver_after = (giver_load - load) / giver_capacity
         taker_after = (member_load[taker] + load) / capacity[taker]
         worst = max(giver_after, taker_after)
         if worst >= peak:
             continue  # would not lower the peak
-        order = resource_sort_key(resource)
-        move = Move(resource, giver, taker, load)
         if giver_after <= settled and taker_after <= settled:
-            if finishing is None or (load, order) < finishing[:2]:
-                finishing = (load, order, move)
-        elif best is None or (worst, -load, order) < best[:3]:
-            best = (worst, -load, order, move)
+            if finishing is None or load <= finishing[0]:
+                order = resource_sort_key(resource)
+                if finishing is None or (load, order) < finishing[:2]:
+                    finishing = (load, order, resource, taker)
+        elif finishing is None and (best is None or worst <= best[0]):
+            order = resource_sort_key(resource)
+            if best is None or (worst, -load, order) < best[:3]:
+                best = (worst, -load, order, resource, taker)
     if finishing is not None:
-        return finishing[2]
-    return best[3] if best is not None else None
+        load, _, resource, taker = finishing
+        return Move(resource, giver, taker, load)
+    if best is not None:
+        worst, negative, _, resource, taker = best
+        return Move(resource, giver, taker, -negative)
+    return None
 
 
 #: Lightest members :func:`_best_swap` tries as partners.
@@ -485,6 +507,71 @@ def _taken_from_owners(
     return taken
 
 
+#: Resources to sum from scratch from which :class:`_LoadIndex` pays off.
+_INDEX_FROM = 20_000
+
+
+class _LoadIndex:
+    """Loads by kind, then key: ``loads`` re-read for summing many resources.
+
+    At a million resources, looking each resource up in ``loads`` costs several
+    times the assignor: a tuple's hash is computed at every lookup and each
+    probe of a table that large misses the cache.  One pass over ``loads``
+    (in its own order, so its memory is read in sequence) files every value
+    under its kind; a lookup is then two probes of small, cached tables.
+    """
+
+    def __init__(self, loads: Mapping[Resource, float], default: float) -> None:
+        by_kind: defaultdict[str, dict[object, float]] = defaultdict(dict)
+        for (kind, key), value in loads.items():
+            by_kind[kind][key] = value
+        self.by_kind = by_kind
+        self.default = default
+        #: ``kind -> load of its unmeasured resources`` (standby twins: 0).
+        self.unmeasured = {kind: self._unmeasured(kind) for kind in by_kind}
+
+    def _unmeasured(self, kind: str) -> float:
+        return 0.0 if is_standby_kind(kind) else self.default
+
+    def load(self, resource: Resource) -> float:
+        kind, key = resource
+        value = self.by_kind[kind].get(key)
+        return self._unmeasured(kind) if value is None else value
+
+    def totals(self, lists: list[list[Resource]]) -> list[float]:
+        """The total load of each list.
+
+        The lists are read side by side (row by row): an assignor deals
+        resources round robin, so rows visit them in the order they were
+        created and laid out in memory, where list by list strides through it.
+        """
+        if not lists:
+            return []
+        rows = min(map(len, lists))
+        width = len(lists)
+        by_kind = self.by_kind
+        try:
+            values = [
+                by_kind[kind][key] for kind, key in chain.from_iterable(zip(*lists, strict=False))
+            ]
+        except KeyError:  # some resource is not measured
+            values = self.values(list(chain.from_iterable(zip(*lists, strict=False))))
+        return [
+            sum(values[column::width]) + sum(self.values(resources[rows:]))
+            for column, resources in enumerate(lists)
+        ]
+
+    def values(self, resources: list[Resource]) -> list[float]:
+        by_kind = self.by_kind
+        try:
+            return [by_kind[kind][key] for kind, key in resources]
+        except KeyError:  # some resource is not measured
+            unmeasured = self.unmeasured
+            for kind in {kind for kind, _ in resources}.difference(unmeasured):
+                unmeasured[kind] = self._unmeasured(kind)
+            return [by_kind[kind].get(key, unmeasured[kind]) for kind, key in resources]
+
+
 def _sum_loads(resources: list[Resource], loads: Mapping[Resource, float], default: float) -> float:
     values = list(map(loads.get, resources))
     if None not in values:
@@ -580,7 +667,9 @@ class LoadBalancing:
         target = self.base.assign(data)
         loads: Mapping[Resource, float] = data.resource_loads
         if self.remembered:
-            loads = {**self.remembered, **loads}
+            # Only read, so shared when nobody reported (a fresh group): copying
+            # a million loads costs more than summing them.
+            loads = {**self.remembered, **loads} if loads else self.remembered
         self.loads_seen = loads
         if not loads:
             self.last = None

@@ -9,8 +9,10 @@ members whenever the trade makes more resources local; trades never change a
 member's load.
 
 Guarantees: everything ``sticky`` guarantees for balance (max - min <= 1 with
-identical subscriptions) and validity; no pairwise trade could make more
-resources local; among equally local assignments, owned resources stay put.
+identical subscriptions, Kafka's balance criterion: a trade never gives a
+member a kind that a subscriber with two fewer takes) and validity; no
+pairwise trade within that criterion could make more resources local; among
+equally local assignments, owned resources stay put.
 Balance wins over locality: a member on a rack without data still gets its
 share.  Use it when reading a resource off-rack costs money or latency (cloud
 availability zones).
@@ -55,6 +57,17 @@ def _trade_for_locality(
     for mid in sorted(racks):
         members_on.setdefault(racks[mid], []).append(mid)
     kinds = {mid: m.kinds for mid, m in data.members.items()}
+    # Trades keep every load, so Kafka's balance criterion (nobody holds a kind
+    # that a subscriber with two fewer takes) depends only on who gets which kind.
+    load = {mid: len(resources) for mid, resources in assignment.items()}
+    lightest: dict[str, int] = {}
+    for mid, taken in kinds.items():
+        for kind in taken:
+            lightest[kind] = min(lightest.get(kind, load.get(mid, 0)), load.get(mid, 0))
+
+    def may_hold(mid: str, kind: str) -> bool:
+        return kind in kinds[mid] and load.get(mid, 0) <= lightest[kind] + 1
+
     improved = True
     while improved:
         improved = False
@@ -62,7 +75,7 @@ def _trade_for_locality(
             for r in list(assignment[a]):
                 if local(a, r):
                     continue
-                partner = _find_trade(a, r, assignment, members_on, resource_racks, kinds, local)
+                partner = _find_trade(a, r, assignment, members_on, resource_racks, may_hold, local)
                 if partner is None:
                     continue
                 b, s = partner
@@ -77,19 +90,19 @@ def _find_trade(
     assignment: Assignment,
     members_on: dict[str, list[str]],
     resource_racks: Mapping[Resource, frozenset[str]],
-    kinds: dict[str, frozenset[str]],
+    may_hold: Callable[[str, str], bool],
     local: Callable[[str, Resource], bool],
 ) -> tuple[str, Resource] | None:
     on = resource_racks.get(r)
     for rack in sorted(on or ()):
         for b in members_on.get(rack, ()):
-            if b == a or r[0] not in kinds[b]:
+            if b == a or not may_hold(b, r[0]):
                 continue
             # ``b`` gives back something ``a`` may hold and that loses nothing:
             # local to ``a``, or not local to ``b`` anyway.  Prefer the former.
             fallback: Resource | None = None
             for s in assignment[b]:
-                if s[0] not in kinds[a]:
+                if not may_hold(a, s[0]):
                     continue
                 if local(a, s):
                     return b, s

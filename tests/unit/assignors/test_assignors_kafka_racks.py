@@ -4,9 +4,12 @@ partition layout of ``AbstractPartitionAssignorTest``: brokers on racks, partiti
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from assignor_inputs import check_valid, member
 
+from workgroup.assignors import sticky as sticky_module
 from workgroup.assignors.base import AssignmentInput
 from workgroup.assignors.sticky import CooperativeStickyAssignor, StickyAssignor
 from workgroup.types import Resource
@@ -153,6 +156,47 @@ def test_rack_aware_assignment_with_non_equal_subscription(assignor: StickyAssig
     assert len(off_rack) == 4, off_rack
 
 
+def test_locality_may_raise_the_largest_load_within_kafka_balance(assignor: StickyAssignor) -> None:
+    """A random group where Kafka 3.9.1's assignor puts 3 resources off rack by
+    giving m2 two resources and m4 none (``benchmarks/balance.py``): one each is
+    possible, but only with 4 off rack.  Ours places as Kafka does: 3 off rack,
+    the largest load 2, still balanced in Kafka's sense (nobody holds a kind a
+    subscriber with two fewer takes)."""
+    layout_of = {"t0": "aaabab", "t1": "a"}
+    members = {
+        "m0": ("b", ["t0"]),
+        "m1": ("b", ["t0"]),
+        "m2": ("a", ["t0"]),
+        "m3": ("b", ["t0", "t1"]),
+        "m4": ("c", ["t1"]),
+        "m5": ("c", ["t0", "t1"]),
+        "m6": ("b", ["t0", "t1"]),
+    }
+    resource_racks = {
+        (kind, key): frozenset({rack})
+        for kind, row in layout_of.items()
+        for key, rack in enumerate(row)
+    }
+    data = AssignmentInput(
+        {kind: range(len(row)) for kind, row in layout_of.items()},
+        {mid: member(mid, kinds, [], -1, rack=rack) for mid, (rack, kinds) in members.items()},
+        resource_racks,
+    )
+    assignment = assignor.assign(data)
+    check_valid(data, assignment)
+    off_rack = [
+        r for mid, rs in assignment.items() for r in rs if members[mid][0] not in resource_racks[r]
+    ]
+    assert len(off_rack) == 3, assignment
+    load = {mid: len(rs) for mid, rs in assignment.items()}
+    assert max(load.values()) == 2
+    for mid, resources in assignment.items():
+        for kind, _ in resources:
+            assert all(
+                load[mid] <= load[other] + 1 for other, (_, ks) in members.items() if kind in ks
+            )
+
+
 def test_locality_trades_never_move_owned_resources(assignor: StickyAssignor) -> None:
     """The same group, every resource owned where it is off-rack: stickiness wins
     over locality for owned resources (they only move for balance or when the
@@ -176,3 +220,53 @@ def test_locality_trades_never_move_owned_resources(assignor: StickyAssignor) ->
             # Every resource that changed hands left an owner off its rack.
             previous = next(m for m, rs in first.items() if r in rs)
             assert owning[previous].rack not in resource_racks[r]
+
+
+def off_rack(
+    assignment: dict[str, list[Resource]],
+    rack_of: dict[str, str],
+    on: dict[Resource, frozenset[str]],
+) -> int:
+    return sum(1 for m, rs in assignment.items() for r in rs if rack_of[m] not in on[r])
+
+
+def test_load_search_raises_the_largest_load_only_for_fewer_off_rack() -> None:
+    """Random fresh groups as in ``benchmarks/balance.py`` (members on racks a/b/c
+    taking random kinds, one rack per resource): the load search never places
+    more off-rack than the balanced loads, keeps Kafka's balance criterion, and
+    gives a member more than the balanced largest load only for fewer off-rack
+    (which happens in some of these groups)."""
+    rng = random.Random(3)
+    raised = 0
+    for _ in range(150):
+        rows = {
+            f"t{i}": "".join(rng.choice("abc") for _ in range(rng.randint(1, 12)))
+            for i in range(rng.randint(2, 6))
+        }
+        members = {
+            f"m{i}": (rng.choice("abc"), rng.sample(sorted(rows), rng.randint(1, len(rows))))
+            for i in range(rng.randint(2, 7))
+        }
+        on = {(k, i): frozenset({rack}) for k, row in rows.items() for i, rack in enumerate(row)}
+        data = AssignmentInput(
+            {k: range(len(row)) for k, row in rows.items()},
+            {m: member(m, kinds, rack=rack) for m, (rack, kinds) in members.items()},
+            on,
+        )
+
+        searched = StickyAssignor().assign(data)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sticky_module, "_SEARCH_LIMIT", 0)
+            balanced = StickyAssignor().assign(data)
+        check_valid(data, searched)
+        load = {m: len(rs) for m, rs in searched.items()}
+        for holder, resources in searched.items():
+            for kind in {k for k, _ in resources}:
+                lightest = min(load[m] for m, (_, kinds) in members.items() if kind in kinds)
+                assert load[holder] <= lightest + 1, (rows, members, searched)
+        rack_of = {m: rack for m, (rack, _) in members.items()}
+        assert off_rack(searched, rack_of, on) <= off_rack(balanced, rack_of, on)
+        if max(load.values()) > max(len(rs) for rs in balanced.values()):
+            assert off_rack(searched, rack_of, on) < off_rack(balanced, rack_of, on)
+            raised += 1
+    assert raised > 0

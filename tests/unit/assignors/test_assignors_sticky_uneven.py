@@ -223,3 +223,27 @@ def test_newcomer_to_every_kind_is_the_only_member_that_receives(data: Assignmen
     check_balanced(joined, after)
     for mid in data.members:
         assert set(after[mid]) <= set(before[mid]), f"{mid} received a resource"
+
+
+def test_a_member_given_a_resource_before_its_counts_were_read_gives_only_what_it_holds() -> None:
+    """Found by hypothesis: ``0`` takes ``b0`` from ``1`` before the balancer had
+    read what ``0`` holds; its counts then showed ``b0`` twice, and the chain
+    that passed ``beta`` on from ``0`` a second time found nothing to give."""
+    abg, ab = ["alpha", "beta", "gamma"], ["alpha", "beta"]
+    owned: list[Resource] = [("beta", "b0"), ("gamma", "g0"), ("gamma", "g1"), ("gamma", "g2")]
+    data = AssignmentInput(
+        {"alpha": [], "beta": ["b0"], "gamma": ["g0", "g1", "g2"], "delta": []},
+        {
+            "0": member("0", abg, generation=0),
+            "1": member("1", abg, owned, generation=0),
+            "2": member("2", [], generation=0),
+            "3": member("3", [], generation=0),
+            "00": member("00", [], generation=0),
+            "000": member("000", ab, generation=0),
+            "0000": member("0000", ab, generation=0),
+        },
+    )
+    assignment = sticky_assign(data)
+    check_valid(data, assignment)
+    check_kafka_balance(assignment)
+    assert sorted(len(rs) for rs in assignment.values() if rs) == [1, 1, 2]

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from workgroup.assignors import balance as balance_module
 from workgroup.assignors._common import RackInfo
 from workgroup.assignors.balance import (
     LoadBalancing,
@@ -314,3 +315,65 @@ def test_owned_loads_give_the_same_loads_as_looking_everything_up(
     assert len(quick.moves) <= 8
     if quick.mean:
         assert quick.ratio() <= quick.ratio_before + 1e-9
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 40), max_size=12, unique=True), min_size=1, max_size=6).filter(
+        lambda lists: len({k for keys in lists for k in keys}) == sum(map(len, lists))
+    ),
+    st.dictionaries(st.integers(0, 40), st.floats(0, 100), max_size=41),
+    st.booleans(),
+)
+def test_member_totals_are_the_sums_of_their_resources(
+    held: list[list[int]],
+    measured: dict[int, float],
+    indexed: bool,
+) -> None:
+    # Lists of any lengths, with or without unmeasured resources, summed one
+    # resource at a time or through the per-kind index (large groups): each
+    # member's load before is the sum over what it holds (unmeasured: the mean),
+    # and both ways decide the same moves.
+    kinds = ("shard", "other")
+    assignment: Assignment = {
+        f"m{i}": [(kinds[k % 2], k) for k in keys] for i, keys in enumerate(held)
+    }
+    loads: dict[Resource, float] = {(kinds[k % 2], k): x for k, x in measured.items()}
+    # A standby twin unmeasured counts as 0, measured as reported.
+    assignment["m0"].append(("shard.standby", 99))
+    if indexed:
+        loads[("shard.standby", 98)] = 3.0
+        assignment["m0"].append(("shard.standby", 98))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(balance_module, "_INDEX_FROM", 0 if indexed else 10**9)
+        result = balance(assignment, loads, dict.fromkeys(assignment, 1.0), max_moves=8)
+    plain = balance(assignment, loads, dict.fromkeys(assignment, 1.0), max_moves=8)
+    if not loads:
+        return
+    default = math.fsum(loads.values()) / len(loads)
+    for member, resources in assignment.items():
+        expected = math.fsum(
+            loads.get(r, 0.0 if r[0].endswith(".standby") else default) for r in resources
+        )
+        assert result.before[member] == pytest.approx(expected, abs=1e-6)
+    assert [m.resource for m in result.moves] == [m.resource for m in plain.moves]
+    assert result.assignment == plain.assignment
+
+
+def test_remembered_loads_balance_a_fresh_group_and_are_read_in_place() -> None:
+    # A fresh group (nobody owns or reports anything) balanced on the loads the
+    # leader remembers: the stage reads them as they are, merged only with reports.
+    members = {m: MemberInfo(m, frozenset({"s"})) for m in ("a", "b", "c", "d")}
+    remembered = {("s", k): x for (_, k), x in zipf_loads(64).items()}
+    data = AssignmentInput(resources={"s": range(64)}, members=members)
+    wrapper = LoadBalancing(CooperativeStickyAssignor(), max_moves=64, loads=remembered)
+    wrapper.assign(data)
+    assert wrapper.loads_seen is remembered
+    assert wrapper.last is not None
+    assert wrapper.last.ratio() <= 1.10 < wrapper.last.ratio_before
+    reported = {("s", 0): 1.0}
+    wrapper.assign(
+        AssignmentInput(resources={"s": range(64)}, members=members, resource_loads=reported)
+    )
+    assert wrapper.loads_seen == {**remembered, **reported}
+    assert remembered[("s", 0)] != 1.0  # the remembered loads are never modified
