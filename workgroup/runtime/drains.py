@@ -30,7 +30,8 @@ Rules:
    reads its two slots (one OffsetFetch, its own connection to the companion
    group's coordinator) before its member starts, so that a drained member
    takes nothing at its first join, then every :data:`DRAIN_POLL_S`, and calls
-   ``member.drain()`` when the answer changes.  A failed read is logged once
+   ``member.drain()`` when the answer changes (a drain made another way,
+   ``GroupMember.drain``, stays until it does).  A failed read is logged once
    per failure streak and leaves the member as it was.
 6. **Draining to stop** (``drain_on_stop``, or ``leave_on_stop`` with warm-up
    workers): the follower keeps the member drained whatever the requests say;
@@ -285,6 +286,9 @@ class DrainFollower:
         self._to_stop = False
         self._requested = False
         self._failing = False
+        #: What was last applied: the member is drained or undrained only when
+        #: this changes, so a drain made another way (``GroupMember.drain``) stays.
+        self._applied = False
 
     @property
     def requested(self) -> bool:
@@ -341,6 +345,9 @@ class DrainFollower:
 
     def _apply(self) -> None:
         wanted = self._requested or self._to_stop
+        if wanted == self._applied:
+            return
+        self._applied = wanted
         if self._member.draining != wanted:
             self._member.drain(wanted)
 
