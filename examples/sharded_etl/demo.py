@@ -9,8 +9,11 @@
 2. SIGKILLs one daemon: its shards move after the session timeout and resume
    from their checkpoints (its queries, still on the server, are fenced).
 3. Starts a replacement: the cooperative assignor hands it shards.
-4. Restarts the three daemons one after the other (SIGTERM, start again with
-   the same instance id: static membership keeps their shards in place).
+4. Restarts the three daemons one after the other, each drained first
+   (``workgroup drain GROUP --instance-id NAME --wait``: its shards move to the
+   others with warm-ups, its queries stop only once theirs run), then SIGTERM,
+   start again with the same instance id, ``workgroup undrain``: it takes
+   shards back, warmed up again.
 5. Stops the feeder, waits until every event is processed and the publisher's
    summary is current, stops the daemons and verifies: every event exactly once,
    the summary equal to the sum of the shards.
@@ -25,6 +28,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -160,10 +164,16 @@ def main(argv: list[str] | None = None) -> int:
 
             running = sorted(n for n, d in cluster.daemons.items() if d.alive())
             for name in running:
-                step(started, f"[yellow]rolling restart:[/yellow] SIGTERM {name}, start it again")
-                cluster.stop(name)  # its queries stopped, its batch in flight finished
+                step(
+                    started,
+                    f"[yellow]rolling restart:[/yellow] drain {name}, SIGTERM, start it again, "
+                    "undrain",
+                )
+                drain(cluster.bootstrap, name, timeout)  # its shards move with warm-ups
+                cluster.stop(name)  # it owns nothing now: nothing stops but the process
                 exited_at = time.time()
                 cluster.start(name)
+                drain(cluster.bootstrap, name, timeout, undrain=True)
                 cluster.wait_for(
                     "every shard to commit again",
                     lambda at=exited_at: cluster.all_committing(at, owners_only=True),  # type: ignore[misc]
@@ -209,6 +219,25 @@ def main(argv: list[str] | None = None) -> int:
         "the summary is the sum of the shards"
     )
     return 0
+
+
+#: The demo app's groups (``App.group_id``): its shards' and its publisher's.
+GROUPS = ("etl.shard", "etl.publisher")
+
+
+def drain(bootstrap: str, name: str, timeout_s: float, *, undrain: bool = False) -> None:
+    """``workgroup drain`` (or ``undrain``) instance ``name`` in each of the app's
+    groups, waiting until it is done; TimeoutError if it is not."""
+    command = "undrain" if undrain else "drain"
+    for group in GROUPS:
+        argv = [sys.executable, "-m", "workgroup", command, group, "--instance-id", name]
+        argv += ["--bootstrap", bootstrap, "--wait", "--timeout", str(timeout_s)]
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise TimeoutError(
+                f"workgroup {command} {group} --instance-id {name} exited "
+                f"{done.returncode}: {(done.stderr or done.stdout).strip()}"
+            )
 
 
 @contextlib.contextmanager
