@@ -34,6 +34,8 @@ Rules:
    instead of starting a new one; a warm-up called off stops its run (nothing
    to release: it never owned the resource); one not ready within
    ``warmup_timeout_ms`` falls back to a plain move (logged once).
+8. The app's start-up functions (``App.add_startup``: a plugin starting its
+   engine) run before any group is joined; a stop meanwhile joins nothing.
 """
 
 from __future__ import annotations
@@ -727,7 +729,8 @@ class AppRunner:
         loop_watch.start()
         self.metrics.watch_loop(loop_watch)
         try:
-            for group in self.groups:
+            ready = await self._start_up(stop)  # plugins get ready before taking anything
+            for group in self.groups if ready else ():
                 await group.check_lease_layout()
                 await group.member.start()
                 started.append(group)
@@ -775,6 +778,25 @@ class AppRunner:
             self.settings.unreachable_timeout_ms,
             clock=self._clock,
         )
+
+    async def _start_up(self, stop: asyncio.Event) -> bool:
+        """Run the app's start-up functions before joining (False: stopped meanwhile;
+        a thread still starting runs on, and the clean-ups stop what it made)."""
+        for function in self.app.startups:
+            if inspect.iscoroutinefunction(function):
+                work: Any = function()
+            else:
+                work = asyncio.to_thread(function)
+            starting = asyncio.ensure_future(work)
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not starting.done():
+                starting.cancel()
+                await asyncio.gather(starting, return_exceptions=True)
+                return False
+            starting.result()
+        return True
 
     async def _clean_up(self) -> None:
         for cleanup in self.app.cleanups:
