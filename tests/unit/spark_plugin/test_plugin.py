@@ -24,7 +24,7 @@ from tests.unit.runtime.test_lease import FakeStore
 from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
 from workgroup.plugins import installed
 from workgroup.runtime.errors import LeaseLostError
-from workgroup.runtime.lease import EndReason, Lease, Slot
+from workgroup.runtime.lease import Committed, EndReason, Lease, Slot
 from workgroup_spark import (
     BatchProgress,
     JavaMissingError,
@@ -38,7 +38,7 @@ from workgroup_spark import (
     write_batch_parquet,
 )
 from workgroup_spark.progress import SparkMetrics
-from workgroup_spark.query import ShardQuery
+from workgroup_spark.query import CheckpointState, ShardQuery, read_checkpoint
 from workgroup_spark.session import SessionOptions
 
 # --- entry point and options ---------------------------------------------------------
@@ -569,3 +569,124 @@ def test_stopping_a_session_whose_jvm_is_gone_is_not_a_failure() -> None:
         holder.stop()  # no exception: the JVM went with a SIGTERM to the process group
     assert [e["event"] for e in logs] == ["spark.session_gone"]
     assert not holder.started
+
+
+# --- warm-ups (planned moves) ----------------------------------------------------------
+
+
+def _warming_lease(store: FakeStore, ready: list[str]) -> Lease:
+    return Lease(
+        "etl.shard",
+        "shard",
+        "s-0",
+        slot=Slot("t", 0),
+        store=store,
+        role="warming",
+        commit_timeout_s=2,
+        ready_sink=lambda: ready.append("ready"),
+    )
+
+
+def test_a_query_worker_warms_up_and_its_daemon_starts_spark_before_joining() -> None:
+    app = workgroup.App("etl")
+    spark = app.use("spark")
+
+    @spark.query("shard")
+    def build(session: Any, lease: Lease) -> Any:
+        raise AssertionError("not called at registration")
+
+    assert app.workers["shard"].warm_up is True
+    assert app.startups == [spark._start_session]
+    cold = workgroup.App("etl-cold")
+    cold_spark = cold.use("spark", start_before_join=False)
+    cold_spark.query("shard", warm_up=False)(build)
+    assert cold.workers["shard"].warm_up is False
+    assert cold.startups == []
+
+
+def test_a_session_that_cannot_start_before_joining_is_logged_not_fatal() -> None:
+    from workgroup.testing import capture_logs
+
+    app = workgroup.App("etl")
+    spark = app.use("spark")
+
+    def refuse() -> Any:
+        raise RuntimeError("Java gateway process exited\nbefore sending its port")
+
+    spark.session.get = refuse  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        spark._start_session()
+    [event] = [e for e in logs if e["event"] == "spark.session_failed"]
+    assert event["error"] == "RuntimeError: Java gateway process exited"
+
+
+async def test_a_warming_shard_prepares_then_starts_its_query_at_the_cut_over(
+    tmp_path: Path,
+) -> None:
+    checkpoint = tmp_path / "shard" / "s-0"
+    for log_dir, batches in (("offsets", 3), ("commits", 2)):
+        (checkpoint / log_dir).mkdir(parents=True)
+        for batch in range(batches):
+            (checkpoint / log_dir / str(batch)).write_text("v1\n{}")
+    store = FakeStore()
+    ready: list[str] = []
+    lease = _warming_lease(store, ready)
+    writer = FakeWriter()
+    built: list[Any] = []
+
+    def build(session: Any, held: Lease) -> Any:
+        built.append(fenced(held, lambda batch, batch_id: None))
+        return writer
+
+    handler = ShardQuery(
+        app_name="etl",
+        build=build,
+        session=FakeSession(),  # type: ignore[arg-type]
+        checkpoint_root=lambda: str(tmp_path),
+        metrics=SparkMetrics(),
+        poll_interval_s=0.02,
+    )
+    from workgroup.testing import capture_logs
+
+    with capture_logs() as logs:
+        task = asyncio.create_task(handler(lease))
+        await _until(lambda: ready == ["ready"])
+        # Ready: built and pointed at its checkpoint, but not started while warming.
+        assert writer.options["checkpointLocation"] == str(checkpoint)
+        assert writer.name == "etl.shard.s-0"
+        await asyncio.sleep(0.1)
+        assert writer.query is None
+        [warmed] = [e for e in logs if e["event"] == "spark.query_warmed"]
+        assert (warmed["last_batch"], warmed["committed_batch"]) == (2, 1)
+        # The cut-over: the runner promotes the lease and takes its token.
+        store.offsets[lease.slot] = Committed(4, "")  # the previous owner's token
+        lease.promote()
+        await lease.acquire()
+        await _until(lambda: writer.query is not None)
+        # The writer built while warming writes under the token taken at the cut-over.
+        assert built[0].token == lease.token == 5
+        lease.end(EndReason.REVOKED, grace_s=2.0)
+        await asyncio.wait_for(task, 5)
+    assert writer.query is not None
+    assert writer.query.stopped_at is not None
+
+
+async def test_a_warm_up_called_off_never_starts_the_query(tmp_path: Path) -> None:
+    ready: list[str] = []
+    lease = _warming_lease(FakeStore(), ready)
+    writer = FakeWriter()
+    task = asyncio.create_task(shard_query(writer)(lease))
+    await _until(lambda: ready == ["ready"])
+    lease.end(EndReason.WARMUP_ENDED)  # the move went away: the owner keeps the shard
+    await asyncio.wait_for(task, 5)
+    assert writer.query is None
+
+
+def test_a_checkpoint_is_read_where_this_process_can(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text("v1")
+    (tmp_path / "offsets" / ".0.crc").write_text("x")
+    assert read_checkpoint(str(tmp_path)) == CheckpointState(0, None)
+    assert read_checkpoint(f"file://{tmp_path}") == CheckpointState(0, None)
+    assert read_checkpoint(str(tmp_path / "never-run")) == CheckpointState()
+    assert read_checkpoint("s3a://bucket/ckpt/shard/s-0") == CheckpointState()
