@@ -49,6 +49,18 @@ DEFAULT_WARMUP_TIMEOUT_MS = 180_000
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
+def parse_switch(name: str, value: str | None, default: bool = True) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off`` (any case); ``None`` or empty: ``default``."""
+    if value is None or not value.strip():
+        return default
+    text = value.strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={value!r}: say 1 or 0 (true/false, yes/no, on/off)")
+
+
 def resolve_checkpoint_root(root: str, *, remote: str | None) -> str:
     """An absolute checkpoint root: a URI (``s3a://``, ``file:/``) or an absolute
     path as given; a relative path resolved against this process's working
@@ -85,6 +97,10 @@ class SparkQueries:
             (default), so that it is ready before it takes any shard; a session
             that fails to start is logged (``spark.session_failed``) and each
             shard tries again, as without.  ``False``: the first shard starts it.
+
+    ``WORKGROUP_SPARK_WARM_UP=0`` turns both the warm-ups and the early session
+    off (plain moves, the session started by the first shard): to compare, or
+    to keep a daemon's start short where nothing runs yet.
     """
 
     def __init__(
@@ -114,6 +130,11 @@ class SparkQueries:
         self.session = SessionHolder(options, checkpoint_root=self.checkpoint_root)
         self.metrics = SparkMetrics()
         self.poll_interval_s = poll_interval_s
+        #: Shards warm up before they move (unless a query says otherwise).
+        self.warm_up = parse_switch(
+            "WORKGROUP_SPARK_WARM_UP", os.environ.get("WORKGROUP_SPARK_WARM_UP")
+        )
+        start_before_join = start_before_join and self.warm_up
         for collector in self.metrics.collectors():
             app.add_collector(collector)
         if start_before_join:
@@ -142,14 +163,14 @@ class SparkQueries:
         restart_backoff_ms: int = 1_000,
         max_restart_backoff_ms: int = 30_000,
         reassign_delay_ms: int = 0,
-        warm_up: bool = True,
+        warm_up: bool | None = None,
         warmup_timeout_ms: int = DEFAULT_WARMUP_TIMEOUT_MS,
     ) -> Callable[[B], B]:
         """Run ``build(spark, lease)``'s streaming query for each owned resource of
         ``kind`` (options as for :meth:`workgroup.App.worker`).  A shard moved for
-        a planned reason warms up first (``warm_up``: its new owner's session,
-        query and checkpoint are ready before the old owner stops;
-        :mod:`workgroup_spark.query` rule 2)."""
+        a planned reason warms up first (``warm_up``, default on unless
+        ``WORKGROUP_SPARK_WARM_UP=0``: its new owner's session and checkpoint
+        are ready before the old owner stops; :mod:`workgroup_spark.query` rule 2)."""
 
         def register(build: B) -> B:
             handler = ShardQuery(
@@ -168,7 +189,7 @@ class SparkQueries:
                 max_restart_backoff_ms=max_restart_backoff_ms,
                 isolation=None,  # the query runs in the daemon's one SparkSession
                 reassign_delay_ms=reassign_delay_ms,
-                warm_up=warm_up,
+                warm_up=self.warm_up if warm_up is None else warm_up,
                 warmup_timeout_ms=warmup_timeout_ms,
             )(handler)
             return build

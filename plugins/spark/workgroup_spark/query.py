@@ -10,10 +10,11 @@ Rules:
 2. The query starts once the lease is taken (its token committed).
    Handed over with a warm-up (``lease.role == "warming"``: a planned move,
    the previous owner's query still runs), the handler gets ready first: it
-   gets the daemon's session (started if need be), builds the query and reads
-   the shard's checkpoint (its last planned and committed batches), then
-   ``await lease.ready()``; at the cut-over it starts the query at once.  A
-   warm-up called off returns; one that fails falls back to a plain move.
+   gets the daemon's session (started if need be) and reads the shard's
+   checkpoint (its last planned and committed batches), then
+   ``await lease.ready()``; at the cut-over, with the lease active and its
+   token taken, ``build`` runs and the query starts.  A warm-up called off
+   returns; one that fails falls back to a plain move.
 3. Revoked (the shard moves, or the daemon stops): the micro-batch in flight
    may finish, up to the lease's grace period; then the query is stopped and
    the handler returns, which lets the new owner start.
@@ -99,10 +100,8 @@ class ShardQuery:
         warming = lease.warming
         began = time.monotonic()
         try:
-            writer = await self._prepare(lease, name, checkpoint)
-            if writer is None:
-                return
             if warming:
+                await asyncio.to_thread(self.session.get)
                 state = await asyncio.to_thread(read_checkpoint, checkpoint)
                 log.info(
                     "spark.query_warmed",
@@ -115,7 +114,8 @@ class ShardQuery:
                 if not await lease.ready():
                     log.info("spark.warmup_called_off", query=name, why=lease.end_reason)
                     return  # the move was called off: the previous owner carries on
-            if lease.revoked:
+            writer = await self._prepare(lease, name, checkpoint)
+            if writer is None:
                 return
             query = await _start(writer)
         except Exception as exc:

@@ -604,6 +604,17 @@ def test_a_query_worker_warms_up_and_its_daemon_starts_spark_before_joining() ->
     assert cold.startups == []
 
 
+def test_warm_ups_can_be_turned_off_for_the_whole_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKGROUP_SPARK_WARM_UP", "0")
+    app = workgroup.App("etl")
+    app.use("spark").query("shard")(lambda session, lease: None)
+    assert app.workers["shard"].warm_up is False
+    assert app.startups == []  # today's plain moves: the first shard starts the session
+    monkeypatch.setenv("WORKGROUP_SPARK_WARM_UP", "maybe")
+    with pytest.raises(ConfigError, match=r"WORKGROUP_SPARK_WARM_UP='maybe': say 1 or 0"):
+        workgroup.App("etl").use("spark")
+
+
 def test_a_session_that_cannot_start_before_joining_is_logged_not_fatal() -> None:
     from workgroup.testing import capture_logs
 
@@ -632,10 +643,10 @@ async def test_a_warming_shard_prepares_then_starts_its_query_at_the_cut_over(
     ready: list[str] = []
     lease = _warming_lease(store, ready)
     writer = FakeWriter()
-    built: list[Any] = []
+    built: list[tuple[str, int]] = []
 
     def build(session: Any, held: Lease) -> Any:
-        built.append(fenced(held, lambda batch, batch_id: None))
+        built.append((held.role, held.token))
         return writer
 
     handler = ShardQuery(
@@ -651,10 +662,10 @@ async def test_a_warming_shard_prepares_then_starts_its_query_at_the_cut_over(
     with capture_logs() as logs:
         task = asyncio.create_task(handler(lease))
         await _until(lambda: ready == ["ready"])
-        # Ready: built and pointed at its checkpoint, but not started while warming.
-        assert writer.options["checkpointLocation"] == str(checkpoint)
-        assert writer.name == "etl.shard.s-0"
+        # Ready: the session made and the checkpoint read; nothing built or started.
         await asyncio.sleep(0.1)
+        assert handler.session.made == 1  # type: ignore[attr-defined]
+        assert built == []
         assert writer.query is None
         [warmed] = [e for e in logs if e["event"] == "spark.query_warmed"]
         assert (warmed["last_batch"], warmed["committed_batch"]) == (2, 1)
@@ -663,8 +674,10 @@ async def test_a_warming_shard_prepares_then_starts_its_query_at_the_cut_over(
         lease.promote()
         await lease.acquire()
         await _until(lambda: writer.query is not None)
-        # The writer built while warming writes under the token taken at the cut-over.
-        assert built[0].token == lease.token == 5
+        # Built once the lease is active, with the token taken at the cut-over.
+        assert built == [("active", 5)]
+        assert writer.options["checkpointLocation"] == str(checkpoint)
+        assert writer.name == "etl.shard.s-0"
         lease.end(EndReason.REVOKED, grace_s=2.0)
         await asyncio.wait_for(task, 5)
     assert writer.query is not None
