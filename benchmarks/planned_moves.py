@@ -330,7 +330,7 @@ async def plain_section(args: Any, directory: Path) -> list[MoveRow]:
     rows: list[MoveRow] = []
     with run_coordinator(log=directory / "coordinator.log") as coordinator:
         for repetition in range(args.repetitions):
-            for mode in MODES if repetition % 2 == 0 else MODES[::-1]:
+            for mode in args.modes if repetition % 2 == 0 else args.modes[::-1]:
                 rows.extend(await one_repetition(coordinator.bootstrap, directory, mode, args))
     return rows
 
@@ -418,9 +418,9 @@ def _stamp(event: dict[str, Any]) -> float:
 def spark_section(args: Any, directory: Path) -> list[SparkRow]:
     rows: list[SparkRow] = []
     for repetition in range(args.spark_repetitions):
-        for mode in MODES if repetition % 2 == 0 else MODES[::-1]:
+        for mode in args.modes if repetition % 2 == 0 else args.modes[::-1]:
             data = directory / f"spark-{mode}-{repetition}"
-            data.mkdir(parents=True)
+            data.mkdir(parents=True, exist_ok=True)
             rows.extend(spark_run(args, data, mode))
     return best_spark_rows(rows)
 
@@ -497,7 +497,7 @@ def spark_run(args: Any, data: Path, mode: str) -> list[SparkRow]:
             )
             stop = max(
                 (_stamp(e) for e in stopped if e.get("query") == name and e.get("token") != token
-                 and _stamp(e) >= since - 1),
+                 and since - 1 <= _stamp(e) <= (start or until)),
                 default=None,
             )  # fmt: skip
             if start is not None and stop is not None:
@@ -583,7 +583,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--spark-shards", type=int, default=4)
     parser.add_argument("--spark-repetitions", type=int, default=1)
     parser.add_argument("--json-out", type=Path)
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help="warm-up, plain or both (comma-separated)"
+    )
+    parser.add_argument("--keep", type=Path, help="work in this directory and keep it (logs)")
     args = parser.parse_args(argv)
+    args.modes = tuple(m for m in args.modes.split(",") if m)
+    if not args.modes or set(args.modes) - set(MODES):
+        parser.error(f"--modes: one or both of {', '.join(MODES)}")
     if args.shards < 2 or args.shards % 2:
         parser.error("--shards must be an even number >= 2")
     return args
@@ -593,8 +600,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.getLogger("workgroup").setLevel(logging.WARNING)
     results: dict[str, Any] = {"load_average": os.getloadavg()}
-    with tempfile.TemporaryDirectory(prefix="planned-moves-") as tmp, interrupt_on_termination():
-        directory = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(interrupt_on_termination())
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            directory = args.keep
+        else:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="moves-")))
         if not args.skip_plain:
             plain = asyncio.run(plain_section(args, directory))
             best = best_rows(plain)

@@ -142,10 +142,10 @@ class SparkQueries:
         app.add_cleanup(self.session.stop)
 
     def _start_session(self) -> None:
-        """Start the session before joining (in a thread): a daemon that joins a
-        running group is ready before it takes anything."""
+        """Start the session and warm it up before joining (in a thread): a daemon
+        that joins a running group is ready before it takes anything."""
         try:
-            self.session.get()
+            self.session.warm_up()
         except Exception as exc:  # each shard tries again, with back-off
             log.warning(
                 "spark.session_failed",

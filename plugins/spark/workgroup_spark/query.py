@@ -10,7 +10,8 @@ Rules:
 2. The query starts once the lease is taken (its token committed).
    Handed over with a warm-up (``lease.role == "warming"``: a planned move,
    the previous owner's query still runs), the handler gets ready first: it
-   gets the daemon's session (started if need be) and reads the shard's
+   gets the daemon's session (started and warmed up if need be:
+   :meth:`~workgroup_spark.session.SessionHolder.warm_up`) and reads the shard's
    checkpoint (its last planned and committed batches), then
    ``await lease.ready()``; at the cut-over, with the lease active and its
    token taken, ``build`` runs and the query starts.  A warm-up called off
@@ -101,7 +102,7 @@ class ShardQuery:
         began = time.monotonic()
         try:
             if warming:
-                await asyncio.to_thread(self.session.get)
+                await asyncio.to_thread(self.session.warm_up)
                 state = await asyncio.to_thread(read_checkpoint, checkpoint)
                 log.info(
                     "spark.query_warmed",

@@ -396,6 +396,9 @@ class FakeSession:
         self.made += 1
         return "spark-session"
 
+    def warm_up(self) -> None:
+        self.get()
+
     def forget_if_gone(self, error: BaseException) -> bool:
         self.failures.append(error)
         return False
@@ -703,3 +706,36 @@ def test_a_checkpoint_is_read_where_this_process_can(tmp_path: Path) -> None:
     assert read_checkpoint(f"file://{tmp_path}") == CheckpointState(0, None)
     assert read_checkpoint(str(tmp_path / "never-run")) == CheckpointState()
     assert read_checkpoint("s3a://bucket/ckpt/shard/s-0") == CheckpointState()
+
+
+def test_a_session_is_warmed_up_once_and_a_failed_warm_up_is_only_logged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import workgroup_spark.session as session_module
+    from workgroup.testing import capture_logs
+    from workgroup_spark.session import SessionHolder
+
+    runs: list[Any] = []
+
+    def run(session: Any, timeout_s: float) -> None:
+        runs.append(session)
+        if len(runs) == 2:
+            raise RuntimeError("the warm-up query failed: out of memory\nat ...")
+
+    monkeypatch.setattr(session_module, "_run_warm_up_query", run)
+    holder = SessionHolder(SessionOptions("etl"))
+    sessions = iter(["first", "second"])
+    monkeypatch.setattr(holder, "_make", lambda: next(sessions))
+    holder.warm_up()
+    holder.warm_up()
+    assert runs == ["first"]  # once per session
+    holder._session = None  # a new session (a Connect session the server closed)
+    with capture_logs() as logs:
+        holder.warm_up()  # fails: logged, the shard's query starts cold
+    assert runs == ["first", "second"]
+    [failed] = [e for e in logs if e["event"] == "spark.warm_up_failed"]
+    assert failed["error"] == "RuntimeError: the warm-up query failed: out of memory"
+    remote = SessionHolder(SessionOptions("etl", remote="sc://127.0.0.1:15002"))
+    monkeypatch.setattr(remote, "_make", lambda: "connect-session")
+    remote.warm_up()  # the server runs queries already: nothing to warm
+    assert runs == ["first", "second"]
