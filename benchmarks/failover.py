@@ -8,6 +8,11 @@ and a real ``workgroup coordinator`` on loopback, session timeout 6 s:
   wall clock written by the handler).  A replacement daemon is started after
   each trial and given a second to join.
 * **crash failover**: the same with SIGKILL (the session must expire first).
+* **crash failover to a ready standby**: the same with
+  ``@app.leader(..., standbys=1)``: the other daemon's standby warms up
+  (0.5 s), reports ready, and its handler goes on as the leader once the
+  session expired.  Each replacement daemon is a standby that reports ready
+  before the next trial.  Target: session timeout + 0.5 s.
 * **10,000 idle resources**: one daemon owning ``--items`` resources whose
   handlers wait for revocation: time until every lease is taken (its token
   committed), then RSS and CPU over ``--rest-s`` seconds at rest, and heartbeat
@@ -20,7 +25,7 @@ and a real ``workgroup coordinator`` on loopback, session timeout 6 s:
 The rolling-bounce share (dynamic cooperative vs eager) is
 ``benchmarks/rolling_bounce.py``'s.  Usage::
 
-    .venv/bin/python benchmarks/failover.py                  # 20 trials each (≈ 4 min)
+    .venv/bin/python benchmarks/failover.py                  # 20 trials each (≈ 7 min)
     .venv/bin/python benchmarks/failover.py --trials 3 --items 1000 --rest-s 5
 """
 
@@ -52,7 +57,12 @@ SESSION_S = 6.0
 
 class Daemons:
     def __init__(
-        self, bootstrap: str, workdir: Path, items: int = 0, log_level: str = "warning"
+        self,
+        bootstrap: str,
+        workdir: Path,
+        items: int = 0,
+        log_level: str = "warning",
+        standbys: int = 0,
     ) -> None:
         self.bootstrap = bootstrap
         self.log_level = log_level
@@ -60,6 +70,7 @@ class Daemons:
         self.events = workdir / "events.jsonl"
         self.workdir = workdir
         self.items = items
+        self.standbys = standbys
         self.items_file = workdir / "items"
         self.items_file.write_text(str(items))
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -67,6 +78,7 @@ class Daemons:
     def start(self) -> subprocess.Popen[bytes]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WORKGROUP_")}
         env.update(FAILOVER_OUT=str(self.out), FAILOVER_ITEMS=str(self.items), PYTHONUNBUFFERED="1")
+        env["FAILOVER_STANDBYS"] = str(self.standbys)
         if self.items:
             env["FAILOVER_ITEMS_FILE"] = str(self.items_file)
         argv = [sys.executable, "-m", "workgroup", "run", "benchmarks.apps.failover_app:app"]
@@ -80,10 +92,22 @@ class Daemons:
         self.processes.append(process)
         return process
 
-    def actives(self) -> list[dict[str, Any]]:
+    def records(self) -> list[dict[str, Any]]:
         if not self.out.exists():
             return []
         return [json.loads(line) for line in self.out.read_text().splitlines() if line]
+
+    def actives(self) -> list[dict[str, Any]]:
+        return [r for r in self.records() if "time" in r]
+
+    def wait_ready(self, pid: int, timeout_s: float = 30.0) -> None:
+        """Until the standby of ``pid`` reported ready."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(r.get("pid") == pid and "ready" in r for r in self.records()):
+                return
+            time.sleep(0.01)
+        raise RuntimeError(f"the standby of {pid} did not get ready")
 
     def wait_active(self, *, after: float, timeout_s: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
@@ -101,16 +125,19 @@ class Daemons:
             process.wait()
 
 
-def failover(bootstrap: str, trials: int, signum: int) -> list[float]:
-    """Seconds from the signal to the next leader's first action, per trial."""
+def failover(bootstrap: str, trials: int, signum: int, standbys: int = 0) -> list[float]:
+    """Seconds from the signal to the next leader's first action, per trial
+    (``standbys``: the successor is a standby that reported ready first)."""
     with tempfile.TemporaryDirectory() as tmp:
-        daemons = Daemons(bootstrap, Path(tmp))
+        daemons = Daemons(bootstrap, Path(tmp), standbys=standbys)
         try:
             first = daemons.start()
             daemons.wait_active(after=0)
             by_pid = {first.pid: first}
             second = daemons.start()
             by_pid[second.pid] = second
+            if standbys:
+                daemons.wait_ready(second.pid)
             time.sleep(1.5)
             results = []
             for _ in range(trials):
@@ -123,6 +150,8 @@ def failover(bootstrap: str, trials: int, signum: int) -> list[float]:
                 victim.wait(30)
                 replacement = daemons.start()
                 by_pid[replacement.pid] = replacement
+                if standbys:  # the next trial's successor is ready, and the group knows
+                    daemons.wait_ready(replacement.pid)
                 # It joins the group; a random extra wait so that the signal falls
                 # at any point of the members' heartbeat cycles.
                 time.sleep(1.5 + random.uniform(0, 0.5))
@@ -240,7 +269,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--rest-s", type=float, default=30.0)
     parser.add_argument("--add", type=int, default=1_000, help="resources added after the rest")
-    parser.add_argument("--skip", default="", help="comma-separated: term,kill,idle")
+    parser.add_argument("--skip", default="", help="comma-separated: term,kill,standby,idle")
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -252,6 +281,11 @@ def main() -> None:
     if "kill" not in skip:
         with coordinator() as server:
             report["sigkill_s"] = failover(server.bootstrap, args.trials, signal.SIGKILL)
+    if "standby" not in skip:
+        with coordinator() as server:
+            report["sigkill_standby_s"] = failover(
+                server.bootstrap, args.trials, signal.SIGKILL, standbys=1
+            )
     if "idle" not in skip:
         with coordinator() as server:
             report["idle"] = idle_resources(server.bootstrap, args.items, args.rest_s, args.add)
@@ -261,6 +295,14 @@ def main() -> None:
         print(row("SIGTERM → next leader acts", report["sigterm_s"], "median < 0.5 s, max < 1 s"))
     if "sigkill_s" in report:
         print(row("SIGKILL → next leader acts", report["sigkill_s"], f"≤ {SESSION_S + 1:.0f} s"))
+    if "sigkill_standby_s" in report:
+        print(
+            row(
+                "SIGKILL → ready standby leads",
+                report["sigkill_standby_s"],
+                f"≤ {SESSION_S + 0.5:.1f} s",
+            )
+        )
     if "idle" in report:
         idle = report["idle"]
         print(f"\none daemon, {idle['items']:,} idle resources + 1 leader")

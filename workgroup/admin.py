@@ -9,13 +9,19 @@ assignment codec: resources by kind, and the generation) or Kafka consumers'
 DescribeGroups does not return the group's generation or leader: the
 generation is read from workgroup assignments (each carries it), the leader is
 not known (``None``).
+
+Planned moves show per workgroup member: the resources it warms up (its
+assignment's ``warming``) and those of them it reported ready (its last
+JoinGroup metadata), and whether it drains (``workgroup.draining``) or leaves
+(``workgroup.leaving``): it takes nothing and hands its resources over.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
@@ -41,6 +47,7 @@ from workgroup.kafka.messages import (
     OffsetFetchResult,
 )
 from workgroup.member.driver import CoordinatorConnection, map_kafka_error, parse_bootstrap
+from workgroup.member.leader import DRAINING_TAG, LEAVING_TAG
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.metadata import BinaryCodec, MemberMetadata
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE
@@ -55,7 +62,7 @@ from workgroup.runtime.slots import (
     slot_of,
 )
 from workgroup.security import PLAINTEXT, Security
-from workgroup.types import Key, sorted_resources
+from workgroup.types import Key, Resource, sorted_resources
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -83,10 +90,16 @@ class MemberDescription:
     generation: int | None = None
     #: The member's metadata for the group's protocol (its advertised endpoint).
     metadata: bytes = field(default=b"", repr=False)
+    #: ``{kind: [keys]}`` it warms up for a planned move (another member owns them).
+    warming: dict[str, list[Key]] = field(default_factory=dict)
 
     def workgroup_metadata(self) -> MemberMetadata | None:
         """The metadata as a workgroup member wrote it (``None``: none, or another
         protocol type's, or a layout this version cannot read)."""
+        return self._decoded_metadata
+
+    @cached_property
+    def _decoded_metadata(self) -> MemberMetadata | None:
         if not self.metadata:
             return None
         try:
@@ -100,6 +113,36 @@ class MemberDescription:
         meta = self.workgroup_metadata()
         return None if meta is None else dict(meta.tags).get(ENDPOINT_TAG)
 
+    @property
+    def ready(self) -> dict[str, list[Key]]:
+        """``{kind: [keys]}`` of :attr:`warming` it reported ready (cut over next)."""
+        meta = self.workgroup_metadata()
+        if meta is None or not self.warming:
+            return {}
+        warming = {(kind, key) for kind, keys in self.warming.items() for key in keys}
+        return _by_kind(r for r in meta.ready if r in warming)
+
+    @property
+    def draining(self) -> bool:
+        """It drains: it stays in the group and hands everything over."""
+        meta = self.workgroup_metadata()
+        return meta is not None and DRAINING_TAG in dict(meta.tags)
+
+    @property
+    def leaving(self) -> bool:
+        """It is closing: it hands everything over before it leaves."""
+        meta = self.workgroup_metadata()
+        return meta is not None and LEAVING_TAG in dict(meta.tags)
+
+    @property
+    def status(self) -> str:
+        """``leaving``, ``draining``, ``warming`` (warm-ups under way) or ``member``."""
+        if self.leaving:
+            return "leaving"
+        if self.draining:
+            return "draining"
+        return "warming" if self.warming else "member"
+
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "member_id": self.member_id,
@@ -107,6 +150,10 @@ class MemberDescription:
             "client_id": self.client_id,
             "client_host": self.client_host,
             "assignment": self.assignment,
+            "warming": self.warming,
+            "ready": self.ready,
+            "draining": self.draining,
+            "leaving": self.leaving,
         }
         if self.assignment_error is not None:
             out["assignment_error"] = self.assignment_error
@@ -145,6 +192,24 @@ class GroupListing:
         return {"group": self.group, "protocol_type": self.protocol_type, "state": self.state}
 
 
+def _by_kind(resources: Iterable[Resource]) -> dict[str, list[Key]]:
+    by_kind: dict[str, list[Key]] = {}
+    for kind, key in sorted_resources(resources):
+        by_kind.setdefault(kind, []).append(key)
+    return by_kind
+
+
+def decode_warming(protocol_type: str, blob: bytes) -> dict[str, list[Key]]:
+    """``{kind: [keys]}`` a workgroup assignment hands its member to warm up
+    (empty for other protocol types and for bytes that do not decode)."""
+    if not blob or protocol_type != DEFAULT_PROTOCOL_TYPE:
+        return {}
+    try:
+        return _by_kind(BinaryCodec().decode_assignment(blob).value.warming)
+    except Exception:  # reported by decode_assignment already
+        return {}
+
+
 def decode_assignment(
     protocol_type: str, blob: bytes
 ) -> tuple[dict[str, list[Key]] | None, int | None, str | None]:
@@ -154,10 +219,7 @@ def decode_assignment(
     try:
         if protocol_type == DEFAULT_PROTOCOL_TYPE:
             data = BinaryCodec().decode_assignment(blob).value
-            by_kind: dict[str, list[Key]] = {}
-            for kind, key in sorted_resources(data.assigned):
-                by_kind.setdefault(kind, []).append(key)
-            return by_kind, data.generation, None
+            return _by_kind(data.assigned), data.generation, None
         if protocol_type == CONSUMER_PROTOCOL_TYPE:
             decoded = ConsumerProtocolMemberAssignment.decode(blob)
             return (
@@ -239,6 +301,7 @@ async def describe_group(
                 error,
                 generation,
                 m.metadata,
+                decode_warming(described.protocol_type, m.assignment),
             )
         )
     return GroupDescription(
@@ -362,15 +425,20 @@ async def delete_group(
     security: Security = PLAINTEXT,
     timeout_s: float = 10.0,
 ) -> None:
-    """Delete ``group`` and its committed offsets (its tokens and checkpoints).
+    """Delete ``group`` and its committed offsets (its tokens and checkpoints),
+    and its drain requests (:mod:`workgroup.runtime.drains`: another group, that
+    a coordinator may refuse to delete alone, e.g. without the ACL's ``drain``).
 
     Coordinators delete only a group without members: :class:`GroupNotEmptyError`
     otherwise; :class:`GroupNotFoundError` for a group they do not know.
     """
+    # Imported here: the drains module runs a member, which the admin tools need not.
+    from workgroup.runtime.drains import drain_group
+
     result = await _ask(
         bootstrap,
         group,
-        DeleteGroups((group,)),
+        DeleteGroups((group, drain_group(group))),
         security=security,
         timeout_s=timeout_s,
         what=f"deleting group {group!r}",
@@ -466,6 +534,7 @@ __all__ = [
     "LeaseSlot",
     "MemberDescription",
     "decode_assignment",
+    "decode_warming",
     "delete_group",
     "describe_group",
     "list_groups",

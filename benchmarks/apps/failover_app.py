@@ -5,11 +5,15 @@ when it becomes active (its first action).  ``FAILOVER_ITEMS``: how many idle
 ``item`` resources the app also owns (0: none); ``FAILOVER_ITEMS_FILE``: a file
 holding that number instead, re-read with the catalog (to add resources); the
 wall-clock time of the first read that sees a new number is written to
-``<FAILOVER_ITEMS_FILE>.read``.
+``<FAILOVER_ITEMS_FILE>.read``.  ``FAILOVER_STANDBYS``: the leader's standby
+candidates (0: none); a standby warms up for ``FAILOVER_PREPARE_S`` seconds,
+appends ``{"pid", "ready": time}`` and awaits ``lease.ready()``; once it leads
+it appends its first action as above.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -19,6 +23,8 @@ import workgroup
 app = workgroup.App("failover", session_timeout_ms=6_000, grace_ms=0)
 ITEMS = int(os.environ.get("FAILOVER_ITEMS", "0"))
 ITEMS_FILE = os.environ.get("FAILOVER_ITEMS_FILE")
+STANDBYS = int(os.environ.get("FAILOVER_STANDBYS", "0"))
+PREPARE_S = float(os.environ.get("FAILOVER_PREPARE_S", "0.5"))
 
 
 def record(line: str) -> None:
@@ -26,8 +32,13 @@ def record(line: str) -> None:
         out.write(line + "\n")
 
 
-@app.leader("active")
+@app.leader("active", standbys=STANDBYS)
 async def active(lease: workgroup.Lease) -> None:
+    if lease.role == "standby":
+        await asyncio.sleep(PREPARE_S)  # replay state, build caches
+        record(json.dumps({"pid": os.getpid(), "ready": time.time()}))
+        if not await lease.ready():
+            return
     # The time is taken first: the handler's first action.
     record(json.dumps({"pid": os.getpid(), "time": time.time(), "token": lease.token}))
     await lease.wait_revoked()

@@ -3,6 +3,11 @@
 Everything here is read back from what the run left on disk (ownership event
 logs, daemon logs, output batches) plus the marks of what the demo did (starts,
 kills, stops), so the report shows what happened, not what was planned.
+
+Warm-ups (planned moves, ``warming`` events) are drawn beside ownership: a thin
+hatched bar from a daemon's ``warming`` to its ``acquired`` of the same shard
+(the cut-over), its ``warmup_ended`` (called off) or its SIGKILL.  They are not
+ownership: the shard's owner keeps it meanwhile.
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ class Figures:
     records: int
     records_per_s: float
     duration_s: float
+    #: Warm-ups that ended with the shard cut over to the warming daemon, and
+    #: those called off (or killed); the mean time from warming to cut-over.
+    warmups_cut_over: int = 0
+    warmups_called_off: int = 0
+    warmup_mean_s: float = 0.0
 
 
 def with_kills(events: list[dict[str, Any]], marks: list[Mark]) -> list[dict[str, Any]]:
@@ -50,7 +60,52 @@ def with_kills(events: list[dict[str, Any]], marks: list[Mark]) -> list[dict[str
             elif e.get("pid") == mark.pid or (e["event"] == "acquired" and key in held):
                 held.pop(key, None)
         merged += [{**e, "event": "lost", "time": mark.time} for e in held.values()]
+    for mark in (m for m in marks if m.what == "kill"):
+        warming: dict[tuple[str, str], dict[str, Any]] = {}
+        for e in events:
+            if e["time"] > mark.time:
+                break
+            if e.get("pid") != mark.pid:
+                continue
+            key = (e["group"], str(e["key"]))
+            if e["event"] == "warming":
+                warming[key] = e
+            else:  # acquired (cut over) or warmup_ended: that warm-up is over
+                warming.pop(key, None)
+        merged += [{**e, "event": "warmup_ended", "time": mark.time} for e in warming.values()]
     return sorted(merged, key=lambda e: e["time"])
+
+
+@dataclass(frozen=True)
+class WarmupSpan:
+    """One warm-up of a shard by a daemon: ``outcome`` is ``cut_over`` (the
+    daemon acquired it), ``called_off`` (ended or killed) or ``open``."""
+
+    start: float
+    end: float
+    member: str
+    outcome: str
+
+
+def warmup_intervals(
+    events: list[dict[str, Any]], group: str, ended: float
+) -> dict[str, list[WarmupSpan]]:
+    """``key -> warm-ups`` from the merged events (:func:`with_kills`)."""
+    open_: dict[tuple[str, str, object], float] = {}  # (key, member, pid) -> start
+    spans: dict[str, list[WarmupSpan]] = defaultdict(list)
+    for e in events:
+        if e["group"] != group:
+            continue
+        key = str(e["key"])
+        who = (key, e["member"], e.get("pid"))
+        if e["event"] == "warming":
+            open_.setdefault(who, e["time"])
+        elif e["event"] in ("acquired", "warmup_ended") and who in open_:
+            outcome = "cut_over" if e["event"] == "acquired" else "called_off"
+            spans[key].append(WarmupSpan(open_.pop(who), e["time"], e["member"], outcome))
+    for (key, member, _), start in open_.items():
+        spans[key].append(WarmupSpan(start, ended, member, "open"))
+    return spans
 
 
 def figures(cluster: EtlCluster, started: float, ended: float) -> Figures:
@@ -77,6 +132,8 @@ def figures(cluster: EtlCluster, started: float, ended: float) -> Figures:
     records = sum(b["events"] for b in batches)
     busy = (batches[-1]["time"] - batches[0]["time"]) if len(batches) > 1 else 0.0
     total_unowned = sum(unowned.values())
+    warmups = [w for ws in warmup_intervals(events, SHARD_GROUP, ended).values() for w in ws]
+    cut_over = [w.end - w.start for w in warmups if w.outcome == "cut_over"]
     return Figures(
         rebalances=rebalances,
         unowned_s=total_unowned,
@@ -86,6 +143,9 @@ def figures(cluster: EtlCluster, started: float, ended: float) -> Figures:
         records=records,
         records_per_s=records / busy if busy else 0.0,
         duration_s=ended - started,
+        warmups_cut_over=len(cut_over),
+        warmups_called_off=sum(1 for w in warmups if w.outcome == "called_off"),
+        warmup_mean_s=sum(cut_over) / len(cut_over) if cut_over else 0.0,
     )
 
 
@@ -150,11 +210,28 @@ def chart_png(cluster: EtlCluster, started: float, ended: float) -> bytes:
     fig, (top, bottom) = plt.subplots(
         2, 1, figsize=(12, 7.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.4]}
     )
+    warmups = warmup_intervals(events, SHARD_GROUP, ended)
+    for member in sorted({w.member for ws in warmups.values() for w in ws} - set(colours)):
+        colours[member] = plt.get_cmap("tab10")(len(colours) % 10)
+        members.append(member)
     labels = []
     for row, key in enumerate(rows):
         spans = shards[key] if key in shards else publisher["publisher"]
         for start, end, member in spans:
             top.barh(row, end - start, left=start - started, color=colours[member], height=0.6)
+        # Warm-ups beside ownership: thin, hatched, above the owner's bar.
+        for w in warmups.get(key, []) if key in shards else []:
+            top.barh(
+                row - 0.38,
+                w.end - w.start,
+                left=w.start - started,
+                height=0.16,
+                color=colours[w.member],
+                alpha=0.55,
+                hatch="////",
+                edgecolor="black",
+                linewidth=0.3,
+            )
         labels.append(key)
     top.set_yticks(range(len(labels)), labels)
     top.invert_yaxis()
@@ -185,8 +262,8 @@ def chart_png(cluster: EtlCluster, started: float, ended: float) -> bytes:
         top.plot(moment, len(labels) - 0.4, marker="v", color="black", markersize=5)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[m]) for m in members]
     top.legend(handles, members, loc="upper right", fontsize=8, ncols=len(members))
-    fig.suptitle("Who owned each shard (bars); kills (red), stops (orange), starts (green), "
-                 "rebalances (triangles)", fontsize=10)  # fmt: skip
+    fig.suptitle("Who owned each shard (bars), warm-ups (thin hatched bars); kills (red), "
+                 "stops (orange), starts (green), rebalances (triangles)", fontsize=10)  # fmt: skip
 
     # Load per daemon over time: stacked, so that skew and balancing show.
     per_daemon = load_by_daemon(cluster.events(), cluster.batches(), started)
@@ -255,6 +332,11 @@ def table_rows(f: Figures, v: Verification) -> list[tuple[str, str]]:
         ("unowned shard-seconds per rebalance", f"{f.unowned_per_rebalance_s:.2f}"),
         ("shards moved", str(f.shards_moved)),
         ("publisher handovers", str(f.publisher_handovers)),
+        (
+            "warm-ups cut over / called off",
+            f"{f.warmups_cut_over} / {f.warmups_called_off}",
+        ),
+        ("warm-up to cut-over, mean", f"{f.warmup_mean_s:.1f} s"),
         ("records processed", f"{f.records:,}"),
         ("records/s while processing", f"{f.records_per_s:,.0f}"),
         ("input records", f"{v.input_events:,}"),

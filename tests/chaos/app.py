@@ -9,7 +9,10 @@ in ``$CHAOS_SLOW`` (read at the revocation): then it finishes a slow step of
 ``SLOW_STEP_S`` first, longer than the session and shorter than the shard
 worker's grace period, as a handler stuck in a long write does.
 ``$CHAOS_ASSIGNORS`` lists the shard worker's assignors in preference order (a
-rolling change of assignor is a restart with the next list)."""
+rolling change of assignor is a restart with the next list).  With
+``$CHAOS_WARM_UP=1`` the shard worker warms up (``warm_up=True``): a warming
+handler prepares for ``WARM_UP_S``, then awaits ``lease.ready()``; it counts as
+entered only once active (the checks' ownership starts there)."""
 
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ SESSION_TIMEOUT_MS = 3_000
 #: handler outlives the session its member must keep alive while it runs.
 SHARD_GRACE_MS = 5_000
 SLOW_STEP_S = 4.0
+#: How long a warming shard handler prepares before it says it is ready.
+WARM_UP_S = 0.5
 #: The longest a revoked handler waits for the answer to its last commit.
 LAST_COMMIT_WAIT_S = 0.3
 app = workgroup.App(
@@ -59,6 +64,12 @@ def counter(key: str, read: str | None) -> int:
 
 async def work(lease: workgroup.Lease) -> None:
     resource = f"{lease.kind}/{lease.key}"
+    if lease.role == "warming":
+        record(event="warming", resource=resource)
+        await asyncio.sleep(WARM_UP_S)
+        if not await lease.ready():
+            record(event="warmup_called_off", resource=resource)
+            return
     entered = time.time()
     try:
         checkpoint = await lease.checkpoint()
@@ -123,5 +134,6 @@ app.worker(
     "shard",
     assignor=os.environ.get("CHAOS_ASSIGNORS", "cooperative-sticky").split(","),
     grace_ms=SHARD_GRACE_MS,
+    warm_up=os.environ.get("CHAOS_WARM_UP") == "1",
 )(work)
 app.leader("writer")(work)

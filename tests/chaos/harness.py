@@ -308,6 +308,9 @@ class Cluster:
             "CHAOS_SHARDS": str(self.shards_file),
             "CHAOS_SLOW": str(self.slow_file),
             "CHAOS_ASSIGNORS": STAGES[stage],
+            # Every other process warms up: planned moves to it are staged, to the
+            # others plain, in the same group.
+            "CHAOS_WARM_UP": "1" if self.started % 2 == 0 else "0",
         }
         with (self.workdir / f"daemon-{self.started}-{slot}.log").open("wb") as log:
             self.processes[slot] = subprocess.Popen(

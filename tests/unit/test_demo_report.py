@@ -86,3 +86,63 @@ def test_a_skewed_feeder_splits_the_rate_by_zipf(tmp_path: Path) -> None:
     even = Feeder(tmp_path, 4, rate=1000)
     assert list(even.rates.values()) == [250.0] * 4
     assert feeder.write_round() == sum(int(r / 4) for r in rates)
+
+
+WARM_EVENTS = [
+    event(0.0, "etl-1", 11, "shard-0", "acquired", 1),
+    event(0.0, "etl-1", 11, "shard-1", "acquired", 1),
+    event(0.0, "etl-1", 11, "shard-2", "acquired", 1),
+    # etl-2 joins at 10 and warms shard-0 and shard-1 up; shard-0 cuts over at 14.
+    event(10.0, "etl-2", 22, "shard-0", "warming", 0),
+    event(10.0, "etl-2", 22, "shard-1", "warming", 0),
+    event(14.0, "etl-1", 11, "shard-0", "revoked", 1),
+    event(14.1, "etl-2", 22, "shard-0", "acquired", 2),
+    # shard-1's move goes away (called off); etl-2 warms shard-2 and is killed at 18.
+    event(15.0, "etl-2", 22, "shard-1", "warmup_ended", 0),
+    event(16.0, "etl-2", 22, "shard-2", "warming", 0),
+]
+
+
+def test_warm_up_spans_run_from_warming_to_the_cut_over_or_their_end() -> None:
+    from examples.sharded_etl.report import WarmupSpan, warmup_intervals
+
+    merged = with_kills(WARM_EVENTS, [Mark(18.0, "kill", "etl-2", 22)])
+    spans = warmup_intervals(merged, "etl.shard", ended=20.0)
+    assert spans == {
+        "shard-0": [WarmupSpan(10.0, 14.1, "etl-2", "cut_over")],
+        "shard-1": [WarmupSpan(10.0, 15.0, "etl-2", "called_off")],
+        "shard-2": [WarmupSpan(16.0, 18.0, "etl-2", "called_off")],  # the kill ends it
+    }
+    # Warm-ups are not ownership: etl-1 owned shard-0 until its revocation.
+    owned = ownership_intervals(merged, "etl.shard", ended=20.0)
+    assert owned["shard-0"] == [(0.0, 14.0, "etl-1"), (14.1, 18.0, "etl-2")]  # killed at 18
+    assert owned["shard-2"] == [(0.0, 20.0, "etl-1")]
+    assert warmup_intervals(WARM_EVENTS[:5], "etl.shard", ended=12.0)["shard-1"] == [
+        WarmupSpan(10.0, 12.0, "etl-2", "open")
+    ]
+
+
+def test_the_report_counts_and_draws_warm_ups(tmp_path: Path) -> None:
+    from examples.sharded_etl.report import chart_png, figures, table_rows
+
+    class Recorded(EtlCluster):
+        def events(self) -> list[dict[str, Any]]:
+            return WARM_EVENTS
+
+        def batches(self) -> list[dict[str, Any]]:
+            return [{"shard": "shard-0", "batch": 0, "token": 2, "time": 15.0, "events": 10}]
+
+    marks = [Mark(18.0, "kill", "etl-2", 22)]
+    cluster = Recorded(tmp_path, "127.0.0.1:1", shards=3, marks=marks)
+    numbers = figures(cluster, started=0.0, ended=20.0)
+    assert (numbers.warmups_cut_over, numbers.warmups_called_off) == (1, 2)
+    assert numbers.warmup_mean_s == pytest.approx(4.1)
+    # shard-0: 0.1 s between etl-1's revocation and etl-2's acquisition; the warm-ups add none.
+    assert numbers.unowned_s == pytest.approx(0.1 + 2.0)  # and shard-0 after the kill at 18
+    rows = dict(table_rows(numbers, Verification(input_events=10)))
+    assert rows["warm-ups cut over / called off"] == "1 / 2"
+    assert rows["warm-up to cut-over, mean"] == "4.1 s"
+    plain = Recorded(tmp_path, "127.0.0.1:1", shards=3, marks=marks)
+    plain.events = lambda: [e for e in WARM_EVENTS if e["event"] not in ("warming", "warmup_ended")]  # type: ignore[method-assign]
+    # The hatched warm-up bars change the picture.
+    assert chart_png(cluster, 0.0, 20.0) != chart_png(plain, 0.0, 20.0)

@@ -8,9 +8,13 @@ standby holders, all different from its active holder and from each other.
 Rules:
 
 1. **Promotion.** A resource whose active holder left (no member in the group
-   reports it) goes to one of its standby holders: before the base assignor
-   runs, the standby holder with the fewest claims (then by member id) is given
-   it as a claim, so a sticky base keeps it there unless balance forbids it.
+   reports it), or hands it over (it no longer takes the kind: it drains or
+   leaves), goes to one of its standby holders: before the base assignor
+   runs, the standby holder that reported its standby ready
+   (``MemberInfo.ready``: it warmed up), then with the fewest claims, then by
+   member id, is given it as a claim (the old holder's claim dropped), so a
+   sticky base keeps it there unless balance forbids it.  With no standby
+   holder ready, any standby holder is picked, as before.
 2. **Sticky standbys.** A standby holder keeps its standbys while it holds fewer
    than ``ceil(resources * standbys / eligible members)`` of them and is not the
    resource's active holder; the rest go to the eligible members that hold the
@@ -74,19 +78,29 @@ class StandbyAssignor:
                 elif kind in active_kinds:
                     active_owner.setdefault((kind, key), mid)
         promoted: dict[str, list[Resource]] = {}
+        handed_over: set[Resource] = set()
         claimed = Counter(active_owner.values())
         for resource in sorted(standby_claims, key=resource_sort_key):
-            if resource in active_owner:
-                continue
+            owner = active_owner.get(resource)
+            if owner is not None and resource[0] in data.members[owner].kinds:
+                continue  # its holder keeps it
             holders = [m for m in standby_claims[resource] if resource[0] in data.members[m].kinds]
-            if holders:  # rule 1: the standby holder with the fewest claims takes it
-                pick = min(holders, key=lambda m: (claimed[m], m))
+            if holders:  # rule 1: a ready standby holder first, then the fewest claims
+                twin = (standby_kind(resource[0]), resource[1])
+                pick = min(
+                    holders,
+                    key=lambda m: (twin not in data.members[m].ready, claimed[m], m),
+                )
                 claimed[pick] += 1
                 promoted.setdefault(pick, []).append(resource)
+                if owner is not None:
+                    handed_over.add(resource)
         base_members: dict[str, MemberInfo] = {}
         for mid in members:
             info = data.members[mid]
-            owned = [r for r in info.owned if r[0] in active_kinds] + promoted.get(mid, [])
+            owned = [
+                r for r in info.owned if r[0] in active_kinds and r not in handed_over
+            ] + promoted.get(mid, [])
             base_members[mid] = replace(info, kinds=info.kinds & active_kinds, owned=tuple(owned))
         base_input = AssignmentInput(
             resources={k: v for k, v in data.resources.items() if k in active_kinds},

@@ -20,10 +20,20 @@ _SUBCOMMANDS = (
     "groups",
     "delete",
     "reset",
+    "drain",
+    "undrain",
     "whois",
     "console",
     "top",
     "plugins",
+)
+
+
+#: What the connection says when no broker answers, and what to try then.
+_NOBODY_LISTENS = "no bootstrap server reachable"
+_NOBODY_LISTENS_HINT = (
+    "hint: is a coordinator running at that address? Start one with 'workgroup coordinator' "
+    "(it listens on 127.0.0.1:9092), or point --bootstrap at your Kafka cluster."
 )
 
 
@@ -33,6 +43,8 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except WorkgroupError as exc:
             click.echo(f"error: {exc}", err=True)
+            if _NOBODY_LISTENS in str(exc):
+                click.echo(_NOBODY_LISTENS_HINT, err=True)
             sys.exit(exc.exit_code)
 
 

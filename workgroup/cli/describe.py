@@ -2,12 +2,18 @@
 
 ``--json`` prints ``{"group", "state", "protocol_type", "protocol",
 "generation", "leader", "members": [{"member_id", "instance_id", "client_id",
-"client_host", "assignment": {KIND: [KEYS]}}], "resources": [{"kind", "key",
+"client_host", "assignment": {KIND: [KEYS]}, "warming": {KIND: [KEYS]},
+"ready": {KIND: [KEYS]}, "draining", "leaving"}], "resources": [{"kind", "key",
 "owner", "instance_id", "token", "checkpoint"}], "slots_error"}`` (see
 :mod:`workgroup.admin`).  ``resources`` joins the assignments with the lease
 slots the group committed (its tokens and checkpoints, which outlive its
 members): ``owner`` is ``null`` for a resource nobody owns now, ``kind`` is
 ``null`` for a slot whose key no member is assigned (a slot names only its key).
+A member's ``warming`` lists what it warms up for a planned move while another
+member still owns it, ``ready`` those of them it reported ready (the next round
+cuts them over); ``draining`` and ``leaving`` members take nothing and hand
+their resources over.  The table shows them in its ``warming`` and ``status``
+columns (a ready warm-up is marked ``✓``).
 Exit status: 0; 1 when the group does not exist or the coordinator cannot be
 reached; 2 for a malformed address.
 """
@@ -27,6 +33,7 @@ from workgroup.admin import (
     GroupDescription,
     GroupNotFoundError,
     LeaseSlot,
+    MemberDescription,
     describe_group,
     read_lease_slots,
 )
@@ -48,7 +55,11 @@ def render(description: GroupDescription) -> Table:
         ),
         title_justify="left",
     )
-    for column in ("member", "instance", "client", "host", "owns"):
+    planned = any(m.warming or m.status != "member" for m in description.members)
+    columns = ["member", "instance", "client", "host", "owns"]
+    if planned:
+        columns += ["warming", "status"]
+    for column in columns:
         table.add_column(column)
     for m in description.members:
         if m.assignment is None:
@@ -60,8 +71,33 @@ def render(description: GroupDescription) -> Table:
                 )
                 or "-"
             )
-        table.add_row(m.member_id, m.instance_id or "-", m.client_id, m.client_host, owns)
+        row = [m.member_id, m.instance_id or "-", m.client_id, m.client_host, owns]
+        if planned:
+            row += [warming_cell(m), STATUS_STYLE[m.status].format(m.status)]
+        table.add_row(*row)
     return table
+
+
+#: How the ``status`` column shows each :attr:`MemberDescription.status`.
+STATUS_STYLE = {
+    "member": "-",
+    "warming": "[cyan]{}[/cyan]",
+    "draining": "[yellow]{}[/yellow]",
+    "leaving": "[yellow]{}[/yellow]",
+}
+
+
+def warming_cell(member: MemberDescription) -> str:
+    """``kind: key, key ✓`` (``✓``: reported ready, cut over next round), or ``-``."""
+    ready = member.ready
+    return (
+        "; ".join(
+            f"{kind}: "
+            + ", ".join(f"{key} ✓" if key in ready.get(kind, ()) else str(key) for key in keys)
+            for kind, keys in member.warming.items()
+        )
+        or "-"
+    )
 
 
 #: Longest checkpoint shown in the table (``--json`` has them whole).

@@ -3,10 +3,11 @@
 Imports the app (the current directory is on ``sys.path``), resolves its
 settings (flags, then ``WORKGROUP_*`` variables, then ``--config`` /
 ``WORKGROUP_CONFIG`` TOML, then the app's own) and runs it until SIGTERM or
-SIGINT: the first stops taking work, revokes everything within the grace
-period, leaves the group (a static member keeps its place until its session
-expires, unless ``--leave-on-stop``) and exits 0; a second exits at once with
-status 130.
+SIGINT: the first stops taking work (with ``--drain-on-stop``, after moving
+everything to the other daemons with warm-ups, up to ``--drain-timeout-ms``),
+revokes everything within the grace period, leaves the group (a static
+member keeps its place until its session expires, unless ``--leave-on-stop``)
+and exits 0; a second exits at once with status 130.
 
 Exit status (the README lists them too): 0 stopped by a signal; 1 a fatal error
 (no coordinator answers, another process took over the instance id, the

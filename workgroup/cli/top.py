@@ -1,5 +1,8 @@
 """``workgroup top GROUP``: a live view of a group (members, what each owns,
-generation) and the rebalances seen while watching.  Ctrl-C ends it.
+generation, warm-ups and draining or leaving members: ``describe``'s table)
+and the changes seen while watching (rebalances, members that join, leave,
+start or stop draining, warm-ups that start or end), and the warm-ups under
+way with how long each has been warming.  Ctrl-C ends it.
 
 ``--once`` prints one view and exits: 0, or 1 when the group could not be
 described (the error is in the view), as ``describe`` does."""
@@ -37,20 +40,58 @@ class Watch:
     last: GroupDescription | None = None
     error: str | None = None
     changes: list[tuple[float, str]] = field(default_factory=list)
+    #: ``(member, kind, key) -> when this view first saw it warming up``.
+    warming_since: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    #: When this view started: warm-ups seen in its first poll began earlier.
+    started: float | None = None
 
     def observe(self, description: GroupDescription | None, error: str | None, at: float) -> None:
         before = self.last
+        if self.started is None:
+            self.started = at
         if description is not None:
             if before is not None:
                 change = _difference(before, description)
                 if change:
                     self.changes = [*self.changes, (at, change)][-HISTORY:]
             self.last = description
+            warming = {
+                (m.instance_id or m.member_id, kind, str(key))
+                for m in description.members
+                for kind, keys in m.warming.items()
+                for key in keys
+            }
+            self.warming_since = {
+                w: self.warming_since.get(w, at) for w in sorted(warming, key=repr)
+            }
         self.error = error
 
-    def view(self, *, history: bool = True) -> Stack:
+    def warmups(self, now: float) -> Table | None:
+        """The warm-ups under way and how long this view has seen each (``≥``: since
+        the view started, they began earlier); ``None`` when there are none."""
+        if not self.warming_since or self.last is None:
+            return None
+        ready = {
+            (m.instance_id or m.member_id, kind, str(key))
+            for m in self.last.members
+            for kind, keys in m.ready.items()
+            for key in keys
+        }
+        table = Table("member", "resource", "warming for", "ready", title="warm-ups",
+                      title_justify="left")  # fmt: skip
+        for (member, kind, key), since in self.warming_since.items():
+            at_least = "≥ " if since == self.started else ""
+            table.add_row(
+                member,
+                f"{kind}/{key}",
+                f"{at_least}{max(now - since, 0.0):.1f} s",
+                "✓" if (member, kind, key) in ready else "-",
+            )
+        return table
+
+    def view(self, *, history: bool = True, now: float | None = None) -> Stack:
         """The group's table and, unless ``history=False`` (one poll: ``--once``),
-        the rebalances seen while watching."""
+        the warm-ups under way (for how long) and the changes seen while watching."""
         parts: list[Table | Text] = []
         if self.last is not None:
             parts.append(render(self.last))
@@ -58,6 +99,9 @@ class Watch:
             parts.append(Text(f"error: {self.error}", style="red"))
         if not history:
             return Stack(*parts)
+        warmups = self.warmups(time.time() if now is None else now)
+        if warmups is not None:
+            parts.append(warmups)
         if not self.changes:
             parts.append(Text("no rebalances yet (since this view started)"))
             return Stack(*parts)
@@ -80,6 +124,19 @@ def _difference(before: GroupDescription, after: GroupDescription) -> str:
         notes.append(f"joined {', '.join(sorted(new - old))}")
     if old - new:
         notes.append(f"left {', '.join(sorted(old - new))}")
+    was = {m.member_id: m for m in before.members}
+    for m in after.members:
+        prior = was.get(m.member_id)
+        if prior is None:
+            continue
+        if m.status != prior.status and m.status in ("draining", "leaving"):
+            notes.append(f"{m.member_id} {m.status}")
+        elif prior.status == "draining" and m.status != "draining":
+            notes.append(f"{m.member_id} undrained")
+        warming = sum(len(keys) for keys in m.warming.values())
+        warmed = sum(len(keys) for keys in prior.warming.values())
+        if warming != warmed:
+            notes.append(f"{m.member_id} warming {warmed} -> {warming}")
     return "; ".join(notes)
 
 

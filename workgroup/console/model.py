@@ -25,6 +25,13 @@ Rules:
 5. Role: resources of a standby kind (``KIND.standby``, see
    :mod:`workgroup.assignors.standby`) are ``standby`` of ``KIND``; every other
    resource is ``active``.
+6. Planned moves: each member's ``status`` (``member``, ``warming``,
+   ``draining`` or ``leaving``) and how many resources it warms up
+   (``warming``) and reported ready (``ready``); each resource names the
+   member warming it up for a move (``warming_by``; ``warming_ready`` once it
+   reported ready), while its owner keeps it, and for how long
+   (``warming_for_s``: since the console first saw it, a lower bound
+   ``warming_at_least`` for a warm-up seen in the group's first reading).
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ class _GroupMemory:
     members: dict[str, str] = field(default_factory=dict)  # member id -> name
     generation: int | None = None
     slots: dict[str, _SlotSeen] = field(default_factory=dict)
+    #: ``(kind, encoded key, member) -> (first seen warming, seen at the group's first read)``.
+    warming: dict[tuple[str, str, str], tuple[float, bool]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,15 @@ class ConsoleModel:
         slots = {encode_key(s.key): s for s in read.slots if s.key is not None}
         ages = self._ages(memory, slots, now, first)
         claimed: set[str] = set()
+        warming_by: dict[tuple[str, str], tuple[str, bool]] = {}
+        for m in d.members if d is not None else []:
+            ready = m.ready
+            for kind, keys in m.warming.items():
+                for key in keys:
+                    warming_by[kind, encode_key(key)] = (
+                        m.instance_id or m.member_id,
+                        key in ready.get(kind, ()),
+                    )
         for m in d.members if d is not None else []:
             name = m.instance_id or m.member_id
             names[m.member_id] = name
@@ -162,6 +180,9 @@ class ConsoleModel:
                     "load": round(sum(meta.loads), 3) if meta and meta.loads else None,
                     "capacity": 1.0 if meta is None else meta.capacity,
                     "owns": owned,
+                    "status": m.status,
+                    "warming": sum(len(keys) for keys in m.warming.values()),
+                    "ready": sum(len(keys) for keys in m.ready.values()),
                     "assignment_error": m.assignment_error,
                 }
             )
@@ -183,6 +204,23 @@ class ConsoleModel:
             self._timeline.append(self._rebalance(read.group, memory, owners, names, d, now))
         memory.owners, memory.members = owners, names
         memory.generation = None if d is None else d.generation
+        warming_seen: dict[tuple[str, str, str], tuple[float, bool]] = {}
+        for (warm_kind, warm_key), (warmer, _) in warming_by.items():
+            seen = (warm_kind, warm_key, warmer)
+            warming_seen[seen] = memory.warming.get(seen, (now, first))
+        memory.warming = warming_seen
+        for r in resources:
+            r["warming_by"], r["warming_ready"] = None, False
+            r["warming_for_s"], r["warming_at_least"] = None, False
+            if r["kind"] is not None:
+                kind = r["kind"] if r["role"] == "active" else r["kind"] + STANDBY_SUFFIX
+                encoded = encode_key(r["key"])
+                found = warming_by.get((kind, encoded))
+                if found is not None:
+                    by, is_ready = found
+                    since, at_least = warming_seen[kind, encoded, by]
+                    r["warming_by"], r["warming_ready"] = by, is_ready
+                    r["warming_for_s"], r["warming_at_least"] = now - since, at_least
         resources.sort(key=lambda r: (r["owner"] is None, r["kind"] or "", encode_key(r["key"])))
         return {
             "group": read.group,

@@ -334,7 +334,8 @@ class ConsoleServer:
 
 def _searchable(row: dict[str, Any]) -> str:
     return " ".join(
-        str(row.get(k) or "") for k in ("kind", "key", "owner_name", "checkpoint", "role")
+        str(row.get(k) or "")
+        for k in ("kind", "key", "owner_name", "checkpoint", "role", "warming_by")
     ).lower()
 
 

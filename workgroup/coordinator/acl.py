@@ -12,12 +12,18 @@ Rules:
   principal types (``Group:x``) are an error.
 * Operations, and the requests that need them: ``join`` (JoinGroup, SyncGroup,
   Heartbeat, LeaveGroup), ``commit`` (OffsetCommit), ``describe``
-  (DescribeGroups, ListGroups, OffsetFetch), ``delete`` (DeleteGroups).  In the
-  file ``all`` stands for the four.
+  (DescribeGroups, ListGroups, OffsetFetch), ``delete`` (DeleteGroups),
+  ``drain`` (``workgroup drain`` and ``undrain``).  In the file ``all`` stands
+  for the five.
+* Drain requests of group ``G`` are offsets of its companion group
+  ``workgroup-drains.G`` (:mod:`workgroup.runtime.drains`).  A request on a
+  companion group is decided on ``G``: reading it (``describe``) needs
+  ``describe`` on ``G``, so every member of ``G`` reads its requests; anything
+  else (committing a request, deleting them) needs ``drain`` on ``G``.
 * As in Kafka (where READ, WRITE and DELETE imply DESCRIBE), allowing ``join``,
-  ``commit`` or ``delete`` on a group also allows ``describe`` on it: a member
-  reads its own checkpoints (OffsetFetch) and a group it may join is no secret
-  to it.  A ``deny`` rule for ``describe`` still denies it.
+  ``commit``, ``delete`` or ``drain`` on a group also allows ``describe`` on
+  it: a member reads its own checkpoints (OffsetFetch) and a group it may join
+  is no secret to it.  A ``deny`` rule for ``describe`` still denies it.
 * A group pattern is an exact group name, or a prefix ending in ``*``: ``etl-*``
   matches ``etl-`` and every group starting with it; ``*`` alone matches every
   group.  A ``*`` anywhere else is an error.
@@ -48,10 +54,12 @@ from typing import Literal
 
 from workgroup.errors import ConfigError
 
-Operation = Literal["join", "commit", "describe", "delete"]
+Operation = Literal["join", "commit", "describe", "delete", "drain"]
 #: Operations whose permission includes ``describe`` (Kafka: READ/WRITE/DELETE → DESCRIBE).
-_IMPLYING_DESCRIBE: tuple[Operation, ...] = ("describe", "join", "commit", "delete")
-OPERATIONS: tuple[Operation, ...] = ("join", "commit", "describe", "delete")
+_IMPLYING_DESCRIBE: tuple[Operation, ...] = ("describe", "join", "commit", "delete", "drain")
+OPERATIONS: tuple[Operation, ...] = ("join", "commit", "describe", "delete", "drain")
+#: Starts the name of a group's companion group of drain requests.
+DRAIN_GROUP_PREFIX = "workgroup-drains."
 ANONYMOUS = "User:ANONYMOUS"
 #: The principal that matches every principal (written ``*`` or ``User:*``).
 EVERY_PRINCIPAL = "User:*"
@@ -70,6 +78,13 @@ def principal_of(user: str) -> str:
     if user.startswith(_USER_TYPE + ":"):
         return user
     return f"{_USER_TYPE}:{user}"
+
+
+def drained_group_of(group: str) -> str | None:
+    """The group whose drain requests ``group`` holds (``None``: not a companion group)."""
+    if group.startswith(DRAIN_GROUP_PREFIX) and len(group) > len(DRAIN_GROUP_PREFIX):
+        return group[len(DRAIN_GROUP_PREFIX) :]
+    return None
 
 
 def _group_matches(pattern: str, group: str) -> bool:
@@ -108,6 +123,9 @@ class GroupAcl:
 
     def allows(self, principal: str, operation: Operation, group: str) -> bool:
         """Whether ``principal`` (a full ``User:<name>``) may do ``operation`` on ``group``."""
+        drained = drained_group_of(group)
+        if drained is not None:  # a companion group: decided on its group
+            group, operation = drained, ("describe" if operation == "describe" else "drain")
         if principal in self.super_users or EVERY_PRINCIPAL in self.super_users:
             return True
         if any(rule.matches(principal, operation, group) for rule in self.deny):

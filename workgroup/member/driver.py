@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Unpack, get_args
 
 from workgroup.assignors.base import Assignment
-from workgroup.clock import SYSTEM_CLOCK, Clock
+from workgroup.clock import SYSTEM_CLOCK, Clock, SystemClock, wait_within
 from workgroup.errors import ConfigError, ProtocolError, WorkgroupError
 from workgroup.kafka.messages import (
     CommitTopic,
@@ -273,6 +273,8 @@ class GroupMember:
         #: The clock every machine event's ``now`` is read from.
         self._clock = clock
         self._machine: MemberMachine | None = None
+        #: ``drain()`` before ``start()``: the first JoinGroup already drains.
+        self._drain_at_start = False
         self._tasks: set[asyncio.Task[None]] = set()
         #: Loops that run until cancelled (callbacks, resource polling).
         self._services: set[asyncio.Task[None]] = set()
@@ -393,6 +395,8 @@ class GroupMember:
             confirm_release=self._confirm_release,
             on_callback_error=self._on_callback_error,
         )
+        if self._drain_at_start:
+            self._machine.drain(self._now(), True)
         self._services.add(self._spawn(self._run_callbacks(), "callbacks"))
         if self._source is not None and callable(self._source):
             self._services.add(self._spawn(self._poll_source(), "resources"))
@@ -486,6 +490,12 @@ class GroupMember:
             self._feed(machine.released(self._now(), resources))
 
     @property
+    def owned_now(self) -> frozenset[Resource]:
+        """What the machine owns now: unlike :attr:`assignment` in a callback, with
+        the changes whose callbacks are still queued."""
+        return self._machine.owned if self._machine else frozenset()
+
+    @property
     def warming(self) -> frozenset[Resource]:
         """Resources this member warms up (another member owns them meanwhile)."""
         return self._machine.warming if self._machine else frozenset()
@@ -500,13 +510,21 @@ class GroupMember:
     @property
     def draining(self) -> bool:
         """The member takes nothing until :meth:`drain` ``(False)``."""
-        return self._machine.draining if self._machine else False
+        return self._machine.draining if self._machine else self._drain_at_start
+
+    @property
+    def moves_total(self) -> Mapping[tuple[str, str], int]:
+        """``(reason, how) -> moves begun`` while this member led its group
+        (:mod:`~workgroup.member.moves`)."""
+        return self._machine.moves_total if self._machine else {}
 
     def drain(self, draining: bool = True) -> None:
         """Move everything this member owns to others (with warm-ups where the
-        group has them) and take nothing until ``drain(False)``."""
-        self._require_started()
-        assert self._machine is not None
+        group has them) and take nothing until ``drain(False)``.  Before
+        :meth:`start`, the member joins drained."""
+        if self._machine is None:
+            self._drain_at_start = draining
+            return
         self._feed(self._machine.drain(self._now(), draining))
 
     def report_load(self, resource: Resource, value: float) -> None:
@@ -656,9 +674,16 @@ class GroupMember:
             deadline = machine.next_deadline()
             delay = None if deadline is None else max(0.0, (deadline - self._now()) / 1000)
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await self._wake.wait()
+            if delay is None or isinstance(self._clock, SystemClock):
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):  # the loop's own timer
+                        await self._wake.wait()
+            else:  # another clock (a test's FakeClock) times the machine's deadlines
+                woken = asyncio.ensure_future(self._wake.wait())
+                try:
+                    await wait_within(self._clock, woken, delay)
+                finally:
+                    woken.cancel()
             if not self._closed.is_set():
                 self._feed(machine.tick(self._now()))
 

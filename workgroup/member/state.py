@@ -195,6 +195,9 @@ Rules:
    and takes nothing (tag ``workgroup.draining``); the leader moves what it
    owns to others, with warm-ups where they can.  Undraining rejoins to take
    work again.
+16. Moves by reason (:mod:`~workgroup.member.moves`): as leader, each round's
+   final plan is classified (why each move begins, with a warm-up or plain),
+   logged as ``member.moves`` and counted in :attr:`MemberMachine.moves_total`.
 """
 
 from __future__ import annotations
@@ -268,6 +271,7 @@ from workgroup.member.leader import (
     withholding_claims,
 )
 from workgroup.member.lookup import CoordinatorLookup
+from workgroup.member.moves import MoveCounter, count_moves
 from workgroup.member.ownership import Ownership
 from workgroup.member.requests import InFlight, Pending, RequestKind
 from workgroup.member.transitions import State, check_transition
@@ -397,6 +401,8 @@ class MemberMachine:
         self._ready: set[Resource] = set()
         #: Draining: stay in the group, take nothing (rule 15).
         self._draining = False
+        #: As leader: the moves begun, by reason and how (member/moves.py).
+        self._moves = MoveCounter()
 
     # --- read-only views ----------------------------------------------------
 
@@ -456,6 +462,11 @@ class MemberMachine:
     def draining(self) -> bool:
         """The member takes nothing until undrained (rule 15)."""
         return self._draining
+
+    @property
+    def moves_total(self) -> Mapping[tuple[str, str], int]:
+        """``(reason, how) -> moves begun`` while this member led (member/moves.py)."""
+        return self._moves.totals
 
     @property
     def _refuses_tag(self) -> dict[str, str]:
@@ -692,8 +703,7 @@ class MemberMachine:
                 count=len(fresh),
                 warming=len(self._warming),
             )
-            if self.state is State.STABLE:
-                self._request_rejoin(f"{len(fresh)} warm-ups ready")
+            self._rejoin_for_metadata(f"{len(fresh)} warm-ups ready")
         return self._drain(now)
 
     def drain(self, now: int, draining: bool = True) -> list[Action]:
@@ -707,9 +717,14 @@ class MemberMachine:
                 member_id=self.member_id,
                 owned=len(self.owned),
             )
-            if self.state is State.STABLE:
-                self._request_rejoin("draining" if draining else "undrained")
+            self._rejoin_for_metadata("draining" if draining else "undrained")
         return self._drain(now)
+
+    def _rejoin_for_metadata(self, reason: str) -> None:
+        """The metadata changed: the leader must see it, so a round follows, also
+        after the round under way (its JoinGroup may have gone without it)."""
+        if self.state not in (State.UNJOINED, State.LEAVING, State.CLOSED, State.FATAL):
+            self._request_rejoin(reason)
 
     def _end_warmups(self, reason: str, keep: Iterable[Resource] = ()) -> None:
         """End the warm-ups not in ``keep`` (rule 14)."""
@@ -1897,6 +1912,19 @@ class MemberMachine:
                     cut_over=staged.cut_over,
                     waiting=staged.waiting,
                 )
+        moves = self._moves.observe(
+            plan,
+            round_.read.metadata,
+            balanced={m.resource for m in balanced.moves} if balanced is not None else (),
+        )
+        if moves:
+            log.info(
+                "member.moves",
+                group=self.config.group_id,
+                generation=round_.generation,
+                warmup=sum(m.how == "warmup" for m in moves),
+                **count_moves(moves),
+            )
         if balanced is not None and (balanced.moves or balanced.returned):
             log.info(
                 "member.load_balanced",

@@ -29,6 +29,14 @@ Rules:
    ready on the member's side: the move falls back to a plain one.
 5. A resource nobody owns (its owner crashed or left without a hand-over)
    is not a planned move: it is handed out at once, as before.
+6. Standby twins (:mod:`workgroup.assignors.standby`) are never warmed up:
+   they move as before.  A planned move of a resource to a member that holds
+   its standby twin is staged as any other, with two differences: the twin
+   reported ready counts as the resource ready (the move is cut over at once),
+   and the member keeps the twin until it is handed the resource, so that its
+   standby work goes on (a leader's standby run is its warm-up, and goes on as
+   the active one: the runtime's runner, rule 8).  Other holders of that twin
+   keep theirs meanwhile, and the twin is withheld from no one.
 
 Nothing here logs: :class:`Staged` says what was done, the caller reports it.
 """
@@ -38,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from workgroup.assignors.standby import is_standby_kind, standby_kind
 from workgroup.member.leader import RoundPlan
 from workgroup.protocol.metadata import MemberMetadata
 from workgroup.types import Resource, sorted_resources
@@ -87,15 +96,23 @@ def stage_warmups(
     continuing: list[tuple[str, Resource]] = []
     fresh: list[tuple[str, Resource]] = []
     cut: list[tuple[str, Resource]] = []
+    #: Rule 6: standby twins their holder keeps (member, twin).
+    twins_kept: list[tuple[str, Resource]] = []
     for member_id, held in plan.withheld.items():
         meta = metadata.get(member_id)
         if meta is None or not meta.warms_up or not held:
             continue
         warming = set(meta.warming)
         ready = warming.intersection(meta.ready)
+        owned_twins = {r for r in meta.owned if is_standby_kind(r[0])}
         for resource in held:
-            if resource not in giver:
+            if resource not in giver or is_standby_kind(resource[0]):
                 continue
+            twin = (standby_kind(resource[0]), resource[1])
+            if twin in owned_twins:
+                twins_kept.append((member_id, twin))
+                if twin in meta.ready:
+                    ready.add(resource)
             if resource in ready:
                 cut.append((member_id, resource))
             elif resource in warming:
@@ -107,7 +124,7 @@ def stage_warmups(
     budget = max(max_warmups - len(cut) - len(continuing), 0)
     started, waiting = fresh[:budget], fresh[budget:]
     warming_out: dict[str, list[Resource]] = {}
-    kept: dict[str, set[Resource]] = {}  # giver -> resources it keeps this round
+    kept: dict[str, set[Resource]] = {}  # member -> resources it keeps this round
     unheld: dict[str, set[Resource]] = {}  # next owner -> resources no longer withheld
     for member_id, resource in cut:
         warming_out.setdefault(member_id, []).append(resource)
@@ -118,16 +135,30 @@ def stage_warmups(
     for member_id, resource in waiting:
         kept.setdefault(giver[resource], set()).add(resource)
         unheld.setdefault(member_id, set()).add(resource)
+    twins = {twin for _, twin in twins_kept}
+    for member_id, twin in twins_kept:
+        kept.setdefault(member_id, set()).add(twin)
+    for member_id, held in plan.withheld.items():
+        meta = metadata.get(member_id)
+        for twin in twins.intersection(held):
+            if meta is not None and twin in meta.owned:  # another standby holder keeps its own
+                kept.setdefault(member_id, set()).add(twin)
     assigned = dict(plan.assigned)
     revoked_out = dict(plan.revoked)
     withheld = dict(plan.withheld)
     for member_id, resources in kept.items():
-        assigned[member_id] = (*assigned.get(member_id, ()), *sorted_resources(resources))
+        given = set(assigned.get(member_id, ()))
+        assigned[member_id] = (
+            *assigned.get(member_id, ()),
+            *sorted_resources(r for r in resources if r not in given),
+        )
         revoked_out[member_id] = tuple(
             r for r in revoked_out.get(member_id, ()) if r not in resources
         )
     for member_id, resources in unheld.items():
         withheld[member_id] = tuple(r for r in withheld[member_id] if r not in resources)
+    if twins:
+        withheld = {mid: tuple(r for r in rs if r not in twins) for mid, rs in withheld.items()}
     staged = replace(
         plan,
         assigned=assigned,

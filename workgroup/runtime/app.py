@@ -226,14 +226,32 @@ class App:
         isolation: Isolation = None,
         on_failure: OnFailure | None = None,
         max_failures: int | None = None,
+        standbys: int = 0,
     ) -> Callable[[F], F]:
         """Run the decorated function in one process of the group at a time
         (``isolation``, ``on_failure`` and ``max_failures`` as for :meth:`worker`:
-        ``"release"`` hands the leadership to another process)."""
+        ``"release"`` hands the leadership to another process).
+
+        ``standbys=N``: N other processes run the function as standby candidates
+        (``lease.role == "standby"``): they warm up (replay state, build caches),
+        then ``await lease.ready()``, which tells the group and returns ``True``
+        once this candidate leads (the same call goes on as the leader, its
+        token taken) or ``False`` once it is no longer a candidate.  Leadership
+        goes only to a ready candidate when one exists: after a crash, to a
+        ready standby; on a planned handover (the leader drains), it stays put
+        until a candidate is ready, then cuts over at once.  A process handed
+        the leadership on a planned move without being a candidate warms up
+        first (``lease.role == "warming"``, as ``worker(warm_up=True)``), so
+        handlers test ``lease.role != "active"``.
+        """
         _check_called(name, "leader", "publisher")
         _check_name(name, "leader name")
         if grace_ms < 0:
             raise ConfigError(f"grace_ms must be >= 0, got {grace_ms}")
+        if isinstance(standbys, bool) or not isinstance(standbys, int) or standbys < 0:
+            raise ConfigError(
+                f"leader {name!r}: standbys must be an integer >= 0, got {standbys!r}"
+            )
         _check_own_failure_policy(f"leader {name!r}", on_failure, max_failures)
         _check_isolation(isolation)
 
@@ -241,7 +259,7 @@ class App:
             _check_signature(function, 1, f"leader {name!r}")
             self._check_free(name)
             self.leaders[name] = LeaderSpec(
-                name, _isolated(function, isolation), grace_ms, on_failure, max_failures
+                name, _isolated(function, isolation), grace_ms, on_failure, max_failures, standbys
             )
             return function
 

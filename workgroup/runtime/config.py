@@ -136,6 +136,18 @@ class Settings:
         "resources move at once instead of waiting for its session to expire.",
         default_text="false: a static member keeps its place",
     )
+    drain_on_stop: bool = setting(
+        False,
+        "On SIGTERM, drain first: every resource moves to the other processes (with "
+        "warm-ups where the worker has warm_up=True) before this one stops. A stop with "
+        "leave_on_stop drains first too in groups whose worker warms up.",
+        default_text="false: stopping revokes at once",
+    )
+    drain_timeout_ms: int = setting(
+        90_000,
+        "How long a drain before stopping may take; then the process stops as without "
+        "it (what it still owns is revoked and moves without warm-up).",
+    )
     metrics_port: int | None = setting(
         None,
         "Serve Prometheus /metrics and /healthz on this port of metrics_host (0: a free "
@@ -235,6 +247,8 @@ class Settings:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{name} must be > 0, got {value}")
+        if self.drain_timeout_ms <= 0:
+            raise ConfigError(f"drain_timeout_ms must be > 0, got {self.drain_timeout_ms}")
         if self.grace_ms < 0:
             raise ConfigError(f"grace_ms must be >= 0, got {self.grace_ms}")
         check_grace(self.grace_ms, self.rebalance_timeout_ms, "grace_ms")

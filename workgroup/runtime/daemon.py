@@ -3,8 +3,10 @@ from :func:`workgroup.runtime.loader.load_app` or :meth:`workgroup.App.run`).
 
 Rules:
 
-1. The first SIGINT or SIGTERM stops the app gracefully: each handler gets its
-   grace period, each member keeps its session until its revoked resources are
+1. The first SIGINT or SIGTERM stops the app gracefully: with ``drain_on_stop``
+   (or ``leave_on_stop`` in groups whose worker warms up) every group drains
+   first, for up to ``drain_timeout_ms`` (:class:`AppRunner`, its rule 8); each
+   handler gets its grace period, each member keeps its session until its revoked resources are
    released, then leaves (dynamic members, ``--leave-on-stop``) or just stops
    (static members keep their place for a restart).  A second signal exits at
    once (status 130), nothing revoked.

@@ -80,6 +80,8 @@ def unowned_seconds(
     since: dict[tuple[str, str, str], float | None] = {}
     total: dict[tuple[str, str, str], float] = {}
     for e in ordered:
+        if e["event"] not in ("acquired", "revoked", "lost"):
+            continue  # a warm-up neither takes nor gives up ownership
         resource = (e["group"], e["kind"], str(e["key"]))
         held = holders.setdefault(resource, set())
         lease = (f"{e['member']}/{e.get('pid')}", e["token"])

@@ -39,7 +39,7 @@ Rules:
    the handler is restarted as rule 2 says.  At the cut-over
    (:meth:`HandlerRun.promote`) the lease takes its token and the running
    handler's ``ready()`` returns; a handler that had returned while warming
-   is started again, now active.
+   is started again, now active.  A leader's standby run is promoted alike.
 """
 
 from __future__ import annotations
@@ -207,9 +207,10 @@ class HandlerRun:
         )
 
     async def promote(self) -> None:
-        """The cut-over (rule 7): take the token; the handler goes on as the active one."""
+        """The cut-over (rule 7): take the token; the handler goes on as the active one
+        (a leader's standby too: ``Lease.promotable``)."""
         lease = self.lease
-        if not lease.warming:
+        if not (lease.warming or (lease.promotable and lease.role == "standby" and lease.held)):
             return
         lease.promote()
         try:

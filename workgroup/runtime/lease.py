@@ -47,6 +47,11 @@ Rules:
    the warm-up was called off (``False``: return).  A standby holder's
    :meth:`ready` says it is ready to take over (the leader prefers it) and
    returns at once; an active holder's does nothing and says so, once.
+8. A leader's standby lease (``@app.leader(name, standbys=N)``, ``promotable``)
+   is the next leader warming up: its :meth:`ready` tells the group, then
+   returns once the lease was promoted to the active one (its token taken:
+   ``True``) or ended (``False``); :meth:`promote` makes it active as a
+   warming lease's.
 """
 
 from __future__ import annotations
@@ -163,6 +168,7 @@ class Lease:
         clock: Clock = SYSTEM_CLOCK,
         load_sink: Callable[[float], None] | None = None,
         ready_sink: Callable[[], None] | None = None,
+        promotable: bool = False,
     ) -> None:
         self.group_id = group_id
         self.kind = kind
@@ -187,6 +193,8 @@ class Lease:
         self._last_commit_s: float | None = None
         self._load_sink = load_sink
         self._ready_sink = ready_sink
+        #: A leader's standby, promoted when its process leads (rule 8).
+        self.promotable = promotable and role == "standby"
         #: ready() was reported (once per lease), or said to do nothing (once).
         self._ready_reported = False
         self._ready_ignored_said = False
@@ -240,7 +248,7 @@ class Lease:
                 )
             return self.held
         self._report_ready("ready")
-        if self._role == "standby":
+        if self._role == "standby" and not self.promotable:
             return self.held
         await self._settled.wait()
         return self.held
@@ -290,8 +298,8 @@ class Lease:
         return self._ready_reported
 
     def promote(self) -> None:
-        """The cut-over: a warming lease becomes an active one taking its token
-        (the runner calls :meth:`acquire` next)."""
+        """The cut-over: a warming lease (or a leader's standby: rule 8) becomes
+        an active one taking its token (the runner calls :meth:`acquire` next)."""
         self._state = check_transition(self._state, LeaseState.ACQUIRING)
         self._role = "active"
 
@@ -512,11 +520,11 @@ class Lease:
         closed when the lease ends.  Needs a Kafka cluster (the embedded
         coordinator has no transactions: :class:`WorkgroupError`).
         """
-        self.assert_held()
         if self.role != "active":
             raise WorkgroupError(
                 f"a {self.role} lease has no producer: only the active holder writes"
             )
+        self.assert_held()
         if self._producer is None:
             if self._producers is None:
                 raise WorkgroupError("this lease was made without a producer factory")

@@ -23,6 +23,9 @@ Rules:
    starts WARMING: live, not held, tokenless, it never commits.  The cut-over
    promotes it to ACQUIRING, then ACTIVE as any active lease; a warm-up called
    off ends it (WARMUP_ENDED).
+6. A leader's standby lease (``@app.leader(name, standbys=N)``) is promoted
+   the same way when its process is handed the leadership: STANDBY to
+   ACQUIRING, then ACTIVE.
 """
 
 from __future__ import annotations
@@ -115,8 +118,9 @@ NEXT_STATES: dict[LeaseState, frozenset[LeaseState]] = {
     _S.ACQUIRING: frozenset({_S.ACTIVE, _S.REVOKED, _S.LOST, _S.FENCED, _S.ENDED}),
     # ended; refused by the coordinator; given up
     _S.ACTIVE: frozenset({_S.REVOKED, _S.LOST, _S.FENCED, _S.ENDED}),
-    # a standby never commits, so the coordinator never fences it
-    _S.STANDBY: frozenset({_S.REVOKED, _S.LOST, _S.ENDED}),
+    # a standby never commits, so the coordinator never fences it; a leader's
+    # standby is promoted (rule 6)
+    _S.STANDBY: frozenset({_S.ACQUIRING, _S.REVOKED, _S.LOST, _S.ENDED}),
     # promoted by the cut-over (rule 5); called off, lost, closed
     _S.WARMING: frozenset({_S.ACQUIRING, _S.REVOKED, _S.LOST, _S.ENDED}),
     # a commit in the grace period refused (rule 3)

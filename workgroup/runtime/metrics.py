@@ -12,11 +12,21 @@
 | ``workgroup_failing_handlers`` | gauge: failed ``max_failures`` times in a row | group |
 | ``workgroup_lease_acquire_seconds`` | histogram: assignment to token committed | group |
 | ``workgroup_leases_ended_total`` | counter: revoked, lost or fenced | group, kind, reason |
+| ``workgroup_warming_leases`` | gauge: warm-ups running here | group, kind |
+| ``workgroup_warmup_seconds`` | histogram: warm-up start to ``ready()`` | group |
+| ``workgroup_warmups_total`` | counter: warm-ups ended | group, kind, outcome |
+| ``workgroup_moves_total`` | counter: moves begun while this process led | group, reason, how |
 | ``workgroup_catalog_resources`` | gauge: resources in the list last read | group, kind |
 | ``workgroup_event_loop_lag_seconds`` | gauge: how late the loop runs timers | |
 | ``workgroup_process_info`` | info: always 1 | identity, app, instance_id, host, pid |
 | ``workgroup_lease_token`` | gauge (``resource_metrics``) | group, kind, key |
 | ``workgroup_checkpoint_age_seconds`` | gauge (``resource_metrics``) | group, kind, key |
+
+Moves are counted by the group's leader, in the round each begins
+(:mod:`workgroup.member.moves`): ``reason`` is join, rebalance, balance,
+drain, leave, failover or catalog, ``how`` warmup or plain.  Every process
+counts the rounds it led, so the group's moves are
+``sum by (group, reason, how) (rate(workgroup_moves_total[5m]))``.
 
 A lease ends *revoked* (handed over), *lost* (the session is gone) or *fenced*
 (the coordinator refused its commit).  The checkpoint age counts from the
@@ -49,6 +59,7 @@ from prometheus_client.exposition import generate_latest
 
 from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.member.driver import GroupMember
+from workgroup.member.moves import MOVE_HOWS, MOVE_REASONS
 from workgroup.types import Key, Resource
 
 #: ``workgroup_leases_ended_total``'s reasons.
@@ -152,6 +163,12 @@ class RuntimeMetrics:
             ["group", "kind", "outcome"],
             registry=r,
         )
+        self.moves = Counter(
+            "workgroup_moves",
+            "Moves begun while this process led its group, by reason and how (warmup/plain)",
+            ["group", "reason", "how"],
+            registry=r,
+        )
         self.catalog = Gauge(
             "workgroup_catalog_resources",
             "Resources in the group's list as this process last read it",
@@ -215,6 +232,9 @@ class RuntimeMetrics:
         self.restarts.labels(group)
         self.failing.labels(group).set(0)
         self.rebalances.labels(group)
+        for move_reason in MOVE_REASONS:
+            for how in MOVE_HOWS:
+                self.moves.labels(group, move_reason, how)
         for kind in kinds:
             self.owned.labels(group, kind, "active").inc(0)
             for reason in END_REASONS:
@@ -222,11 +242,20 @@ class RuntimeMetrics:
         self.heartbeat_age.labels(group).set_function(_age_of(member))
         unsettled_since: list[int | None] = [clock.monotonic_ms()]
         seen = [member.rebalances]
+        moves_seen: dict[tuple[str, str], int] = dict(member.moves_total)
 
         def changed(m: GroupMember) -> None:
             if m.rebalances != seen[0]:
                 self.rebalances.labels(group).inc(m.rebalances - seen[0])
                 seen[0] = m.rebalances
+            for (why, how), count in m.moves_total.items():
+                before = moves_seen.get((why, how), 0)
+                if count != before:
+                    # Lower: the member's machine started afresh, its totals from 0.
+                    self.moves.labels(group, why, how).inc(
+                        count - before if count > before else count
+                    )
+                    moves_seen[why, how] = count
             settled = m.stable
             self.stable.labels(group).set(1 if settled else 0)
             if settled and unsettled_since[0] is not None:

@@ -34,8 +34,23 @@ Rules:
    instead of starting a new one; a warm-up called off stops its run (nothing
    to release: it never owned the resource); one not ready within
    ``warmup_timeout_ms`` falls back to a plain move (logged once).
-8. The app's start-up functions (``App.add_startup``: a plugin starting its
-   engine) run before any group is joined; a stop meanwhile joins nothing.
+8. Standby holders report ``lease.ready()`` to the group (``MemberInfo.ready``:
+   the leader prefers ready standbys).  A leader's standbys
+   (``@app.leader(name, standbys=N)``) are promoted: when this process is
+   handed the leadership, the standby run of its twin is not stopped but
+   becomes the active run (its ``ready()`` returns ``True``), so the warm
+   state it built is used; the twin is released once its token is taken.  A
+   warm-up of the resource handed to a process holding such a standby run
+   starts no run of its own: the standby run is the warm-up (its ``ready()``
+   reports both), with no time limit: the handover waits for it.
+9. Drains (:mod:`workgroup.runtime.drains`): each group reads its drain requests
+   before its member starts, then every second, and drains or undrains its
+   member as they say.  A graceful stop with ``drain_on_stop`` (or with
+   ``leave_on_stop`` in a group whose worker warms up) drains every group
+   first and waits, up to ``drain_timeout_ms``, until each owns nothing; then
+   the members close as usual (``app.drained`` / ``app.drain_timed_out``).
+10. The app's start-up functions (``App.add_startup``: a plugin starting its
+    engine) run before any group is joined; a stop meanwhile joins nothing.
 """
 
 from __future__ import annotations
@@ -64,6 +79,7 @@ from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, fre
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.protocol import Protocol
 from workgroup.runtime.config import STOP_MARGIN_MS, Settings
+from workgroup.runtime.drains import DrainFollower, DrainRequests, drain_before_stop
 from workgroup.runtime.errors import HandlerFailedError, ResourceFunctionError
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
@@ -95,6 +111,9 @@ log = get_logger(__name__)
 START_SLICE = 500
 #: How long a process refuses a resource it released after failures (rule 5).
 RELEASE_REFUSE_MS = 5 * 60_000
+#: How long one read of the drain requests may take (rule 9): a slow one only
+#: delays the member's start, never fails it.
+DRAIN_READ_TIMEOUT_S = 5.0
 #: The embedded coordinator's default address (``workgroup coordinator``).
 DEFAULT_BOOTSTRAP = f"{LOCAL_HOST}:{LOCAL_PORT}"
 
@@ -122,6 +141,7 @@ class GroupRunner:
         reassign_delay_ms: int = 0,
         warm_up: bool = False,
         warmup_timeout_s: float = 60.0,
+        promote_standbys: bool = False,
         client_id: str | None = None,
         on_fatal: Callable[[WorkgroupError], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
@@ -150,6 +170,9 @@ class GroupRunner:
         self._warmup_timeout_s = warmup_timeout_s
         self._releases: set[asyncio.Task[None]] = set()
         self._standbys = standbys
+        #: A leader's standby runs to promote, by the resource they take over (rule 8).
+        self._promote_standbys = promote_standbys and standbys > 0
+        self.promoting: dict[Resource, HandlerRun] = {}
         protocols = [Protocol.of(name) for name in assignors]
         kinds = [kind]
         if standbys:
@@ -198,6 +221,21 @@ class GroupRunner:
             balance_interval_ms=settings.balance_interval_ms,
         )
         self._store = MemberSlotStore(self.member)
+        self.warm_up = warm_up
+        #: Rule 8: the group's drain requests for this member.
+        self.drains = DrainFollower(
+            self.member,
+            DrainRequests(
+                settings.bootstrap or DEFAULT_BOOTSTRAP,
+                group_id,
+                security=settings.security,
+                timeout_s=DRAIN_READ_TIMEOUT_S,
+                client_id=client_id or "workgroup-drains",
+                topics=topics,
+            ),
+            instance_id=settings.instance_id,
+            clock=clock,
+        )
         self._settings = settings
         self._metrics = metrics
         metrics.watch(group_id, self.member, [kind], clock)
@@ -307,6 +345,23 @@ class GroupRunner:
         for index, resource in enumerate(resources):
             if index and index % START_SLICE == 0:
                 await asyncio.sleep(0)  # thousands of starts: let heartbeats through
+            standing_by = self.promoting.pop(resource, None)
+            if standing_by is not None:  # a leader's standby takes over (rule 8)
+                self.runs[resource] = standing_by
+                self._assigned_at[resource] = self._clock.monotonic()
+                self._metrics.lease_ended(self.group_id, resource[0], "standby")
+                log.info(
+                    "worker.standby_promoted",
+                    group=self.group_id,
+                    kind=resource[0],
+                    key=resource[1],
+                    ready=standing_by.lease.ready_reported,
+                )
+                self._spawn(
+                    self._promote_standby(resource, standing_by),
+                    f"workgroup-promote-{resource[0]}/{resource[1]}",
+                )
+                continue
             warm = self.warming.pop(resource, None)
             if warm is not None:  # the cut-over (rule 7)
                 self.runs[resource] = warm
@@ -339,6 +394,8 @@ class GroupRunner:
                 producers=self._producers,
                 clock=self._clock,
                 load_sink=functools.partial(self.member.report_load, resource),
+                ready_sink=self._standby_ready_sink(resource) if standby else None,
+                promotable=standby and self._promote_standbys,
             )
             self._assigned_at[resource] = self._clock.monotonic()
             run = HandlerRun(
@@ -355,9 +412,30 @@ class GroupRunner:
             self.runs[resource] = run
             run.start()
 
+    async def _promote_standby(self, resource: Resource, run: HandlerRun) -> None:
+        """Rule 8: the standby run takes the token, then its twin is released."""
+        try:
+            await run.promote()
+        finally:
+            self.member.release_done(((standby_kind(resource[0]), resource[1]),))
+
+    def _standby_ready_sink(self, twin: Resource) -> Callable[[], None]:
+        """What a standby lease's ``ready()`` reports: its twin; a leader's standby
+        also the resource, should it warm up for it (rule 8)."""
+        reported: tuple[Resource, ...] = (twin,)
+        if self._promote_standbys:
+            reported = (twin, (active_kind(twin[0]), twin[1]))
+        return functools.partial(self.member.ready, reported)
+
     async def _warming_started(self, resources: tuple[Resource, ...], generation: int) -> None:
-        """Start a warming handler per resource (rule 7)."""
+        """Start a warming handler per resource (rule 7); a leader's standby run is
+        the warm-up of its resource (rule 8)."""
         for resource in resources:
+            standing_by = self.runs.get((standby_kind(resource[0]), resource[1]))
+            if self._promote_standbys and standing_by is not None:
+                if standing_by.lease.ready_reported:
+                    self.member.ready((resource,))
+                continue
             slot = self._slot(resource)
             if slot is None:
                 await self._read_catalog()
@@ -487,10 +565,17 @@ class GroupRunner:
         """Stop each revoked handler in the background; release each resource
         once its own handler has finished (rule 1)."""
         idle: list[Resource] = []
+        owned_now = self.member.owned_now if self._promote_standbys else frozenset()
         for resource in resources:
             run = self.runs.pop(resource, None)
             if run is None:
                 idle.append(resource)  # nothing was started for it
+                continue
+            taking_over = (active_kind(resource[0]), resource[1])
+            if is_standby_kind(resource[0]) and taking_over in owned_now:
+                # Rule 8: its on_assigned follows; the twin is released once the
+                # token is taken (a JoinGroup sent first would hold the commit up).
+                self.promoting[taking_over] = run
                 continue
             self.stopping[resource] = run
             task = asyncio.create_task(
@@ -560,8 +645,9 @@ class GroupRunner:
         return standby_kind(lease.kind) if lease.role == "standby" else lease.kind
 
     async def stop_all(self, why: EndReason) -> None:
-        warming = list(self.warming.values())
+        warming = [*self.warming.values(), *self.promoting.values()]
         self.warming.clear()
+        self.promoting.clear()
         await asyncio.gather(*(run.stop(why, 0.0) for run in warming))
         await self._stop(tuple(self.runs), why, self._grace_s)
         # Revoked handlers the member stopped waiting for (rule 2): cancel what can be.
@@ -575,7 +661,12 @@ class GroupRunner:
 
     def running_threads(self) -> list[Resource]:
         """Resources whose handler thread still runs (it cannot be stopped)."""
-        runs = [*self.runs.items(), *self.stopping.items(), *self.warming.items()]
+        runs = [
+            *self.runs.items(),
+            *self.stopping.items(),
+            *self.warming.items(),
+            *self.promoting.items(),
+        ]
         return [resource for resource, run in runs if run.thread_running]
 
 
@@ -654,6 +745,10 @@ class AppRunner:
                 topics=self.topics,
                 producers=self.producers,
                 metrics=self.metrics,
+                standbys=spec.standbys,
+                # A standby is the warm-up of a planned handover (member/warmup.py rule 6).
+                warm_up=spec.standbys > 0,
+                promote_standbys=True,
                 client_id=client_id,
                 on_fatal=self._fatal,
                 clock=clock,
@@ -725,6 +820,7 @@ class AppRunner:
                 security=self.settings.security,
             )
         started: list[GroupRunner] = []
+        following: list[asyncio.Task[None]] = []
         loop_watch = LoopWatch()
         loop_watch.start()
         self.metrics.watch_loop(loop_watch)
@@ -732,8 +828,10 @@ class AppRunner:
             ready = await self._start_up(stop)  # plugins get ready before taking anything
             for group in self.groups if ready else ():
                 await group.check_lease_layout()
+                await group.drains.before_start()  # rule 9
                 await group.member.start()
                 started.append(group)
+                following.append(asyncio.create_task(group.drains.follow()))
             stopping = asyncio.create_task(stop.wait())
             handler_failed = asyncio.create_task(self._failed_event.wait())
             failures = [asyncio.create_task(g.member.wait_closed()) for g in started]
@@ -752,7 +850,12 @@ class AppRunner:
                 raise self._failed
             if watching.done() and not watching.cancelled():
                 raise watching.result()
+            await self._drain_before_stop(started)
         finally:
+            for task in following:
+                task.cancel()
+            await asyncio.gather(*following, return_exceptions=True)
+            await asyncio.gather(*(g.drains.close() for g in self.groups), return_exceptions=True)
             loop_watch.stop()
             log.info("app.stopping", app=self.app.name)
             leave = True if self.settings.leave_on_stop else None
@@ -767,6 +870,47 @@ class AppRunner:
                 await server.close()
             await self._clean_up()
             log.info("app.stopped", app=self.app.name)
+
+    async def _drain_before_stop(self, groups: Sequence[GroupRunner]) -> None:
+        """Rule 8: drain the groups that drain before stopping, and wait."""
+        draining = [
+            g
+            for g in groups
+            if self.settings.drain_on_stop or (self.settings.leave_on_stop and g.warm_up)
+        ]
+        if not draining:
+            return
+        timeout_s = self.settings.drain_timeout_ms / 1000
+        log.info(
+            "app.draining",
+            app=self.app.name,
+            groups=[g.group_id for g in draining],
+            owned=sum(len(g.member.assignment) for g in draining),
+            timeout_s=timeout_s,
+        )
+        started_at = self._clock.monotonic()
+        for group in draining:
+            group.drains.drain_to_stop()
+        done = await asyncio.gather(*(drain_before_stop(g.member, timeout_s) for g in draining))
+        left = {
+            g.group_id: len(g.member.assignment)
+            for g, ok in zip(draining, done, strict=True)
+            if not ok
+        }
+        if left:
+            log.warning(
+                "app.drain_timed_out",
+                app=self.app.name,
+                timeout_s=timeout_s,
+                still_owned=left,
+                why="stopping anyway: what is still owned is revoked and moves without warm-up",
+            )
+        else:
+            log.info(
+                "app.drained",
+                app=self.app.name,
+                duration_s=round(self._clock.monotonic() - started_at, 3),
+            )
 
     async def _watch(self, groups: Sequence[GroupRunner]) -> WorkgroupError:
         def looking() -> list[str]:

@@ -47,6 +47,8 @@ class LeaderSpec:
     grace_ms: int
     on_failure: OnFailure | None = None
     max_failures: int | None = None
+    #: Standby candidates warming up to take over (``lease.role == "standby"``).
+    standbys: int = 0
 
 
 def failure_policy(

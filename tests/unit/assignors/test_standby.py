@@ -134,3 +134,72 @@ def test_members_without_the_standby_kind_hold_no_standbys() -> None:
     assert sorted(active_of(assignment)) == [(KIND, k) for k in range(6)]
     assert all(len(holders) == 1 for holders in standbys_of(assignment).values())
     assert all("c" not in holders for holders in standbys_of(assignment).values())
+
+
+# --- ready standbys (a leader's standbys warm up: MemberInfo.ready) ------------------------
+
+LEADER = "leader"
+LEADER_TWIN = standby_kind(LEADER)
+
+
+def leader_group(
+    members: dict[str, list[Resource]],
+    ready: dict[str, list[Resource]] | None = None,
+    handing_over: frozenset[str] = frozenset(),
+) -> AssignmentInput:
+    """One leader resource; ``handing_over`` members take no kind (drain, leave)."""
+    ready = ready or {}
+    return AssignmentInput(
+        resources={LEADER: ["boss"], LEADER_TWIN: ["boss"]},
+        members={
+            m: MemberInfo(
+                m,
+                frozenset() if m in handing_over else frozenset({LEADER, LEADER_TWIN}),
+                owned=tuple(owned),
+                generation=3 if owned else -1,
+                ready=frozenset(ready.get(m, ())),
+            )
+            for m, owned in members.items()
+        },
+    )
+
+
+BOSS: Resource = (LEADER, "boss")
+BOSS_TWIN: Resource = (LEADER_TWIN, "boss")
+
+
+def leader_of(assignment: Assignment) -> list[str]:
+    return [m for m, rs in assignment.items() if BOSS in rs]
+
+
+def test_after_a_crash_the_ready_standby_leads_whatever_the_member_order() -> None:
+    # "a" (the leader) is gone; "b" and "c" stand by; only "c" is ready.  Without
+    # readiness "b" would win (same claims, lower id).
+    owned: dict[str, list[Resource]] = {"b": [BOSS_TWIN], "c": [BOSS_TWIN]}
+    ready = {"c": [BOSS_TWIN]}
+    assert leader_of(assignor(2).assign(leader_group(owned, ready))) == ["c"]
+    assert leader_of(assignor(2).assign(leader_group(owned))) == ["b"]  # none ready: as before
+    assert leader_of(assignor(2).assign(leader_group(owned, {"b": [BOSS_TWIN]}))) == ["b"]
+
+
+def test_a_leader_that_hands_over_goes_to_its_ready_standby() -> None:
+    owned: dict[str, list[Resource]] = {"a": [BOSS], "b": [BOSS_TWIN], "c": [BOSS_TWIN]}
+    ready = {"c": [BOSS_TWIN]}
+    result = assignor(2).assign(leader_group(owned, ready, handing_over=frozenset({"a"})))
+    assert leader_of(result) == ["c"]
+    assert result["a"] == []  # it takes nothing while it hands over
+    assert BOSS_TWIN not in result["c"]  # the leader holds no standby of itself
+
+
+def test_a_leader_in_place_keeps_leading_however_ready_its_standbys() -> None:
+    owned: dict[str, list[Resource]] = {"a": [BOSS], "b": [BOSS_TWIN], "c": [BOSS_TWIN]}
+    ready = {"b": [BOSS_TWIN], "c": [BOSS_TWIN]}
+    result = assignor(2).assign(leader_group(owned, ready))
+    assert leader_of(result) == ["a"]
+    assert sorted(m for m, rs in result.items() if BOSS_TWIN in rs) == ["b", "c"]
+
+
+def test_readiness_of_another_resource_does_not_count() -> None:
+    owned: dict[str, list[Resource]] = {"b": [BOSS_TWIN], "c": [BOSS_TWIN]}
+    ready = {"c": [(LEADER_TWIN, "other"), BOSS]}  # not the twin of the leader's resource
+    assert leader_of(assignor(2).assign(leader_group(owned, ready))) == ["b"]

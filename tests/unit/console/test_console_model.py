@@ -5,6 +5,7 @@ from __future__ import annotations
 from workgroup.admin import GroupDescription, LeaseSlot, MemberDescription
 from workgroup.assignors.standby import standby_kind
 from workgroup.console.model import TIMELINE_LIMIT, ConsoleModel, GroupRead
+from workgroup.member.leader import DRAINING_TAG
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.metadata import BinaryCodec, MemberMetadata
 
@@ -118,3 +119,52 @@ def test_a_group_that_could_not_be_read_says_why() -> None:
     view = model.update([GroupRead("g", None, [], "lease slots not read: timed out")], now=1.0)
     [group] = view["groups"]
     assert (group["state"], group["error"]) == ("Empty", "lease slots not read: timed out")
+
+
+def test_the_view_shows_warm_ups_at_their_resource_and_draining_members() -> None:
+    def planned(
+        name: str, keys: list[int], warming: list[int], ready: list[int], tag: str | None
+    ) -> MemberDescription:
+        meta = MemberMetadata(
+            kinds=("shard",),
+            owned=tuple(("shard", k) for k in keys),
+            warms_up=True,
+            warming=tuple(("shard", k) for k in warming),
+            ready=tuple(("shard", k) for k in ready),
+            tags=((tag, "1"),) if tag else (),
+        )
+        return MemberDescription(
+            f"{name}-id", name, f"workgroup-{name}", "/127.0.0.1",
+            {"shard": keys} if keys else {}, None, 3, CODEC.encode_metadata(meta),
+            {"shard": warming} if warming else {},
+        )  # fmt: skip
+
+    model = ConsoleModel("c", started=0.0)
+    view = model.update(
+        [GroupRead("g", described(planned("a", [0, 1, 2], [], [], DRAINING_TAG),
+                                  planned("b", [], [0, 1], [1], None)), [])],
+        now=1.0,
+    )  # fmt: skip
+    [group] = view["groups"]
+    members = {m["name"]: m for m in group["members"]}
+    assert (members["a"]["status"], members["a"]["warming"]) == ("draining", 0)
+    assert (members["b"]["status"], members["b"]["warming"], members["b"]["ready"]) == (
+        "warming",
+        2,
+        1,
+    )
+    rows = {r["key"]: r for r in group["resources"]}
+    assert rows[0]["owner_name"] == "a"  # the owner keeps it while b warms up
+    assert (rows[0]["warming_by"], rows[0]["warming_ready"]) == ("b", False)
+    assert (rows[1]["warming_by"], rows[1]["warming_ready"]) == ("b", True)
+    assert (rows[2]["warming_by"], rows[2]["warming_ready"]) == (None, False)
+    assert (rows[0]["warming_for_s"], rows[0]["warming_at_least"]) == (0.0, True)
+    # Four seconds on, b warms up shard 2 too (a new warm-up: exact); 0 and 1 go on.
+    view = model.update(
+        [GroupRead("g", described(planned("a", [0, 1, 2], [], [], DRAINING_TAG),
+                                  planned("b", [], [0, 1, 2], [1], None)), [])],
+        now=5.0,
+    )  # fmt: skip
+    rows = {r["key"]: r for r in view["groups"][0]["resources"]}
+    assert (rows[0]["warming_for_s"], rows[0]["warming_at_least"]) == (4.0, True)
+    assert (rows[2]["warming_for_s"], rows[2]["warming_at_least"]) == (0.0, False)

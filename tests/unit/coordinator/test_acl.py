@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 
 from workgroup.coordinator.acl import (
     ANONYMOUS,
+    DRAIN_GROUP_PREFIX,
     OPERATIONS,
     AclRule,
     GroupAcl,
     Operation,
+    drained_group_of,
     principal_of,
 )
 from workgroup.errors import ConfigError
@@ -59,8 +61,8 @@ def test_principal_of_adds_the_user_type_once() -> None:
     assert principal_of("ANONYMOUS") == ANONYMOUS
 
 
-def test_operations_are_the_four_group_operations() -> None:
-    assert OPERATIONS == ("join", "commit", "describe", "delete")
+def test_operations_are_the_five_group_operations() -> None:
+    assert OPERATIONS == ("join", "commit", "describe", "delete", "drain")
 
 
 def test_the_example_file() -> None:
@@ -213,12 +215,12 @@ def test_one_of_several_group_patterns_is_enough() -> None:
         (
             toml_rule(operations='["joinn"]'),
             "acl.toml: allow rule 1: unknown operation 'joinn' "
-            "(join, commit, describe, delete, all)",
+            "(join, commit, describe, delete, drain, all)",
         ),
         (
             toml_rule(operations='["JOIN"]'),
             "acl.toml: allow rule 1: unknown operation 'JOIN' "
-            "(join, commit, describe, delete, all)",
+            "(join, commit, describe, delete, drain, all)",
         ),
         (
             toml_rule(principles='["x"]'),
@@ -353,3 +355,35 @@ def test_a_deny_all_rule_on_every_group_denies_all_but_a_super_user(
     acl = dataclasses.replace(deny_all, allow=allow, super_users=super_users)
 
     assert acl.allows(principal, operation, group) is (principal in super_users)
+
+
+def test_drain_requests_are_decided_on_the_group_they_drain() -> None:
+    acl = GroupAcl.parse(
+        """
+        [[allow]]
+        principals = ["alice"]
+        groups = ["orders"]
+        operations = ["join", "commit"]
+
+        [[allow]]
+        principals = ["ops"]
+        groups = ["orders"]
+        operations = ["drain"]
+        """
+    )
+    companion = DRAIN_GROUP_PREFIX + "orders"
+    assert drained_group_of(companion) == "orders"
+    assert drained_group_of("orders") is None
+    assert drained_group_of(DRAIN_GROUP_PREFIX) is None
+    # alice's members read their requests, but alice may not drain.
+    assert acl.allows(ALICE, "describe", companion)
+    assert not acl.allows(ALICE, "commit", companion)
+    assert not acl.allows(ALICE, "drain", "orders")
+    # ops may write them (a commit to the companion group), and see the group.
+    assert acl.allows("User:ops", "commit", companion)
+    assert acl.allows("User:ops", "delete", companion)
+    assert acl.allows("User:ops", "describe", "orders")
+    assert not acl.allows("User:ops", "join", "orders")
+    assert not acl.allows("User:ops", "commit", "orders")
+    # The rule names the group, not the companion: another group's requests stay closed.
+    assert not acl.allows("User:ops", "commit", DRAIN_GROUP_PREFIX + "payments")

@@ -37,6 +37,24 @@ def test_an_unrecorded_crash_is_owned_until_the_next_acquisition() -> None:
     assert unowned_seconds(events) == {("g", "shard", "s0"): 0.0}
 
 
+def test_warm_ups_neither_take_nor_give_up_ownership() -> None:
+    events = [
+        event(0.0, "a", "acquired", 1),
+        event(2.0, "b", "warming", 0),
+        event(5.0, "a", "revoked", 1),
+        event(5.25, "b", "acquired", 2),
+        # A warm-up of a shard whose first owner is not in the logs read yet, and
+        # one called off: no unowned time from either.
+        event(1.0, "c", "warming", 0, key="s1"),
+        event(3.0, "c", "warmup_ended", 0, key="s1"),
+        event(4.0, "a", "acquired", 1, key="s1"),
+    ]
+    assert unowned_seconds(events, until=6.0) == {
+        ("g", "shard", "s0"): 0.25,
+        ("g", "shard", "s1"): 0.0,
+    }
+
+
 def test_the_log_survives_a_torn_last_line(tmp_path: Path) -> None:
     log = OwnershipLog(tmp_path / "events.jsonl", "w1")
     log.record("acquired", "g", "shard", 3, 7)

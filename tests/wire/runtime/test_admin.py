@@ -19,6 +19,7 @@ from workgroup.cli import main
 from workgroup.member.driver import GroupMember
 from workgroup.protocol import Protocol
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec
+from workgroup.testing import capture_logs
 
 TIMEOUT_S = 30
 SHARDS = {"shard": [0, 1, 2, 3]}
@@ -82,7 +83,8 @@ async def test_describe_a_workgroup_group(backend: Backend, request: pytest.Fixt
             "resources", "slots_error",
         ]  # fmt: skip
         assert list(shape["members"][0]) == [
-            "member_id", "instance_id", "client_id", "client_host", "assignment"
+            "member_id", "instance_id", "client_id", "client_host", "assignment", "warming",
+            "ready", "draining", "leaving",
         ]  # fmt: skip
         table = await cli(["describe", group, "--bootstrap", backend.bootstrap])
         assert table.exit_code == 0
@@ -97,6 +99,64 @@ async def test_describe_a_workgroup_group(backend: Backend, request: pytest.Fixt
         # One poll sees no rebalance: no empty "recent rebalances" table.
         assert "recent rebalances" not in top.output
         assert a.member_id in top.output
+
+
+async def test_describe_shows_warm_ups_ready_ones_and_a_draining_member() -> None:
+    """b warms two shards up (a keeps them until b is ready), then a drains."""
+    with run_backend("embedded") as backend, capture_logs() as logs:
+        group = f"admin-warm-{uuid.uuid4().hex[:8]}"
+        a = member(backend, group, "a")
+        b = GroupMember(
+            backend.bootstrap,
+            group,
+            [Protocol.of("cooperative-sticky")],
+            instance_id="b",
+            resources=SHARDS,
+            session_timeout_ms=backend.session_timeout_ms,
+            heartbeat_interval_ms=300,
+            warm_up=True,
+            on_warming=lambda resources, generation: None,  # ready() comes later
+        )
+        async with a, asyncio.timeout(TIMEOUT_S):
+            await a.wait_for(lambda _: a.stable and len(a.assignment) == 4)
+            async with b:
+                await b.wait_for(lambda _: len(b.warming) == 2)
+                described = await describe_group(backend.bootstrap, group)
+                by_instance = {m.instance_id: m for m in described.members}
+                warming = sorted(key for _, key in b.warming)
+                assert by_instance["b"].warming == {"shard": warming}
+                assert by_instance["b"].status == "warming"
+                assert by_instance["b"].ready == {}
+                assert by_instance["a"].assignment == {"shard": [0, 1, 2, 3]}  # a keeps them
+                assert by_instance["a"].status == "member"
+                # a drains; b reports its warm-ups ready as they come: every shard cuts over.
+                a.drain()
+
+                async def ready_all() -> None:
+                    while True:
+                        b.ready(b.warming)
+                        await asyncio.sleep(0.1)
+
+                readying = asyncio.create_task(ready_all())
+                try:
+                    await a.wait_for(lambda _: a.draining and not a.assignment and a.stable)
+                    await b.wait_for(lambda _: len(b.assignment) == 4 and b.stable)
+                finally:
+                    readying.cancel()
+                result = await cli(["describe", group, "--bootstrap", backend.bootstrap, "--json"])
+                assert result.exit_code == 0, result.output
+                shape = {m["instance_id"]: m for m in json.loads(result.output)["members"]}
+                assert (shape["a"]["draining"], shape["a"]["leaving"]) == (True, False)
+                assert shape["a"]["assignment"] == {}
+                assert shape["b"]["draining"] is False
+                table = await cli(["describe", group, "--bootstrap", backend.bootstrap])
+                assert "draining" in table.output
+                assert "status" in table.output
+        # The leader (a) counted b's join and a's drain, each move once, all warmed up.
+        moves = [e for e in logs if e["event"] == "member.moves"]
+        assert sum(e.get("join", 0) for e in moves) == 2, moves
+        assert sum(e.get("drain", 0) for e in moves) == 2, moves
+        assert sum(e["warmup"] for e in moves) == 4, moves
 
 
 async def test_describe_a_kafka_consumer_group(

@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -106,6 +107,11 @@ async def test_metrics_and_health_of_a_running_app(bootstrap: str) -> None:
         assert 0 <= metric(text, "workgroup_heartbeat_age_seconds", group=group) < 3
         assert metric(text, "workgroup_lease_acquire_seconds_count", group=group) == 3
         assert metric(text, "workgroup_rebalance_seconds_count", group=group) >= 1
+        # The leader (this process, alone) handed the three new shards out.
+        assert (
+            metric(text, "workgroup_moves_total", group=group, reason="catalog", how="plain") == 3
+        )
+        assert metric(text, "workgroup_moves_total", group=group, reason="drain") == 0
     finally:
         stop.set()
         await asyncio.wait_for(task, TIMEOUT_S)
@@ -118,6 +124,7 @@ async def test_health_says_which_group_is_not_settled_and_bad_requests_are_answe
         stable = False
         rebalances = 0
         heartbeat_age_s = None
+        moves_total: dict[tuple[str, str], int] = {}
 
         class state:
             value = "joining"
@@ -215,6 +222,7 @@ class Settled:
     stable = True
     rebalances = 1
     heartbeat_age_s = 0.1
+    moves_total: dict[tuple[str, str], int] = {}
 
     class state:
         value = "stable"
@@ -323,3 +331,32 @@ def test_health_after_the_event_loop_closed_is_503() -> None:
             assert error.read() == b"the event loop is closed\n"
     finally:
         asyncio.run(server.close())
+
+
+def test_moves_follow_the_members_totals_and_a_fresh_machine_counts_from_zero() -> None:
+    listeners: list[Any] = []
+
+    class Leading(Settled):
+        moves_total: dict[tuple[str, str], int] = {}
+
+        def add_listener(self, listener: object) -> None:
+            listeners.append(listener)
+
+    member = Leading()
+    metrics = RuntimeMetrics()
+    metrics.watch("app.shard", member)  # type: ignore[arg-type]
+
+    def moves(reason: str, how: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "workgroup_moves_total", {"group": "app.shard", "reason": reason, "how": how}
+        )
+
+    assert moves("join", "warmup") == 0  # every series from the start
+    member.moves_total = {("join", "warmup"): 3, ("catalog", "plain"): 6}
+    listeners[0](member)
+    member.moves_total = {("join", "warmup"): 4, ("catalog", "plain"): 6}
+    listeners[0](member)
+    assert (moves("join", "warmup"), moves("catalog", "plain")) == (4, 6)
+    member.moves_total = {("join", "warmup"): 1}  # the machine started afresh
+    listeners[0](member)
+    assert moves("join", "warmup") == 5

@@ -67,21 +67,31 @@ class Timeline:
         return out
 
 
-def make_app(name: str, who: str, timeline: Timeline) -> workgroup.App:
+def make_app(
+    name: str,
+    who: str,
+    timeline: Timeline,
+    *,
+    shards_now: list[str] | None = None,
+    prepare_s: float = PREPARE_S,
+    warmup_timeout_ms: int = 60_000,
+) -> workgroup.App:
     app = workgroup.App(name, grace_ms=500)
+    listed = shards_now if shards_now is not None else SHARDS
 
     @app.resources("shard")
     def shards() -> list[str]:
-        return SHARDS
+        return list(listed)
 
-    @app.worker("shard", warm_up=True)
+    @app.worker("shard", warm_up=True, warmup_timeout_ms=warmup_timeout_ms)
     async def work(lease: workgroup.Lease) -> None:
         key = str(lease.key)
         if lease.role == "warming":
             timeline.warmed.setdefault(key, []).append(who)
-            await asyncio.sleep(PREPARE_S)  # load state, open connections
-            with pytest.raises(workgroup.WorkgroupError, match="warming"):
-                await lease.commit("not yet")
+            await asyncio.sleep(prepare_s)  # load state, open connections
+            if lease.warming:  # not cut over yet (a fall-back may cut over before it is ready)
+                with pytest.raises(workgroup.WorkgroupError, match="warming"):
+                    await lease.commit("not yet")
             if not await lease.ready():
                 return  # the move was called off
         else:
@@ -111,6 +121,7 @@ async def running(
             session_timeout_ms=6_000,
             heartbeat_interval_ms=500,
             grace_ms=500,
+            resource_poll_interval_ms=200,
             **settings,
         ),
     )
@@ -169,3 +180,58 @@ async def test_a_joining_process_warms_up_before_it_takes_over(backend: Backend)
     assert staged
     assert max(e["started"] + e["continuing"] for e in staged) <= 2
     assert all(tokens == sorted(set(tokens)) for tokens in timeline.tokens.values())
+    # The leader counted each move once, when its warm-up began, as b's join.
+    moves = [e for e in logs if e["event"] == "member.moves"]
+    assert sum(e.get("join", 0) for e in moves) == len(moved), moves
+    assert sum(e["warmup"] for e in moves) == len(moved), moves
+
+
+async def test_a_warm_up_that_is_not_ready_in_time_falls_back_to_a_plain_move(
+    backend: Backend,
+) -> None:
+    name = f"warm-{uuid.uuid4().hex[:8]}"
+    timeline = Timeline()
+    with capture_logs() as logs:
+        async with running(make_app(name, "a", timeline), backend):
+            await wait_until(lambda: len(holders(timeline)) == len(SHARDS), "a holds every shard")
+            slow = make_app(name, "b", timeline, prepare_s=3.0, warmup_timeout_ms=500)
+            async with running(slow, backend):
+                await wait_until(
+                    lambda: sorted(holders(timeline).values()).count("b") == len(SHARDS) // 2,
+                    "b active on half the shards",
+                )
+    timeline.check_exclusive()
+    fallbacks = [e for e in logs if e["event"] == "lease.warmup_fallback"]
+    moved = {k for k, spans in timeline.active.items() if any(who == "b" for who, _, _ in spans)}
+    assert sorted(str(e["key"]) for e in fallbacks) == sorted(moved)  # once per move
+    assert all("warmup_timeout_ms" in e["why"] for e in fallbacks)
+
+
+async def test_a_resource_removed_while_it_warms_up_calls_the_warm_up_off(
+    backend: Backend,
+) -> None:
+    name = f"warm-{uuid.uuid4().hex[:8]}"
+    timeline = Timeline()
+    listed = list(SHARDS)
+    with capture_logs() as logs:
+        async with running(make_app(name, "a", timeline, shards_now=listed), backend):
+            await wait_until(lambda: len(holders(timeline)) == len(SHARDS), "a holds every shard")
+            slow = make_app(name, "b", timeline, shards_now=listed, prepare_s=4.0)
+            async with running(slow, backend):
+                await wait_until(lambda: bool(timeline.warmed), "b warms something up")
+                gone = sorted(timeline.warmed)[0]
+                listed.remove(gone)  # both processes read the same list
+                await wait_until(
+                    lambda: any(e["event"] == "member.warmup_ended" for e in logs),
+                    "the warm-up of the removed shard ends",
+                )
+                await wait_until(
+                    lambda: (
+                        gone not in holders(timeline)
+                        and sorted(holders(timeline).values()).count("b") >= 2
+                    ),
+                    "b takes the others",
+                )
+    timeline.check_exclusive()
+    assert gone not in holders(timeline)
+    assert not any(who == "b" for who, _, _ in timeline.active.get(gone, []))

@@ -56,6 +56,9 @@ function renderMembers(group) {
     cell(row, m.endpoint);
     cell(row, m.owns);
     cell(row, m.load === null ? null : m.capacity === 1 ? m.load : `${m.load} (capacity ${m.capacity})`);
+    const warming = m.warming ? `${m.warming} (${m.ready} ready)` : null;
+    cell(row, warming, m.warming ? "warming" : "");
+    cell(row, m.status === "member" ? null : m.status, m.status === "member" ? "" : m.status);
     body.appendChild(row);
   }
 }
@@ -74,6 +77,9 @@ function renderResources(page) {
     cell(row, r.token);
     cell(row, r.checkpoint, "checkpoint").title = r.checkpoint ?? "";
     cell(row, age(r.checkpoint_age_s, r.age_at_least));
+    const warmingFor = r.warming_by ? ` for ${age(r.warming_for_s, r.warming_at_least)}` : "";
+    cell(row, r.warming_by ? `${r.warming_by}${warmingFor}${r.warming_ready ? " ✓ ready" : ""}` : null,
+      r.warming_by ? "warming" : "");
     body.appendChild(row);
   }
   const shown = page.resources.length;
