@@ -43,11 +43,20 @@ stops with ``--leave-on-stop``.  Plain moves are the same daemons with
 (the shard's last batch written by the old owner to the first by the new one,
 from the output files' modification times) and **lease gap** (event log).
 
+**Rolling restart of Spark daemons** (``--spark-rolling``): ``--rolling-daemons``
+JVM daemons with ``--drain-on-stop``; each in turn gets SIGTERM (it drains: its
+shards move to the others, then it stops) and is started again at once; the next
+one goes once the restarted daemon owns a shard and every shard writes under its
+newest token.  Total unowned shard-seconds over the whole restart, from the
+output batches (write gaps) and from the event logs (lease gaps), with and
+without warm-ups.
+
 Usage::
 
     .venv/bin/python benchmarks/planned_moves.py                      # plain handlers
     .venv/bin/python benchmarks/planned_moves.py --shards 4 --repetitions 1   # quick
     .venv/bin/python benchmarks/planned_moves.py --spark --skip-plain --spark-repetitions 1
+    .venv/bin/python benchmarks/planned_moves.py --skip-plain --spark-rolling
 """
 
 from __future__ import annotations
@@ -529,6 +538,118 @@ def spark_run(args: Any, data: Path, mode: str) -> list[SparkRow]:
     return rows
 
 
+@dataclass
+class RollingRow:
+    mode: str
+    daemons: int
+    moves: int
+    write_gap_total_s: float
+    lease_gap_total_s: float
+    double_owned: int
+    seconds: float
+    load: float
+
+
+def spark_rolling(args: Any, directory: Path) -> list[RollingRow]:
+    """A rolling restart of ``--rolling-daemons`` JVM daemons through drain
+    (``--drain-on-stop``), with and without warm-ups."""
+    rows = []
+    for mode in args.modes:
+        data = directory / f"rolling-{mode}"
+        data.mkdir(parents=True, exist_ok=True)
+        rows.append(_rolling_run(args, data, mode))
+    return rows
+
+
+def _rolling_run(args: Any, data: Path, mode: str) -> RollingRow:
+    from examples.sharded_etl.cluster import EtlCluster
+    from examples.sharded_etl.feed import Feeder
+
+    env = {
+        "WORKGROUP_SPARK_MASTER": "local[1]",
+        "WORKGROUP_SPARK_WARM_UP": "1" if mode == "warm-up" else "0",
+    }
+    names = [f"etl-{chr(ord('a') + i)}" for i in range(args.rolling_daemons)]
+    with run_coordinator(log=data / "coordinator.log") as coordinator:
+        cluster = EtlCluster(
+            data, coordinator.bootstrap, shards=args.spark_shards, session_ms=6_000, extra_env=env
+        )
+        feeder = Feeder(data, args.spark_shards, rate=100 * args.spark_shards, files_per_s=2.0)
+        try:
+            for name in names:
+                cluster.start(name, "--drain-on-stop")
+            feeder.start(seconds=3_600)
+            cluster.wait_for("every shard to write", lambda: cluster.all_committing(0), 900, 1.0)
+            time.sleep(3)
+            since = time.time()
+            for name in names:
+                cluster.stop(name, timeout_s=150)  # drains first (--drain-on-stop)
+                cluster.start(name, "--drain-on-stop")
+                restarted = time.time()
+                cluster.wait_for(
+                    f"{name} back, every shard writing",
+                    lambda n=name, r=restarted: (  # type: ignore[misc]
+                        any(m == n and t >= r for m, _, t in cluster.owners().values())
+                        and cluster.all_committing(r, owners_only=True)
+                    ),
+                    600,
+                    1.0,
+                )
+            until = time.time()
+            cluster.stop_all()
+        finally:
+            feeder.stop()
+            cluster.kill_all()
+    batches = cluster.batches()
+    acquired = [
+        e
+        for e in cluster.events()
+        if e["group"] == "etl.shard" and e["event"] == "acquired" and since <= e["time"] <= until
+    ]
+    write_gaps = []
+    for event in acquired:
+        key, token = str(event["key"]), event["token"]
+        first_new = min(
+            (b["time"] for b in batches if b["shard"] == key and b["token"] == token), default=None
+        )
+        last_old = max(
+            (b["time"] for b in batches if b["shard"] == key and b["token"] < token), default=None
+        )
+        if first_new is not None and last_old is not None:
+            write_gaps.append(max(first_new - last_old, 0.0))
+    logs = sorted(cluster.events_dir.glob("*.jsonl"))
+    lease_gap, _, double, _ = lease_figures(logs, since, until, "etl.shard")
+    return RollingRow(
+        mode=mode,
+        daemons=len(names),
+        moves=len(acquired),
+        write_gap_total_s=sum(write_gaps),
+        lease_gap_total_s=lease_gap,
+        double_owned=double,
+        seconds=until - since,
+        load=os.getloadavg()[0],
+    )
+
+
+def print_rolling(rows: list[RollingRow], args: Any) -> None:
+    print(
+        f"\nRolling restart through drain (--drain-on-stop), {rows[0].daemons} JVM daemons, "
+        f"{args.spark_shards} shards, input arriving; load average up to "
+        f"{max(r.load for r in rows):.2f}"
+    )
+    header = (
+        f"{'mode':<8} {'moves':>5} {'unowned shard-s (writes)':>24} "
+        f"{'unowned shard-s (leases)':>24} {'double owned':>12} {'restart s':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r.mode:<8} {r.moves:>5} {r.write_gap_total_s:>24.1f} {r.lease_gap_total_s:>24.2f} "
+            f"{r.double_owned:>12} {r.seconds:>9.0f}"
+        )
+
+
 def best_spark_rows(rows: Iterable[SparkRow]) -> list[SparkRow]:
     """Per (move, mode): the lowest query gap; double ownership as the worst."""
     grouped: dict[tuple[str, str], list[SparkRow]] = {}
@@ -582,6 +703,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--spark", action="store_true", help="also measure Spark shards")
     parser.add_argument("--spark-shards", type=int, default=4)
     parser.add_argument("--spark-repetitions", type=int, default=1)
+    parser.add_argument(
+        "--spark-rolling", action="store_true", help="a rolling restart of JVM daemons via drain"
+    )
+    parser.add_argument("--rolling-daemons", type=int, default=3)
     parser.add_argument("--json-out", type=Path)
     parser.add_argument(
         "--modes", default=",".join(MODES), help="warm-up, plain or both (comma-separated)"
@@ -616,6 +741,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             spark = spark_section(args, directory)
             print_spark(spark, args)
             results["spark"] = [asdict(r) for r in spark]
+        if args.spark_rolling:
+            rolling = spark_rolling(args, directory)
+            print_rolling(rolling, args)
+            results["spark_rolling"] = [asdict(r) for r in rolling]
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=2))
     return 0
