@@ -548,6 +548,8 @@ class RollingRow:
     double_owned: int
     seconds: float
     load: float
+    #: Daemons that were not back with every shard writing within --rolling-step-s.
+    unsettled: list[str] = field(default_factory=list)
 
 
 def spark_rolling(args: Any, directory: Path) -> list[RollingRow]:
@@ -582,19 +584,23 @@ def _rolling_run(args: Any, data: Path, mode: str) -> RollingRow:
             cluster.wait_for("every shard to write", lambda: cluster.all_committing(0), 900, 1.0)
             time.sleep(3)
             since = time.time()
+            unsettled: list[str] = []
             for name in names:
                 cluster.stop(name, timeout_s=150)  # drains first (--drain-on-stop)
                 cluster.start(name, "--drain-on-stop")
                 restarted = time.time()
-                cluster.wait_for(
-                    f"{name} back, every shard writing",
-                    lambda n=name, r=restarted: (  # type: ignore[misc]
-                        any(m == n and t >= r for m, _, t in cluster.owners().values())
-                        and cluster.all_committing(r, owners_only=True)
-                    ),
-                    600,
-                    1.0,
-                )
+                try:
+                    cluster.wait_for(
+                        f"{name} back, every shard writing",
+                        lambda n=name, r=restarted: (  # type: ignore[misc]
+                            any(m == n and t >= r for m, _, t in cluster.owners().values())
+                            and cluster.all_committing(r, owners_only=True)
+                        ),
+                        args.rolling_step_s,
+                        1.0,
+                    )
+                except TimeoutError:
+                    unsettled.append(name)  # recorded; the restart goes on
             until = time.time()
             cluster.stop_all()
         finally:
@@ -628,6 +634,7 @@ def _rolling_run(args: Any, data: Path, mode: str) -> RollingRow:
         double_owned=double,
         seconds=until - since,
         load=os.getloadavg()[0],
+        unsettled=unsettled,
     )
 
 
@@ -647,6 +654,7 @@ def print_rolling(rows: list[RollingRow], args: Any) -> None:
         print(
             f"{r.mode:<8} {r.moves:>5} {r.write_gap_total_s:>24.1f} {r.lease_gap_total_s:>24.2f} "
             f"{r.double_owned:>12} {r.seconds:>9.0f}"
+            + (f"  not settled after {', '.join(r.unsettled)}'s restart" if r.unsettled else "")
         )
 
 
@@ -707,6 +715,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--spark-rolling", action="store_true", help="a rolling restart of JVM daemons via drain"
     )
     parser.add_argument("--rolling-daemons", type=int, default=3)
+    parser.add_argument("--rolling-step-s", type=float, default=240.0)
     parser.add_argument("--json-out", type=Path)
     parser.add_argument(
         "--modes", default=",".join(MODES), help="warm-up, plain or both (comma-separated)"
