@@ -12,10 +12,10 @@ start-up) against an embedded coordinator run as a separate process.  Each
 handler prepares for ``--prepare-s`` (load state, open connections), then works in
 steps of ``--step-s`` until revoked.  One repetition, for each mode (warm-up and
 plain, in the same run, alternating): process A owns ``--shards`` shards; B joins
-(half the shards move to B); B is drained (``GroupMember.drain``, what
-``--drain-on-stop`` does on SIGTERM: its shards move back with warm-ups; then
-B stops) or, in a separate step, B leaves with ``--leave-on-stop`` (the shards
-move back when B revokes them, so no warm-up is possible: the same in both modes).
+(half the shards move to B); B stops with ``drain_on_stop`` (``--drain-on-stop``:
+it drains first, its shards move back with warm-ups, then it stops); a new B
+joins and stops with ``leave_on_stop`` (``--leave-on-stop``, which drains first
+too where the worker warms up).
 Measured per planned move:
 
 * **unowned s / move**: the time a moved shard had no working handler, from its
@@ -35,9 +35,10 @@ type); the load average is printed with the table.
 **Spark shards** (``--spark``): ``workgroup run`` daemons of
 ``examples/sharded_etl`` (a JVM each, the Spark plugin), a coordinator and input
 arriving, all on loopback.  Daemon A owns ``--spark-shards`` shards; daemon B
-joins (half move to B: with warm-up, B's SparkSession starts before it joins and
-each shard's query is built and its checkpoint read before the cut-over), then B
-stops with ``--leave-on-stop``.  Plain moves are the same daemons with
+joins (half move to B: with warm-up, B's SparkSession starts and runs a warm-up
+query before it joins, and each moved shard's checkpoint is read before the
+cut-over), then B stops with ``--leave-on-stop`` (which drains first where the
+worker warms up).  Plain moves are the same daemons with
 ``WORKGROUP_MAX_WARMUPS=0``.  Per planned move: **query gap** (the old owner's
 ``spark.query_stopped`` to the new owner's ``spark.query_started``), **write gap**
 (the shard's last batch written by the old owner to the first by the new one,
@@ -92,7 +93,7 @@ from workgroup.testing.servers import run_coordinator  # noqa: E402
 from workgroup.testing.signals import interrupt_on_termination  # noqa: E402
 
 MODES = ("warm-up", "plain")
-PLAIN_MOVES = ("join", "drain", "leave-on-stop")
+PLAIN_MOVES = ("join", "drain-on-stop", "leave-on-stop")
 WAIT_S = 60.0
 
 
@@ -266,8 +267,12 @@ async def one_repetition(bootstrap: str, directory: Path, mode: str, args: Any) 
         began = time.monotonic()
         wall = time.time()
         async with running(
-            make_app(name, "b", shards, work, args, warm), bootstrap, logs[1], **settings
-        ) as (runner_b, stop_b):
+            make_app(name, "b", shards, work, args, warm),
+            bootstrap,
+            logs[1],
+            drain_on_stop=True,
+            **settings,
+        ) as (_, stop_b):
             await wait_until(
                 lambda: (
                     list(work.holders().values()).count("b") == half
@@ -277,10 +282,9 @@ async def one_repetition(bootstrap: str, directory: Path, mode: str, args: Any) 
             )
             windows["join"] = (began, wall, time.monotonic(), time.time())
             began, wall = time.monotonic(), time.time()
-            runner_b.groups[0].member.drain()
+            stop_b.set()  # drains first (drain_on_stop), then stops
             await wait_until(on_a, "a works on every shard again")
-            windows["drain"] = (began, wall, time.monotonic(), time.time())
-            stop_b.set()
+            windows["drain-on-stop"] = (began, wall, time.monotonic(), time.time())
         async with running(
             make_app(name, "b2", shards, work, args, warm),
             bootstrap,

@@ -109,10 +109,13 @@ def test_planned_moves_benchmark_prints_its_table() -> None:
     assert completed.returncode == 0, completed.stderr[-2000:] + output
     assert "Planned moves, plain handlers" in output
     rows = [
-        line.split() for line in output.splitlines() if line.split()[:1] in (["join"], ["drain"])
+        line.split()
+        for line in output.splitlines()
+        if line.split()[:1] in (["join"], ["drain-on-stop"])
     ]
     assert sorted((r[0], r[1]) for r in rows) == [
-        ("drain", "plain"), ("drain", "warm-up"), ("join", "plain"), ("join", "warm-up"),
+        ("drain-on-stop", "plain"), ("drain-on-stop", "warm-up"),
+        ("join", "plain"), ("join", "warm-up"),
     ]  # fmt: skip
     for row in rows:
         assert int(row[2]) == 1  # one planned move each
