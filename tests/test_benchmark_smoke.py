@@ -91,3 +91,32 @@ def test_tls_benchmark_prints_its_table() -> None:
     assert "heartbeats/s" in completed.stdout
     assert "TLS: set-up x" in completed.stdout
     assert "SCRAM-SHA-512" in completed.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_planned_moves_benchmark_prints_its_table() -> None:
+    script = SCRIPT.parent / "planned_moves.py"
+    completed = subprocess.run(
+        [sys.executable, str(script), "--shards", "2", "--repetitions", "1", "--prepare-s", "0.3"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+        cwd=SCRIPT.parent.parent,
+    )
+    output = completed.stdout
+    assert completed.returncode == 0, completed.stderr[-2000:] + output
+    assert "Planned moves, plain handlers" in output
+    rows = [
+        line.split()
+        for line in output.splitlines()
+        if line.split()[:1] in (["join"], ["drain-on-stop"])
+    ]
+    assert sorted((r[0], r[1]) for r in rows) == [
+        ("drain-on-stop", "plain"), ("drain-on-stop", "warm-up"),
+        ("join", "plain"), ("join", "warm-up"),
+    ]  # fmt: skip
+    for row in rows:
+        assert int(row[2]) == 1  # one planned move each
+        assert row[6] == "0"  # never owned twice

@@ -1779,7 +1779,10 @@ class MemberMachine:
             handed_back -= self._owned.releasing
         if handed_back and protocol.mode == "cooperative":
             self._request_rejoin("follow-up round after revoking resources")
-        if data.rejoin:
+        if data.rejoin and not (self._handing_over and self._owned.releasing):
+            # Closing with resources still releasing: their release asks for the
+            # round (rule 9).  A JoinGroup now, with the same metadata, gets the same
+            # generation and the same assignment back, round after round.
             self._request_rejoin("the leader asked for another round")
 
     def _on_heartbeat(self, now: int, pending: Pending, result: HeartbeatResult) -> None:

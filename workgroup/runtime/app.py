@@ -94,6 +94,8 @@ class App:
         self.collectors: list[Any] = []
         #: Called once the app has stopped, plain or async (plugins release here).
         self.cleanups: list[Callable[[], Any]] = []
+        #: Called before the app joins its groups, plain or async (plugins get ready here).
+        self.startups: list[Callable[[], Any]] = []
 
     # --- decorators ---------------------------------------------------------------
 
@@ -278,6 +280,12 @@ class App:
     def add_cleanup(self, function: Callable[[], Any]) -> None:
         """Call ``function`` (plain or async) once the app has stopped."""
         self.cleanups.append(function)
+
+    def add_startup(self, function: Callable[[], Any]) -> None:
+        """Call ``function`` (plain: in a thread; or async) before the app joins its
+        groups, so that the process is ready before it takes anything (a plugin
+        starting its engine).  An error it raises stops the app."""
+        self.startups.append(function)
 
     # --- running --------------------------------------------------------------------
 

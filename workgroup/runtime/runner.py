@@ -49,6 +49,8 @@ Rules:
    ``leave_on_stop`` in a group whose worker warms up) drains every group
    first and waits, up to ``drain_timeout_ms``, until each owns nothing; then
    the members close as usual (``app.drained`` / ``app.drain_timed_out``).
+10. The app's start-up functions (``App.add_startup``: a plugin starting its
+    engine) run before any group is joined; a stop meanwhile joins nothing.
 """
 
 from __future__ import annotations
@@ -823,7 +825,8 @@ class AppRunner:
         loop_watch.start()
         self.metrics.watch_loop(loop_watch)
         try:
-            for group in self.groups:
+            ready = await self._start_up(stop)  # plugins get ready before taking anything
+            for group in self.groups if ready else ():
                 await group.check_lease_layout()
                 await group.drains.before_start()  # rule 9
                 await group.member.start()
@@ -919,6 +922,25 @@ class AppRunner:
             self.settings.unreachable_timeout_ms,
             clock=self._clock,
         )
+
+    async def _start_up(self, stop: asyncio.Event) -> bool:
+        """Run the app's start-up functions before joining (False: stopped meanwhile;
+        a thread still starting runs on, and the clean-ups stop what it made)."""
+        for function in self.app.startups:
+            if inspect.iscoroutinefunction(function):
+                work: Any = function()
+            else:
+                work = asyncio.to_thread(function)
+            starting = asyncio.ensure_future(work)
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not starting.done():
+                starting.cancel()
+                await asyncio.gather(starting, return_exceptions=True)
+                return False
+            starting.result()
+        return True
 
     async def _clean_up(self) -> None:
         for cleanup in self.app.cleanups:

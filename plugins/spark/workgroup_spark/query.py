@@ -8,6 +8,14 @@ Rules:
    the shard uses the same checkpoint, so a moved shard resumes where its
    previous owner stopped.
 2. The query starts once the lease is taken (its token committed).
+   Handed over with a warm-up (``lease.role == "warming"``: a planned move,
+   the previous owner's query still runs), the handler gets ready first: it
+   gets the daemon's session (started and warmed up if need be:
+   :meth:`~workgroup_spark.session.SessionHolder.warm_up`) and reads the shard's
+   checkpoint (its last planned and committed batches), then
+   ``await lease.ready()``; at the cut-over, with the lease active and its
+   token taken, ``build`` runs and the query starts.  A warm-up called off
+   returns; one that fails falls back to a plain move.
 3. Revoked (the shard moves, or the daemon stops): the micro-batch in flight
    may finish, up to the lease's grace period; then the query is stopped and
    the handler returns, which lets the new owner start.
@@ -27,10 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from workgroup.errors import WorkgroupError
@@ -49,6 +59,7 @@ POLL_INTERVAL_S = 1.0
 STOP_MARGIN_S = 1.0
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]")
+_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 class SparkQueryFailed(WorkgroupError):
@@ -87,17 +98,26 @@ class ShardQuery:
         labels = (lease.group_id, lease.kind, str(lease.key))
         name = f"{self.app_name}.{lease.kind}.{lease.key}"
         checkpoint = checkpoint_location(self.checkpoint_root(), lease.kind, lease.key)
-        spark = await asyncio.to_thread(self.session.get)
-        if lease.revoked:
-            return
+        warming = lease.warming
+        began = time.monotonic()
         try:
-            writer = await asyncio.to_thread(self.build, spark, lease)
-            if not hasattr(writer, "start") or not hasattr(writer, "option"):
-                raise WorkgroupError(
-                    f"{self.__name__}() must return a DataStreamWriter "
-                    f"(df.writeStream...), not {type(writer).__name__}"
+            if warming:
+                await asyncio.to_thread(self.session.warm_up)
+                state = await asyncio.to_thread(read_checkpoint, checkpoint)
+                log.info(
+                    "spark.query_warmed",
+                    query=name,
+                    checkpoint=checkpoint,
+                    last_batch=state.last_batch,
+                    committed_batch=state.committed_batch,
+                    warmed_s=round(time.monotonic() - began, 3),
                 )
-            writer = writer.queryName(name).option("checkpointLocation", checkpoint)
+                if not await lease.ready():
+                    log.info("spark.warmup_called_off", query=name, why=lease.end_reason)
+                    return  # the move was called off: the previous owner carries on
+            writer = await self._prepare(lease, name, checkpoint)
+            if writer is None:
+                return
             query = await _start(writer)
         except Exception as exc:
             # A Connect session the server closed: the restart opens a new one.
@@ -148,6 +168,20 @@ class ShardQuery:
         finally:
             self.metrics.active.labels(*labels).set(0)
 
+    async def _prepare(self, lease: Lease, name: str, checkpoint: str) -> Any:
+        """The daemon's session (started if need be) and the shard's writer, named
+        and pointed at its checkpoint, not started (``None``: the lease ended)."""
+        spark = await asyncio.to_thread(self.session.get)
+        if lease.revoked:
+            return None
+        writer = await asyncio.to_thread(self.build, spark, lease)
+        if not hasattr(writer, "start") or not hasattr(writer, "option"):
+            raise WorkgroupError(
+                f"{self.__name__}() must return a DataStreamWriter "
+                f"(df.writeStream...), not {type(writer).__name__}"
+            )
+        return writer.queryName(name).option("checkpointLocation", checkpoint)
+
     def _report(
         self,
         query: Any,
@@ -176,6 +210,43 @@ class ShardQuery:
                     watermark=progress.watermark,
                 )
         return last_batch
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointState:
+    """What a shard's checkpoint says: its last planned batch (``offsets/``) and its
+    last committed one (``commits/``); ``None``: none yet, or not readable here."""
+
+    last_batch: int | None = None
+    committed_batch: int | None = None
+
+
+def read_checkpoint(location: str) -> CheckpointState:
+    """Read a query's checkpoint log where this process can (a local path or a
+    ``file:`` URI), which also brings it into the page cache before the query
+    starts; elsewhere (``s3a://``, ``hdfs://``) the query reads it when it starts."""
+    if location.startswith("file:"):
+        location = location.removeprefix("file:").removeprefix("//")
+    elif _URI_SCHEME.match(location):
+        return CheckpointState()
+    return CheckpointState(
+        _last_batch(os.path.join(location, "offsets")),
+        _last_batch(os.path.join(location, "commits")),
+    )
+
+
+def _last_batch(directory: str) -> int | None:
+    """The highest batch id among a checkpoint log's files (``0``, ``1``, ...), read."""
+    try:
+        batches = [int(name) for name in os.listdir(directory) if name.isdigit()]
+    except OSError:
+        return None
+    if not batches:
+        return None
+    last = max(batches)
+    with contextlib.suppress(OSError), open(os.path.join(directory, str(last)), "rb") as file:
+        file.read()
+    return last
 
 
 async def _start(writer: Any) -> Any:

@@ -9,7 +9,18 @@ Where Spark runs, in order of precedence:
 * otherwise ``local[*]``: every core of this machine.
 
 Starting the JVM takes seconds (10-20 s on two cores), so the session is made
-once, lazily, by the first shard that needs it, and stopped when the app stops.
+once, by the plugin before the daemon joins its group (or by the first shard
+that needs it), and stopped when the app stops.
+
+A JVM's first streaming query pays more again: its start (the streaming engine,
+the Python callback server for ``foreachBatch``) and its first micro-batch (code
+generation, the first shuffle) took 10-20 s each on a loaded 2-core machine,
+against 0.3 s and 1-2 s once a query has run.  :meth:`SessionHolder.warm_up`
+runs one tiny query (Spark's ``rate-micro-batch`` source, one batch, a small
+aggregation collected in ``foreachBatch``, a scratch checkpoint) once per session, before the daemon
+joins and before a warming shard says it is ready, so that a shard's query
+does not pay it after its cut-over.  A Connect session needs none: the server
+runs queries already.
 
 A Spark Connect server closes a client's session after its idle timeout
 (``spark.connect.session.manager.defaultSessionTimeout``, 60 min: a daemon that
@@ -23,7 +34,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import threading
+import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +106,10 @@ def parse_conf(text: str) -> dict[str, str]:
     return conf
 
 
+#: How long the warm-up query may take before it is given up (logged, not fatal).
+WARM_UP_TIMEOUT_S = 180.0
+
+
 class SessionHolder:
     """Makes the SparkSession once (thread-safe) and stops it at the end."""
 
@@ -100,6 +118,37 @@ class SessionHolder:
         self.checkpoint_root = checkpoint_root  # logged with the session's start
         self._lock = threading.Lock()
         self._session: Any = None
+        self._warm_lock = threading.Lock()
+        self._warmed: Any = None  # the session the warm-up query ran in
+
+    def warm_up(self) -> None:
+        """Make the session, then run the warm-up query in it once (see the module's
+        docstring; blocking: call it from a thread).  A warm-up that fails or takes
+        over ``WARM_UP_TIMEOUT_S`` is logged (``spark.warm_up_failed``): the shard's
+        own query pays the rest."""
+        session = self.get()
+        if self.options.remote:
+            return
+        with self._warm_lock:
+            if self._warmed is session:
+                return
+            began = time.monotonic()
+            try:
+                _run_warm_up_query(session, WARM_UP_TIMEOUT_S)
+            except Exception as exc:
+                log.warning(
+                    "spark.warm_up_failed",
+                    app=self.options.app_name,
+                    error=_first_line(exc),
+                    then="the first shard's query starts cold",
+                )
+            else:
+                log.info(
+                    "spark.session_warmed",
+                    app=self.options.app_name,
+                    seconds=round(time.monotonic() - began, 1),
+                )
+            self._warmed = session
 
     @property
     def started(self) -> bool:
@@ -185,6 +234,37 @@ class SessionHolder:
                 log.warning("spark.query_stop_failed", name=query.name, error=_first_line(exc))
         session.stop()
         log.info("spark.session_stopped", app=self.options.app_name)
+
+
+def _touch_batch(batch: Any, batch_id: int) -> None:
+    """The warm-up query's sink: a small aggregation, collected (a shuffle, code
+    generation and rows back in Python, as a shard's ``foreachBatch`` does)."""
+    batch.groupBy((batch["value"] % 4).alias("k")).count().collect()
+
+
+def _run_warm_up_query(session: Any, timeout_s: float) -> None:
+    """One streaming query of one batch of rows (Spark's ``rate-micro-batch``
+    source, ``availableNow``) through ``foreachBatch``, on a scratch checkpoint."""
+    with tempfile.TemporaryDirectory(prefix="workgroup-spark-warm-up-") as scratch:
+        query = (
+            session.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", 100)
+            .load()
+            .writeStream.foreachBatch(_touch_batch)
+            .queryName(f"workgroup-warm-up-{uuid.uuid4().hex[:8]}")
+            .option("checkpointLocation", os.path.join(scratch, "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            if not query.awaitTermination(timeout_s):
+                raise TimeoutError(f"the warm-up query did not end in {timeout_s:g} s")
+            failure = query.exception()
+            if failure is not None:
+                raise RuntimeError(f"the warm-up query failed: {failure}")
+        finally:
+            with contextlib.suppress(Exception):
+                query.stop()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -76,8 +76,15 @@ class FencedWriter:
         self.write = write
         self.timeout_s = timeout_s
         self.fence_ttl_s = fence_ttl_s
-        self.kind, self.key, self.token = holder.kind, holder.key, holder.token
+        self.kind, self.key = holder.kind, holder.key
+        self._token = holder.token
         self.__name__ = f"fenced_{getattr(write, '__name__', 'write')}"
+
+    @property
+    def token(self) -> int:
+        """The lease's token now: a writer built while the lease warmed up (no token
+        yet) writes under the token taken at the cut-over."""
+        return self.lease.token if self.lease is not None else self._token
 
     def __getstate__(self) -> dict[str, Any]:
         # The lease (an event loop, a coordinator connection) stays in the daemon;
@@ -85,7 +92,8 @@ class FencedWriter:
         fence = self.fence
         if fence is None and self.lease is not None:
             fence = self.lease.fence(ttl_s=self.fence_ttl_s)
-        return {**self.__dict__, "lease": None, "fence": fence}
+        token = self.lease.token if self.lease is not None else self._token
+        return {**self.__dict__, "lease": None, "fence": fence, "_token": token}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

@@ -274,6 +274,24 @@ def test_a_closing_member_takes_nothing_it_is_handed() -> None:
     assert m.releasing == {S0, S1}
 
 
+def test_a_closing_member_handed_its_own_resources_again_waits_for_its_releases() -> None:
+    m = make()
+    now = to_stable(m)
+    ack_callbacks(m, m.close(now + 1), now + 2)
+    join = sent(m.tick(now + 1 + RELEASE_WINDOW_MS))
+    # The leader keeps them with this member while their next owner warms up: a
+    # JoinGroup now would get the same generation and assignment back, again and again.
+    actions = join_and_sync(m, join, now + 200, 6, (S0, S1))
+    assert not only(actions, SendRequest)
+    assert m.releasing == {S0, S1}
+    # Nothing until a release asks for the round that hands it over.
+    now, other = heartbeat_until(m, now + 200, now + 3_000)
+    assert not [a for a in other if isinstance(a, SendRequest)]
+    follow_up = sent(m.released(now + 1, [S0]))
+    assert isinstance(follow_up.request, JoinGroup)
+    assert metadata(follow_up).owned == (S1,)
+
+
 def test_a_resource_handed_back_while_releasing_is_owned_again() -> None:
     m = make()
     now = to_stable(m, (S0, S1, S2))

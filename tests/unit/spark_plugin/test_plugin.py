@@ -24,7 +24,7 @@ from tests.unit.runtime.test_lease import FakeStore
 from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
 from workgroup.plugins import installed
 from workgroup.runtime.errors import LeaseLostError
-from workgroup.runtime.lease import EndReason, Lease, Slot
+from workgroup.runtime.lease import Committed, EndReason, Lease, Slot
 from workgroup_spark import (
     BatchProgress,
     JavaMissingError,
@@ -38,7 +38,7 @@ from workgroup_spark import (
     write_batch_parquet,
 )
 from workgroup_spark.progress import SparkMetrics
-from workgroup_spark.query import ShardQuery
+from workgroup_spark.query import CheckpointState, ShardQuery, read_checkpoint
 from workgroup_spark.session import SessionOptions
 
 # --- entry point and options ---------------------------------------------------------
@@ -396,6 +396,9 @@ class FakeSession:
         self.made += 1
         return "spark-session"
 
+    def warm_up(self) -> None:
+        self.get()
+
     def forget_if_gone(self, error: BaseException) -> bool:
         self.failures.append(error)
         return False
@@ -569,3 +572,170 @@ def test_stopping_a_session_whose_jvm_is_gone_is_not_a_failure() -> None:
         holder.stop()  # no exception: the JVM went with a SIGTERM to the process group
     assert [e["event"] for e in logs] == ["spark.session_gone"]
     assert not holder.started
+
+
+# --- warm-ups (planned moves) ----------------------------------------------------------
+
+
+def _warming_lease(store: FakeStore, ready: list[str]) -> Lease:
+    return Lease(
+        "etl.shard",
+        "shard",
+        "s-0",
+        slot=Slot("t", 0),
+        store=store,
+        role="warming",
+        commit_timeout_s=2,
+        ready_sink=lambda: ready.append("ready"),
+    )
+
+
+def test_a_query_worker_warms_up_and_its_daemon_starts_spark_before_joining() -> None:
+    app = workgroup.App("etl")
+    spark = app.use("spark")
+
+    @spark.query("shard")
+    def build(session: Any, lease: Lease) -> Any:
+        raise AssertionError("not called at registration")
+
+    assert app.workers["shard"].warm_up is True
+    assert app.startups == [spark._start_session]
+    cold = workgroup.App("etl-cold")
+    cold_spark = cold.use("spark", start_before_join=False)
+    cold_spark.query("shard", warm_up=False)(build)
+    assert cold.workers["shard"].warm_up is False
+    assert cold.startups == []
+
+
+def test_warm_ups_can_be_turned_off_for_the_whole_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKGROUP_SPARK_WARM_UP", "0")
+    app = workgroup.App("etl")
+    app.use("spark").query("shard")(lambda session, lease: None)
+    assert app.workers["shard"].warm_up is False
+    assert app.startups == []  # today's plain moves: the first shard starts the session
+    monkeypatch.setenv("WORKGROUP_SPARK_WARM_UP", "maybe")
+    with pytest.raises(ConfigError, match=r"WORKGROUP_SPARK_WARM_UP='maybe': say 1 or 0"):
+        workgroup.App("etl").use("spark")
+
+
+def test_a_session_that_cannot_start_before_joining_is_logged_not_fatal() -> None:
+    from workgroup.testing import capture_logs
+
+    app = workgroup.App("etl")
+    spark = app.use("spark")
+
+    def refuse() -> Any:
+        raise RuntimeError("Java gateway process exited\nbefore sending its port")
+
+    spark.session.get = refuse  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        spark._start_session()
+    [event] = [e for e in logs if e["event"] == "spark.session_failed"]
+    assert event["error"] == "RuntimeError: Java gateway process exited"
+
+
+async def test_a_warming_shard_prepares_then_starts_its_query_at_the_cut_over(
+    tmp_path: Path,
+) -> None:
+    checkpoint = tmp_path / "shard" / "s-0"
+    for log_dir, batches in (("offsets", 3), ("commits", 2)):
+        (checkpoint / log_dir).mkdir(parents=True)
+        for batch in range(batches):
+            (checkpoint / log_dir / str(batch)).write_text("v1\n{}")
+    store = FakeStore()
+    ready: list[str] = []
+    lease = _warming_lease(store, ready)
+    writer = FakeWriter()
+    built: list[tuple[str, int]] = []
+
+    def build(session: Any, held: Lease) -> Any:
+        built.append((held.role, held.token))
+        return writer
+
+    handler = ShardQuery(
+        app_name="etl",
+        build=build,
+        session=FakeSession(),  # type: ignore[arg-type]
+        checkpoint_root=lambda: str(tmp_path),
+        metrics=SparkMetrics(),
+        poll_interval_s=0.02,
+    )
+    from workgroup.testing import capture_logs
+
+    with capture_logs() as logs:
+        task = asyncio.create_task(handler(lease))
+        await _until(lambda: ready == ["ready"])
+        # Ready: the session made and the checkpoint read; nothing built or started.
+        await asyncio.sleep(0.1)
+        assert handler.session.made == 1  # type: ignore[attr-defined]
+        assert built == []
+        assert writer.query is None
+        [warmed] = [e for e in logs if e["event"] == "spark.query_warmed"]
+        assert (warmed["last_batch"], warmed["committed_batch"]) == (2, 1)
+        # The cut-over: the runner promotes the lease and takes its token.
+        store.offsets[lease.slot] = Committed(4, "")  # the previous owner's token
+        lease.promote()
+        await lease.acquire()
+        await _until(lambda: writer.query is not None)
+        # Built once the lease is active, with the token taken at the cut-over.
+        assert built == [("active", 5)]
+        assert writer.options["checkpointLocation"] == str(checkpoint)
+        assert writer.name == "etl.shard.s-0"
+        lease.end(EndReason.REVOKED, grace_s=2.0)
+        await asyncio.wait_for(task, 5)
+    assert writer.query is not None
+    assert writer.query.stopped_at is not None
+
+
+async def test_a_warm_up_called_off_never_starts_the_query(tmp_path: Path) -> None:
+    ready: list[str] = []
+    lease = _warming_lease(FakeStore(), ready)
+    writer = FakeWriter()
+    task = asyncio.create_task(shard_query(writer)(lease))
+    await _until(lambda: ready == ["ready"])
+    lease.end(EndReason.WARMUP_ENDED)  # the move went away: the owner keeps the shard
+    await asyncio.wait_for(task, 5)
+    assert writer.query is None
+
+
+def test_a_checkpoint_is_read_where_this_process_can(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text("v1")
+    (tmp_path / "offsets" / ".0.crc").write_text("x")
+    assert read_checkpoint(str(tmp_path)) == CheckpointState(0, None)
+    assert read_checkpoint(f"file://{tmp_path}") == CheckpointState(0, None)
+    assert read_checkpoint(str(tmp_path / "never-run")) == CheckpointState()
+    assert read_checkpoint("s3a://bucket/ckpt/shard/s-0") == CheckpointState()
+
+
+def test_a_session_is_warmed_up_once_and_a_failed_warm_up_is_only_logged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import workgroup_spark.session as session_module
+    from workgroup.testing import capture_logs
+    from workgroup_spark.session import SessionHolder
+
+    runs: list[Any] = []
+
+    def run(session: Any, timeout_s: float) -> None:
+        runs.append(session)
+        if len(runs) == 2:
+            raise RuntimeError("the warm-up query failed: out of memory\nat ...")
+
+    monkeypatch.setattr(session_module, "_run_warm_up_query", run)
+    holder = SessionHolder(SessionOptions("etl"))
+    sessions = iter(["first", "second"])
+    monkeypatch.setattr(holder, "_make", lambda: next(sessions))
+    holder.warm_up()
+    holder.warm_up()
+    assert runs == ["first"]  # once per session
+    holder._session = None  # a new session (a Connect session the server closed)
+    with capture_logs() as logs:
+        holder.warm_up()  # fails: logged, the shard's query starts cold
+    assert runs == ["first", "second"]
+    [failed] = [e for e in logs if e["event"] == "spark.warm_up_failed"]
+    assert failed["error"] == "RuntimeError: the warm-up query failed: out of memory"
+    remote = SessionHolder(SessionOptions("etl", remote="sc://127.0.0.1:15002"))
+    monkeypatch.setattr(remote, "_make", lambda: "connect-session")
+    remote.warm_up()  # the server runs queries already: nothing to warm
+    assert runs == ["first", "second"]
