@@ -54,6 +54,9 @@ LEAVING_TAG = "workgroup.leaving"
 #: Metadata tag of a draining member: it stays in the group and takes nothing,
 #: its resources move to others (with warm-ups: :mod:`~workgroup.member.warmup`).
 DRAINING_TAG = "workgroup.draining"
+#: Metadata tag of a member asking for a round with nothing else changed (its
+#: value counts the asks): a coordinator rebalances only for changed metadata.
+ASKS_TAG = "workgroup.asks"
 #: Metadata tag of a member that refuses some resources for a while (a handler
 #: that kept failing there, ``on_failure="release"``): a JSON list of
 #: ``[kind, key]`` pairs.  The leader moves them to another member that takes
@@ -559,6 +562,7 @@ def apply_refusals(
 
 
 __all__ = [
+    "ASKS_TAG",
     "DRAINING_TAG",
     "LEAVING_TAG",
     "MAX_ROUNDS",

@@ -194,7 +194,13 @@ Rules:
 15. Drain (:meth:`MemberMachine.drain`): a draining member stays in the group
    and takes nothing (tag ``workgroup.draining``); the leader moves what it
    owns to others, with warm-ups where they can.  Undraining rejoins to take
-   work again.
+   work again.  A static member restarted after draining to stop may be
+   answered, without a rebalance, with the empty assignment it had drained to
+   (Kafka's coordinator does not rebalance for a known static member): a static
+   member whose first assignment in a process is empty while its catalog lists
+   work of its kinds asks for one round, with a tag ``workgroup.asks`` counting
+   such asks (a known member's JoinGroup with unchanged metadata gets the
+   same generation back).
 16. Moves by reason (:mod:`~workgroup.member.moves`): as leader, each round's
    final plan is classified (why each move begins, with a warm-up or plain),
    logged as ``member.moves`` and counted in :attr:`MemberMachine.moves_total`.
@@ -257,6 +263,7 @@ from workgroup.member.errors import (
 from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
 from workgroup.member.heartbeat import HeartbeatTimer
 from workgroup.member.leader import (
+    ASKS_TAG,
     DRAINING_TAG,
     LEAVING_TAG,
     REFUSES_TAG,
@@ -401,6 +408,10 @@ class MemberMachine:
         self._ready: set[Resource] = set()
         #: Draining: stay in the group, take nothing (rule 15).
         self._draining = False
+        #: No assignment was applied yet in this process (rule 15).
+        self._first_assignment = True
+        #: Rounds asked for with metadata changed only to be seen (tag ``workgroup.asks``).
+        self._asked_rounds = 0
         #: As leader: the moves begun, by reason and how (member/moves.py).
         self._moves = MoveCounter()
 
@@ -1314,6 +1325,7 @@ class MemberMachine:
                         **self._departing_tag,
                         **self._draining_tag,
                         **self._refuses_tag,
+                        **({ASKS_TAG: str(self._asked_rounds)} if self._asked_rounds else {}),
                     }.items()
                 )
             ),
@@ -1784,6 +1796,25 @@ class MemberMachine:
             # round (rule 9).  A JoinGroup now, with the same metadata, gets the same
             # generation and the same assignment back, round after round.
             self._request_rejoin("the leader asked for another round")
+        if self._first_assignment:
+            self._first_assignment = False
+            if self._restarted_static_member_idle(data):
+                # Metadata the coordinator has not seen: a known member's JoinGroup
+                # with the same metadata gets the same generation back.
+                self._asked_rounds += 1
+                self._request_rejoin("a restarted static member was handed nothing")
+
+    def _restarted_static_member_idle(self, data: AssignmentData) -> bool:
+        """Rule 15: a static member's first assignment in this process is empty
+        while it takes work: a coordinator that answered its restart with the
+        assignment it had before (no rebalance, as Kafka does for a static
+        member) may have handed it what it held while draining to stop."""
+        if self.config.instance_id is None or data.assigned or data.warming:
+            return False
+        if self._draining or self._handing_over or self.state is not State.STABLE:
+            return False
+        kinds = self.config.kinds
+        return any(keys for kind, keys in self._catalog.items() if kinds is None or kind in kinds)
 
     def _on_heartbeat(self, now: int, pending: Pending, result: HeartbeatResult) -> None:
         if not self._generation.answers_to(pending.generation):

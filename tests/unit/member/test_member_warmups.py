@@ -280,3 +280,25 @@ def test_an_older_member_in_the_group_gets_plain_moves(sim: Simulation) -> None:
     assert warmer.run_until(lambda: sim.stable() and len(sim.assignment()["new"]) == 6)
     assert not warmer.warmed
     sim.check_exclusive()
+
+
+def test_a_static_member_restarted_after_draining_to_stop_takes_work_again() -> None:
+    """The embedded coordinator, as Kafka's, answers a known static member's restart
+    with its last assignment and no rebalance: empty, after draining to stop.  The
+    restarted member asks for a round (rule 15) and takes work again."""
+    sim = Simulation(EmbeddedCoordinator())
+    warmer = Warmer(sim)
+    sim.add("a", config(instance_id="a"), CATALOG)
+    sim.add("b", config(instance_id="b"), CATALOG)
+    assert warmer.run_until(sim.stable)
+    b = sim.members["b"]
+    sim._apply(b, b.machine.drain(sim.now))
+    assert warmer.run_until(lambda: sim.stable() and not sim.assignment()["b"])
+    sim.kill("b")  # the process exits (a static member sends no LeaveGroup)
+    generation = sim.generation()
+    sim.add("b", config(instance_id="b"), CATALOG)
+    assert warmer.run_until(
+        lambda: sim.stable() and len(sim.assignment().get("b", ())) == 6, limit_ms=30_000
+    ), sim.assignment()
+    assert sim.generation() > generation
+    sim.check_exclusive()
