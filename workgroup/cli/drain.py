@@ -150,10 +150,18 @@ def check_not_last(
     )
 
 
-def progress_of(description: GroupDescription, member_id: str) -> Progress | None:
-    """The member's progress (``None``: it is no longer in the group)."""
+def progress_of(
+    description: GroupDescription, member_id: str | None, *, instance_id: str | None = None
+) -> Progress | None:
+    """The progress of the member with ``member_id`` (or, given ``instance_id``,
+    of whichever member has that instance id: a restarted one has a new member
+    id); ``None``: no such member in the group."""
     for m in description.members:
-        if m.member_id != member_id:
+        if (
+            (m.instance_id != instance_id)
+            if instance_id is not None
+            else (m.member_id != member_id)
+        ):
             continue
         owns = sum(len(keys) for keys in (m.assignment or {}).values())
         warming = sum(len(keys) for keys in m.warming.values())
@@ -175,17 +183,27 @@ async def wait_for(
     timeout_s: float,
     say: Callable[[str], None],
     poll_s: float = POLL_S,
+    instance_id: str | None = None,
 ) -> Progress:
-    """Describe until ``done(progress)``; say each change; :class:`DrainTimeoutError`."""
+    """Describe until ``done(progress)``; say each change; :class:`DrainTimeoutError`.
+    A member named by ``instance_id`` is followed across restarts (absent meanwhile:
+    waited for); one named by member id that leaves is :class:`UnknownMemberError`."""
     last: Progress | None = None
+    absent_said = False
     started = time.monotonic()
     try:
         async with asyncio.timeout(timeout_s):
             while True:
                 description = await describe()
-                progress = progress_of(description, member_id)
-                if progress is None:
+                progress = progress_of(description, member_id, instance_id=instance_id)
+                if progress is None and instance_id is None:
                     raise UnknownMemberError(f"member {member_id} left group {description.group!r}")
+                if progress is None:
+                    if not absent_said:
+                        say(f"instance {instance_id} is not in the group now: waiting for it")
+                        absent_said = True
+                    await asyncio.sleep(poll_s)
+                    continue
                 if progress != last:
                     say(f"{time.monotonic() - started:6.1f}s  {progress}")
                     last = progress
@@ -246,6 +264,7 @@ async def drain(
             lambda p: p.drained,
             timeout_s=wait_timeout_s,
             say=say,
+            instance_id=target.id if target.by == "instance" else None,
         )
         say(f"drained: {progress}")
 
@@ -298,6 +317,7 @@ async def undrain(
             lambda p: p.undrained,
             timeout_s=wait_timeout_s,
             say=say,
+            instance_id=target.id if target.by == "instance" else None,
         )
 
 

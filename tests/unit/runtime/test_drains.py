@@ -22,6 +22,7 @@ from workgroup.cli.drain import (
     drained_members,
     find_member,
     progress_of,
+    wait_for,
 )
 from workgroup.coordinator.acl import DRAIN_GROUP_PREFIX, drained_group_of
 from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
@@ -326,3 +327,28 @@ def test_exactly_one_way_to_name_the_member(command: str, args: list[str]) -> No
     result = CliRunner().invoke(main, [command, "g", *args, "--bootstrap", "127.0.0.1:1"])
     assert result.exit_code == 2
     assert "exactly one of --instance-id, --member-id" in result.output
+
+
+async def test_waiting_on_an_instance_follows_it_across_a_restart() -> None:
+    """undrain --wait right after a restart: the old member leaves, the restarted
+    one (same instance id, new member id) joins; the wait follows the instance."""
+    answers = [
+        group_of(described("a-1", "a", draining=True), described("b-1", "b", owns=3)),
+        group_of(described("b-1", "b", owns=3)),  # a is restarting
+        group_of(described("a-2", "a"), described("b-1", "b", owns=3)),
+    ]
+    said: list[str] = []
+
+    async def describe() -> GroupDescription:
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+    progress = await wait_for(
+        describe, "a-1", lambda p: p.undrained, timeout_s=5, say=said.append, poll_s=0,
+        instance_id="a",
+    )  # fmt: skip
+    assert progress == Progress("Stable", False, 0, 0)
+    assert any("instance a is not in the group now" in line for line in said)
+    with pytest.raises(UnknownMemberError, match="a-1 left"):
+        await wait_for(
+            describe, "a-1", lambda p: p.undrained, timeout_s=5, say=said.append, poll_s=0
+        )
