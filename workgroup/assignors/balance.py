@@ -556,8 +556,10 @@ class _LoadIndex:
             ]
         except KeyError:  # some resource is not measured
             values = self.values(list(chain.from_iterable(zip(*lists, strict=False))))
+        # fsum: exact, so a total does not depend on the order it is summed in
+        # (the same as _sum_loads's, and so the same moves).
         return [
-            sum(values[column::width]) + sum(self.values(resources[rows:]))
+            math.fsum(chain(values[column::width], self.values(resources[rows:])))
             for column, resources in enumerate(lists)
         ]
 
@@ -576,13 +578,12 @@ def _sum_loads(resources: list[Resource], loads: Mapping[Resource, float], defau
     values = list(map(loads.get, resources))
     if None not in values:
         return math.fsum(values)  # type: ignore[arg-type]
-    total = 0.0
-    for resource, value in zip(resources, values, strict=True):
-        if value is not None:
-            total += value
-        elif not resource[0].endswith(STANDBY_SUFFIX):
-            total += default
-    return total
+    return math.fsum(
+        value
+        if value is not None
+        else (0.0 if resource[0].endswith(STANDBY_SUFFIX) else default)
+        for resource, value in zip(resources, values, strict=True)
+    )
 
 
 def fewest_moves(
