@@ -579,9 +579,7 @@ def _sum_loads(resources: list[Resource], loads: Mapping[Resource, float], defau
     if None not in values:
         return math.fsum(values)  # type: ignore[arg-type]
     return math.fsum(
-        value
-        if value is not None
-        else (0.0 if resource[0].endswith(STANDBY_SUFFIX) else default)
+        value if value is not None else (0.0 if resource[0].endswith(STANDBY_SUFFIX) else default)
         for resource, value in zip(resources, values, strict=True)
     )
 
