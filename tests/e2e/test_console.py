@@ -103,8 +103,12 @@ async def test_the_console_shows_groups_owners_and_a_kill_as_a_move(
         resources = page.locator("#resources tbody tr")
         await expect(resources).to_have_count(SHARDS, timeout=60_000)
         await expect(page.locator("#resources td.nobody")).to_have_count(0, timeout=60_000)
-        owners = await page.locator("#resources tbody tr td:nth-child(4)").all_inner_texts()
-        assert set(owners) == {"a", "b"}
+        # Every resource is owned once a joined, before b's cooperative round hands it
+        # its share: wait for both owners.
+        owner_cells = page.locator("#resources tbody tr td:nth-child(4)")
+        async with asyncio.timeout(60):
+            while set(await owner_cells.all_inner_texts()) != {"a", "b"}:  # noqa: ASYNC110 (polls the page)
+                await asyncio.sleep(0.3)
         # Each member's advertised endpoint, each resource's token and checkpoint.
         endpoints = await page.locator("#members tbody tr td:nth-child(4)").all_inner_texts()
         assert sorted(endpoints) == sorted(f"127.0.0.1:{p}" for p in ports.values())

@@ -197,8 +197,8 @@ Rules:
    work again.  A static member restarted after draining to stop may be
    answered, without a rebalance, with the empty assignment it had drained to
    (Kafka's coordinator does not rebalance for a known static member): a static
-   member whose first assignment in a process is empty while its catalog lists
-   work of its kinds asks for one round, with a tag ``workgroup.asks`` counting
+   member whose first assignment in a process is empty, nothing withheld,
+   while its catalog lists work of its kinds asks for one round, with a tag ``workgroup.asks`` counting
    such asks (a known member's JoinGroup with unchanged metadata gets the
    same generation back).
 16. Moves by reason (:mod:`~workgroup.member.moves`): as leader, each round's
@@ -1809,8 +1809,8 @@ class MemberMachine:
         while it takes work: a coordinator that answered its restart with the
         assignment it had before (no rebalance, as Kafka does for a static
         member) may have handed it what it held while draining to stop."""
-        if self.config.instance_id is None or data.assigned or data.warming:
-            return False
+        if self.config.instance_id is None or data.assigned or data.warming or data.pending:
+            return False  # a follow-up round is due anyway when something was withheld
         if self._draining or self._handing_over or self.state is not State.STABLE:
             return False
         kinds = self.config.kinds

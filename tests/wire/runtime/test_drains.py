@@ -127,7 +127,8 @@ async def test_drain_moves_shards_with_warm_ups_and_undrain_takes_work_again(
             assert timeline.warmed.get(key) == ["b"], timeline.warmed
         gaps = cut_over_gaps(timeline, moved)
         assert len(gaps) == len(moved)
-        assert max(gaps) < PREPARE_S / 2, gaps
+        # Warm: shorter than the preparation a plain move adds after the old holder stops.
+        assert max(gaps) < PREPARE_S, gaps
         print("drain cut-over gaps (s):", sorted(round(g, 3) for g in gaps))
         # Draining it again says so.
         again = await cli(["drain", group, "--instance-id", "a", "--bootstrap", backend.bootstrap])
@@ -204,7 +205,8 @@ async def test_drain_on_stop_hands_everything_over_warmed_up_before_stopping(
         for key in moved:
             assert timeline.warmed.get(key) == ["b"], timeline.warmed
         gaps = cut_over_gaps(timeline, moved)
-        assert max(gaps) < PREPARE_S / 2, gaps
+        # Warm: shorter than the preparation a plain move adds after the old holder stops.
+        assert max(gaps) < PREPARE_S, gaps
         print("drain-on-stop cut-over gaps (s):", sorted(round(g, 3) for g in gaps))
     timeline.check_exclusive()
 
