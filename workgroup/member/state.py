@@ -198,9 +198,9 @@ Rules:
    answered, without a rebalance, with the empty assignment it had drained to
    (Kafka's coordinator does not rebalance for a known static member): a static
    member whose first assignment in a process is empty, nothing withheld,
-   while its catalog lists work of its kinds asks for one round, with a tag ``workgroup.asks`` counting
-   such asks (a known member's JoinGroup with unchanged metadata gets the
-   same generation back).
+   while its catalog lists work of its kinds asks for one round, with a tag
+   ``workgroup.asks`` counting such asks (a known member's JoinGroup with
+   unchanged metadata gets the same generation back).
 16. Moves by reason (:mod:`~workgroup.member.moves`): as leader, each round's
    final plan is classified (why each move begins, with a warm-up or plain),
    logged as ``member.moves`` and counted in :attr:`MemberMachine.moves_total`.
