@@ -431,11 +431,17 @@ async def test_on_tansu_a_drained_instance_takes_nothing_until_undrained(tansu: 
 
 @pytest.mark.tansu
 @pytest.mark.xfail(
-    strict=True,
+    # Not strict: it passes now and then, by a race inside Tansu that no client
+    # setting controls (seen once in a full suite run, never in 11 runs alone).
+    strict=False,
     reason="Tansu: a static member that rejoins a Stable group with changed metadata (its "
     "warm-ups ready) gets the current generation back and no rebalance starts (Kafka "
     "rebalances when a static follower's metadata changed), so the leader never sees the "
-    "warm-ups ready and they never cut over; dynamic members are not affected",
+    "warm-ups ready and they never cut over; dynamic members are not affected. Tansu then "
+    "holds that member's SyncGroup for the whole session timeout and answers "
+    "REBALANCE_IN_PROGRESS, over and over; it passes only when the leader's heartbeat "
+    "lands in the moment between the end of that hold and the member's next JoinGroup, "
+    "when Tansu counts the member's heartbeat as missed and tells the leader to rejoin",
 )
 async def test_on_tansu_an_undrained_instance_takes_over_its_warmed_up_shards(
     tansu: Backend,
