@@ -44,7 +44,9 @@ subscribes to, until none is left (Kafka's ``isBalanced`` then holds); then
 chains of moves (``a -> b -> c``, where ``b``'s load does not change) until no
 member can pass one resource to a member holding two fewer.  Resources their
 holder received in this rebalance move before the ones it kept, so a member
-that joins takes from the busiest members exactly what balance requires.
+that joins takes from the busiest members exactly what balance requires; of
+the ones it kept, the lowest key positions move first and it keeps its highest
+(Kafka moves partitions in partition order).
 Guarantees: valid; balanced in Kafka's sense (nobody holds a kind that a
 subscriber with two fewer takes); without rack matching, the largest load is
 the smallest the subscriptions allow and the loads are an optimal
@@ -85,7 +87,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import filterfalse, pairwise
 from operator import itemgetter
 
@@ -99,7 +101,7 @@ from workgroup.assignors._common import (
 )
 from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
 from workgroup.kafka.java import java_hashmap_order
-from workgroup.types import Resource
+from workgroup.types import Key, Resource
 
 
 class StickyAssignor:
@@ -452,7 +454,7 @@ def _general(data: AssignmentInput, members: list[MemberInfo]) -> Assignment:
             place(resource, mid)
             heapq.heapreplace(heap, (count + 1, breadth, mid))
 
-    _Balancer(assignment, owner, kept_by, load, subscribers, kinds_of, racks).run()
+    _Balancer(assignment, owner, kept_by, load, subscribers, kinds_of, racks, data.resources).run()
     if racks.enabled and not _place_for_locality(assignment, kept_by, kinds_of, racks, subscribers):
         _trade_for_locality(assignment, kept_by, kinds_of, racks)
     return assignment
@@ -1051,7 +1053,8 @@ class _Balancer:
     (they all hold at least ``load - 1``, and no later chain can pass through
     them, since it would have to end among them), so no member is searched from
     twice in vain and stuck members are not searched through.  Resources their
-    holder did not own before this rebalance move first.
+    holder did not own before this rebalance move first, then the kept ones
+    with the lowest key positions.
     """
 
     def __init__(
@@ -1063,8 +1066,10 @@ class _Balancer:
         subscribers: dict[str, list[str]],
         kinds: dict[str, frozenset[str]],
         racks: RackInfo,
+        keys: Mapping[str, Sequence[Key]],
     ) -> None:
         self.assignment = assignment
+        self.keys = keys
         self.kinds = kinds
         self.owner = owner
         self.kept_by = kept_by
@@ -1077,6 +1082,11 @@ class _Balancer:
         self._received: dict[str, dict[str, int]] = {}
         self.stuck: set[str] = set()
         self.changed: set[str] = set()
+        #: ``member -> kind -> resources it kept, highest key position first``
+        #: (a stack: the lowest is given first), built on demand.
+        self._kept: dict[str, dict[str, list[Resource]]] = {}
+        #: ``kind -> key -> position`` for kinds whose keys are not a range.
+        self._positions: dict[str, dict[Key, int]] = {}
 
     def run(self) -> None:
         if not self.load:
@@ -1243,7 +1253,7 @@ class _Balancer:
     def _resource_to_give(self, kind: str, giver: str, taker: str) -> Resource:
         """A resource of ``kind`` that ``giver`` holds: one it received in this
         rebalance if it has one (with racks, one on ``taker``'s rack if possible),
-        else the last it kept."""
+        else the one it kept with the lowest key position."""
         owner = self.owner
         kept_by = self.kept_by
         fallback: Resource | None = None
@@ -1252,12 +1262,46 @@ class _Balancer:
             resource = resources[index]
             if resource[0] != kind or owner[resource] != giver:
                 continue
-            if not self.racks.enabled or kept_by.get(resource) == giver:
-                return fallback or resource
-            if self.racks.matches(taker, resource):
+            if kept_by.get(resource) == giver:
+                return fallback or self._lowest_kept(kind, giver)
+            if not self.racks.enabled or self.racks.matches(taker, resource):
                 return resource
             if fallback is None:
                 fallback = resource
         if fallback is None:
             raise AssertionError(f"sticky assignment: {giver} holds no {kind} to give")
         return fallback
+
+    def _lowest_kept(self, kind: str, giver: str) -> Resource:
+        """The resource of ``kind`` that ``giver`` kept with the lowest key
+        position: Kafka moves partitions in partition order, so an overloaded
+        member keeps its highest ones."""
+        owner = self.owner
+        stacks = self._kept.setdefault(giver, {})
+        for attempt in range(2):
+            stack = stacks.get(kind)
+            if stack is None or attempt:
+                # Built per kind on first use: a giver usually gives few kinds.
+                kept_by = self.kept_by
+                stack = stacks[kind] = [
+                    r
+                    for r in self.assignment[giver]
+                    if r[0] == kind and owner[r] == giver and kept_by.get(r) == giver
+                ]
+                if len(stack) > 1:
+                    stack.sort(key=self._position_in(kind), reverse=True)
+            while stack:
+                resource = stack.pop()
+                if owner[resource] == giver:
+                    return resource
+        raise AssertionError(f"sticky assignment: {giver} kept no {kind} to give")
+
+    def _position_in(self, kind: str) -> Callable[[Resource], int]:
+        keys = self.keys[kind]
+        if isinstance(keys, range):  # the keys are its ints: no table needed
+            start, step = keys.start, keys.step
+            return lambda resource: (int(resource[1]) - start) // step
+        positions = self._positions.get(kind)
+        if positions is None:
+            positions = self._positions[kind] = {key: i for i, key in enumerate(keys)}
+        return lambda resource: positions[resource[1]]

@@ -11,7 +11,7 @@ from assignor_inputs import check_valid, member
 
 from workgroup.assignors import sticky as sticky_module
 from workgroup.assignors.base import AssignmentInput
-from workgroup.assignors.sticky import CooperativeStickyAssignor, StickyAssignor
+from workgroup.assignors.sticky import CooperativeStickyAssignor, StickyAssignor, first_round
 from workgroup.types import Resource
 
 TOPICS = {"t1": 6, "t2": 7, "t3": 2}
@@ -154,6 +154,65 @@ def test_rack_aware_assignment_with_non_equal_subscription(assignor: StickyAssig
         if rack not in resource_racks[r]
     ]
     assert len(off_rack) == 4, off_rack
+
+
+@pytest.mark.parametrize(
+    "consumer_racks", [racks(3), [None, None, None]], ids=["racks-match", "no-racks"]
+)
+def test_cooperative_rounds_from_misaligned_owned_with_non_equal_subscription(
+    consumer_racks: list[str | None],
+) -> None:
+    """The last cooperative case of Kafka's ``testRackAwareAssignmentWithNonEqualSubscription``:
+    every resource on every rack (replication 3), so racks change nothing, and
+    the misaligned ownership of the previous case.  consumer2 drops t2 and must
+    grow by three, which balance takes from the members over five: consumer0
+    gives up t1-0 and t1-1, consumer1 t1-5 (Kafka moves a member's resources in
+    key order, so it keeps its highest).  The first round withholds what the
+    old owners still hold; the second hands it out.  Without consumer racks
+    Kafka's 3.9.1 jar assigns the same (``benchmarks/.cache/kafka-clients.jar``)."""
+    topics = [ALL, ALL, ["t1", "t3"]]
+    resource_racks = layout(3, racks(3))
+    assignor = CooperativeStickyAssignor()
+
+    def round_from(owned: list[str]) -> tuple[list[str], list[str]]:
+        members = {
+            f"consumer{i}": member(
+                f"consumer{i}", topics[i], parse(owned[i]) if owned[i] else [], -1, rack=rack
+            )
+            for i, rack in enumerate(consumer_racks)
+        }
+        data = AssignmentInput({t: range(n) for t, n in TOPICS.items()}, members, resource_racks)
+        target = assignor.assign(data)
+        check_valid(data, target)
+        for i, rack in enumerate(consumer_racks):
+            assert all(rack is None or rack in resource_racks[r] for r in target[f"consumer{i}"])
+        first = first_round(data, target)
+
+        def text(assignment: dict[str, list[Resource]]) -> list[str]:
+            return [
+                ", ".join(sorted(f"{t}-{p}" for t, p in assignment[f"consumer{i}"]))
+                for i in range(len(consumer_racks))
+            ]
+
+        return text(target), text(first)
+
+    owned = [
+        "t1-0, t1-1, t1-2, t1-3, t1-4",
+        "t1-5, t2-0, t2-1, t2-2, t2-3",
+        "t2-4, t2-5, t2-6, t3-0, t3-1",
+    ]
+    final = [
+        "t1-2, t1-3, t1-4, t2-4, t2-5",
+        "t2-0, t2-1, t2-2, t2-3, t2-6",
+        "t1-0, t1-1, t1-5, t3-0, t3-1",
+    ]
+    intermediate = ["t1-2, t1-3, t1-4", "t2-0, t2-1, t2-2, t2-3", "t3-0, t3-1"]
+    target, first = round_from(owned)
+    assert first == intermediate
+    # What consumer0 and consumer1 no longer hold went to consumer2, the only
+    # other subscriber of t1: withheld now, its own in the next round.
+    assert target[2] == final[2]
+    assert round_from(intermediate) == (final, final)
 
 
 def test_locality_may_raise_the_largest_load_within_kafka_balance(assignor: StickyAssignor) -> None:
