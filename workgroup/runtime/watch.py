@@ -46,8 +46,8 @@ from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.driver import parse_bootstrap
-from workgroup.member.errors import CoordinatorUnavailableError
-from workgroup.runtime.local import answers
+from workgroup.member.errors import CoordinatorUnavailableError, NothingAnswersError
+from workgroup.runtime.local import connect_failure
 from workgroup.security import PLAINTEXT, Security
 
 log = get_logger(__name__)
@@ -160,6 +160,10 @@ def release_identity(identity: str) -> None:
         _identities.discard(identity)
 
 
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def unreachable_hint(bootstrap: str) -> str:
     return f"nothing answers at {bootstrap}; is the coordinator running?"
 
@@ -178,24 +182,23 @@ async def wait_for_bootstrap(
     clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Return once something accepts connections at one of ``bootstrap``'s
-    addresses; raise :class:`CoordinatorUnavailableError` with a hint when nothing
+    addresses; raise :class:`NothingAnswersError` (with its hint) when nothing
     does (at once, or after ``connect_timeout_ms`` of ``clock``)."""
     addresses = parse_bootstrap(bootstrap)
     started = clock.monotonic()
     reported_at: float | None = None
     while True:
+        failures: list[tuple[str, str]] = []
         for host, port in addresses:
-            if await asyncio.to_thread(answers, host, port, probe_timeout_s):
+            failure = await asyncio.to_thread(connect_failure, host, port, probe_timeout_s)
+            if failure is None:
                 if reported_at is not None:
                     log.info("app.coordinator_reachable", bootstrap=bootstrap)
                 return
+            failures.append((_address(host, port), failure))
         waited_ms = int((clock.monotonic() - started) * 1000)
         if connect_timeout_ms is None or waited_ms >= connect_timeout_ms:
-            waited = "" if connect_timeout_ms is None else f" within {connect_timeout_ms} ms"
-            raise CoordinatorUnavailableError(
-                f"{unreachable_hint(bootstrap)} (no connection{waited}; "
-                "--connect-timeout-ms waits for one)"
-            )
+            raise NothingAnswersError(failures, waited_ms=connect_timeout_ms)
         if reported_at is None or (clock.monotonic() - reported_at) * 1000 >= REPORT_EVERY_MS:
             reported_at = clock.monotonic()
             log.warning(
