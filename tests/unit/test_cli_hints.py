@@ -78,6 +78,7 @@ def test_run_says_the_same_when_nothing_listens(tmp_path: Path) -> None:
     )
     assert done.returncode == 1, done.stderr
     assert done.stderr.splitlines()[-2:] == said_when_nothing_answers(port)
+    assert not (tmp_path / ".hypothesis").exists()
 
 
 def test_the_message_names_each_address_with_its_reason() -> None:
