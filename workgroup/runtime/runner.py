@@ -274,7 +274,16 @@ class GroupRunner:
             raise ResourceFunctionError(
                 self.group_id, function, wlog.describe_error(exc), wlog.user_frames(exc)
             ) from exc
-        if result is None or isinstance(result, str | bytes) or not isinstance(result, Iterable):
+        if result is None:
+            raise ResourceFunctionError(
+                self.group_id,
+                function,
+                "expected a list of keys (str or int); a function without a return "
+                "statement returns None",
+                "",
+                what="returned None",
+            )
+        if isinstance(result, str | bytes) or not isinstance(result, Iterable):
             raise ResourceFunctionError(
                 self.group_id,
                 function,
@@ -309,7 +318,10 @@ class GroupRunner:
                 "group.no_resources",
                 group=self.group_id,
                 kind=self.kind,
-                why="the resource function returned nothing: the group has nothing to hand out",
+                why=(
+                    "the resource function returned an empty list: "
+                    "the group has nothing to hand out"
+                ),
             )
         self._was_empty = empty
 
