@@ -74,6 +74,7 @@ from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.driver import GroupMember
+from workgroup.member.errors import FencedInstanceError
 from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
 from workgroup.protocol.endpoint import ENDPOINT_TAG
@@ -100,6 +101,7 @@ from workgroup.runtime.watch import (
     process_identity,
     release_identity,
     report_replaced,
+    taken_over,
     wait_for_bootstrap,
     watch,
 )
@@ -856,6 +858,15 @@ class AppRunner:
                     task.cancel()
                 await asyncio.gather(*waited, return_exceptions=True)
             failed = next((g.member.error for g in started if g.member.error), None)
+            if isinstance(failed, FencedInstanceError) and self.settings.instance_id is not None:
+                fenced = next(g for g in started if g.member.error is failed)
+                raise await taken_over(
+                    failed,
+                    self.settings.bootstrap or DEFAULT_BOOTSTRAP,
+                    fenced.group_id,
+                    self.settings.instance_id,
+                    security=self.settings.security,
+                ) from failed
             if failed is not None:
                 raise failed
             if self._failed is not None:

@@ -46,7 +46,11 @@ from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.driver import parse_bootstrap
-from workgroup.member.errors import CoordinatorUnavailableError, NothingAnswersError
+from workgroup.member.errors import (
+    CoordinatorUnavailableError,
+    FencedInstanceError,
+    NothingAnswersError,
+)
 from workgroup.runtime.local import connect_failure
 from workgroup.security import PLAINTEXT, Security
 
@@ -153,6 +157,45 @@ async def report_replaced(
         what=what,
     )
     return what
+
+
+async def taken_over(
+    error: FencedInstanceError,
+    bootstrap: str,
+    group_id: str,
+    instance_id: str,
+    *,
+    security: Security = PLAINTEXT,
+    timeout_s: float = 3.0,
+) -> FencedInstanceError:
+    """The daemon's words for being fenced: another process took over its instance
+    id, and which one (host and pid from its client id) when DescribeGroups says."""
+    from workgroup.admin import describe_group  # the admin client: only when fenced
+
+    who = ""
+    try:
+        description = await describe_group(
+            bootstrap, group_id, security=security, timeout_s=timeout_s
+        )
+    except WorkgroupError as exc:  # best-effort: the message goes without it
+        log.debug("app.taken_over_unknown", group=group_id, error=str(exc))
+    else:
+        holder = next((m for m in description.members if m.instance_id == instance_id), None)
+        found = None if holder is None else _STATIC_CLIENT_ID.match(holder.client_id)
+        # A place taken over keeps the client id it had (KIP-345, on Kafka as on the
+        # embedded coordinator) until the group rebalances: one naming this
+        # process says nothing about the newcomer.
+        if holder is None or holder.client_id == client_id_of(instance_id, instance_id):
+            pass
+        elif found is not None:
+            who = f" (process {found['pid']} on host {found['host']})"
+        else:
+            who = f" (client {holder.client_id} at {holder.client_host})"
+    return FencedInstanceError(
+        error.code,
+        f"another process took over instance id {instance_id!r} in group {group_id!r}{who}: "
+        "this one stops; give each process its own instance id",
+    )
 
 
 def release_identity(identity: str) -> None:
@@ -320,6 +363,7 @@ __all__ = [
     "process_identity",
     "release_identity",
     "report_replaced",
+    "taken_over",
     "unreachable_hint",
     "wait_for_bootstrap",
     "watch",
