@@ -181,6 +181,9 @@ class WorkgroupError(Exception):
     retriable: bool = False
     #: Exit status used when the error ends a CLI command.
     exit_code: int = 1
+    #: What to try, when there is one thing to say: the CLI prints it as a
+    #: ``hint:`` line below the error.
+    hint: str | None = None
 
     def __init__(self, message: str, *, retriable: bool | None = None) -> None:
         super().__init__(message)

@@ -307,12 +307,16 @@ class Fence:
             except CoordinatorUnavailableError as exc:
                 last = str(exc)
             left = deadline - time.monotonic()
-            if left <= 0:
+            pause = backoff * random.uniform(0.5, 1.0)
+            if pause >= left:
+                # A try with no time left could only say "timed out": the error
+                # keeps why the last real try failed (e.g. Connection refused).
+                time.sleep(max(left, 0.0))
                 raise FenceTimeoutError(
                     f"{self._name}: no verdict from {','.join(self.bootstrap)} within "
                     f"{timeout_s:g} s ({last})"
                 )
-            time.sleep(min(backoff * random.uniform(0.5, 1.0), left))
+            time.sleep(pause)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
     @property

@@ -29,22 +29,16 @@ _SUBCOMMANDS = (
 )
 
 
-#: What the connection says when no broker answers, and what to try then.
-_NOBODY_LISTENS = "no bootstrap server reachable"
-_NOBODY_LISTENS_HINT = (
-    "hint: is a coordinator running at that address? Start one with 'workgroup coordinator' "
-    "(it listens on 127.0.0.1:9092), or point --bootstrap at your Kafka cluster."
-)
-
-
 class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except WorkgroupError as exc:
+            # The one place a command's error is said: the same words (and hint)
+            # for the same failure, whichever command met it.
             click.echo(f"error: {exc}", err=True)
-            if _NOBODY_LISTENS in str(exc):
-                click.echo(_NOBODY_LISTENS_HINT, err=True)
+            if exc.hint is not None:
+                click.echo(f"hint: {exc.hint}", err=True)
             sys.exit(exc.exit_code)
 
 

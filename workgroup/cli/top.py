@@ -27,6 +27,7 @@ from workgroup.cli.connection import connect, coordinator_options
 from workgroup.cli.describe import render
 from workgroup.cli.options import console
 from workgroup.errors import WorkgroupError
+from workgroup.member.errors import NothingAnswersError
 from workgroup.security import Security
 
 #: Rebalances kept in the view.
@@ -140,10 +141,16 @@ def _difference(before: GroupDescription, after: GroupDescription) -> str:
     return "; ".join(notes)
 
 
-async def _poll(group: str, bootstrap: str, security: Security, watch: Watch) -> None:
+async def _poll(
+    group: str, bootstrap: str, security: Security, watch: Watch, *, fail_unreachable: bool = False
+) -> None:
+    """One look at ``group``; ``fail_unreachable``: a closed address is the command's
+    error (as for every command) instead of a line of the view."""
     try:
         description = await describe_group(bootstrap, group, security=security, timeout_s=5)
     except WorkgroupError as exc:
+        if fail_unreachable and isinstance(exc, NothingAnswersError):
+            raise
         watch.observe(None, str(exc), time.time())
     else:
         watch.observe(description, None, time.time())
@@ -167,7 +174,7 @@ def command(
     security = connect(bootstrap, config_file, log_level, log_format)
     watch = Watch()
     if once:
-        asyncio.run(_poll(group, bootstrap, security, watch))
+        asyncio.run(_poll(group, bootstrap, security, watch, fail_unreachable=True))
         console().print(watch.view(history=False))
         if watch.last is None:
             sys.exit(1)  # nothing to show: as describe, exit 1

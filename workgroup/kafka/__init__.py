@@ -10,8 +10,14 @@ Nothing here does I/O or knows either side:
 * ``adapter``: ``KafkaRequest``, a record in the shape aiokafka's connections
   send (it does not import aiokafka);
 * ``java``: the JVM behaviour (``String.hashCode``, ``HashMap`` order) some of
-  Kafka's choices depend on.
+  Kafka's choices depend on;
+* ``kio_loading``: kio is loaded first, without hypothesis (no ``.hypothesis``
+  directory left in the current directory).
 
 Error codes are :class:`workgroup.errors.ErrorCode`; resources are
 :mod:`workgroup.types`.
 """
+
+from workgroup.kafka.kio_loading import load_kio
+
+load_kio()

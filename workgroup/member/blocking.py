@@ -45,7 +45,11 @@ from workgroup.kafka.adapter import KafkaRequest, to_result
 from workgroup.kafka.apis import response_schema
 from workgroup.kafka.codec import error_code
 from workgroup.kafka.messages import FENCE_CLIENT_ID, GroupRequest, GroupResult
-from workgroup.member.errors import CoordinatorUnavailableError
+from workgroup.member.errors import (
+    CoordinatorUnavailableError,
+    NothingAnswersError,
+    connect_failure_reason,
+)
 
 _SIZE = struct.Struct(">i")
 #: Largest answer read (a DescribeGroups of a big group is the largest).
@@ -111,18 +115,19 @@ class BlockingCoordinator:
     def _find_coordinator(self, deadline: float) -> None:
         if self._sock is not None and self._coordinator_found:
             return
-        failures: list[str] = []
+        failures: list[tuple[str, str]] = []
+        other: CoordinatorUnavailableError | None = None
         if self._sock is None:
             for host, port in self._bootstrap:
                 try:
                     self._connect(host, port, deadline)
                     break
-                except CoordinatorUnavailableError as exc:
-                    failures.append(str(exc))
+                except NothingAnswersError as exc:
+                    failures.extend(exc.failures)
+                except CoordinatorUnavailableError as exc:  # connected, then failed
+                    other = exc
             else:
-                raise CoordinatorUnavailableError(
-                    f"no bootstrap server reachable: {'; '.join(failures)}"
-                )
+                raise other if other is not None else NothingAnswersError(failures)
         answer = self._roundtrip(
             FindCoordinatorRequest(key=self._group_id, key_type=i8(0)),
             FindCoordinatorResponse,
@@ -143,11 +148,9 @@ class BlockingCoordinator:
     def _connect(self, host: str, port: int, deadline: float) -> None:
         self.close()
         try:
-            sock = socket.create_connection((host, port), timeout=_left(deadline, host, port))
+            sock = socket.create_connection((host, port), timeout=_left(deadline))
         except OSError as exc:
-            raise CoordinatorUnavailableError(
-                f"cannot connect to {host}:{port}: {str(exc) or type(exc).__name__}"
-            ) from None
+            raise NothingAnswersError([(f"{host}:{port}", connect_failure_reason(exc))]) from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._credentials.protocol in ("SSL", "SASL_SSL"):
@@ -236,7 +239,7 @@ class BlockingCoordinator:
         body = _write(header) + _write(entity)
         what = f"{type(entity).__name__} v{int(entity.__version__)} to {address[0]}:{address[1]}"
         try:
-            sock.settimeout(_left(deadline, *address))
+            sock.settimeout(_left(deadline))
             sock.sendall(_SIZE.pack(len(body)) + body)
             (size,) = _SIZE.unpack(self._read(sock, _SIZE.size, deadline))
             if not 0 <= size <= MAX_RESPONSE_BYTES:
@@ -264,7 +267,7 @@ class BlockingCoordinator:
     def _read(self, sock: socket.socket, size: int, deadline: float) -> bytes:
         chunks: list[bytes] = []
         while size:
-            sock.settimeout(_left(deadline, *(self._address or ("?", 0))))
+            sock.settimeout(_left(deadline))
             chunk = sock.recv(min(size, 1 << 20))
             if not chunk:
                 raise OSError("connection closed by the coordinator")
@@ -273,10 +276,10 @@ class BlockingCoordinator:
         return b"".join(chunks)
 
 
-def _left(deadline: float, host: str, port: int) -> float:
+def _left(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise TimeoutError(f"{host}:{port}")
+        raise TimeoutError("timed out")
     return left
 
 

@@ -16,7 +16,9 @@ Rules:
    :class:`~workgroup.member.errors.CoordinatorUnavailableError`, refused
    credentials an :class:`~workgroup.errors.AuthenticationError`, anything
    unexpected (a malformed response) a :class:`~workgroup.errors.ProtocolError`.
-   A cancellation passes through.
+   A cancellation passes through.  No bootstrap broker accepting a connection is
+   a :class:`~workgroup.member.errors.NothingAnswersError`, the same for every
+   command, with each address and the OS's reason.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from aiokafka.conn import AIOKafkaConnection, CloseReason, create_conn
 from aiokafka.errors import (
     CoordinatorNotAvailableError,
     IncompatibleBrokerVersion,
-    KafkaConnectionError,
     KafkaError,
     NoError,
     NotCoordinatorError,
@@ -60,7 +61,12 @@ from workgroup.kafka.messages import (
     OffsetFetch,
     SyncGroup,
 )
-from workgroup.member.errors import CoordinatorUnavailableError, describe_group_summary
+from workgroup.member.errors import (
+    CoordinatorUnavailableError,
+    NothingAnswersError,
+    connect_failure_reason,
+    describe_group_summary,
+)
 from workgroup.security import PLAINTEXT, Security
 
 #: How long closing a connection waits for its socket to close.
@@ -320,7 +326,7 @@ class CoordinatorConnection:
 
     async def _connect_bootstrap(self) -> AIOKafkaConnection:
         """A connection to the first bootstrap broker that answers (round robin)."""
-        failures: list[str] = []
+        failures: list[tuple[str, str]] = []
         for _ in self._hosts:
             host, port = self._hosts[self._next_host]
             self._next_host = (self._next_host + 1) % len(self._hosts)
@@ -332,11 +338,11 @@ class CoordinatorConnection:
                     f"{host}:{port} refused the credentials: {str(exc) or type(exc).__name__}"
                 ) from exc
             except (KafkaError, OSError, TimeoutError) as exc:
-                failures.append(f"{host}:{port}: {str(exc) or type(exc).__name__}")
+                failures.append((f"{host}:{port}", connect_failure_reason(exc)))
                 continue
             self._conn = conn
             return conn
-        raise KafkaConnectionError(f"no bootstrap server reachable ({'; '.join(failures)})")
+        raise NothingAnswersError(failures)
 
     async def _connect(self, host: str, port: int) -> AIOKafkaConnection:
         conn: AIOKafkaConnection = await create_conn(

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from workgroup.log import get_logger
-from workgroup.member.errors import CoordinatorUnavailableError
+from workgroup.member.errors import CoordinatorUnavailableError, connect_failure_reason
 
 log = get_logger(__name__)
 
@@ -62,11 +62,16 @@ def state_dir() -> Path:
 
 def answers(host: str, port: int, timeout_s: float = 0.5) -> bool:
     """Whether something accepts TCP connections at ``host:port``."""
+    return connect_failure(host, port, timeout_s) is None
+
+
+def connect_failure(host: str, port: int, timeout_s: float = 0.5) -> str | None:
+    """Why nothing accepts TCP connections at ``host:port`` (``None``: something does)."""
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
+            return None
+    except OSError as exc:
+        return connect_failure_reason(exc)
 
 
 @contextlib.contextmanager
@@ -233,6 +238,7 @@ __all__ = [
     "LOCAL_SETTINGS",
     "LocalStatus",
     "answers",
+    "connect_failure",
     "ensure_local_coordinator",
     "local_status",
     "state_dir",

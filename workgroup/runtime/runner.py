@@ -74,6 +74,7 @@ from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.driver import GroupMember
+from workgroup.member.errors import FencedInstanceError
 from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
 from workgroup.protocol.endpoint import ENDPOINT_TAG
@@ -100,6 +101,7 @@ from workgroup.runtime.watch import (
     process_identity,
     release_identity,
     report_replaced,
+    taken_over,
     wait_for_bootstrap,
     watch,
 )
@@ -274,7 +276,16 @@ class GroupRunner:
             raise ResourceFunctionError(
                 self.group_id, function, wlog.describe_error(exc), wlog.user_frames(exc)
             ) from exc
-        if result is None or isinstance(result, str | bytes) or not isinstance(result, Iterable):
+        if result is None:
+            raise ResourceFunctionError(
+                self.group_id,
+                function,
+                "expected a list of keys (str or int); a function without a return "
+                "statement returns None",
+                "",
+                what="returned None",
+            )
+        if isinstance(result, str | bytes) or not isinstance(result, Iterable):
             raise ResourceFunctionError(
                 self.group_id,
                 function,
@@ -309,7 +320,10 @@ class GroupRunner:
                 "group.no_resources",
                 group=self.group_id,
                 kind=self.kind,
-                why="the resource function returned nothing: the group has nothing to hand out",
+                why=(
+                    "the resource function returned an empty list: "
+                    "the group has nothing to hand out"
+                ),
             )
         self._was_empty = empty
 
@@ -844,6 +858,15 @@ class AppRunner:
                     task.cancel()
                 await asyncio.gather(*waited, return_exceptions=True)
             failed = next((g.member.error for g in started if g.member.error), None)
+            if isinstance(failed, FencedInstanceError) and self.settings.instance_id is not None:
+                fenced = next(g for g in started if g.member.error is failed)
+                raise await taken_over(
+                    failed,
+                    self.settings.bootstrap or DEFAULT_BOOTSTRAP,
+                    fenced.group_id,
+                    self.settings.instance_id,
+                    security=self.settings.security,
+                ) from failed
             if failed is not None:
                 raise failed
             if self._failed is not None:

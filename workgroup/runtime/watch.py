@@ -46,8 +46,12 @@ from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.driver import parse_bootstrap
-from workgroup.member.errors import CoordinatorUnavailableError
-from workgroup.runtime.local import answers
+from workgroup.member.errors import (
+    CoordinatorUnavailableError,
+    FencedInstanceError,
+    NothingAnswersError,
+)
+from workgroup.runtime.local import connect_failure
 from workgroup.security import PLAINTEXT, Security
 
 log = get_logger(__name__)
@@ -155,9 +159,52 @@ async def report_replaced(
     return what
 
 
+async def taken_over(
+    error: FencedInstanceError,
+    bootstrap: str,
+    group_id: str,
+    instance_id: str,
+    *,
+    security: Security = PLAINTEXT,
+    timeout_s: float = 3.0,
+) -> FencedInstanceError:
+    """The daemon's words for being fenced: another process took over its instance
+    id, and which one (host and pid from its client id) when DescribeGroups says."""
+    from workgroup.admin import describe_group  # the admin client: only when fenced
+
+    who = ""
+    try:
+        description = await describe_group(
+            bootstrap, group_id, security=security, timeout_s=timeout_s
+        )
+    except WorkgroupError as exc:  # best-effort: the message goes without it
+        log.debug("app.taken_over_unknown", group=group_id, error=str(exc))
+    else:
+        holder = next((m for m in description.members if m.instance_id == instance_id), None)
+        found = None if holder is None else _STATIC_CLIENT_ID.match(holder.client_id)
+        # A place taken over keeps the client id it had (KIP-345, on Kafka as on the
+        # embedded coordinator) until the group rebalances: one naming this
+        # process says nothing about the newcomer.
+        if holder is None or holder.client_id == client_id_of(instance_id, instance_id):
+            pass
+        elif found is not None:
+            who = f" (process {found['pid']} on host {found['host']})"
+        else:
+            who = f" (client {holder.client_id} at {holder.client_host})"
+    return FencedInstanceError(
+        error.code,
+        f"another process took over instance id {instance_id!r} in group {group_id!r}{who}: "
+        "this one stops; give each process its own instance id",
+    )
+
+
 def release_identity(identity: str) -> None:
     with _identities_lock:
         _identities.discard(identity)
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def unreachable_hint(bootstrap: str) -> str:
@@ -178,24 +225,23 @@ async def wait_for_bootstrap(
     clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Return once something accepts connections at one of ``bootstrap``'s
-    addresses; raise :class:`CoordinatorUnavailableError` with a hint when nothing
+    addresses; raise :class:`NothingAnswersError` (with its hint) when nothing
     does (at once, or after ``connect_timeout_ms`` of ``clock``)."""
     addresses = parse_bootstrap(bootstrap)
     started = clock.monotonic()
     reported_at: float | None = None
     while True:
+        failures: list[tuple[str, str]] = []
         for host, port in addresses:
-            if await asyncio.to_thread(answers, host, port, probe_timeout_s):
+            failure = await asyncio.to_thread(connect_failure, host, port, probe_timeout_s)
+            if failure is None:
                 if reported_at is not None:
                     log.info("app.coordinator_reachable", bootstrap=bootstrap)
                 return
+            failures.append((_address(host, port), failure))
         waited_ms = int((clock.monotonic() - started) * 1000)
         if connect_timeout_ms is None or waited_ms >= connect_timeout_ms:
-            waited = "" if connect_timeout_ms is None else f" within {connect_timeout_ms} ms"
-            raise CoordinatorUnavailableError(
-                f"{unreachable_hint(bootstrap)} (no connection{waited}; "
-                "--connect-timeout-ms waits for one)"
-            )
+            raise NothingAnswersError(failures, waited_ms=connect_timeout_ms)
         if reported_at is None or (clock.monotonic() - reported_at) * 1000 >= REPORT_EVERY_MS:
             reported_at = clock.monotonic()
             log.warning(
@@ -317,6 +363,7 @@ __all__ = [
     "process_identity",
     "release_identity",
     "report_replaced",
+    "taken_over",
     "unreachable_hint",
     "wait_for_bootstrap",
     "watch",

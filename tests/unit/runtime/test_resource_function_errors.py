@@ -49,7 +49,11 @@ async def test_a_raising_function_is_named_with_its_group_and_the_users_frames()
 @pytest.mark.parametrize(
     ("value", "what"),
     [
-        (None, "returned no list: expected a list of keys (str or int), got NoneType"),
+        (
+            None,
+            "returned None: expected a list of keys (str or int); a function without a "
+            "return statement returns None",
+        ),
         ("paris", "returned no list: expected a list of keys (str or int), got str"),
         (
             ["paris", "lyon", "paris"],

@@ -274,6 +274,19 @@ def test_an_unreachable_coordinator_times_out_with_a_clear_error() -> None:
     assert "\n" not in str(caught.value)
 
 
+def test_the_timeout_of_a_closed_port_keeps_the_os_reason() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    fence = make_offline_fence(f"127.0.0.1:{closed_port}")
+    with pytest.raises(FenceTimeoutError) as caught:
+        fence.commit("nobody listens", timeout_s=0.5)
+    assert str(caught.value) == (
+        f"fence of leader/'writer' (token 1, group 'g'): no verdict from 127.0.0.1:{closed_port} "
+        f"within 0.5 s (nothing answers at 127.0.0.1:{closed_port}: Connection refused)"
+    )
+
+
 def test_a_coordinator_that_never_answers_times_out() -> None:
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
