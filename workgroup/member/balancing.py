@@ -154,9 +154,10 @@ class LoadMeter:
         return published
 
     def changed(self, owned: Iterable[Resource], now: int, settings: BalanceSettings) -> bool:
-        """Whether the leader should see this member's loads again (rule 2): a
-        resource it published unmeasured is measured now, or the total of those
-        it published measured moved by more than the tolerance.  Only resources
+        """Whether the leader should see this member's loads again (rule 2): it
+        published no load and measures some now, a resource it published
+        unmeasured is measured now, or the total of those it published measured
+        moved by more than the tolerance.  Only resources
         still owned count (the leader knows where it moved the others); at most
         once per ``balance_interval_ms``, counted from the first look after the
         publication, so that every resource has reported by then."""
@@ -171,11 +172,15 @@ class LoadMeter:
         before: list[float] = []
         after: list[float] = []
         with self._lock:
+            if not published:
+                # The leader had no load of this member (it owned nothing when
+                # it joined, or had measured nothing): any measured one is news.
+                return any(resource in self._loads for resource in keep)
             for index, resource in enumerate(published_owned):
                 entry = self._loads.get(resource)
                 if entry is None or resource not in keep:
                     continue
-                old = published[index] if published else math.nan
+                old = published[index]
                 if math.isnan(old):
                     return True
                 before.append(old)
