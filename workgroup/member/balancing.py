@@ -120,10 +120,15 @@ class LoadMeter:
         self._published: tuple[tuple[Resource, ...], tuple[float, ...]] | None = None
         #: When :meth:`changed` first looked after that publication.
         self._looked_at: int | None = None
+        #: Something was measured before that publication (the leader has seen
+        #: this member's loads, or remembers those of what it gave away).
+        self._measured_before = False
+        self._measured = False
 
     def record(self, resource: Resource, value: object, now: int) -> None:
         load = check_load(value)
         with self._lock:
+            self._measured = True
             previous = self._loads.get(resource)
             if previous is None:
                 self._loads[resource] = (load, now)
@@ -144,6 +149,7 @@ class LoadMeter:
         with self._lock:
             if not self._loads:
                 self._published, self._looked_at = (owned, ()), None
+                self._measured_before = self._measured
                 return ()
             keep = set(owned)
             for resource in [r for r in self._loads if r not in keep]:
@@ -151,6 +157,7 @@ class LoadMeter:
             loads = tuple(self._loads[r][0] if r in self._loads else math.nan for r in owned)
             published = loads if any(not math.isnan(x) for x in loads) else ()
             self._published, self._looked_at = (owned, published), None
+            self._measured_before = self._measured
         return published
 
     def changed(self, owned: Iterable[Resource], now: int, settings: BalanceSettings) -> bool:
@@ -173,9 +180,10 @@ class LoadMeter:
         after: list[float] = []
         with self._lock:
             if not published:
-                # The leader had no load of this member (it owned nothing when
-                # it joined, or had measured nothing): any measured one is news.
-                return any(resource in self._loads for resource in keep)
+                # A fresh member (a group started together): the leader has no
+                # load of it, so any measured one is news.  One that had measured
+                # before gave its loads in earlier rounds.
+                return not self._measured_before and any(r in self._loads for r in keep)
             for index, resource in enumerate(published_owned):
                 entry = self._loads.get(resource)
                 if entry is None or resource not in keep:
