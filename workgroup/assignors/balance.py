@@ -24,6 +24,9 @@ Rules:
    of the two members' utilisations most.  When no single move lowers it (its
    resources are all too big for anyone), a swap with one of the lightest
    members may: it gives a resource and takes back a lighter one (two moves).
+   When no swap does either, room is made: the busiest member's resource goes
+   to a light member that gives its own, largest first, to members that stay
+   within the target (a chain of moves, as many as ``max_moves`` leaves).
    Never more than ``max_moves`` moves; a move never makes the most utilised
    member busier, so the largest utilisation never rises and the total load
    is unchanged.
@@ -36,8 +39,11 @@ Rules:
 5. **Stickiness.**  Given what each member runs now (``owned``), a resource the
    assignor took from its owner (to even out counts) goes back first when that
    keeps the owner at or below the most utilised member and the assignor's
-   choice at or above ``mean * (1 - tolerance)``: load balance replaces count
-   balance, and an unrelated rebalance does not undo earlier moves.  Such a
+   choice at or above ``mean * (1 - tolerance)``, and either the assignor's
+   target is above the tolerance or the resource is pinned: load balance
+   replaces count balance where count balance is not good enough, and an
+   unrelated rebalance does not undo recent moves; within the tolerance (a
+   tolerance large enough turns balancing off) count balance stands.  Such a
    return is not a move (the resource stays where it runs).
 6. Deterministic: members are taken by utilisation then id, resources by load
    then :func:`~workgroup.types.resource_sort_key`.
@@ -48,8 +54,8 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from itertools import chain, filterfalse, repeat
 from operator import itemgetter
 
@@ -62,7 +68,7 @@ from workgroup.assignors.standby import (
     is_standby_kind,
 )
 from workgroup.errors import ConfigError
-from workgroup.types import Resource, resource_sort_key
+from workgroup.types import Key, Resource, resource_sort_key
 
 #: Default allowed excess of the most utilised member over the mean (10 %).
 DEFAULT_TOLERANCE = 0.10
@@ -269,10 +275,16 @@ def balance(
         util[taker] = member_load[taker] / capacity[taker]
 
     returned: list[Move] = []
+    # Count balance stands while the target is within the tolerance (a tolerance
+    # that large turns balancing off); only resources moved recently go back then,
+    # so that the assignor does not undo the stage's moves within the pin time.
+    over = max(util.values()) > trigger
     if taken:
         floor = mean * (1 - tolerance)
         for resource, owner, holder in taken:
             if resource in shared or is_standby_kind(resource[0]):
+                continue
+            if not over and resource not in pinned:
                 continue
             load = load_of(resource)
             peak = max(util.values())
@@ -325,11 +337,27 @@ def balance(
                     load_of,
                     may_take,
                 )
-            if swap is None:
+            chain_moves: tuple[Move, ...] | None = swap
+            if chain_moves is None:
+                chain_moves = _best_repack(
+                    giver,
+                    out,
+                    sorted([m for m in members if m != giver], key=util.__getitem__),
+                    util,
+                    member_load,
+                    capacity,
+                    shared,
+                    frozen,
+                    load_of,
+                    may_take,
+                    settled,
+                    max_moves - len(moves),
+                )
+            if chain_moves is None:
                 break  # nothing the busiest member holds can go anywhere useful
-            for half in swap:
-                shift(half.resource, half.giver, half.taker, half.load)
-                moves.append(half)
+            for step in chain_moves:
+                shift(step.resource, step.giver, step.taker, step.load)
+                moves.append(step)
         busiest = max(members, key=util.__getitem__)
         stopped_early = util[busiest] > settled and (
             len(moves) >= max_moves or (bool(frozen) and not frozen.isdisjoint(out[busiest]))
@@ -466,6 +494,84 @@ def _best_swap(
                         Move(s, taker, giver, load_s),
                     )
     return (best[2], best[3]) if best is not None else None
+
+
+#: Heaviest resources of the busiest member :func:`_best_repack` tries to place.
+_REPACK_CANDIDATES = 4
+
+
+def _best_repack(
+    giver: str,
+    out: Assignment,
+    by_utilisation: list[str],
+    util: dict[str, float],
+    member_load: dict[str, float],
+    capacity: dict[str, float],
+    shared: set[Resource],
+    pinned: frozenset[Resource],
+    load_of: Callable[[Resource], float],
+    may_take: Callable[[str, Resource, str], bool],
+    settled: float,
+    budget: int,
+) -> tuple[Move, ...] | None:
+    """When neither a move nor a swap lowers the busiest member (a big resource
+    fits nowhere as things are), make room for it: ``giver`` gives ``r`` to a
+    light ``taker``, which gives its own resources, largest first, to members
+    that stay within the target (``giver`` included), until it is within the
+    target too.  The chain that lowers the largest utilisation among the members
+    it touches most, in at most ``budget`` moves (fewest moves on a tie), or None."""
+
+    def movable(resource: Resource) -> bool:
+        return (
+            resource not in pinned and resource not in shared and not is_standby_kind(resource[0])
+        )
+
+    peak = util[giver]
+    mine = sorted(
+        ((load_of(r), resource_sort_key(r), r) for r in out[giver] if movable(r)),
+        key=lambda item: (-item[0], item[1]),
+    )[:_REPACK_CANDIDATES]
+    best: tuple[float, int, tuple[object, ...], tuple[Move, ...]] | None = None
+    for load_r, order_r, r in mine:
+        if load_r <= 0:
+            continue
+        for taker in by_utilisation[:_SWAP_PARTNERS]:
+            if not may_take(taker, r, giver):
+                continue
+            load = dict(member_load)
+            load[giver] -= load_r
+            load[taker] += load_r
+            chain = [Move(r, giver, taker, load_r)]
+            theirs = sorted(
+                ((load_of(s), resource_sort_key(s), s) for s in out[taker] if movable(s)),
+                key=lambda item: (-item[0], item[1]),
+            )
+            receivers = [m for m in (giver, *by_utilisation) if m != taker]
+            for load_s, _, s in theirs:
+                if load[taker] <= settled * capacity[taker] or len(chain) >= budget:
+                    break
+                if load_s <= 0:
+                    continue
+                fits = [
+                    m
+                    for m in receivers
+                    if (load[m] + load_s) / capacity[m] <= settled and may_take(m, s, taker)
+                ]
+                if not fits:
+                    continue
+                receiver = min(fits, key=lambda m: (load[m] / capacity[m], m))
+                load[taker] -= load_s
+                load[receiver] += load_s
+                chain.append(Move(s, taker, receiver, load_s))
+            if len(chain) > budget:
+                continue
+            worst = max(load[m] / capacity[m] for m in {move.taker for move in chain} | {giver})
+            if worst >= peak:
+                continue
+            key = (worst, len(chain), order_r)
+            if best is None or key < best[:3]:
+                best = (worst, len(chain), order_r, tuple(chain))
+    return best[3] if best is not None else None
 
 
 def _changes(
@@ -612,23 +718,60 @@ def clean_loads(loads: Mapping[Resource, float]) -> dict[Resource, float]:
     return {r: x for r, x in loads.items() if 0 <= x < math.inf}
 
 
-def _by_resource(item: tuple[Resource, str]) -> tuple[object, ...]:
-    return resource_sort_key(item[0])
-
-
 def _positive(value: float) -> float:
     return value if value > 0 and value < math.inf else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class BalancePlan:
+    """What a round decided (its target after the stage), for the follow-up
+    rounds of a cooperative rebalance to carry out instead of deciding again.
+
+    It holds while its premises do (:meth:`holds`): the same members with the
+    same kinds, racks and capacities, the same catalog, and every member owning
+    only what the plan gives it (nobody else decided meanwhile).
+    """
+
+    assignment: Assignment
+    members: Mapping[str, tuple[frozenset[str], str | None, float]]
+    resources: Mapping[str, Sequence[Key]]
+    #: The deciding round was stopped by ``max_moves`` or pins (the leader probes).
+    stopped_early: bool
+
+    @classmethod
+    def decided(cls, data: AssignmentInput, result: Balanced) -> BalancePlan:
+        return cls(
+            {mid: list(resources) for mid, resources in result.assignment.items()},
+            _premises(data),
+            data.resources,
+            result.stopped_early,
+        )
+
+    def holds(self, data: AssignmentInput) -> bool:
+        if self.members != _premises(data):
+            return False
+        if self.resources is not data.resources and self.resources != data.resources:
+            return False
+        return all(
+            set(self.assignment.get(mid, ())).issuperset(info.owned)
+            for mid, info in data.members.items()
+        )
+
+
+def _premises(data: AssignmentInput) -> dict[str, tuple[frozenset[str], str | None, float]]:
+    return {mid: (m.kinds, m.rack, m.capacity) for mid, m in data.members.items()}
 
 
 class LoadBalancing:
     """``base`` followed by :func:`balance` with the input's resource loads.
 
     The live leader and ``workgroup assign`` wrap their assignor in one for each
-    round (:mod:`workgroup.member.balancing`): ``owners`` adds, to what the
-    members report owning, where the previous round meant resources to go
-    (withheld from their new holder until revoked), so that the follow-up round
-    keeps the same plan; ``pinned`` lists recently moved resources.  The last
-    result is kept in :attr:`last`.
+    round (:mod:`workgroup.member.balancing`).  ``plan`` is what an earlier
+    round of the same rebalance decided: while it holds (:meth:`BalancePlan.holds`)
+    the round carries it out (neither the assignor nor the stage decides again);
+    :attr:`decided` is this round's plan when the stage changed the assignor's
+    target.  ``pinned`` lists recently moved resources.  The last result is kept
+    in :attr:`last`.
     """
 
     def __init__(
@@ -638,7 +781,7 @@ class LoadBalancing:
         tolerance: float = DEFAULT_TOLERANCE,
         target: float | None = None,
         max_moves: int = DEFAULT_MAX_MOVES,
-        planned: Mapping[Resource, str] | None = None,
+        plan: BalancePlan | None = None,
         pinned: Collection[Resource] = frozenset(),
         loads: Mapping[Resource, float] | None = None,
     ) -> None:
@@ -649,12 +792,15 @@ class LoadBalancing:
         self.tolerance = tolerance
         self.target = target
         self.max_moves = max_moves
-        self.planned = dict(planned or {})
+        self.plan = plan
         self.pinned = frozenset(pinned)
         #: Loads the leader remembers from earlier rounds (the input's win); only
         #: read, so not copied (the leader's event loop builds this object).
         self.remembered: Mapping[Resource, float] = loads or {}
         self.last: Balanced | None = None
+        #: What the last round decided or carried out (``None``: the stage
+        #: changed nothing, or did not run).
+        self.decided: BalancePlan | None = None
         #: The loads the last round used (remembered ones and the input's).
         self.loads_seen: Mapping[Resource, float] = self.remembered
 
@@ -663,13 +809,28 @@ class LoadBalancing:
         return bool(getattr(self.base, "exclusive", True))
 
     def assign(self, data: AssignmentInput) -> Assignment:
-        target = self.base.assign(data)
         loads: Mapping[Resource, float] = data.resource_loads
         if self.remembered:
             # Only read, so shared when nobody reported (a fresh group): copying
             # a million loads costs more than summing them.
             loads = {**self.remembered, **loads} if loads else self.remembered
         self.loads_seen = loads
+        self.decided = None
+        capacities = {mid: m.capacity for mid, m in data.members.items()}
+        kinds = {mid: m.kinds for mid, m in data.members.items()}
+        if self.plan is not None and self.plan.holds(data):
+            carried = {mid: list(self.plan.assignment.get(mid, ())) for mid in data.members}
+            if not loads:
+                self.last = None
+                return carried
+            # Measured only (no moves: max_moves=0), as the plan decided it.
+            measured = balance(
+                carried, loads, capacities, tolerance=self.tolerance, max_moves=0, kinds=kinds
+            )
+            self.last = replace(measured, stopped_early=self.plan.stopped_early)
+            self.decided = self.plan
+            return self.last.assignment
+        target = self.base.assign(data)
         if not loads:
             self.last = None
             return target
@@ -677,40 +838,29 @@ class LoadBalancing:
         owned_loads = {
             mid: m.owned_load for mid, m in data.members.items() if m.owned_load is not None
         }
-        if self.planned:
-            claimed: set[Resource] = set()
-            for resources in owned.values():
-                claimed.update(resources)
-            extra: dict[str, list[Resource]] = {}
-            for resource, mid in sorted(self.planned.items(), key=_by_resource):
-                if mid in owned and resource not in claimed:
-                    extra.setdefault(mid, []).append(resource)
-            for mid, resources in extra.items():
-                owned[mid] = [*owned[mid], *resources]
-                known = owned_loads.pop(mid, None)
-                planned_loads = [loads.get(r) for r in resources]
-                if known is not None and None not in planned_loads:
-                    owned_loads[mid] = known + math.fsum(planned_loads)  # type: ignore[arg-type]
         self.last = balance(
             target,
             loads,
-            {mid: m.capacity for mid, m in data.members.items()},
+            capacities,
             tolerance=self.tolerance,
             target=self.target,
             max_moves=self.max_moves,
-            kinds={mid: m.kinds for mid, m in data.members.items()},
+            kinds=kinds,
             owned=owned,
             pinned=self.pinned,
             racks=RackInfo.build(data),
             exclusive=self.exclusive or isinstance(self.base, StandbyAssignor),
             owned_loads=owned_loads,
         )
+        if self.last.moves or self.last.returned:
+            self.decided = BalancePlan.decided(data, self.last)
         return self.last.assignment
 
 
 __all__ = [
     "DEFAULT_MAX_MOVES",
     "DEFAULT_TOLERANCE",
+    "BalancePlan",
     "Balanced",
     "LoadBalancing",
     "Move",

@@ -15,15 +15,23 @@ Rules:
    moves the published load only a little.
 2. **Publishing.**  The smoothed load of every owned resource goes in the
    member's metadata (version 3) each time it joins; a resource without
-   reports is sent as "not measured".  Load changes never make a member rejoin
-   by themselves: the leader decides when to look again (rule 4).
+   reports is sent as "not measured".  A member rejoins by itself (a metadata
+   change, as for warm-ups ready) only when the leader's view of it is out of
+   date: a resource it published unmeasured is measured now (the loads of a
+   group started together arrive after its first round), or the total of the
+   resources it published moved by more than the tolerance; at most once per
+   ``balance_interval_ms``.  Otherwise the leader decides when to look again
+   (rule 4).
 3. **The leader's view.**  The leader keeps the last load it saw for each
    resource, so that a resource whose owner is revoking it (and reports it no
    more) keeps its load; resources nobody ever measured count as the average
    (the stage's rule 1).  Resources the stage moved are *pinned* for
-   ``pinned_intervals`` balancing intervals (not moved again meanwhile), and
-   where the last round meant withheld resources to go is passed to the next
-   round, so that the follow-up round of a cooperative rebalance keeps the plan.
+   ``pinned_intervals`` balancing intervals (not moved again meanwhile).  What
+   a round decided is kept as a plan
+   (:class:`~workgroup.assignors.balance.BalancePlan`) while it withholds
+   resources: the follow-up rounds of a cooperative rebalance carry it out
+   instead of deciding again, until nothing is withheld or its premises change
+   (a member joined or left or changed, the catalog changed).
 4. **Probing.**  When a round ends still above the tolerance because
    ``max_moves`` or pinned resources stopped it (not when no move could help,
    as with one resource above the mean: then only changed loads can, and the
@@ -47,6 +55,7 @@ from workgroup.assignors.balance import (
     DEFAULT_MAX_MOVES,
     DEFAULT_TOLERANCE,
     Balanced,
+    BalancePlan,
     LoadBalancing,
     check_settings,
 )
@@ -107,10 +116,19 @@ class LoadMeter:
         self._loads: dict[Resource, tuple[float, int]] = {}
         # Handlers in threads report while the member reads: one lock, held briefly.
         self._lock = threading.Lock()
+        #: What the last metadata carried: ``(owned, loads)`` (rule 2).
+        self._published: tuple[tuple[Resource, ...], tuple[float, ...]] | None = None
+        #: When :meth:`changed` first looked after that publication.
+        self._looked_at: int | None = None
+        #: Something was measured before that publication (the leader has seen
+        #: this member's loads, or remembers those of what it gave away).
+        self._measured_before = False
+        self._measured = False
 
     def record(self, resource: Resource, value: object, now: int) -> None:
         load = check_load(value)
         with self._lock:
+            self._measured = True
             previous = self._loads.get(resource)
             if previous is None:
                 self._loads[resource] = (load, now)
@@ -130,12 +148,53 @@ class LoadMeter:
         owned = tuple(owned)
         with self._lock:
             if not self._loads:
+                self._published, self._looked_at = (owned, ()), None
+                self._measured_before = self._measured
                 return ()
             keep = set(owned)
             for resource in [r for r in self._loads if r not in keep]:
                 del self._loads[resource]
             loads = tuple(self._loads[r][0] if r in self._loads else math.nan for r in owned)
-        return loads if any(not math.isnan(x) for x in loads) else ()
+            published = loads if any(not math.isnan(x) for x in loads) else ()
+            self._published, self._looked_at = (owned, published), None
+            self._measured_before = self._measured
+        return published
+
+    def changed(self, owned: Iterable[Resource], now: int, settings: BalanceSettings) -> bool:
+        """Whether the leader should see this member's loads again (rule 2): it
+        published no load and measures some now, a resource it published
+        unmeasured is measured now, or the total of those it published measured
+        moved by more than the tolerance.  Only resources
+        still owned count (the leader knows where it moved the others); at most
+        once per ``balance_interval_ms``, counted from the first look after the
+        publication, so that every resource has reported by then."""
+        if settings.max_moves <= 0 or self._published is None:
+            return False
+        if self._looked_at is None:
+            self._looked_at = now
+        if now - self._looked_at < settings.balance_interval_ms:
+            return False
+        published_owned, published = self._published
+        keep = set(owned)
+        before: list[float] = []
+        after: list[float] = []
+        with self._lock:
+            if not published:
+                # A fresh member (a group started together): the leader has no
+                # load of it, so any measured one is news.  One that had measured
+                # before gave its loads in earlier rounds.
+                return not self._measured_before and any(r in self._loads for r in keep)
+            for index, resource in enumerate(published_owned):
+                entry = self._loads.get(resource)
+                if entry is None or resource not in keep:
+                    continue
+                old = published[index]
+                if math.isnan(old):
+                    return True
+                before.append(old)
+                after.append(entry[0])
+        old_total, new_total = math.fsum(before), math.fsum(after)
+        return abs(new_total - old_total) > settings.imbalance_tolerance * old_total
 
 
 class LeaderBalancing:
@@ -145,9 +204,9 @@ class LeaderBalancing:
         self.settings = settings
         #: The loads the last round used (never modified: rounds build new ones).
         self.loads: Mapping[Resource, float] = {}
-        self.planned: dict[Resource, str] = {}
-        #: When ``planned`` was recorded: it serves the follow-up round only.
-        self._planned_at = 0
+        #: What a round decided, until a round carries it out to the end
+        #: (nothing withheld) or its premises change.
+        self.plan: BalancePlan | None = None
         #: ``resource -> when the stage moved it``.
         self.moved_at: dict[Resource, int] = {}
         #: When to probe (``None``: nothing scheduled).
@@ -170,14 +229,11 @@ class LeaderBalancing:
         """The assignor the round ``run_id`` runs: ``assignor`` then the stage."""
         if not self.enabled:
             return assignor
-        # A plan older than an interval is not this rebalance's (this member
-        # may have lost and regained the leadership meanwhile): forget it.
-        fresh = now - self._planned_at < self.settings.balance_interval_ms
         wrapper = LoadBalancing(
             assignor,
             tolerance=self.settings.imbalance_tolerance,
             max_moves=self.settings.max_moves,
-            planned=self.planned if fresh else {},
+            plan=self.plan,
             pinned=self.pinned(now),
             loads=self.loads,
         )
@@ -196,8 +252,8 @@ class LeaderBalancing:
         self._round = None
         self.last = wrapper.last
         self.loads = wrapper.loads_seen  # a new mapping each round: no copy needed
-        self.planned = {r: mid for mid, rs in withheld.items() for r in rs}
-        self._planned_at = now
+        # A plan withheld nothing more is carried out: the next round decides anew.
+        self.plan = wrapper.decided if any(withheld.values()) else None
         if self.last is None:
             self.probe_at = None
             return None

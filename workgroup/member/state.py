@@ -1139,6 +1139,12 @@ class MemberMachine:
         ):
             self._balancing.probed()
             self._request_rejoin("load over the imbalance tolerance: probing rebalance")
+        if (
+            self.state is State.STABLE
+            and self._rejoin_reason is None
+            and self.loads.changed(self.owned, now, self.config.balance)
+        ):
+            self._rejoin_for_metadata("loads changed since they were published")
         if self.state is State.STABLE and self._rejoin_reason is not None and not self._callbacks:
             reason, self._rejoin_reason = self._rejoin_reason, None
             self._to_joining(now, reason, immediately=True)
