@@ -47,3 +47,45 @@ def descendants(root: int) -> list[int]:
         found.extend(below)
         pending.extend(below)
     return found
+
+
+def marked(pid: int, name: str, value: str) -> bool:
+    """``pid`` started with ``name=value`` in its environment (another user's
+    process cannot be read: not ours)."""
+    try:
+        environ = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return False
+    return f"{name}={value}".encode() in environ.split(b"\0")
+
+
+def ancestors(pid: int) -> set[int]:
+    found: set[int] = set()
+    while (stat := _stat(pid)) is not None and stat[1] > 0:
+        pid = stat[1]
+        found.add(pid)
+    return found
+
+
+#: multiprocessing's helper processes: they serve their parent and end with it.
+HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def left_behind(me: int, name: str, value: str) -> list[int]:
+    """The running processes ``me`` started: below it, or orphaned (their parent
+    died) but started with ``name=value`` in their environment; not ``me`` or
+    its ancestors, not its own multiprocessing helpers."""
+    mine = set(descendants(me))
+    for entry in PROC.iterdir():
+        if entry.name.isdigit() and marked(int(entry.name), name, value):
+            mine.add(int(entry.name))
+    mine -= {me} | ancestors(me)
+    helpers = {
+        pid for pid in mine if _parent(pid) == me and any(h in command(pid) for h in HELPERS)
+    }
+    return sorted(pid for pid in mine - helpers if is_running(pid))
+
+
+def _parent(pid: int) -> int | None:
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
