@@ -5,14 +5,24 @@ subprocess on a free loopback port and returns once it printed its
 ``listening on HOST:PORT`` line; ``coordinator_process`` is that as a fixture.
 ``coordinator_server`` runs the coordinator in-process on the test's event
 loop (faster, and the test can look at its state).
+
+The suite leaves no process behind: each pytest process (each xdist worker)
+marks the environment its subprocesses inherit, and once its last test ended
+it looks for its processes still running (below it, or orphaned but marked),
+gives them ``LEFTOVER_GRACE_S`` to end, kills them and fails that last test's
+teardown with the list.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,11 +31,17 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests.processes import PROC, command, is_running, left_behind
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.server import CoordinatorServer
 from workgroup.testing.servers import run_coordinator
 
 STARTUP_TIMEOUT_S = 20.0
+#: The environment variable that marks the processes a pytest process started
+#: (not ``WORKGROUP_*``: some tests start daemons without those).
+RUN_MARK = "PYTEST_WORKGROUP_STARTED_BY"
+#: How long processes still running at the end get to end by themselves.
+LEFTOVER_GRACE_S = 3.0
 
 # The suite shares two cores between four workers, JVMs and daemons: a per-example
 # deadline measures the machine's load, not the code (examples are still bounded
@@ -130,3 +146,28 @@ async def coordinator_server() -> AsyncIterator[CoordinatorServer]:
         yield server
     finally:
         await server.stop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Each process its own mark (a worker replaces its controller's).
+    os.environ[RUN_MARK] = f"{os.getpid()}-{secrets.token_hex(4)}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_process_left_behind() -> Iterator[None]:
+    """Set up first, torn down last: after every other fixture of this process."""
+    yield
+    if not PROC.is_dir():
+        return
+    me, mark = os.getpid(), os.environ[RUN_MARK]
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while (left := left_behind(me, RUN_MARK, mark)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not left:
+        return
+    found = "; ".join(f"{pid} {command(pid)[:120]}" for pid in left)
+    for pid in left:
+        if is_running(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    pytest.fail(f"processes left behind (killed): {found}", pytrace=False)

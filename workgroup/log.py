@@ -33,6 +33,7 @@ configuration stays the application's.  Tests capture events with
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -186,6 +187,28 @@ def describe_error(exc: BaseException) -> str:
     """``ValueError: bad record in beta`` (the type alone if it says nothing)."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def log_loop_errors(loop: asyncio.AbstractEventLoop) -> None:
+    """Log what ``loop`` cannot hand to anyone (a task's error nobody read, a
+    callback that raised) as a ``loop.unhandled_error`` event, not asyncio's raw
+    multi-line text on stderr (which would break a JSON log)."""
+    loop_log = get_logger(f"{ROOT_LOGGER}.loop")
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        error = context.get("exception")
+        where = context.get("task") or context.get("future") or context.get("handle")
+        fields: dict[str, Any] = {"message": context.get("message", "")}
+        if isinstance(where, asyncio.Task):
+            fields["task"] = where.get_name()
+        elif where is not None:
+            fields["callback"] = repr(where)
+        if isinstance(error, BaseException):
+            fields["error"] = describe_error(error)
+            fields["exc_info"] = error
+        loop_log.error("loop.unhandled_error", **fields)
+
+    loop.set_exception_handler(handle)
 
 
 def _add_logger_name(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:

@@ -207,3 +207,35 @@ def test_the_process_name_is_in_every_event_once_set(records: list[logging.LogRe
         "example.bound process=etl-1",
         "example.unnamed",
     ]
+
+
+def test_a_task_error_nobody_read_is_one_json_line_under_log_loop_errors() -> None:
+    script = (
+        "import asyncio, gc, workgroup.log\n"
+        "workgroup.log.configure('info', json=True)\n"
+        "async def fails():\n"
+        "    raise ValueError('nobody reads this')\n"
+        "async def main():\n"
+        "    {install}\n"
+        "    task = asyncio.get_running_loop().create_task(fails(), name='orphan')\n"
+        "    await asyncio.sleep(0)\n"
+        "    del task\n"
+        "    gc.collect()\n"
+        "asyncio.run(main())\n"
+    )
+    raw = run_python(script.format(install="pass")).stderr
+    assert "Task exception was never retrieved" in raw.splitlines()  # asyncio's own text
+    done = run_python(
+        script.format(install="workgroup.log.log_loop_errors(asyncio.get_running_loop())")
+    )
+    events = [json.loads(line) for line in done.stderr.splitlines()]  # every line is JSON
+    assert len(events) == 1, events
+    event = events[0]
+    assert (event["event"], event["level"], event["task"]) == (
+        "loop.unhandled_error",
+        "error",
+        "orphan",
+    )
+    assert event["message"] == "Task exception was never retrieved"
+    assert event["error"] == "ValueError: nobody reads this"
+    assert 'File "<string>", line 4, in fails' in event["exception"]

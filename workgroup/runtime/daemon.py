@@ -15,6 +15,8 @@ Rules:
    alive: the daemon logs ``app.threads_abandoned`` and ends the process, which
    ends the thread.  Its member sent no LeaveGroup, so its resource moves only
    when the session expires, after the thread is gone.
+3. What the event loop cannot hand to anyone (a task's error nobody read) is
+   logged as ``loop.unhandled_error``, so a JSON log stays JSON.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import os
 import signal
 import sys
 
-from workgroup.log import get_logger
+from workgroup.log import get_logger, log_loop_errors
 from workgroup.runtime.config import Settings
 from workgroup.runtime.runner import AppRunner
 from workgroup.runtime.spec import DeclaredApp
@@ -39,6 +41,7 @@ FORCED_EXIT = 130
 async def serve_until_signalled(app: DeclaredApp, settings: Settings) -> None:
     """Run ``app``; the first SIGINT/SIGTERM stops it gracefully, a second at once."""
     loop = asyncio.get_running_loop()
+    log_loop_errors(loop)
     stop = asyncio.Event()
 
     def on_signal(signum: int) -> None:

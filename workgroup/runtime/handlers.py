@@ -10,7 +10,9 @@ Rules:
 2. A handler that returns is done: the resource stays owned, nothing runs on it
    until it moves.  A handler that raises is started again after an
    exponential back-off, while the lease is held.  :class:`LeaseLostError` ends
-   it without a restart.  Its first failure in a row (and a failure with
+   it without a restart, and so does any error once the lease ended (logged
+   as ``worker.failed`` with the lease's ``end_reason``, without
+   ``restart_in_s``).  Its first failure in a row (and a failure with
    another error) is logged with the user's frames (``worker.failed``, field
    ``exception``; never local variables), later ones in one line with the
    count (``failures``).  An attempt that runs ``healthy_after_s`` without
@@ -156,6 +158,23 @@ class HandlerRun:
         self._task = asyncio.create_task(
             self._main(acquired), name=f"workgroup-handler-{self.lease.kind}/{self.lease.key}"
         )
+        self._task.add_done_callback(self._read_outcome)
+
+    def _read_outcome(self, task: asyncio.Task[None]) -> None:
+        """Read how the task ended, so that nothing is left for asyncio to print
+        (``_main`` logs the handler's own errors; this is anything else)."""
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            log.error(
+                "worker.task_failed",
+                handler=self._name,
+                kind=self.lease.kind,
+                key=self.lease.key,
+                error=describe_error(error),
+                exc_info=error,
+            )
 
     async def stop(self, why: EndReason, grace_s: float) -> None:
         """End the lease, give the handler ``grace_s`` to return, then cancel it."""
@@ -297,9 +316,10 @@ class HandlerRun:
                             self._stats.restarted()
                         self._attempt_started()
                         await self._call()
-        except Exception:
-            if not self.gave_up:
-                raise
+        except Exception as exc:
+            if not self.gave_up:  # not restartable: its lease ended (rule 2)
+                self._log_failure_after_end(exc)
+                return
             log.error(
                 "worker.gave_up",
                 handler=self._name,
@@ -315,6 +335,21 @@ class HandlerRun:
         finally:
             self._cancel_healthy_timer()
         log.debug("worker.returned", handler=self._name, kind=lease.kind, key=lease.key)
+
+    def _log_failure_after_end(self, exc: Exception) -> None:
+        """A handler that raised once its lease ended: not restarted, logged once."""
+        self._stats.failed()
+        fields: dict[str, Any] = {
+            "handler": self._name,
+            "kind": self.lease.kind,
+            "key": self.lease.key,
+            "error": describe_error(exc),
+            "lease": self.lease.end_reason,
+        }
+        frames = getattr(exc, "frames", None) or user_frames(exc)
+        if frames:
+            fields["exception"] = frames
+        log.error("worker.failed", **fields)
 
     def _attempt_started(self) -> None:
         """An attempt that runs ``healthy_after_s`` ends the row of failures."""

@@ -10,6 +10,14 @@ fence (:mod:`workgroup.fence`), for a child that writes without the parent.
 On revocation the child is told, gets the grace period, then SIGTERM, then
 SIGKILL one second later.
 
+A child never outlives its parent, whatever the handler does (a blocking loop
+that never looks at the lease): on Linux it asks the kernel for SIGKILL when the
+thread that started it ends (``PR_SET_PDEATHSIG``; that is the event loop's
+thread, which owns the child for its whole life), then checks that the parent
+did not die before it asked.  Everywhere, the end of the pipe to the parent
+(the parent closes it only once the child was reaped) and a thread that looks
+at the parent's pid every ``PARENT_POLL_S`` end the child with ``os._exit``.
+
 The handler is signed: HMAC-SHA256 of its pickled bytes, with the key in
 ``$WORKGROUP_HANDLER_KEY`` (one is made at random, for this process and its
 children, if none is set).  The child checks the signature before it unpickles
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import hashlib
 import hmac
 import inspect
@@ -32,7 +41,10 @@ import itertools
 import multiprocessing
 import os
 import secrets
+import signal
+import sys
 import threading
+import time
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
@@ -50,6 +62,14 @@ from workgroup.types import Key
 log = get_logger(__name__)
 
 KILL_AFTER_TERM_S = 1.0
+#: How often a child looks whether its parent is still there.
+PARENT_POLL_S = 0.5
+#: Whether children ask Linux for SIGKILL when their parent ends (the pipe and
+#: the poll of the parent's pid work without it, only later).
+PARENT_DEATH_SIGNAL = sys.platform == "linux"
+#: The exit status of a child whose parent is gone (nobody reads it: for ``ps``).
+ORPHANED_EXIT = 70
+_PR_SET_PDEATHSIG = 1
 #: The signing key of shipped handlers (children inherit the environment).
 HANDLER_KEY_ENV = "WORKGROUP_HANDLER_KEY"
 
@@ -163,8 +183,10 @@ class ProcessLease:
             try:
                 message = self._conn.recv()
             except (EOFError, OSError):
+                # The parent closes its end only once this process was reaped:
+                # it died, and its lease with it.
                 self._revoked.set()
-                return
+                os._exit(ORPHANED_EXIT)
             if message[0] == "revoked":
                 self._revoked.set()
             elif message[0] == "reply":
@@ -174,9 +196,37 @@ class ProcessLease:
                 done.set()
 
 
-def _child_main(conn: Connection, payload: bytes, signature: bytes, fields: dict[str, Any]) -> None:
-    """The child process: check the handler's signature, then run it with a
-    :class:`ProcessLease`."""
+def die_with_parent(parent_pid: int, *, death_signal: bool) -> None:
+    """End this process when ``parent_pid`` is no longer its parent: at once on
+    Linux with ``death_signal`` (the kernel's SIGKILL), else within
+    ``PARENT_POLL_S`` (a daemon thread)."""
+    if death_signal:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            log.warning("worker.no_parent_death_signal", errno=ctypes.get_errno())
+    # The parent may have died before the signal was asked for.
+    if os.getppid() != parent_pid:
+        os._exit(ORPHANED_EXIT)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(ORPHANED_EXIT)
+
+    threading.Thread(target=watch, name="workgroup-parent-watch", daemon=True).start()
+
+
+def _child_main(
+    conn: Connection,
+    payload: bytes,
+    signature: bytes,
+    fields: dict[str, Any],
+    parent_pid: int,
+    death_signal: bool,
+) -> None:
+    """The child process: die with the parent, check the handler's signature,
+    then run it with a :class:`ProcessLease`."""
+    die_with_parent(parent_pid, death_signal=death_signal)
     key = os.environ.get(HANDLER_KEY_ENV, "").encode()
     if not key or not hmac.compare_digest(sign(payload, key), signature):
         why = "no signing key" if not key else "its signature does not match"
@@ -228,7 +278,14 @@ class ProcessHandler:
         }
         process = context.Process(
             target=_child_main,
-            args=(child_conn, self._payload, sign(self._payload, handler_key()), fields),
+            args=(
+                child_conn,
+                self._payload,
+                sign(self._payload, handler_key()),
+                fields,
+                os.getpid(),
+                PARENT_DEATH_SIGNAL,
+            ),
             name=f"workgroup-{lease.kind}-{lease.key}",
             daemon=True,
         )

@@ -344,20 +344,27 @@ class Lease:
     def assert_can_commit(self) -> None:
         """Raise :class:`LeaseLostError` unless :attr:`can_commit`."""
         if not self.can_commit:
-            if self._state is not LeaseState.REVOKED or self.token <= 0:
-                self.assert_held()
-            raise LeaseLostError(
-                f"lease {self.kind}/{self.key} (token {self.token}) was revoked and its "
-                "grace period is over"
-            )
+            raise self._commit_refused()
 
     def assert_held(self) -> None:
         """Raise :class:`LeaseLostError` if the lease ended."""
         if not self.held:
-            raise LeaseLostError(
-                f"lease {self.kind}/{self.key} (token {self.token}) is no longer held: "
-                f"{self.end_reason or 'not acquired yet'}"
+            raise self._not_held()
+
+    def _commit_refused(self) -> LeaseLostError:
+        """Why a lease that cannot commit (rule 4) refuses to."""
+        if self._state is LeaseState.REVOKED and self.token > 0:
+            return LeaseLostError(
+                f"lease {self.kind}/{self.key} (token {self.token}) was revoked and its "
+                "grace period is over"
             )
+        return self._not_held()
+
+    def _not_held(self) -> LeaseLostError:
+        return LeaseLostError(
+            f"lease {self.kind}/{self.key} (token {self.token}) is no longer held: "
+            f"{self.end_reason or 'not acquired yet'}"
+        )
 
     @property
     def grace_left_s(self) -> float | None:
@@ -416,8 +423,10 @@ class Lease:
     async def commit(self, value: str) -> None:
         """Store ``value`` as the resource's checkpoint, fenced by this lease.
 
-        Raises :class:`LeaseLostError` if the lease ended or the coordinator
-        fenced it, :class:`~workgroup.runtime.errors.CheckpointError` for a value
+        Raises :class:`LeaseLostError` if the lease ended (also while the commit
+        was under way, whatever the transport answered: that error is its
+        ``__cause__``) or the coordinator fenced it,
+        :class:`~workgroup.runtime.errors.CheckpointError` for a value
         that cannot be stored (nothing sent).
         """
         check_value(value, self.key)
@@ -427,10 +436,19 @@ class Lease:
                 "commits" + (" (await lease.ready() first)" if self.role == "warming" else "")
             )
         self.assert_can_commit()
-        async for attempt in self._retrying(until_grace_ends=True):
-            with attempt:
-                self.assert_can_commit()
-                await self._commit_checked(self.token, self._header + value)
+        try:
+            async for attempt in self._retrying(until_grace_ends=True):
+                with attempt:
+                    self.assert_can_commit()
+                    await self._commit_checked(self.token, self._header + value)
+        except LeaseLostError:
+            raise
+        except WorkgroupError as exc:
+            # The lease ended while the commit was under way: whatever the
+            # transport said, the handler's answer is that it lost the lease.
+            if self.can_commit:
+                raise
+            raise self._commit_refused() from exc
 
     async def checkpoint(self) -> str | None:
         """The last committed checkpoint of the resource, whoever committed it

@@ -249,3 +249,32 @@ def test_a_bad_policy_setting_is_a_config_error() -> None:
         resolve(Settings(), flags={}, environ={"WORKGROUP_ON_FAILURE": "never"}, config_file=None)
     with pytest.raises(ConfigError, match="WORKGROUP_MAX_FAILURES must be an integer"):
         read_environment({"WORKGROUP_MAX_FAILURES": "five"})
+
+
+async def test_a_handler_failing_after_its_lease_ended_is_logged_and_its_task_ends_clean() -> None:
+    """Nothing restarts it (its lease ended); its error is logged once, and the
+    task ends cleanly (nothing for asyncio to print as never retrieved)."""
+
+    async def fails_once_revoked(lease: Lease) -> None:
+        await lease.wait_revoked()
+        raise ValueError("the last step failed")
+
+    run = HandlerRun(
+        lease(FakeStore()), fails_once_revoked, name="g", restart=FAST, stats=HandlerStats()
+    )
+    with capture_logs() as logs:
+        run.start()
+        await until(lambda: run.started)
+        await run.stop(EndReason.REVOKED, grace_s=1.0)
+        await run.wait_finished()
+    task = run._task
+    assert task is not None
+    assert task.done()
+    assert task.exception() is None
+    failed = [e for e in logs if e["event"] == "worker.failed"]
+    assert len(failed) == 1, failed
+    assert failed[0]["error"] == "ValueError: the last step failed"
+    assert failed[0]["lease"] == run.lease.end_reason
+    assert "restart_in_s" not in failed[0]
+    assert 'raise ValueError("the last step failed")' in failed[0]["exception"]
+    assert not [e for e in logs if e["event"] == "worker.task_failed"]

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -110,9 +113,13 @@ def test_a_handler_whose_signature_does_not_match_is_refused_unopened(
 
     import cloudpickle
 
+    from workgroup.runtime import isolation
     from workgroup.runtime.isolation import HANDLER_KEY_ENV, _child_main, sign
 
     marker = tmp_path / "ran"
+    # In this process, not a child's: no watch of the parent.
+    watched: list[int] = []
+    monkeypatch.setattr(isolation, "die_with_parent", lambda pid, **_: watched.append(pid))
 
     def handler(lease: object) -> None:
         marker.write_text("the handler ran")
@@ -126,16 +133,17 @@ def test_a_handler_whose_signature_does_not_match_is_refused_unopened(
         (sign(payload + b"tampered", b"the-parents-key"), "its signature does not match"),
     ]:
         parent, child = multiprocessing.Pipe()
-        _child_main(child, payload, signature, fields)
+        _child_main(child, payload, signature, fields, os.getppid(), False)
         assert parent.recv() == (
             "failed",
             f"refused to run the shipped handler: {why} ({HANDLER_KEY_ENV})",
         )
     monkeypatch.delenv(HANDLER_KEY_ENV)
     parent, child = multiprocessing.Pipe()
-    _child_main(child, payload, sign(payload, b""), fields)
+    _child_main(child, payload, sign(payload, b""), fields, os.getppid(), False)
     assert "no signing key" in parent.recv()[1]
     assert not marker.exists()
+    assert watched == [os.getppid()] * 3  # before anything else
 
 
 def test_the_parent_signs_with_a_key_its_children_inherit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,3 +173,55 @@ async def test_a_child_process_reports_load_through_the_parents_lease() -> None:
     assert await wait_committed(store, "the child's refusal") == "refused: ConfigError"
     assert reported == [42.5]
     await run.stop(EndReason.REVOKED, grace_s=5.0)
+
+
+#: A child watching the parent named in its argv; prints its pid, then waits.
+WATCHED_CHILD = """
+import os, sys, time
+from workgroup.runtime.isolation import die_with_parent
+die_with_parent(int(sys.argv[1]), death_signal=False)
+print(os.getpid(), flush=True)
+time.sleep(3600)
+"""
+#: A middle process that starts a child watching it, then waits.
+MIDDLE = """
+import os, subprocess, sys
+subprocess.Popen([sys.executable, "-c", sys.argv[1], str(os.getpid())]).wait()
+"""
+
+
+def test_a_child_whose_parent_is_not_the_expected_one_exits_at_once() -> None:
+    """The parent died before the child asked for the death signal: the child's
+    parent is then another process (init, a subreaper)."""
+    from workgroup.runtime.isolation import ORPHANED_EXIT
+
+    done = subprocess.run(
+        [sys.executable, "-c", WATCHED_CHILD, str(os.getpid() + 1_000_000)],
+        capture_output=True,
+        timeout=30,
+    )
+    assert done.returncode == ORPHANED_EXIT, done.stderr
+    assert done.stdout == b""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_without_the_death_signal_a_child_notices_its_parent_is_gone_by_polling() -> None:
+    """No pipe here: only the poll of the parent's pid (``PARENT_POLL_S``)."""
+    from tests.processes import is_running
+    from workgroup.runtime.isolation import PARENT_POLL_S
+
+    middle = subprocess.Popen([sys.executable, "-c", MIDDLE, WATCHED_CHILD], stdout=subprocess.PIPE)
+    assert middle.stdout is not None
+    child_pid = int(middle.stdout.readline())
+    try:
+        assert is_running(child_pid)
+        middle.kill()
+        killed_at = time.monotonic()
+        middle.wait()
+        while is_running(child_pid):
+            assert time.monotonic() - killed_at < PARENT_POLL_S + 2.0, "the child runs on"
+            time.sleep(0.02)
+    finally:
+        middle.stdout.close()
+        if is_running(child_pid):
+            os.kill(child_pid, signal.SIGKILL)

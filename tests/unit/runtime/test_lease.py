@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
+from workgroup.member.errors import CoordinatorUnavailableError
 from workgroup.runtime.errors import CheckpointError, IllegalLeaseTransitionError, LeaseLostError
 from workgroup.runtime.lease import Committed, EndReason, Lease, LeaseState, Slot
 from workgroup.runtime.lease_states import LIVE_STATES, NEXT_STATES, check_transition
@@ -184,6 +186,65 @@ async def test_a_revoked_lease_retries_only_until_its_grace_period_ends() -> Non
     with pytest.raises(LeaseLostError, match="grace period is over"):
         await held.commit("last step")
     assert 5.0 <= clock.monotonic() < 6.0
+
+
+class UnreachableCoordinator(FakeStore):
+    """A transport that cannot reach the coordinator: each commit takes
+    ``attempt_s`` on the clock, then fails (``on_attempt`` runs meanwhile)."""
+
+    def __init__(self, clock: FakeClock, attempt_s: float) -> None:
+        super().__init__()
+        self.clock = clock
+        self.attempt_s = attempt_s
+        self.on_attempt: list[Callable[[], None]] = []
+        self.failing = False
+
+    async def commit(
+        self, slot: Slot, offset: int, metadata: str | None, *, resource: Resource | None = None
+    ) -> ErrorCode:
+        if not self.failing:
+            return await super().commit(slot, offset, metadata, resource=resource)
+        await self.clock.sleep(self.attempt_s)
+        for action in self.on_attempt:
+            action()
+        raise CoordinatorUnavailableError("OffsetCommit: the coordinator is not known")
+
+
+@pytest.mark.parametrize(
+    ("ending", "message"),
+    [("lost", "no longer held: lost"), ("revoked", "grace period is over")],
+)
+async def test_a_lease_that_ends_while_its_commit_fails_raises_lease_lost(
+    ending: str, message: str
+) -> None:
+    """A daemon paused past its session, then resumed: the transport says the
+    coordinator is not known, and meanwhile the member counted the session as
+    over (lost), or the grace period of a revoked lease ran out during the try."""
+    clock = FakeClock(autojump_threshold_s=0)
+    store = UnreachableCoordinator(clock, attempt_s=2.0)
+    held = lease(store, timeout_s=30.0, clock=clock)
+    await held.acquire()
+    store.failing = True
+    if ending == "lost":
+        store.on_attempt.append(lambda: held.end(EndReason.LOST))
+    else:
+        held.end(EndReason.REVOKED, grace_s=1.0)  # over before the first try fails
+    with pytest.raises(LeaseLostError, match=message) as caught:
+        await held.commit("step")
+    assert isinstance(caught.value.__cause__, CoordinatorUnavailableError)
+    assert clock.monotonic() == pytest.approx(2.0)  # one try, no retry once it ended
+    assert store.offsets[SLOT] == Committed(1, HEADER)
+
+
+async def test_a_held_lease_whose_commit_keeps_failing_raises_the_transport_error() -> None:
+    clock = FakeClock(autojump_threshold_s=0)
+    store = UnreachableCoordinator(clock, attempt_s=2.0)
+    held = lease(store, timeout_s=10.0, clock=clock)
+    await held.acquire()
+    store.failing = True
+    with pytest.raises(CoordinatorUnavailableError):
+        await held.commit("step")
+    assert held.held  # still held: the coordinator was only out of reach
 
 
 async def test_acquisition_fenced_never_holds() -> None:
