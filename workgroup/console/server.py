@@ -66,6 +66,7 @@ STATIC_FILES = {
     "index.html": "text/html",
     "console.js": "text/javascript",
     "console.css": "text/css",
+    "favicon.svg": "image/svg+xml",
 }
 CSP = "default-src 'self'; style-src 'self'; script-src 'self'; connect-src 'self'"
 
@@ -136,6 +137,8 @@ class ConsoleServer:
         app = web.Application(middlewares=[_headers])
         app.router.add_get("/", self._index)
         app.router.add_get("/static/{name}", self._static)
+        # Browsers ask for /favicon.ico whatever the page links: answer it too.
+        app.router.add_get("/favicon.ico", self._favicon)
         app.router.add_get("/api/view", self._view)
         app.router.add_get("/api/groups/{group}", self._group)
         app.router.add_get("/api/stream", self._stream)
@@ -280,6 +283,9 @@ class ConsoleServer:
 
     async def _index(self, _request: web.Request) -> web.StreamResponse:
         return _file("index.html")
+
+    async def _favicon(self, _request: web.Request) -> web.StreamResponse:
+        return _file("favicon.svg")
 
     async def _static(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
