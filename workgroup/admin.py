@@ -27,7 +27,8 @@ from typing import Any
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import KafkaError
 
-from workgroup.errors import ErrorCode, ProtocolError, WorkgroupError
+from workgroup.assignors.standby import active_kind
+from workgroup.errors import ConfigError, ErrorCode, ProtocolError, WorkgroupError
 from workgroup.kafka.adapter import KafkaRequest, to_result
 from workgroup.kafka.messages import (
     CommitPartition,
@@ -75,6 +76,10 @@ class GroupNotEmptyError(WorkgroupError):
     """The group has members: deleting it or resetting a checkpoint is refused."""
 
     exit_code = 3
+
+
+class UnknownResourceError(ConfigError):
+    """A reset names a kind the group does not serve, or a key that has no slot."""
 
 
 @dataclass(frozen=True)
@@ -458,13 +463,31 @@ async def delete_group(
     raise WorkgroupError(f"deleting group {group!r}: {error.name}", retriable=error.retriable)
 
 
+def group_kinds(group: str, members: Iterable[MemberDescription]) -> set[str]:
+    """The kinds ``group`` serves: those its members declare, else those its name
+    says (the runtime names a kind's group ``APP.KIND``: every dotted suffix of
+    the name is a candidate); standby kinds count as their active kind."""
+    declared = {
+        active_kind(kind)
+        for m in members
+        if (metadata := m.workgroup_metadata()) is not None
+        for kind in metadata.kinds
+    }
+    if declared:
+        return declared
+    parts = group.split(".")
+    return {".".join(parts[i:]) for i in range(1, len(parts))}
+
+
 async def reset_checkpoint(
     bootstrap: str | Sequence[str],
     group: str,
     key: Key,
     value: str | None,
     *,
+    kind: str | None = None,
     force: bool = False,
+    create: bool = False,
     security: Security = PLAINTEXT,
     timeout_s: float = 10.0,
 ) -> LeaseSlot:
@@ -477,26 +500,42 @@ async def reset_checkpoint(
     unless ``force``; even then a coordinator accepts a commit from outside the
     group only while it has no members, so ``force`` only skips this check (for
     members it still lists but that are gone).
+
+    A slot is named by the group and the key alone (one group serves one kind),
+    so ``kind``, when given, is only checked against :func:`group_kinds`; a key
+    without a slot is refused unless ``create`` (a typo would otherwise add a
+    resource owned by nobody).  Both refusals are :class:`UnknownResourceError`.
     """
     if value is not None:
         check_value(value, key)
-    if not force:
-        try:
-            described = await describe_group(
-                bootstrap, group, security=security, timeout_s=timeout_s
-            )
-        except GroupNotFoundError:
-            described = None
-        if described is not None and described.members:
-            raise GroupNotEmptyError(
-                f"group {group!r} has {len(described.members)} member(s): stop its daemons "
-                "before resetting a checkpoint (or pass --force if they are gone)"
+    try:
+        described = await describe_group(bootstrap, group, security=security, timeout_s=timeout_s)
+    except GroupNotFoundError:
+        described = None
+    members = described.members if described is not None else []
+    if members and not force:
+        raise GroupNotEmptyError(
+            f"group {group!r} has {len(members)} member(s): stop its daemons "
+            "before resetting a checkpoint (or pass --force if they are gone)"
+        )
+    if kind is not None:
+        kinds = group_kinds(group, members)
+        if active_kind(kind) not in kinds:
+            known = ", ".join(sorted(kinds)) or "none known: no member declares one"
+            raise UnknownResourceError(
+                f"group {group!r} serves no kind {kind!r} (its kinds: {known}); "
+                "leave --kind out to reset the key's slot whatever the kind"
             )
     before = {
         s.key: s
         for s in await read_lease_slots(bootstrap, group, security=security, timeout_s=timeout_s)
         if s.key is not None and same_key(s.key, key)
     }
+    if key not in before and not create:
+        raise UnknownResourceError(
+            f"key {key!r} has no slot in group {group!r} (no holder ever took it): pass "
+            "--create to make one"
+        )
     slot = slot_of(group, key)
     was = before.get(key, LeaseSlot(slot.topic, key, NO_TOKEN, None))
     metadata = slot_header(key) + (value or "")
@@ -533,10 +572,12 @@ __all__ = [
     "GroupNotFoundError",
     "LeaseSlot",
     "MemberDescription",
+    "UnknownResourceError",
     "decode_assignment",
     "decode_warming",
     "delete_group",
     "describe_group",
+    "group_kinds",
     "list_groups",
     "read_lease_slots",
     "reset_checkpoint",

@@ -80,7 +80,7 @@ async def test_an_empty_group_shows_its_tokens_and_checkpoints(backend: Backend)
 async def test_describe_joins_owners_with_slots_and_reset_waits_for_an_empty_group(
     backend: Backend,
 ) -> None:
-    group = f"slots-{uuid.uuid4().hex[:8]}"
+    group = f"slots-{uuid.uuid4().hex[:8]}.shard"
     await seed(backend, group, 1, 5, "at-5")
     await seed(backend, group, 9, 2, "gone")  # a key no member is given any more
     member = GroupMember(
@@ -107,6 +107,13 @@ async def test_describe_joins_owners_with_slots_and_reset_waits_for_an_empty_gro
         )
         assert refused.exit_code == 3, refused.output
         assert "has 1 member(s)" in refused.output
+        # --force skips the member check, not the kind check: the members' kinds.
+        wrong_kind = await cli(
+            ["reset", group, "--kind", "part", "--key", "1", "--force",
+             "--bootstrap", backend.bootstrap]
+        )  # fmt: skip
+        assert wrong_kind.exit_code == 2, wrong_kind.output
+        assert "serves no kind 'part' (its kinds: shard)" in wrong_kind.output
         with pytest.raises(GroupNotEmptyError, match="accepts commits only from them"):
             await reset_checkpoint(backend.bootstrap, group, 1, "x", force=True)
         deleting = await cli(["delete", group, "--bootstrap", backend.bootstrap])
@@ -143,3 +150,37 @@ async def test_describe_joins_owners_with_slots_and_reset_waits_for_an_empty_gro
     gone = await cli(["describe", group, "--bootstrap", backend.bootstrap])
     assert gone.exit_code == 1
     assert "no group" in gone.output
+
+
+async def test_reset_refuses_a_kind_the_group_does_not_serve_and_a_key_without_a_slot(
+    backend: Backend,
+) -> None:
+    group = f"app-{uuid.uuid4().hex[:8]}.part"
+    await seed(backend, group, "k3", 4, "at-4")
+
+    async def reset(*args: str) -> Result:
+        return await cli(["reset", group, *args, "--bootstrap", backend.bootstrap])
+
+    async def slots() -> dict[object, tuple[int, str | None]]:
+        return {
+            s.key: (s.token, s.checkpoint) for s in await read_lease_slots(backend.bootstrap, group)
+        }
+
+    wrong_kind = await reset("--kind", "nosuchkind", "--key", "k3", "--to", "Y")
+    assert wrong_kind.exit_code == 2, wrong_kind.output
+    assert wrong_kind.output.count("\n") == 1
+    assert "serves no kind 'nosuchkind' (its kinds: part)" in wrong_kind.output
+    no_slot = await reset("--kind", "part", "--key", "k42", "--to", "Z")
+    assert no_slot.exit_code == 2, no_slot.output
+    assert no_slot.output.count("\n") == 1
+    assert "key 'k42' has no slot in group" in no_slot.output
+    assert await slots() == {"k3": (4, "at-4")}  # nothing written
+    # The right kind, no kind at all, and --create for a new key.
+    right = await reset("--kind", "part", "--key", "k3", "--to", "Y")
+    assert right.exit_code == 0, right.output
+    assert right.output.startswith("part/'k3' in group")
+    anyhow = await reset("--key", "k3", "--to", "Y2")
+    assert anyhow.exit_code == 0, anyhow.output
+    created = await reset("--kind", "part", "--key", "k42", "--to", "Z", "--create")
+    assert created.exit_code == 0, created.output
+    assert await slots() == {"k3": (4, "Y2"), "k42": (0, "Z")}
