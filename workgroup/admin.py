@@ -51,6 +51,7 @@ from workgroup.member.driver import CoordinatorConnection, map_kafka_error, pars
 from workgroup.member.leader import DRAINING_TAG, LEAVING_TAG
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.metadata import BinaryCodec, MemberMetadata
+from workgroup.protocol.process import PROCESS_TAG
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE
 from workgroup.runtime.slots import (
     LEASE_TOPIC_PREFIX,
@@ -119,6 +120,15 @@ class MemberDescription:
         return None if meta is None else dict(meta.tags).get(ENDPOINT_TAG)
 
     @property
+    def process(self) -> str:
+        """The process that holds the member's place now (``HOST-PID`` from its
+        metadata, :mod:`workgroup.protocol.process`), else its client id: a static
+        member's client id is its first process's, even after a replacement."""
+        meta = self.workgroup_metadata()
+        tagged = None if meta is None else dict(meta.tags).get(PROCESS_TAG)
+        return tagged or self.client_id
+
+    @property
     def ready(self) -> dict[str, list[Key]]:
         """``{kind: [keys]}`` of :attr:`warming` it reported ready (cut over next)."""
         meta = self.workgroup_metadata()
@@ -154,6 +164,7 @@ class MemberDescription:
             "instance_id": self.instance_id,
             "client_id": self.client_id,
             "client_host": self.client_host,
+            "process": self.process,
             "assignment": self.assignment,
             "warming": self.warming,
             "ready": self.ready,
@@ -301,7 +312,8 @@ async def describe_group(
                 m.member_id,
                 m.group_instance_id,
                 m.client_id,
-                m.client_host,
+                # Kafka's client host is an InetAddress's text: "/127.0.0.1".
+                m.client_host.removeprefix("/"),
                 assignment,
                 error,
                 generation,

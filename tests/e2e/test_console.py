@@ -81,7 +81,7 @@ async def test_the_console_shows_groups_owners_and_a_kill_as_a_move(
             while set(await owner_cells.all_inner_texts()) != {"a", "b"}:  # noqa: ASYNC110 (polls the page)
                 await asyncio.sleep(0.3)
         # Each member's advertised endpoint, each resource's token and checkpoint.
-        endpoints = await page.locator("#members tbody tr td:nth-child(4)").all_inner_texts()
+        endpoints = await page.locator("#members tbody tr td:nth-child(5)").all_inner_texts()
         assert sorted(endpoints) == sorted(f"127.0.0.1:{p}" for p in ports.values())
         tokens = page.locator("#resources tbody tr td:nth-child(5)")
         await expect(tokens.filter(has_text=EMPTY)).to_have_count(0, timeout=60_000)

@@ -2,7 +2,7 @@
 
 ``--json`` prints ``{"group", "state", "protocol_type", "protocol",
 "generation", "leader", "members": [{"member_id", "instance_id", "client_id",
-"client_host", "assignment": {KIND: [KEYS]}, "warming": {KIND: [KEYS]},
+"client_host", "process", "assignment": {KIND: [KEYS]}, "warming": {KIND: [KEYS]},
 "ready": {KIND: [KEYS]}, "draining", "leaving"}], "resources": [{"kind", "key",
 "owner", "instance_id", "token", "checkpoint"}], "slots_error"}`` (see
 :mod:`workgroup.admin`).  ``resources`` joins the assignments with the lease
@@ -56,7 +56,7 @@ def render(description: GroupDescription) -> Table:
         title_justify="left",
     )
     planned = any(m.warming or m.status != "member" for m in description.members)
-    columns = ["member", "instance", "client", "host", "owns"]
+    columns = ["member", "instance", "process", "host", "owns"]
     if planned:
         columns += ["warming", "status"]
     for column in columns:
@@ -71,7 +71,7 @@ def render(description: GroupDescription) -> Table:
                 )
                 or "-"
             )
-        row = [m.member_id, m.instance_id or "-", m.client_id, m.client_host, owns]
+        row = [m.member_id, m.instance_id or "-", m.process, m.client_host, owns]
         if planned:
             row += [warming_cell(m), STATUS_STYLE[m.status].format(m.status)]
         table.add_row(*row)

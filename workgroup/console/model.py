@@ -175,6 +175,7 @@ class ConsoleModel:
                     "name": name,
                     "client_id": m.client_id,
                     "host": m.client_host,
+                    "process": m.process,
                     "endpoint": m.endpoint,
                     # What it reported when it last joined (None: nothing).
                     "load": round(sum(meta.loads), 3) if meta and meta.loads else None,
