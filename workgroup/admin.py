@@ -435,6 +435,43 @@ async def read_lease_slots(
     return sorted(slots, key=lambda s: (s.key is None, encode_key(s.key or ""), s.topic))
 
 
+async def read_current_loads(
+    bootstrap: str | Sequence[str],
+    group: str,
+    *,
+    security: Security = PLAINTEXT,
+    timeout_s: float = 10.0,
+) -> dict[str, float]:
+    """The loads ``group``'s members reported since they joined, by lease slot
+    topic (:mod:`workgroup.runtime.loads`; join them with
+    :func:`~workgroup.runtime.loads.current_load`); empty when none did."""
+    from workgroup.runtime.loads import decode_load, load_group
+
+    request = OffsetFetch(groups=(OffsetFetchGroup(load_group(group), None),))
+    result = await _ask(
+        bootstrap,
+        load_group(group),
+        request,
+        security=security,
+        timeout_s=timeout_s,
+        what=f"reading the current loads of group {group!r}",
+    )
+    assert isinstance(result, OffsetFetchResult)
+    fetched = result.groups[0] if len(result.groups) == 1 else None
+    if fetched is None or fetched.error not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+        error = "no answer" if fetched is None else fetched.error.name
+        raise WorkgroupError(
+            f"reading the current loads of group {group!r}: {error}",
+            retriable=fetched is None or fetched.error.retriable,
+        )
+    return {
+        topic.name: decode_load(p.offset)
+        for topic in fetched.topics
+        for p in topic.partitions
+        if p.error is ErrorCode.NONE and p.offset >= 0
+    }
+
+
 async def delete_group(
     bootstrap: str | Sequence[str],
     group: str,
@@ -591,6 +628,7 @@ __all__ = [
     "describe_group",
     "group_kinds",
     "list_groups",
+    "read_current_loads",
     "read_lease_slots",
     "reset_checkpoint",
 ]

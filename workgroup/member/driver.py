@@ -551,6 +551,12 @@ class GroupMember:
         if machine is not None:
             machine.loads.record(resource, load, self._now())
 
+    def measured_load(self, resource: Resource) -> float | None:
+        """The smoothed load of ``resource`` measured from :meth:`report_load`
+        (``None``: none reported)."""
+        machine = self._machine
+        return None if machine is None else machine.loads.load(resource)
+
     def refuse(self, resources: Iterable[Resource], for_ms: int, reason: str) -> None:
         """Give up ``resources`` (no callback) and refuse them for ``for_ms``:
         the leader hands them to another member that takes their kind, if any
