@@ -480,19 +480,21 @@ async def delete_group(
     timeout_s: float = 10.0,
 ) -> None:
     """Delete ``group`` and its committed offsets (its tokens and checkpoints),
-    and its drain requests (:mod:`workgroup.runtime.drains`: another group, that
-    a coordinator may refuse to delete alone, e.g. without the ACL's ``drain``).
+    its drain requests (:mod:`workgroup.runtime.drains`) and its members' current
+    loads (:mod:`workgroup.runtime.loads`): other groups, that a coordinator may
+    refuse to delete alone, e.g. without the ACL's ``drain``.
 
     Coordinators delete only a group without members: :class:`GroupNotEmptyError`
     otherwise; :class:`GroupNotFoundError` for a group they do not know.
     """
     # Imported here: the drains module runs a member, which the admin tools need not.
     from workgroup.runtime.drains import drain_group
+    from workgroup.runtime.loads import load_group
 
     result = await _ask(
         bootstrap,
         group,
-        DeleteGroups((group, drain_group(group))),
+        DeleteGroups((group, drain_group(group), load_group(group))),
         security=security,
         timeout_s=timeout_s,
         what=f"deleting group {group!r}",

@@ -17,6 +17,7 @@ from workgroup.admin import (
     GroupNotEmptyError,
     GroupNotFoundError,
     delete_group,
+    read_current_loads,
     read_lease_slots,
     reset_checkpoint,
 )
@@ -25,6 +26,7 @@ from workgroup.kafka.messages import CommitPartition, CommitTopic
 from workgroup.member.driver import GroupMember
 from workgroup.protocol import Protocol
 from workgroup.runtime.legacy import AdminOffsets
+from workgroup.runtime.loads import load_group
 from workgroup.runtime.slots import slot_header, slot_of
 
 TIMEOUT_S = 30
@@ -141,10 +143,18 @@ async def test_describe_joins_owners_with_slots_and_reset_waits_for_an_empty_gro
     )  # fmt: skip
     assert too_long.exit_code == 2, too_long.output
     assert "over the limit" in too_long.output
-    # Deleting the empty group removes its slots.
+    # Deleting the empty group removes its slots, and the loads its members reported.
+    loads = AdminOffsets(backend.bootstrap, load_group(group))
+    try:
+        slot = slot_of(group, 1)
+        await loads.commit([CommitTopic(slot.topic, (CommitPartition(0, 2500, None),))])
+    finally:
+        await loads.close()
+    assert await read_current_loads(backend.bootstrap, group) == {slot.topic: 2.5}
     deleted = await cli(["delete", group, "--bootstrap", backend.bootstrap])
     assert deleted.exit_code == 0, deleted.output
     assert await read_lease_slots(backend.bootstrap, group) == []
+    assert await read_current_loads(backend.bootstrap, group) == {}
     with pytest.raises(GroupNotFoundError):
         await delete_group(backend.bootstrap, group)
     gone = await cli(["describe", group, "--bootstrap", backend.bootstrap])
