@@ -27,6 +27,10 @@ from workgroup.testing.servers import run_coordinator
 
 STARTUP_TIMEOUT_S = 20.0
 
+#: Every browser test's ``browser`` and ``page`` (a page that fails the test on
+#: any error it reports).
+pytest_plugins = ["tests.browser"]
+
 # The suite shares two cores between four workers, JVMs and daemons: a per-example
 # deadline measures the machine's load, not the code (examples are still bounded
 # by max_examples and each test's timeout).

@@ -1,4 +1,5 @@
-"""Browser fixtures: Debian's chromium driven by Playwright (never a downloaded browser).
+"""Browser fixtures: Debian's chromium driven by Playwright (never a downloaded browser),
+for every test (a plugin of tests/conftest.py).
 
 ``page`` is a fresh tab that watches itself: a console error, an uncaught page
 error, a request of the page's own origin that failed or answered 4xx/5xx (a
