@@ -43,6 +43,10 @@ RUN_MARK = "PYTEST_WORKGROUP_STARTED_BY"
 #: How long processes still running at the end get to end by themselves.
 LEFTOVER_GRACE_S = 3.0
 
+#: Every browser test's ``browser`` and ``page`` (a page that fails the test on
+#: any error it reports).
+pytest_plugins = ["tests.browser"]
+
 # The suite shares two cores between four workers, JVMs and daemons: a per-example
 # deadline measures the machine's load, not the code (examples are still bounded
 # by max_examples and each test's timeout).

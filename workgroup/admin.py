@@ -27,7 +27,8 @@ from typing import Any
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import KafkaError
 
-from workgroup.errors import ErrorCode, ProtocolError, WorkgroupError
+from workgroup.assignors.standby import active_kind
+from workgroup.errors import ConfigError, ErrorCode, ProtocolError, WorkgroupError
 from workgroup.kafka.adapter import KafkaRequest, to_result
 from workgroup.kafka.messages import (
     CommitPartition,
@@ -50,6 +51,7 @@ from workgroup.member.driver import CoordinatorConnection, map_kafka_error, pars
 from workgroup.member.leader import DRAINING_TAG, LEAVING_TAG
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.metadata import BinaryCodec, MemberMetadata
+from workgroup.protocol.process import PROCESS_TAG
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE
 from workgroup.runtime.slots import (
     LEASE_TOPIC_PREFIX,
@@ -75,6 +77,10 @@ class GroupNotEmptyError(WorkgroupError):
     """The group has members: deleting it or resetting a checkpoint is refused."""
 
     exit_code = 3
+
+
+class UnknownResourceError(ConfigError):
+    """A reset names a kind the group does not serve, or a key that has no slot."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,15 @@ class MemberDescription:
         return None if meta is None else dict(meta.tags).get(ENDPOINT_TAG)
 
     @property
+    def process(self) -> str:
+        """The process that holds the member's place now (``HOST-PID`` from its
+        metadata, :mod:`workgroup.protocol.process`), else its client id: a static
+        member's client id is its first process's, even after a replacement."""
+        meta = self.workgroup_metadata()
+        tagged = None if meta is None else dict(meta.tags).get(PROCESS_TAG)
+        return tagged or self.client_id
+
+    @property
     def ready(self) -> dict[str, list[Key]]:
         """``{kind: [keys]}`` of :attr:`warming` it reported ready (cut over next)."""
         meta = self.workgroup_metadata()
@@ -149,6 +164,7 @@ class MemberDescription:
             "instance_id": self.instance_id,
             "client_id": self.client_id,
             "client_host": self.client_host,
+            "process": self.process,
             "assignment": self.assignment,
             "warming": self.warming,
             "ready": self.ready,
@@ -296,7 +312,8 @@ async def describe_group(
                 m.member_id,
                 m.group_instance_id,
                 m.client_id,
-                m.client_host,
+                # Kafka's client host is an InetAddress's text: "/127.0.0.1".
+                m.client_host.removeprefix("/"),
                 assignment,
                 error,
                 generation,
@@ -418,6 +435,43 @@ async def read_lease_slots(
     return sorted(slots, key=lambda s: (s.key is None, encode_key(s.key or ""), s.topic))
 
 
+async def read_current_loads(
+    bootstrap: str | Sequence[str],
+    group: str,
+    *,
+    security: Security = PLAINTEXT,
+    timeout_s: float = 10.0,
+) -> dict[str, float]:
+    """The loads ``group``'s members reported since they joined, by lease slot
+    topic (:mod:`workgroup.runtime.loads`; join them with
+    :func:`~workgroup.runtime.loads.current_load`); empty when none did."""
+    from workgroup.runtime.loads import decode_load, load_group
+
+    request = OffsetFetch(groups=(OffsetFetchGroup(load_group(group), None),))
+    result = await _ask(
+        bootstrap,
+        load_group(group),
+        request,
+        security=security,
+        timeout_s=timeout_s,
+        what=f"reading the current loads of group {group!r}",
+    )
+    assert isinstance(result, OffsetFetchResult)
+    fetched = result.groups[0] if len(result.groups) == 1 else None
+    if fetched is None or fetched.error not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+        error = "no answer" if fetched is None else fetched.error.name
+        raise WorkgroupError(
+            f"reading the current loads of group {group!r}: {error}",
+            retriable=fetched is None or fetched.error.retriable,
+        )
+    return {
+        topic.name: decode_load(p.offset)
+        for topic in fetched.topics
+        for p in topic.partitions
+        if p.error is ErrorCode.NONE and p.offset >= 0
+    }
+
+
 async def delete_group(
     bootstrap: str | Sequence[str],
     group: str,
@@ -426,19 +480,21 @@ async def delete_group(
     timeout_s: float = 10.0,
 ) -> None:
     """Delete ``group`` and its committed offsets (its tokens and checkpoints),
-    and its drain requests (:mod:`workgroup.runtime.drains`: another group, that
-    a coordinator may refuse to delete alone, e.g. without the ACL's ``drain``).
+    its drain requests (:mod:`workgroup.runtime.drains`) and its members' current
+    loads (:mod:`workgroup.runtime.loads`): other groups, that a coordinator may
+    refuse to delete alone, e.g. without the ACL's ``drain``.
 
     Coordinators delete only a group without members: :class:`GroupNotEmptyError`
     otherwise; :class:`GroupNotFoundError` for a group they do not know.
     """
     # Imported here: the drains module runs a member, which the admin tools need not.
     from workgroup.runtime.drains import drain_group
+    from workgroup.runtime.loads import load_group
 
     result = await _ask(
         bootstrap,
         group,
-        DeleteGroups((group, drain_group(group))),
+        DeleteGroups((group, drain_group(group), load_group(group))),
         security=security,
         timeout_s=timeout_s,
         what=f"deleting group {group!r}",
@@ -458,13 +514,31 @@ async def delete_group(
     raise WorkgroupError(f"deleting group {group!r}: {error.name}", retriable=error.retriable)
 
 
+def group_kinds(group: str, members: Iterable[MemberDescription]) -> set[str]:
+    """The kinds ``group`` serves: those its members declare, else those its name
+    says (the runtime names a kind's group ``APP.KIND``: every dotted suffix of
+    the name is a candidate); standby kinds count as their active kind."""
+    declared = {
+        active_kind(kind)
+        for m in members
+        if (metadata := m.workgroup_metadata()) is not None
+        for kind in metadata.kinds
+    }
+    if declared:
+        return declared
+    parts = group.split(".")
+    return {".".join(parts[i:]) for i in range(1, len(parts))}
+
+
 async def reset_checkpoint(
     bootstrap: str | Sequence[str],
     group: str,
     key: Key,
     value: str | None,
     *,
+    kind: str | None = None,
     force: bool = False,
+    create: bool = False,
     security: Security = PLAINTEXT,
     timeout_s: float = 10.0,
 ) -> LeaseSlot:
@@ -477,26 +551,42 @@ async def reset_checkpoint(
     unless ``force``; even then a coordinator accepts a commit from outside the
     group only while it has no members, so ``force`` only skips this check (for
     members it still lists but that are gone).
+
+    A slot is named by the group and the key alone (one group serves one kind),
+    so ``kind``, when given, is only checked against :func:`group_kinds`; a key
+    without a slot is refused unless ``create`` (a typo would otherwise add a
+    resource owned by nobody).  Both refusals are :class:`UnknownResourceError`.
     """
     if value is not None:
         check_value(value, key)
-    if not force:
-        try:
-            described = await describe_group(
-                bootstrap, group, security=security, timeout_s=timeout_s
-            )
-        except GroupNotFoundError:
-            described = None
-        if described is not None and described.members:
-            raise GroupNotEmptyError(
-                f"group {group!r} has {len(described.members)} member(s): stop its daemons "
-                "before resetting a checkpoint (or pass --force if they are gone)"
+    try:
+        described = await describe_group(bootstrap, group, security=security, timeout_s=timeout_s)
+    except GroupNotFoundError:
+        described = None
+    members = described.members if described is not None else []
+    if members and not force:
+        raise GroupNotEmptyError(
+            f"group {group!r} has {len(members)} member(s): stop its daemons "
+            "before resetting a checkpoint (or pass --force if they are gone)"
+        )
+    if kind is not None:
+        kinds = group_kinds(group, members)
+        if active_kind(kind) not in kinds:
+            known = ", ".join(sorted(kinds)) or "none known: no member declares one"
+            raise UnknownResourceError(
+                f"group {group!r} serves no kind {kind!r} (its kinds: {known}); "
+                "leave --kind out to reset the key's slot whatever the kind"
             )
     before = {
         s.key: s
         for s in await read_lease_slots(bootstrap, group, security=security, timeout_s=timeout_s)
         if s.key is not None and same_key(s.key, key)
     }
+    if key not in before and not create:
+        raise UnknownResourceError(
+            f"key {key!r} has no slot in group {group!r} (no holder ever took it): pass "
+            "--create to make one"
+        )
     slot = slot_of(group, key)
     was = before.get(key, LeaseSlot(slot.topic, key, NO_TOKEN, None))
     metadata = slot_header(key) + (value or "")
@@ -533,11 +623,14 @@ __all__ = [
     "GroupNotFoundError",
     "LeaseSlot",
     "MemberDescription",
+    "UnknownResourceError",
     "decode_assignment",
     "decode_warming",
     "delete_group",
     "describe_group",
+    "group_kinds",
     "list_groups",
+    "read_current_loads",
     "read_lease_slots",
     "reset_checkpoint",
 ]

@@ -231,7 +231,7 @@ def drain(bootstrap: str, name: str, timeout_s: float, *, undrain: bool = False)
     command = "undrain" if undrain else "drain"
     for group in GROUPS:
         argv = [sys.executable, "-m", "workgroup", command, group, "--instance-id", name]
-        argv += ["--bootstrap", bootstrap, "--wait", "--timeout", str(timeout_s)]
+        argv += ["--bootstrap", bootstrap, "--wait", "--wait-timeout-s", str(timeout_s)]
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise TimeoutError(

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,17 +22,6 @@ from workgroup.testing import run_coordinator
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-#: The flags a headless Chromium needs on a machine with a closed network.
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 #: What the page shows in an empty cell.
 EMPTY = "\u2013"
 #: Set to a directory to keep the screenshot (the README's picture).
@@ -53,22 +41,6 @@ def bootstrap() -> Iterator[str]:
         yield server.bootstrap
 
 
-@pytest.fixture
-async def browser() -> AsyncIterator[object]:
-    if CHROMIUM is None:
-        pytest.skip("Debian's chromium is not installed (`make test` installs it)")
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS
-        )
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
 def service(bootstrap: str, name: str, port: int) -> subprocess.Popen[bytes]:
     """A daemon of examples/sharded_service: leases, checkpoints, an endpoint."""
     return subprocess.Popen(
@@ -80,16 +52,15 @@ def service(bootstrap: str, name: str, port: int) -> subprocess.Popen[bytes]:
 
 
 async def test_the_console_shows_groups_owners_and_a_kill_as_a_move(
-    bootstrap: str, browser: object, tmp_path: Path
+    bootstrap: str, page: object, tmp_path: Path
 ) -> None:
-    from playwright.async_api import Browser, expect
+    from playwright.async_api import Page, expect
 
-    assert isinstance(browser, Browser)
+    assert isinstance(page, Page)
     group = GROUP
     console = ConsoleServer(bootstrap, port=0, refresh_ms=300)
     await console.start()
     processes: list[subprocess.Popen[bytes]] = []
-    page = await browser.new_page(viewport={"width": 1280, "height": 900})
     try:
         await page.goto(console.url)
         await expect(page.locator("#status")).to_have_text("live", timeout=10_000)
@@ -110,7 +81,7 @@ async def test_the_console_shows_groups_owners_and_a_kill_as_a_move(
             while set(await owner_cells.all_inner_texts()) != {"a", "b"}:  # noqa: ASYNC110 (polls the page)
                 await asyncio.sleep(0.3)
         # Each member's advertised endpoint, each resource's token and checkpoint.
-        endpoints = await page.locator("#members tbody tr td:nth-child(4)").all_inner_texts()
+        endpoints = await page.locator("#members tbody tr td:nth-child(5)").all_inner_texts()
         assert sorted(endpoints) == sorted(f"127.0.0.1:{p}" for p in ports.values())
         tokens = page.locator("#resources tbody tr td:nth-child(5)")
         await expect(tokens.filter(has_text=EMPTY)).to_have_count(0, timeout=60_000)
@@ -156,3 +127,27 @@ async def test_the_console_refuses_a_public_address_without_tls() -> None:
     with pytest.raises(ConfigError, match="not a loopback address"):
         ConsoleServer("127.0.0.1:9092", host="0.0.0.0")
     await asyncio.sleep(0)
+
+
+async def test_the_page_loads_its_icon_and_reports_no_error(
+    bootstrap: str, page: object, page_problems: object
+) -> None:
+    """Every resource the page asks for, the favicon included, is served (the
+    ``page`` fixture fails the test on a 404 or a console error)."""
+    from playwright.async_api import Page, expect
+
+    assert isinstance(page, Page)
+    console = ConsoleServer(bootstrap, port=0, refresh_ms=300)
+    await console.start()
+    try:
+        await page.goto(console.url)
+        await expect(page.locator("#status")).to_have_text("live", timeout=10_000)
+        icon = await page.request.get(console.url + "favicon.ico")
+        assert icon.status == 200
+        assert icon.headers["content-type"] == "image/svg+xml"
+        linked = await page.locator("link[rel=icon]").get_attribute("href")
+        assert linked is not None
+        assert (await page.request.get(console.url + linked.lstrip("/"))).status == 200
+        await page.close()
+    finally:
+        await console.close()

@@ -143,7 +143,7 @@ def test_drain_undrain_and_drain_on_stop_with_real_daemons(daemons: Daemons) -> 
     a = daemons.start("a", "--drain-on-stop")
     b = daemons.start("b")
     daemons.wait_for("two shards each", lambda: daemons.owned("a") == daemons.owned("b") == 2)
-    drained = daemons.cli("drain", group, "--instance-id", "b", "--wait", "--timeout", "50")
+    drained = daemons.cli("drain", group, "--instance-id", "b", "--wait", "--wait-timeout-s", "50")
     assert drained.returncode == 0, drained.stdout + drained.stderr
     assert "drained: group Stable, member draining, owns 0" in drained.stdout
     daemons.wait_for("a holds every shard", lambda: daemons.owned("a") == 4)

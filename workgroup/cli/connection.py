@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from workgroup.cli.options import configure_logging, log_options
+from workgroup.cli.options import configure_logging, log_options, option_with_alias
 from workgroup.member.transport import parse_bootstrap
 from workgroup.runtime.config import Settings, read_environment, read_file
 from workgroup.security import Security
@@ -40,18 +40,19 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 def coordinator_options(*, timeout: bool = True) -> Callable[[F], F]:
-    """``--bootstrap``, ``--config``, ``--timeout-s`` (unless ``timeout=False``) and
-    the log options of a command that asks a coordinator (see :func:`connect`)."""
+    """``--bootstrap``, ``--config``, ``--request-timeout-s`` (older spelling
+    ``--timeout-s``; unless ``timeout=False``) and the log options of a command
+    that asks a coordinator (see :func:`connect`)."""
 
     def decorate(command: F) -> F:
         command = log_options(level="warning")(command)
         if timeout:
-            command = click.option(
+            command = option_with_alias(
+                "--request-timeout-s",
                 "--timeout-s",
-                type=float,
+                "timeout_s",
                 default=10.0,
-                show_default=True,
-                help="Give up after this long.",
+                help_text="Give up on a request to the coordinator after this long (seconds).",
             )(command)
         command = config_option(command)
         return click.option(

@@ -2,8 +2,8 @@
 
 ``--json`` prints ``{"group", "state", "protocol_type", "protocol",
 "generation", "leader", "members": [{"member_id", "instance_id", "client_id",
-"client_host", "assignment": {KIND: [KEYS]}, "warming": {KIND: [KEYS]},
-"ready": {KIND: [KEYS]}, "draining", "leaving"}], "resources": [{"kind", "key",
+"client_host", "process", "assignment": {KIND: [KEYS]}, "warming": {KIND: [KEYS]},
+"ready": {KIND: [KEYS]}, "draining", "leaving", "load"}], "resources": [{"kind", "key",
 "owner", "instance_id", "token", "checkpoint"}], "slots_error"}`` (see
 :mod:`workgroup.admin`).  ``resources`` joins the assignments with the lease
 slots the group committed (its tokens and checkpoints, which outlive its
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,18 +36,21 @@ from workgroup.admin import (
     LeaseSlot,
     MemberDescription,
     describe_group,
+    read_current_loads,
     read_lease_slots,
 )
 from workgroup.cli.connection import connect, coordinator_options
 from workgroup.cli.options import console
 from workgroup.errors import WorkgroupError
+from workgroup.runtime.loads import current_load
 from workgroup.runtime.slots import encode_key, same_key
 from workgroup.security import Security
 from workgroup.types import Key
 
 
-def render(description: GroupDescription) -> Table:
-    """The group as a table (one row per member)."""
+def render(description: GroupDescription, loads: Mapping[str, float] | None = None) -> Table:
+    """The group as a table (one row per member); with ``loads`` (the current
+    loads, :func:`~workgroup.admin.read_current_loads`) a ``load`` column."""
     generation = "?" if description.generation is None else str(description.generation)
     table = Table(
         title=(
@@ -56,7 +60,9 @@ def render(description: GroupDescription) -> Table:
         title_justify="left",
     )
     planned = any(m.warming or m.status != "member" for m in description.members)
-    columns = ["member", "instance", "client", "host", "owns"]
+    columns = ["member", "instance", "process", "host", "owns"]
+    if loads is not None:
+        columns.append("load")
     if planned:
         columns += ["warming", "status"]
     for column in columns:
@@ -71,11 +77,19 @@ def render(description: GroupDescription) -> Table:
                 )
                 or "-"
             )
-        row = [m.member_id, m.instance_id or "-", m.client_id, m.client_host, owns]
+        row = [m.member_id, m.instance_id or "-", m.process, m.client_host, owns]
+        if loads is not None:
+            row.append(load_cell(description.group, m, loads))
         if planned:
             row += [warming_cell(m), STATUS_STYLE[m.status].format(m.status)]
         table.add_row(*row)
     return table
+
+
+def load_cell(group: str, member: MemberDescription, loads: Mapping[str, float]) -> str:
+    """The member's load now (:func:`~workgroup.runtime.loads.current_load`), or ``-``."""
+    load = current_load(group, member.assignment, member.workgroup_metadata(), loads)
+    return "-" if load is None else f"{load:g}"
 
 
 #: How the ``status`` column shows each :attr:`MemberDescription.status`.
@@ -192,13 +206,19 @@ def command(
 ) -> None:
     """Describe GROUP: state, protocol, members and their assignments."""
     security = connect(bootstrap, config_file, log_level, log_format)
-    description, slots, slots_error = asyncio.run(_describe(bootstrap, group, security, timeout_s))
+    description, slots, slots_error, loads = asyncio.run(
+        _describe(bootstrap, group, security, timeout_s)
+    )
     rows = resource_rows(description, slots)
     if as_json:
         if description is None:
             document: dict[str, Any] = {"group": group, "state": "Empty", "members": []}
         else:
             document = description.as_json()
+            for member, shown in zip(description.members, document["members"], strict=True):
+                shown["load"] = current_load(
+                    group, member.assignment, member.workgroup_metadata(), loads
+                )
         document["resources"] = [r.as_json() for r in rows]
         document["slots_error"] = slots_error
         click.echo(json.dumps(document))
@@ -207,7 +227,7 @@ def command(
     if description is None:
         out.print(f"{group}: no members (its lease slots persist)")
     else:
-        out.print(render(description))
+        out.print(render(description, loads))
     if rows:
         out.print(render_resources(rows))
     unowned = sum(1 for r in rows if r.owner is None)
@@ -219,9 +239,10 @@ def command(
 
 async def _describe(
     bootstrap: str, group: str, security: Security, timeout_s: float
-) -> tuple[GroupDescription | None, list[LeaseSlot], str | None]:
-    """The group (``None``: no members and no state the coordinator shows) and
-    its lease slots; a group whose slots alone remain is still described."""
+) -> tuple[GroupDescription | None, list[LeaseSlot], str | None, dict[str, float]]:
+    """The group (``None``: no members and no state the coordinator shows), its
+    lease slots and its members' current loads; a group whose slots alone
+    remain is still described."""
     try:
         description: GroupDescription | None = await describe_group(
             bootstrap, group, security=security, timeout_s=timeout_s
@@ -235,4 +256,19 @@ async def _describe(
         slots, error = [], str(exc)
     if description is None and not slots:
         raise GroupNotFoundError(f"no group {group!r} on this coordinator")
-    return description, slots, error
+    return description, slots, error, await loads_of(bootstrap, description, security, timeout_s)
+
+
+async def loads_of(
+    bootstrap: str, description: GroupDescription | None, security: Security, timeout_s: float
+) -> dict[str, float]:
+    """The current loads of the group's members; none when it has no members or
+    they cannot be read (the table then shows the loads of the last join)."""
+    if description is None or not description.members:
+        return {}
+    try:
+        return await read_current_loads(
+            bootstrap, description.group, security=security, timeout_s=timeout_s
+        )
+    except WorkgroupError:
+        return {}

@@ -17,7 +17,8 @@ Rules:
   exit 0;
 * ``--wait`` polls DescribeGroups until the group is stable and the member owns
   and warms up nothing (``undrain``: until it no longer reports draining),
-  printing each change; ``--timeout`` bounds it.
+  printing each change; ``--wait-timeout-s`` bounds it (``--request-timeout-s``
+  each request; ``--timeout`` and ``--timeout-s`` are their older spellings).
 
 Exit status: 0 done (or nothing to do); 1 no such group, or the coordinator
 cannot be reached; 2 bad input; 3 the last member, refused without
@@ -37,6 +38,7 @@ import click
 
 from workgroup.admin import GroupDescription, MemberDescription, describe_group
 from workgroup.cli.connection import connect, coordinator_options
+from workgroup.cli.options import option_with_alias
 from workgroup.errors import WorkgroupError
 from workgroup.member.leader import DRAINING_TAG
 from workgroup.runtime.drains import DrainRequests, DrainTarget, is_drained, targets_of
@@ -45,6 +47,9 @@ from workgroup.security import Security
 #: How often ``--wait`` describes the group.
 POLL_S = 0.5
 DEFAULT_WAIT_TIMEOUT_S = 300.0
+#: Group states of a rebalance under way: members report a drain only as they
+#: rejoin, so the old metadata still says what they were.
+REBALANCING = ("PreparingRebalance", "CompletingRebalance")
 
 
 class LastMemberError(WorkgroupError):
@@ -74,6 +79,9 @@ class Progress:
     draining: bool
     owns: int
     warming: int
+    #: Whether the wait wants the member draining (drain) or not (undrain);
+    #: ``None``: nothing is awaited.
+    wanted: bool | None = None
 
     @property
     def drained(self) -> bool:
@@ -85,10 +93,15 @@ class Progress:
         return self.group_state == "Stable" and not self.draining
 
     def __str__(self) -> str:
-        flag = "draining" if self.draining else "not draining"
-        return (
-            f"group {self.group_state}, member {flag}, owns {self.owns}, warming up {self.warming}"
-        )
+        flag = "member draining" if self.draining else "member not draining"
+        if self.wanted is not None and self.draining != self.wanted:
+            change = "drain" if self.wanted else "undrain"
+            flag = (
+                f"the {change} is under way (the member reports it as it rejoins)"
+                if self.group_state in REBALANCING
+                else f"the member has not seen the {change} request yet"
+            )
+        return f"group {self.group_state}, {flag}, owns {self.owns}, warming up {self.warming}"
 
 
 def describe_member(m: MemberDescription) -> str:
@@ -151,11 +164,15 @@ def check_not_last(
 
 
 def progress_of(
-    description: GroupDescription, member_id: str | None, *, instance_id: str | None = None
+    description: GroupDescription,
+    member_id: str | None,
+    *,
+    instance_id: str | None = None,
+    wanted: bool | None = None,
 ) -> Progress | None:
     """The progress of the member with ``member_id`` (or, given ``instance_id``,
     of whichever member has that instance id: a restarted one has a new member
-    id); ``None``: no such member in the group."""
+    id) towards draining (``wanted``) or not; ``None``: no such member in the group."""
     for m in description.members:
         if (
             (m.instance_id != instance_id)
@@ -171,7 +188,7 @@ def progress_of(
             # What it reported at its last JoinGroup: revoked resources still
             # releasing count until its handlers stopped and it rejoined.
             owns = max(owns, len(meta.owned))
-        return Progress(description.state, reports_draining(m), owns, warming)
+        return Progress(description.state, reports_draining(m), owns, warming, wanted)
     return None
 
 
@@ -184,6 +201,7 @@ async def wait_for(
     say: Callable[[str], None],
     poll_s: float = POLL_S,
     instance_id: str | None = None,
+    wanted: bool | None = None,
 ) -> Progress:
     """Describe until ``done(progress)``; say each change; :class:`DrainTimeoutError`.
     A member named by ``instance_id`` is followed across restarts (absent meanwhile:
@@ -195,7 +213,9 @@ async def wait_for(
         async with asyncio.timeout(timeout_s):
             while True:
                 description = await describe()
-                progress = progress_of(description, member_id, instance_id=instance_id)
+                progress = progress_of(
+                    description, member_id, instance_id=instance_id, wanted=wanted
+                )
                 if progress is None and instance_id is None:
                     raise UnknownMemberError(f"member {member_id} left group {description.group!r}")
                 if progress is None:
@@ -265,6 +285,7 @@ async def drain(
             timeout_s=wait_timeout_s,
             say=say,
             instance_id=target.id if target.by == "instance" else None,
+            wanted=True,
         )
         say(f"drained: {progress}")
 
@@ -318,6 +339,7 @@ async def undrain(
             timeout_s=wait_timeout_s,
             say=say,
             instance_id=target.id if target.by == "instance" else None,
+            wanted=False,
         )
 
 
@@ -330,13 +352,12 @@ def _options(command: Callable[..., None]) -> Callable[..., None]:
             click.option(
                 "--wait", is_flag=True, help="Wait until it is done, printing the progress."
             ),
-            click.option(
+            option_with_alias(
+                "--wait-timeout-s",
                 "--timeout",
                 "wait_timeout_s",
-                type=float,
                 default=DEFAULT_WAIT_TIMEOUT_S,
-                show_default=True,
-                help="How long --wait waits (seconds); then exit 5.",
+                help_text="How long --wait waits (seconds); then exit 5.",
             ),
             coordinator_options(),
         ]

@@ -5,6 +5,10 @@ Rules:
 * one spelling everywhere: ``--log-level`` and ``--log-format [auto|console|json]``
   (auto: readable lines on a terminal, JSON lines otherwise);
 * ``--log-json``, the older spelling of ``--log-format json``, stays as a hidden alias;
+* timeouts are named for what they bound, with their unit: ``--request-timeout-s``
+  (each request to the coordinator), ``--wait-timeout-s`` (how long ``--wait``
+  waits), as the daemon's ``--request-timeout-ms``; an older spelling stays as
+  a hidden alias (:func:`option_with_alias`);
 * logs go to stderr, so stdout stays the command's output;
 * tables on a terminal fit its width; piped, they are never wrapped or cut (full
   member ids for ``grep`` and friends).
@@ -74,6 +78,52 @@ def log_options(*, level: str = "info", log_format: str = "auto") -> Callable[[F
     return decorate
 
 
+def option_with_alias(
+    name: str,
+    old_name: str,
+    dest: str,
+    *,
+    default: float,
+    help_text: str,
+) -> Callable[[F], F]:
+    """A float option ``name`` filling ``dest``, and its older spelling
+    ``old_name`` as a hidden alias that still works (the last one given wins)."""
+    seen = f"workgroup.alias.{dest}"
+
+    def from_alias(ctx: click.Context, _param: click.Parameter, value: float | None) -> None:
+        if value is not None:
+            ctx.meta[seen] = value
+            if dest in ctx.params:  # the new spelling came first: the alias wins
+                ctx.params[dest] = value
+
+    def resolve(ctx: click.Context, _param: click.Parameter, value: float | None) -> float:
+        if value is not None:
+            return value
+        aliased: float = ctx.meta.get(seen, default)
+        return aliased
+
+    def decorate(command: F) -> F:
+        command = click.option(
+            old_name,
+            type=float,
+            default=None,
+            hidden=True,
+            expose_value=False,
+            callback=from_alias,
+            help=f"The older spelling of {name}.",
+        )(command)
+        return click.option(
+            name,
+            dest,
+            type=float,
+            default=None,
+            callback=resolve,
+            help=f"{help_text}  [default: {default:g}]",
+        )(command)
+
+    return decorate
+
+
 def configure_logging(log_level: str, log_format: str) -> bool:
     """Configure workgroup's log on stderr; whether it is JSON."""
     ctx = click.get_current_context(silent=True)
@@ -84,4 +134,11 @@ def configure_logging(log_level: str, log_format: str) -> bool:
     return json_logs
 
 
-__all__ = ["LOG_FORMATS", "PIPED_WIDTH", "configure_logging", "console", "log_options"]
+__all__ = [
+    "LOG_FORMATS",
+    "PIPED_WIDTH",
+    "configure_logging",
+    "console",
+    "log_options",
+    "option_with_alias",
+]

@@ -1,11 +1,16 @@
-"""``workgroup reset GROUP --kind K --key KEY [--to VALUE]``: set or clear one checkpoint.
+"""``workgroup reset GROUP --key KEY [--kind K] [--to VALUE]``: set or clear one checkpoint.
 
 The resource's token is kept (its next holder takes the next one).  Refused while
 the group has members, unless ``--force`` (for members it still lists but that
 are gone; a coordinator still refuses a commit from outside a group that has
 members).  A key that looks like an integer is the int key (``--str-key`` for
-the string).  Exit status: 0 reset; 3 the group has members; 1 the coordinator
-cannot be reached; 2 a bad value (too long a checkpoint, an empty one).
+the string).  A slot is named by the group and the key alone (the runtime runs
+one kind per group): ``--kind``, when given, is checked against the kinds the
+group's members declare (or, without members, its ``APP.KIND`` name).  A key
+that has no slot is refused unless ``--create``.  Exit status: 0 reset; 3 the
+group has members; 1 the coordinator cannot be reached; 2 a bad value (too long
+a checkpoint, an empty one, a kind the group does not serve, a key without a
+slot).
 """
 
 from __future__ import annotations
@@ -32,19 +37,25 @@ def parse_key(text: str, *, as_str: bool = False) -> Key:
 
 @click.command("reset")
 @click.argument("group")
-@click.option("--kind", required=True, help="The resource's kind (as the daemons name it).")
+@click.option(
+    "--kind",
+    default=None,
+    help="The resource's kind (as the daemons name it): checked against the group's kinds.",
+)
 @click.option("--key", "key_text", required=True, help="The resource's key.")
 @click.option("--str-key", is_flag=True, help="Take a numeric KEY as a string, not an int.")
 @click.option("--to", "value", default=None, help="The new checkpoint (default: clear it).")
 @click.option("--force", is_flag=True, help="Skip the check that the group has no members.")
+@click.option("--create", is_flag=True, help="Make the key's slot if no holder ever took it.")
 @coordinator_options()
 def command(
     group: str,
-    kind: str,
+    kind: str | None,
     key_text: str,
     str_key: bool,
     value: str | None,
     force: bool,
+    create: bool,
     bootstrap: str,
     config_file: Path | None,
     timeout_s: float,
@@ -61,11 +72,20 @@ def command(
             raise click.BadParameter(str(exc), param_hint="--to") from None
     was = asyncio.run(
         reset_checkpoint(
-            bootstrap, group, key, value, force=force, security=security, timeout_s=timeout_s
+            bootstrap,
+            group,
+            key,
+            value,
+            kind=kind,
+            force=force,
+            create=create,
+            security=security,
+            timeout_s=timeout_s,
         )
     )
     now = "cleared" if value is None else f"set to {value!r}"
+    resource = f"{kind}/{key!r}" if kind else repr(key)
     click.echo(
-        f"{kind}/{key!r} in group {group!r}: checkpoint {now} (was {was.checkpoint!r}, "
+        f"{resource} in group {group!r}: checkpoint {now} (was {was.checkpoint!r}, "
         f"token {was.token} kept: its next holder takes {was.token + 1})"
     )

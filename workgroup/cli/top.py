@@ -1,5 +1,5 @@
-"""``workgroup top GROUP``: a live view of a group (members, what each owns,
-generation, warm-ups and draining or leaving members: ``describe``'s table)
+"""``workgroup top GROUP``: a live view of a group (members, what each owns and
+the load it reports now, generation, warm-ups and draining or leaving members: ``describe``'s table)
 and the changes seen while watching (rebalances, members that join, leave,
 start or stop draining, warm-ups that start or end), and the warm-ups under
 way with how long each has been warming.  Ctrl-C ends it.
@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from rich.text import Text
 
 from workgroup.admin import GroupDescription, describe_group
 from workgroup.cli.connection import connect, coordinator_options
-from workgroup.cli.describe import render
+from workgroup.cli.describe import loads_of, render
 from workgroup.cli.options import console
 from workgroup.errors import WorkgroupError
 from workgroup.member.errors import NothingAnswersError
@@ -45,9 +46,19 @@ class Watch:
     warming_since: dict[tuple[str, str, str], float] = field(default_factory=dict)
     #: When this view started: warm-ups seen in its first poll began earlier.
     started: float | None = None
+    #: The members' current loads (:func:`~workgroup.admin.read_current_loads`).
+    loads: Mapping[str, float] = field(default_factory=dict)
 
-    def observe(self, description: GroupDescription | None, error: str | None, at: float) -> None:
+    def observe(
+        self,
+        description: GroupDescription | None,
+        error: str | None,
+        at: float,
+        loads: Mapping[str, float] | None = None,
+    ) -> None:
         before = self.last
+        if loads is not None:
+            self.loads = loads
         if self.started is None:
             self.started = at
         if description is not None:
@@ -95,7 +106,7 @@ class Watch:
         the warm-ups under way (for how long) and the changes seen while watching."""
         parts: list[Table | Text] = []
         if self.last is not None:
-            parts.append(render(self.last))
+            parts.append(render(self.last, self.loads))
         if self.error:
             parts.append(Text(f"error: {self.error}", style="red"))
         if not history:
@@ -153,7 +164,8 @@ async def _poll(
             raise
         watch.observe(None, str(exc), time.time())
     else:
-        watch.observe(description, None, time.time())
+        loads = await loads_of(bootstrap, description, security, 5)
+        watch.observe(description, None, time.time(), loads)
 
 
 @click.command("top")

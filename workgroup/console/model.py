@@ -7,8 +7,9 @@ what must be remembered between refreshes and builds the JSON the page renders.
 Rules:
 
 1. A *view* is one JSON document: every group with its members (instance id,
-   host, advertised endpoint, how many resources each owns, the load it
-   reported when it last joined and its capacity), its resources
+   process, host, advertised endpoint, how many resources each owns, its load
+   now (what it reports between rebalances, :mod:`workgroup.runtime.loads`,
+   else what it reported when it joined) and its capacity), its resources
    (kind, key, role, owner, token, checkpoint and checkpoint age) and how many
    resources nobody owns now, plus the timeline.
 2. Checkpoint age: a slot's token and checkpoint are remembered with the time
@@ -38,11 +39,13 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from workgroup.admin import GroupDescription, LeaseSlot
 from workgroup.assignors.standby import STANDBY_SUFFIX, is_standby_kind
+from workgroup.runtime.loads import current_load
 from workgroup.runtime.slots import encode_key
 from workgroup.types import Key
 
@@ -77,6 +80,9 @@ class GroupRead:
     description: GroupDescription | None
     slots: list[LeaseSlot]
     error: str | None = None
+    #: The loads members reported since they joined, by lease slot topic
+    #: (:mod:`workgroup.runtime.loads`).
+    loads: Mapping[str, float] = field(default_factory=dict)
 
 
 class ConsoleModel:
@@ -175,9 +181,10 @@ class ConsoleModel:
                     "name": name,
                     "client_id": m.client_id,
                     "host": m.client_host,
+                    "process": m.process,
                     "endpoint": m.endpoint,
-                    # What it reported when it last joined (None: nothing).
-                    "load": round(sum(meta.loads), 3) if meta and meta.loads else None,
+                    # What it reports now, else what it reported as it joined.
+                    "load": current_load(read.group, m.assignment, meta, read.loads),
                     "capacity": 1.0 if meta is None else meta.capacity,
                     "owns": owned,
                     "status": m.status,

@@ -11,7 +11,9 @@ Rules:
    tokens just after), and otherwise every :data:`SLOTS_EVERY_S`; checkpoint
    ages are as precise as that.  The next refresh waits at least twice as long
    as the last one took, so the console never takes more than a third of the
-   coordinator's time however big the groups are.
+   coordinator's time however big the groups are.  The members' current loads
+   (:mod:`workgroup.runtime.loads`: one OffsetFetch of the companion group) are
+   read at every refresh of a group that has members.
 2. ``GET /api/stream`` is a server-sent event stream: the summary (every group
    without its resource list, and the timeline) at once and after every
    refresh, so the page updates without a reload.  ``GET /api/groups/NAME``
@@ -46,6 +48,7 @@ from workgroup.admin import (
     LeaseSlot,
     describe_group,
     list_groups,
+    read_current_loads,
     read_lease_slots,
 )
 from workgroup.console.model import ConsoleModel, GroupRead
@@ -66,6 +69,7 @@ STATIC_FILES = {
     "index.html": "text/html",
     "console.js": "text/javascript",
     "console.css": "text/css",
+    "favicon.svg": "image/svg+xml",
 }
 CSP = "default-src 'self'; style-src 'self'; script-src 'self'; connect-src 'self'"
 
@@ -136,6 +140,8 @@ class ConsoleServer:
         app = web.Application(middlewares=[_headers])
         app.router.add_get("/", self._index)
         app.router.add_get("/static/{name}", self._static)
+        # Browsers ask for /favicon.ico whatever the page links: answer it too.
+        app.router.add_get("/favicon.ico", self._favicon)
         app.router.add_get("/api/view", self._view)
         app.router.add_get("/api/groups/{group}", self._group)
         app.router.add_get("/api/stream", self._stream)
@@ -202,6 +208,14 @@ class ConsoleServer:
             description = None
         except WorkgroupError as exc:
             return GroupRead(group, None, [], str(exc))
+        loads: dict[str, float] = {}
+        if description is not None and description.members:
+            try:  # members report them between rebalances: read every refresh
+                loads = await read_current_loads(
+                    self.bootstrap, group, security=self._security, timeout_s=self._timeout_s
+                )
+            except WorkgroupError as exc:
+                log.debug("console.loads_unread", group=group, error=str(exc))
         now = time.monotonic()
         shape = (
             None
@@ -215,7 +229,7 @@ class ConsoleServer:
                 changed_at = now
             elif now - changed_at > SETTLE_S and now - read_at < SLOTS_EVERY_S:
                 self._slots[group] = (shape, changed_at, read_at, slots)
-                return GroupRead(group, description, slots)
+                return GroupRead(group, description, slots, loads=loads)
         else:
             changed_at = now
         try:
@@ -223,9 +237,9 @@ class ConsoleServer:
                 self.bootstrap, group, security=self._security, timeout_s=self._timeout_s
             )
         except WorkgroupError as exc:
-            return GroupRead(group, description, [], f"lease slots not read: {exc}")
+            return GroupRead(group, description, [], f"lease slots not read: {exc}", loads)
         self._slots[group] = (shape, changed_at, now, slots)
-        return GroupRead(group, description, slots)
+        return GroupRead(group, description, slots, loads=loads)
 
     def _new_events(self) -> list[dict[str, Any]]:
         """The lines each event log gained since the last read (a torn line waits)."""
@@ -280,6 +294,9 @@ class ConsoleServer:
 
     async def _index(self, _request: web.Request) -> web.StreamResponse:
         return _file("index.html")
+
+    async def _favicon(self, _request: web.Request) -> web.StreamResponse:
+        return _file("favicon.svg")
 
     async def _static(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]

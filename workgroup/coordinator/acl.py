@@ -60,6 +60,8 @@ _IMPLYING_DESCRIBE: tuple[Operation, ...] = ("describe", "join", "commit", "dele
 OPERATIONS: tuple[Operation, ...] = ("join", "commit", "describe", "delete", "drain")
 #: Starts the name of a group's companion group of drain requests.
 DRAIN_GROUP_PREFIX = "workgroup-drains."
+#: Starts the name of a group's companion group of current loads.
+LOAD_GROUP_PREFIX = "workgroup-loads."
 ANONYMOUS = "User:ANONYMOUS"
 #: The principal that matches every principal (written ``*`` or ``User:*``).
 EVERY_PRINCIPAL = "User:*"
@@ -84,6 +86,13 @@ def drained_group_of(group: str) -> str | None:
     """The group whose drain requests ``group`` holds (``None``: not a companion group)."""
     if group.startswith(DRAIN_GROUP_PREFIX) and len(group) > len(DRAIN_GROUP_PREFIX):
         return group[len(DRAIN_GROUP_PREFIX) :]
+    return None
+
+
+def loaded_group_of(group: str) -> str | None:
+    """The group whose current loads ``group`` holds (``None``: not that companion)."""
+    if group.startswith(LOAD_GROUP_PREFIX) and len(group) > len(LOAD_GROUP_PREFIX):
+        return group[len(LOAD_GROUP_PREFIX) :]
     return None
 
 
@@ -126,6 +135,9 @@ class GroupAcl:
         drained = drained_group_of(group)
         if drained is not None:  # a companion group: decided on its group
             group, operation = drained, ("describe" if operation == "describe" else "drain")
+        loaded = loaded_group_of(group)
+        if loaded is not None:  # its members' loads: decided as their commits
+            group, operation = loaded, ("describe" if operation == "describe" else "commit")
         if principal in self.super_users or EVERY_PRINCIPAL in self.super_users:
             return True
         if any(rule.matches(principal, operation, group) for rule in self.deny):

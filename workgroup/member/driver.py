@@ -26,8 +26,11 @@ import asyncio
 import contextlib
 import inspect
 import itertools
+import os
+import socket
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Unpack, get_args
 
 from workgroup.assignors.base import Assignment
@@ -70,6 +73,7 @@ from workgroup.member.transport import (
     parse_bootstrap,
 )
 from workgroup.protocol.catalog import Catalog
+from workgroup.protocol.process import PROCESS_TAG
 from workgroup.protocol.protocol import Protocol
 from workgroup.security import PLAINTEXT, Security
 from workgroup.types import Resource
@@ -83,6 +87,13 @@ Callback = Callable[[tuple[Resource, ...], int], Awaitable[None] | None]
 ResourceSource = Catalog | Callable[[], Catalog | Awaitable[Catalog]]
 
 _ids = itertools.count(1)
+
+
+def _process() -> str:
+    """``HOST-PID`` of the running process, as the daemons' logs name it."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
 #: How long the DescribeGroups that explains an INCONSISTENT_GROUP_PROTOCOL may take.
 DESCRIBE_TIMEOUT_S = 5.0
 
@@ -389,8 +400,11 @@ class GroupMember:
             raise WorkgroupError("the member was already started")
         self._started = True
         catalog = await self._read_source()
+        # The metadata names this process (workgroup.protocol.process): which one
+        # holds the member's place now, whatever client id the coordinator kept.
+        tags = {PROCESS_TAG: _process(), **self.config.tags}
         self._machine = MemberMachine(
-            self.config,
+            replace(self.config, tags=tags),
             catalog,
             confirm_release=self._confirm_release,
             on_callback_error=self._on_callback_error,
@@ -536,6 +550,12 @@ class GroupMember:
         machine = self._machine
         if machine is not None:
             machine.loads.record(resource, load, self._now())
+
+    def measured_load(self, resource: Resource) -> float | None:
+        """The smoothed load of ``resource`` measured from :meth:`report_load`
+        (``None``: none reported)."""
+        machine = self._machine
+        return None if machine is None else machine.loads.load(resource)
 
     def refuse(self, resources: Iterable[Resource], for_ms: int, reason: str) -> None:
         """Give up ``resources`` (no callback) and refuse them for ``for_ms``:

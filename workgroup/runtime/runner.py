@@ -88,6 +88,7 @@ from workgroup.runtime.http import MetricsServer
 from workgroup.runtime.lease import Lease
 from workgroup.runtime.lease_states import EndReason
 from workgroup.runtime.legacy import AdminOffsets, check_lease_layout
+from workgroup.runtime.loads import LoadReporter, load_group
 from workgroup.runtime.local import LOCAL_HOST, LOCAL_PORT, ensure_local_coordinator
 from workgroup.runtime.loopwatch import LoopWatch
 from workgroup.runtime.metrics import RuntimeMetrics, end_reason
@@ -236,6 +237,20 @@ class GroupRunner:
                 topics=topics,
             ),
             instance_id=settings.instance_id,
+            clock=clock,
+        )
+        #: The current loads of what the member owns, for top and the console.
+        self.loads = LoadReporter(
+            self.member,
+            group_id,
+            kind,
+            AdminOffsets(
+                settings.bootstrap or DEFAULT_BOOTSTRAP,
+                load_group(group_id),
+                security=settings.security,
+                timeout_s=DRAIN_READ_TIMEOUT_S,
+                client_id=client_id or "workgroup-loads",
+            ),
             clock=clock,
         )
         self._settings = settings
@@ -846,6 +861,7 @@ class AppRunner:
                 await group.member.start()
                 started.append(group)
                 following.append(asyncio.create_task(group.drains.follow()))
+                following.append(asyncio.create_task(group.loads.follow()))
             stopping = asyncio.create_task(stop.wait())
             handler_failed = asyncio.create_task(self._failed_event.wait())
             failures = [asyncio.create_task(g.member.wait_closed()) for g in started]
@@ -878,7 +894,10 @@ class AppRunner:
             for task in following:
                 task.cancel()
             await asyncio.gather(*following, return_exceptions=True)
-            await asyncio.gather(*(g.drains.close() for g in self.groups), return_exceptions=True)
+            await asyncio.gather(
+                *(c.close() for g in self.groups for c in (g.drains, g.loads)),
+                return_exceptions=True,
+            )
             loop_watch.stop()
             log.info("app.stopping", app=self.app.name)
             leave = True if self.settings.leave_on_stop else None

@@ -319,6 +319,24 @@ def test_progress_counts_owned_and_warming_resources() -> None:
     )
 
 
+def test_progress_mid_rebalance_says_the_drain_is_under_way() -> None:
+    """The member reports draining only as it rejoins: until then a rebalancing
+    group's old metadata says "not draining", which is not what happens."""
+    rebalancing = Progress("PreparingRebalance", False, 2, 0, wanted=True)
+    assert str(rebalancing) == (
+        "group PreparingRebalance, the drain is under way (the member reports it as it "
+        "rejoins), owns 2, warming up 0"
+    )
+    assert "not draining" not in str(Progress("CompletingRebalance", False, 2, 0, wanted=True))
+    assert str(Progress("Stable", False, 2, 0, wanted=True)) == (
+        "group Stable, the member has not seen the drain request yet, owns 2, warming up 0"
+    )
+    assert "undrain is under way" in str(Progress("PreparingRebalance", True, 0, 0, wanted=False))
+    assert str(Progress("Stable", True, 0, 0, wanted=True)).startswith(
+        "group Stable, member draining"
+    )
+
+
 @pytest.mark.parametrize("command", ["drain", "undrain"])
 @pytest.mark.parametrize(
     "args", [[], ["--instance-id", "a", "--member-id", "m"]], ids=["none", "both"]

@@ -83,8 +83,8 @@ async def test_describe_a_workgroup_group(backend: Backend, request: pytest.Fixt
             "resources", "slots_error",
         ]  # fmt: skip
         assert list(shape["members"][0]) == [
-            "member_id", "instance_id", "client_id", "client_host", "assignment", "warming",
-            "ready", "draining", "leaving",
+            "member_id", "instance_id", "client_id", "client_host", "process", "assignment",
+            "warming", "ready", "draining", "leaving", "load",
         ]  # fmt: skip
         table = await cli(["describe", group, "--bootstrap", backend.bootstrap])
         assert table.exit_code == 0

@@ -17,6 +17,7 @@ from workgroup.admin import (
     GroupNotEmptyError,
     GroupNotFoundError,
     delete_group,
+    read_current_loads,
     read_lease_slots,
     reset_checkpoint,
 )
@@ -25,6 +26,7 @@ from workgroup.kafka.messages import CommitPartition, CommitTopic
 from workgroup.member.driver import GroupMember
 from workgroup.protocol import Protocol
 from workgroup.runtime.legacy import AdminOffsets
+from workgroup.runtime.loads import load_group
 from workgroup.runtime.slots import slot_header, slot_of
 
 TIMEOUT_S = 30
@@ -80,7 +82,7 @@ async def test_an_empty_group_shows_its_tokens_and_checkpoints(backend: Backend)
 async def test_describe_joins_owners_with_slots_and_reset_waits_for_an_empty_group(
     backend: Backend,
 ) -> None:
-    group = f"slots-{uuid.uuid4().hex[:8]}"
+    group = f"slots-{uuid.uuid4().hex[:8]}.shard"
     await seed(backend, group, 1, 5, "at-5")
     await seed(backend, group, 9, 2, "gone")  # a key no member is given any more
     member = GroupMember(
@@ -107,6 +109,13 @@ async def test_describe_joins_owners_with_slots_and_reset_waits_for_an_empty_gro
         )
         assert refused.exit_code == 3, refused.output
         assert "has 1 member(s)" in refused.output
+        # --force skips the member check, not the kind check: the members' kinds.
+        wrong_kind = await cli(
+            ["reset", group, "--kind", "part", "--key", "1", "--force",
+             "--bootstrap", backend.bootstrap]
+        )  # fmt: skip
+        assert wrong_kind.exit_code == 2, wrong_kind.output
+        assert "serves no kind 'part' (its kinds: shard)" in wrong_kind.output
         with pytest.raises(GroupNotEmptyError, match="accepts commits only from them"):
             await reset_checkpoint(backend.bootstrap, group, 1, "x", force=True)
         deleting = await cli(["delete", group, "--bootstrap", backend.bootstrap])
@@ -134,12 +143,54 @@ async def test_describe_joins_owners_with_slots_and_reset_waits_for_an_empty_gro
     )  # fmt: skip
     assert too_long.exit_code == 2, too_long.output
     assert "over the limit" in too_long.output
-    # Deleting the empty group removes its slots.
+    # Deleting the empty group removes its slots, and the loads its members reported.
+    loads = AdminOffsets(backend.bootstrap, load_group(group))
+    try:
+        slot = slot_of(group, 1)
+        await loads.commit([CommitTopic(slot.topic, (CommitPartition(0, 2500, None),))])
+    finally:
+        await loads.close()
+    assert await read_current_loads(backend.bootstrap, group) == {slot.topic: 2.5}
     deleted = await cli(["delete", group, "--bootstrap", backend.bootstrap])
     assert deleted.exit_code == 0, deleted.output
     assert await read_lease_slots(backend.bootstrap, group) == []
+    assert await read_current_loads(backend.bootstrap, group) == {}
     with pytest.raises(GroupNotFoundError):
         await delete_group(backend.bootstrap, group)
     gone = await cli(["describe", group, "--bootstrap", backend.bootstrap])
     assert gone.exit_code == 1
     assert "no group" in gone.output
+
+
+async def test_reset_refuses_a_kind_the_group_does_not_serve_and_a_key_without_a_slot(
+    backend: Backend,
+) -> None:
+    group = f"app-{uuid.uuid4().hex[:8]}.part"
+    await seed(backend, group, "k3", 4, "at-4")
+
+    async def reset(*args: str) -> Result:
+        return await cli(["reset", group, *args, "--bootstrap", backend.bootstrap])
+
+    async def slots() -> dict[object, tuple[int, str | None]]:
+        return {
+            s.key: (s.token, s.checkpoint) for s in await read_lease_slots(backend.bootstrap, group)
+        }
+
+    wrong_kind = await reset("--kind", "nosuchkind", "--key", "k3", "--to", "Y")
+    assert wrong_kind.exit_code == 2, wrong_kind.output
+    assert wrong_kind.output.count("\n") == 1
+    assert "serves no kind 'nosuchkind' (its kinds: part)" in wrong_kind.output
+    no_slot = await reset("--kind", "part", "--key", "k42", "--to", "Z")
+    assert no_slot.exit_code == 2, no_slot.output
+    assert no_slot.output.count("\n") == 1
+    assert "key 'k42' has no slot in group" in no_slot.output
+    assert await slots() == {"k3": (4, "at-4")}  # nothing written
+    # The right kind, no kind at all, and --create for a new key.
+    right = await reset("--kind", "part", "--key", "k3", "--to", "Y")
+    assert right.exit_code == 0, right.output
+    assert right.output.startswith("part/'k3' in group")
+    anyhow = await reset("--key", "k3", "--to", "Y2")
+    assert anyhow.exit_code == 0, anyhow.output
+    created = await reset("--kind", "part", "--key", "k42", "--to", "Z", "--create")
+    assert created.exit_code == 0, created.output
+    assert await slots() == {"k3": (4, "Y2"), "k42": (0, "Z")}

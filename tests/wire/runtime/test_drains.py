@@ -108,7 +108,7 @@ async def test_drain_moves_shards_with_warm_ups_and_undrain_takes_work_again(
         moved = owned_by(timeline, "a")
         result = await cli(
             ["drain", group, "--instance-id", "a", "--bootstrap", backend.bootstrap, "--wait",
-             "--timeout", str(TIMEOUT_S)]
+             "--wait-timeout-s", str(TIMEOUT_S)]
         )  # fmt: skip
         assert result.exit_code == 0, result.output
         assert "asked to drain instance a" in result.output
@@ -274,14 +274,15 @@ async def test_unknown_members_timeouts_and_missing_groups(backend: Backend) -> 
             ["undrain", group, "--member-id", "nope", "--bootstrap", backend.bootstrap]
         )
         assert unknown_id.exit_code == 4, unknown_id.output
-        # A member that does not follow the requests never drains: --wait times out.
+        # A member that does not follow the requests never drains: --wait times out
+        # (--timeout: the older spelling of --wait-timeout-s).
         waited = await cli(
             ["drain", group, "--member-id", b.member_id, "--bootstrap", backend.bootstrap,
              "--wait", "--timeout", "1.5"]
         )  # fmt: skip
         assert waited.exit_code == 5, waited.output
         assert "timed out after 1.5s" in waited.output
-        assert "member not draining, owns 2" in waited.output
+        assert "the member has not seen the drain request yet, owns 2" in waited.output
         requests = DrainRequests(backend.bootstrap, group)
         try:
             asked = await requests.read([DrainTarget("member", b.member_id)])

@@ -52,6 +52,7 @@ function renderMembers(group) {
     row.dataset.member = m.name;
     cell(row, m.member_id);
     cell(row, m.instance_id);
+    cell(row, m.process);
     cell(row, m.host);
     cell(row, m.endpoint);
     cell(row, m.owns);
