@@ -257,11 +257,13 @@ def test_the_newer_of_two_daemons_with_one_instance_id_says_it_replaced_the_othe
         "coordinator fences it and it exits 1"
     )
     assert replacing[0]["previous_client"] == f"workgroup-w1@{socket.gethostname()}-{older.pid}"
-    # The older says in plain words what happened (the coordinator still names the
-    # older as the place's client: no process to name).
+    # The older says in plain words what happened, and which process took over (the
+    # coordinator still names the older as the place's client: the newer's metadata
+    # names it).
     assert older_err.strip().splitlines()[-1] == (
-        "error: another process took over instance id 'w1' in group 'diag.shard': this one "
-        "stops; give each process its own instance id"
+        "error: another process took over instance id 'w1' in group 'diag.shard' (process "
+        f"{newer.pid} on host {socket.gethostname()}): this one stops; give each process "
+        "its own instance id"
     )
 
 

@@ -26,8 +26,6 @@ import asyncio
 import contextlib
 import inspect
 import itertools
-import os
-import socket
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -73,7 +71,7 @@ from workgroup.member.transport import (
     parse_bootstrap,
 )
 from workgroup.protocol.catalog import Catalog
-from workgroup.protocol.process import PROCESS_TAG
+from workgroup.protocol.process import PROCESS_TAG, this_process
 from workgroup.protocol.protocol import Protocol
 from workgroup.security import PLAINTEXT, Security
 from workgroup.types import Resource
@@ -87,11 +85,6 @@ Callback = Callable[[tuple[Resource, ...], int], Awaitable[None] | None]
 ResourceSource = Catalog | Callable[[], Catalog | Awaitable[Catalog]]
 
 _ids = itertools.count(1)
-
-
-def _process() -> str:
-    """``HOST-PID`` of the running process, as the daemons' logs name it."""
-    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 #: How long the DescribeGroups that explains an INCONSISTENT_GROUP_PROTOCOL may take.
@@ -402,7 +395,7 @@ class GroupMember:
         catalog = await self._read_source()
         # The metadata names this process (workgroup.protocol.process): which one
         # holds the member's place now, whatever client id the coordinator kept.
-        tags = {PROCESS_TAG: _process(), **self.config.tags}
+        tags = {PROCESS_TAG: this_process(), **self.config.tags}
         self._machine = MemberMachine(
             replace(self.config, tags=tags),
             catalog,

@@ -10,8 +10,22 @@ they do not know, and a member that sends none shows its client id instead.
 
 from __future__ import annotations
 
+import os
+import socket
+
 #: The member metadata tag that names the member's process (``HOST-PID``).
 PROCESS_TAG = "workgroup.process"
 
 
-__all__ = ["PROCESS_TAG"]
+def this_process() -> str:
+    """``HOST-PID`` of the running process, as the daemons' logs name it."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def host_and_pid(process: str) -> tuple[str, int] | None:
+    """``(host, pid)`` of a :data:`PROCESS_TAG` value, or ``None`` if it is not one."""
+    host, _, pid = process.rpartition("-")
+    return (host, int(pid)) if host and pid.isdigit() else None
+
+
+__all__ = ["PROCESS_TAG", "host_and_pid", "this_process"]

@@ -51,6 +51,7 @@ from workgroup.member.errors import (
     FencedInstanceError,
     NothingAnswersError,
 )
+from workgroup.protocol.process import host_and_pid, this_process
 from workgroup.runtime.local import connect_failure
 from workgroup.security import PLAINTEXT, Security
 
@@ -169,7 +170,7 @@ async def taken_over(
     timeout_s: float = 3.0,
 ) -> FencedInstanceError:
     """The daemon's words for being fenced: another process took over its instance
-    id, and which one (host and pid from its client id) when DescribeGroups says."""
+    id, and which one (host and pid from its metadata) when DescribeGroups says."""
     from workgroup.admin import describe_group  # the admin client: only when fenced
 
     who = ""
@@ -181,14 +182,17 @@ async def taken_over(
         log.debug("app.taken_over_unknown", group=group_id, error=str(exc))
     else:
         holder = next((m for m in description.members if m.instance_id == instance_id), None)
-        found = None if holder is None else _STATIC_CLIENT_ID.match(holder.client_id)
         # A place taken over keeps the client id it had (KIP-345, on Kafka as on the
-        # embedded coordinator) until the group rebalances: one naming this
-        # process says nothing about the newcomer.
-        if holder is None or holder.client_id == client_id_of(instance_id, instance_id):
+        # embedded coordinator), so the newcomer is named by the process tag of
+        # the metadata it joined with; a holder naming this process says nothing.
+        newcomer = None if holder is None else host_and_pid(holder.process)
+        if holder is None or holder.process in (
+            this_process(),
+            client_id_of(instance_id, instance_id),
+        ):
             pass
-        elif found is not None:
-            who = f" (process {found['pid']} on host {found['host']})"
+        elif newcomer is not None:
+            who = f" (process {newcomer[1]} on host {newcomer[0]})"
         else:
             who = f" (client {holder.client_id} at {holder.client_host})"
     return FencedInstanceError(
