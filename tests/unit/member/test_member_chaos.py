@@ -36,6 +36,11 @@ def config(name: str, static: bool, assignor: str = "sticky-test") -> MemberConf
 @pytest.mark.parametrize("coordinator", ["embedded", "double"])
 @pytest.mark.parametrize("seed", range(40))
 def test_random_failures_never_double_own(seed: int, coordinator: str, assignor: str) -> None:
+    run(seed, coordinator, assignor)
+
+
+def run(seed: int, coordinator: str, assignor: str) -> Simulation:
+    """One seed's faults, then the checks (the trace guard replays it too)."""
     rng = random.Random(seed)
     sim = Simulation(EmbeddedCoordinator() if coordinator == "embedded" else CoordinatorDouble())
     static = {name: rng.random() < 0.5 for name in "abcde"}
@@ -75,3 +80,4 @@ def test_random_failures_never_double_own(seed: int, coordinator: str, assignor:
     sizes = [len(v) for v in owned.values()]
     assert max(sizes) - min(sizes) <= 1
     sim.check_exclusive()
+    return sim
