@@ -10,8 +10,10 @@ Rules:
 1. What an error code means is written once, in :data:`ERROR_MEANINGS`: whether
    it is retriable, what a group member does about it (:class:`MemberAction`,
    the member machine's rule 3) and what a lease commit does about it
-   (:class:`LeaseAction`, the lease's rule 3).  ``ErrorCode.retriable``, the
-   member machine and the lease read it; none keeps a set of codes of its own.
+   (:class:`LeaseAction`, the lease's rule 3), and what an answer says about
+   the member that sent it (:class:`MemberCheck`, the member machine's rules 9
+   and 11).  ``ErrorCode.retriable``, the member machine and the lease read it;
+   none keeps a set of codes of its own (:func:`codes_where` derives one).
 2. Every :class:`ErrorCode` has a row (a unit test checks it).
 """
 
@@ -88,6 +90,23 @@ class MemberAction(enum.Enum):
     BACK_OFF = "back_off"
 
 
+#: The member actions that end a membership, the most severe first: of several
+#: codes in one answer, the member acts on the first (the member's rules 3 and 11).
+MEMBERSHIP_ENDINGS = (MemberAction.FATAL, MemberAction.RESET_MEMBER, MemberAction.RESET_GENERATION)
+
+
+class MemberCheck(enum.Enum):
+    """What an answer to a member's request says about the member itself."""
+
+    #: The coordinator checked the member (id, generation, instance id) and
+    #: knows it: the session was alive when the request was sent.
+    PASSED = "passed"
+    #: The coordinator does not know the member as it thinks it is.
+    REFUSED = "refused"
+    #: Nothing (the coordinator moved, a topic error): the heartbeats find out.
+    UNSAID = "unsaid"
+
+
 class LeaseAction(enum.Enum):
     """What a lease does when the coordinator answers one of its commits with a code."""
 
@@ -111,11 +130,17 @@ class CodeMeaning:
     retriable: bool
     member: MemberAction
     lease: LeaseAction = LeaseAction.RETRY_IF_RETRIABLE
+    check: MemberCheck = MemberCheck.UNSAID
 
     @property
     def fatal(self) -> bool:
         """A member answered with it stops for good."""
         return self.member is MemberAction.FATAL
+
+    @property
+    def ends_membership(self) -> bool:
+        """A member answered with it is no longer what it thinks it is."""
+        return self.member in MEMBERSHIP_ENDINGS
 
     @property
     def ends_lease(self) -> bool:
@@ -126,26 +151,29 @@ class CodeMeaning:
 _C = ErrorCode
 _M = MemberAction
 _L = LeaseAction
+_K = MemberCheck
 
 #: Every error code's meaning (rule 1): retriable, the member's action, the lease's.
 ERROR_MEANINGS: Mapping[ErrorCode, CodeMeaning] = MappingProxyType(
     {
         _C.UNKNOWN_SERVER_ERROR: CodeMeaning(False, _M.BACK_OFF),
-        _C.NONE: CodeMeaning(False, _M.NONE, _L.NONE),
+        _C.NONE: CodeMeaning(False, _M.NONE, _L.NONE, _K.PASSED),
         _C.CORRUPT_MESSAGE: CodeMeaning(False, _M.BACK_OFF),
         _C.UNKNOWN_TOPIC_OR_PARTITION: CodeMeaning(True, _M.BACK_OFF),
         _C.INVALID_FETCH_SIZE: CodeMeaning(False, _M.BACK_OFF),
         _C.REQUEST_TIMED_OUT: CodeMeaning(True, _M.BACK_OFF),
-        _C.OFFSET_METADATA_TOO_LARGE: CodeMeaning(False, _M.BACK_OFF),
+        _C.OFFSET_METADATA_TOO_LARGE: CodeMeaning(False, _M.BACK_OFF, check=_K.PASSED),
         _C.COORDINATOR_LOAD_IN_PROGRESS: CodeMeaning(True, _M.FIND_COORDINATOR),
         _C.COORDINATOR_NOT_AVAILABLE: CodeMeaning(True, _M.FIND_COORDINATOR),
         _C.NOT_COORDINATOR: CodeMeaning(True, _M.FIND_COORDINATOR),
-        _C.ILLEGAL_GENERATION: CodeMeaning(False, _M.RESET_GENERATION, _L.WAIT_FOR_REBALANCE),
+        _C.ILLEGAL_GENERATION: CodeMeaning(
+            False, _M.RESET_GENERATION, _L.WAIT_FOR_REBALANCE, _K.REFUSED
+        ),
         _C.INCONSISTENT_GROUP_PROTOCOL: CodeMeaning(False, _M.FATAL),
         _C.INVALID_GROUP_ID: CodeMeaning(False, _M.FATAL),
-        _C.UNKNOWN_MEMBER_ID: CodeMeaning(False, _M.RESET_MEMBER, _L.FENCE),
+        _C.UNKNOWN_MEMBER_ID: CodeMeaning(False, _M.RESET_MEMBER, _L.FENCE, _K.REFUSED),
         _C.INVALID_SESSION_TIMEOUT: CodeMeaning(False, _M.FATAL),
-        _C.REBALANCE_IN_PROGRESS: CodeMeaning(True, _M.REJOIN, _L.WAIT_FOR_REBALANCE),
+        _C.REBALANCE_IN_PROGRESS: CodeMeaning(True, _M.REJOIN, _L.WAIT_FOR_REBALANCE, _K.PASSED),
         _C.INVALID_COMMIT_OFFSET_SIZE: CodeMeaning(False, _M.BACK_OFF),
         _C.TOPIC_AUTHORIZATION_FAILED: CodeMeaning(False, _M.BACK_OFF),
         _C.GROUP_AUTHORIZATION_FAILED: CodeMeaning(False, _M.FATAL),
@@ -158,7 +186,7 @@ ERROR_MEANINGS: Mapping[ErrorCode, CodeMeaning] = MappingProxyType(
         _C.GROUP_ID_NOT_FOUND: CodeMeaning(False, _M.BACK_OFF, _L.FENCE),
         _C.MEMBER_ID_REQUIRED: CodeMeaning(False, _M.REJOIN),
         _C.GROUP_MAX_SIZE_REACHED: CodeMeaning(False, _M.FATAL),
-        _C.FENCED_INSTANCE_ID: CodeMeaning(False, _M.FATAL, _L.FENCE),
+        _C.FENCED_INSTANCE_ID: CodeMeaning(False, _M.FATAL, _L.FENCE, _K.REFUSED),
         _C.UNSTABLE_OFFSET_COMMIT: CodeMeaning(True, _M.BACK_OFF),
         _C.STALE_MEMBER_EPOCH: CodeMeaning(False, _M.BACK_OFF),
         _C.UNKNOWN_TOPIC_ID: CodeMeaning(False, _M.BACK_OFF),

@@ -36,6 +36,18 @@ class Pending:
         return self.kind in REBALANCE_KINDS
 
 
+class RequestIds:
+    """The one counter of the ids a machine hands its driver (requests, callbacks,
+    assignor runs): no two of its actions share an id."""
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def take(self) -> int:
+        self.last += 1
+        return self.last
+
+
 class InFlight:
     """The requests sent and not answered, by request id."""
 
@@ -62,4 +74,4 @@ class InFlight:
         return any(p.held for p in self._by_id.values())
 
 
-__all__ = ["REBALANCE_KINDS", "InFlight", "Pending", "RequestKind"]
+__all__ = ["REBALANCE_KINDS", "InFlight", "Pending", "RequestIds", "RequestKind"]

@@ -215,6 +215,7 @@ from workgroup.assignors.base import Assignment, MemberInfo
 from workgroup.errors import (
     ErrorCode,
     MemberAction,
+    MemberCheck,
     ProtocolError,
     UnsupportedVersionError,
     WorkgroupError,
@@ -230,7 +231,6 @@ from workgroup.kafka.messages import (
     LeaveGroup,
     LeaveGroupResult,
     LeavingMember,
-    OffsetCommit,
     OffsetCommitResult,
     SyncGroup,
     SyncGroupResult,
@@ -241,7 +241,6 @@ from workgroup.member.actions import (
     CallbackErrorPolicy,
     CallbackKind,
     Closed,
-    CommitDone,
     Failed,
     FindCoordinator,
     InvokeCallback,
@@ -250,7 +249,7 @@ from workgroup.member.actions import (
     SendRequest,
 )
 from workgroup.member.balancing import LeaderBalancing, LoadMeter
-from workgroup.member.commits import Commits, SentCommit, split_by_generation
+from workgroup.member.commits import CommitRouter, MembershipRefused, SessionProved
 from workgroup.member.config import MemberConfig
 from workgroup.member.delay import ReassignDelay
 from workgroup.member.errors import (
@@ -280,7 +279,7 @@ from workgroup.member.leader import (
 from workgroup.member.lookup import CoordinatorLookup
 from workgroup.member.moves import MoveCounter, count_moves
 from workgroup.member.ownership import Ownership
-from workgroup.member.requests import InFlight, Pending, RequestKind
+from workgroup.member.requests import InFlight, Pending, RequestIds, RequestKind
 from workgroup.member.transitions import State, check_transition
 from workgroup.member.warmup import stage_warmups
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
@@ -295,22 +294,6 @@ log = get_logger(__name__)
 #: once nothing is releasing): what is released by then goes to others in that
 #: round instead of one more (rule 9).
 RELEASE_WINDOW_MS = 100
-#: Answers that say this member's membership is over (rule 3; while LEAVING, rule 9).
-_MEMBERSHIP_GONE = frozenset(
-    {MemberAction.RESET_MEMBER, MemberAction.RESET_GENERATION, MemberAction.FATAL}
-)
-
-#: A commit refused with one of these (under the current generation) means the
-#: member is no longer what it thinks it is (rules 3 and 11).
-_MEMBERSHIP_CODES = (
-    ErrorCode.FENCED_INSTANCE_ID,
-    ErrorCode.UNKNOWN_MEMBER_ID,
-    ErrorCode.ILLEGAL_GENERATION,
-)
-#: A commit answered with one of these passed the coordinator's member check (rule 11).
-_CHECKED_MEMBER_CODES = frozenset(
-    {ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.OFFSET_METADATA_TOO_LARGE}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,10 +342,12 @@ class MemberMachine:
         self._used_versions = {p.wire_name: p.codec.latest_version for p in config.protocols}
         self._protocols = {p.wire_name: p for p in config.protocols}
         self._out: list[Action] = []
-        self._next_id = 0
+        self._ids = RequestIds()
         self._pending = InFlight()
-        #: Commits not answered yet (rule 11): never dropped, their callers wait.
-        self._commits = Commits()
+        #: Which generation each commit goes under, and their answers (rule 11).
+        self._commit_router = CommitRouter(
+            config.group_id, config.instance_id, config.effective_request_timeout_ms
+        )
         #: The callbacks issued and not done yet, by id.
         self._callbacks: dict[int, InvokeCallback] = {}
         #: on_revoked callbacks running, and what they revoke (released when they
@@ -849,55 +834,16 @@ class MemberMachine:
         commit is for (its generation follows from it: rule 11).  Answered with
         :class:`~workgroup.member.actions.CommitDone` (at once for what is refused)."""
         self._observe(now)
-        refusal = self._commit_refusal()
-        if isinstance(refusal, WorkgroupError):
-            outcomes = {(t.name, p.partition): refusal for t in topics for p in t.partitions}
-            self._out.append(CommitDone(commit_id, outcomes))
-            return self._drain(now)
-        by_resource = resources or {}
-
-        def generation_of(partition: Partition) -> int | ErrorCode:
-            if refusal is not None:
-                return refusal
-            resource = by_resource.get(partition)
-            if resource is None or resource in self._owned.resources:
-                generation = self.generation
-            else:
-                given_up_in = self._owned.given_up_in(resource)
-                if given_up_in is None:
-                    return ErrorCode.ILLEGAL_GENERATION  # lost or released: not ours
-                generation = given_up_in
-            if generation != NO_GENERATION_ID:
-                return generation
-            return ErrorCode.ILLEGAL_GENERATION if self.member_id else ErrorCode.UNKNOWN_MEMBER_ID
-
-        by_generation, refused = split_by_generation(topics, generation_of)
-        if refused:
-            log.debug("member.commit_refused", group=self.config.group_id, partitions=len(refused))
-        self._commits.open(commit_id, refused)
-        for generation, parts in by_generation.items():
-            request = OffsetCommit(
-                group_id=self.config.group_id,
-                generation_id=generation,
-                member_id=self.member_id,
-                topics=parts,
-                group_instance_id=self.config.instance_id,
-            )
-            self._next_id += 1
-            under = Generation(generation, self.member_id, None)
-            partitions = tuple((t.name, p.partition) for t in parts for p in t.partitions)
-            self._commits.sent(self._next_id, SentCommit(commit_id, under, now, partitions))
-            self._out.append(
-                SendRequest(
-                    self._next_id,
-                    request,
-                    self.config.effective_request_timeout_ms,
-                    may_wait_behind_held=True,
-                )
-            )
-        done = self._commits.done_if_complete(commit_id)
-        if done is not None:
-            self._out.append(done)
+        self._out += self._commit_router.commit(
+            now,
+            commit_id,
+            topics,
+            resources or {},
+            refusal=self._commit_refusal(),
+            current=self._generation,
+            ownership=self._owned,
+            ids=self._ids,
+        )
         return self._drain(now)
 
     def _commit_refusal(self) -> ErrorCode | WorkgroupError | None:
@@ -915,38 +861,22 @@ class MemberMachine:
         """The coordinator answered an OffsetCommit (or its request failed): the
         commit's caller gets it, and the machine reads it as rule 11 says."""
         self._observe(now)
-        sent, done = self._commits.answered(request_id, result)
+        # Sent to a coordinator the member has given up since: its session is
+        # for the rediscovery to find out.
+        reading = self.state not in (State.CLOSED, State.FATAL) and self._lookup.known
+        done, verdict = self._commit_router.answered(
+            request_id, result, current=self._generation if reading else None
+        )
         if done is not None:
             self._out.append(done)
-        if (
-            sent is not None
-            and isinstance(result, OffsetCommitResult)
-            and self.state not in (State.CLOSED, State.FATAL)
-            # Sent to a coordinator the member has given up since: its session
-            # is for the rediscovery to find out.
-            and self._lookup.known
-            and self._generation.answers_to(sent.generation)
-        ):
-            self._on_commit_answer(now, sent, result)
-        return self._drain(now)
-
-    def _on_commit_answer(self, now: int, sent: SentCommit, result: OffsetCommitResult) -> None:
-        codes = {p.error for topic in result.topics for p in topic.partitions}
-        refused = next((code for code in _MEMBERSHIP_CODES if code in codes), None)
-        if refused is not None:
-            log.warning(
-                "member.commit_fenced",
-                group=self.config.group_id,
-                member_id=self.member_id,
-                generation=self.generation,
-                error=refused.name,
-            )
+        if isinstance(verdict, MembershipRefused):
             if self.state is State.LEAVING:
-                self._membership_lost_while_leaving(now, refused)
+                self._membership_lost_while_leaving(now, verdict.code)
             else:
-                self._common_error(now, refused, "OffsetCommit")
-        elif codes & _CHECKED_MEMBER_CODES:
-            self._heartbeat.proved_alive(now, sent.sent_at, held=False)
+                self._common_error(now, verdict.code, "OffsetCommit")
+        elif isinstance(verdict, SessionProved):
+            self._heartbeat.proved_alive(now, verdict.sent_at, held=False)
+        return self._drain(now)
 
     def close(self, now: int, *, leave: bool | None = None) -> list[Action]:
         """Revoke, leave and close.  ``leave``: send LeaveGroup even as a static
@@ -1350,9 +1280,9 @@ class MemberMachine:
         *,
         beside_held: bool = False,
     ) -> None:
-        self._next_id += 1
-        self._pending.add(self._next_id, Pending(kind, self._generation, now, beside_held))
-        self._out.append(SendRequest(self._next_id, request, timeout_ms, beside_held))
+        request_id = self._ids.take()
+        self._pending.add(request_id, Pending(kind, self._generation, now, beside_held))
+        self._out.append(SendRequest(request_id, request, timeout_ms, beside_held))
 
     def _send_heartbeat(self, now: int) -> None:
         request = Heartbeat(
@@ -1441,9 +1371,8 @@ class MemberMachine:
         """Issue a callback for a change already applied to ``self.owned``."""
         if not resources:
             return
-        self._next_id += 1
-        callback = InvokeCallback(self._next_id, kind, resources, gen, self.owned)
-        self._callbacks[self._next_id] = callback
+        callback = InvokeCallback(self._ids.take(), kind, resources, gen, self.owned)
+        self._callbacks[callback.callback_id] = callback
         self._out.append(callback)
 
     def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
@@ -1460,7 +1389,7 @@ class MemberMachine:
             generation=generation,
         )
         self._callback("on_revoked", resources, generation)
-        self._revoking[self._next_id] = resources
+        self._revoking[self._ids.last] = resources
         if self._confirm_release:
             self._release_window_until = self._heartbeat.last_seen + RELEASE_WINDOW_MS
 
@@ -1846,10 +1775,10 @@ class MemberMachine:
     def _on_leaving_heartbeat(self, now: int, pending: Pending, code: ErrorCode) -> None:
         """LEAVING (rule 9): a heartbeat only keeps the session; the member no
         longer rejoins, so a lost membership ends it (what is left is lost)."""
-        if code in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS):
+        if code.meaning.check is MemberCheck.PASSED:
             self._heartbeat.succeeded()
             self._proved_alive(now, pending)
-        elif code.meaning.member in _MEMBERSHIP_GONE:
+        elif code.meaning.ends_membership:
             self._membership_lost_while_leaving(now, code)
         else:  # coordinator moved or busy: retry; the session rules bound it
             self._heartbeat.failed(now, self._backoff)
@@ -1888,9 +1817,9 @@ class MemberMachine:
                 generation=self.generation,
                 ignored={mid: found.as_dict() for mid, found in prepared.ignored.items()},
             )
-        self._next_id += 1
+        run_id = self._ids.take()
         self._leader_round = _LeaderRound(
-            run_id=self._next_id,
+            run_id=run_id,
             generation=self.generation,
             protocol=protocol,
             members=result.members,
@@ -1902,9 +1831,9 @@ class MemberMachine:
         self._enter(State.ASSIGNING)
         self._out.append(
             RunAssignor(
-                self._next_id,
+                run_id,
                 protocol.wire_name,
-                self._balancing.wrap(self._next_id, protocol.assignor, now),
+                self._balancing.wrap(run_id, protocol.assignor, now),
                 prepared.input,
             )
         )
