@@ -252,6 +252,7 @@ from workgroup.member.balancing import LeaderBalancing, LoadMeter
 from workgroup.member.commits import CommitRouter, MembershipRefused, SessionProved
 from workgroup.member.config import MemberConfig
 from workgroup.member.delay import ReassignDelay
+from workgroup.member.departure import Departure
 from workgroup.member.errors import (
     AssignorError,
     CallbackError,
@@ -353,8 +354,6 @@ class MemberMachine:
         #: on_revoked callbacks running, and what they revoke (released when they
         #: return unless the application confirms each release: rule 9).
         self._revoking: dict[int, tuple[Resource, ...]] = {}
-        #: Closing by handing over while revoked resources are released (rule 9).
-        self._handing_over = False
         self._lookup = CoordinatorLookup(config.connect_timeout_ms, self._backoff)
         #: Rejoin wanted (reason), acted on once no callback is running.
         self._rejoin_reason: str | None = None
@@ -373,10 +372,8 @@ class MemberMachine:
         self._follow_up_pending = False
         #: After a rediscovery: return to STABLE (True) or rejoin (False).
         self._resume_stable = False
-        self._leave_sent = False
-        #: Whether closing sends LeaveGroup: dynamic members always; static ones
-        #: only when told (scale-down, KIP-812), else they keep their place.
-        self._leave_on_close = config.instance_id is None
+        #: How far closing has come (rules 7 and 9; member/departure.py).
+        self._departure = Departure(dynamic=config.instance_id is None)
         self._delay = ReassignDelay(config.reassign_delay_ms)
         #: Load balancing: what this member measures, and as leader its memory.
         self.loads = LoadMeter(config.balance.smoothing_ms)
@@ -385,8 +382,6 @@ class MemberMachine:
         self._refused: dict[Resource, int] = {}
         #: The newest ``now`` seen (refusals end by it).
         self._now = 0
-        #: Closing by handing over first (rule 7): give up by this time at the latest.
-        self._departing_until: int | None = None
         self._group_size: int | None = None
         #: Resources warming up here (rule 14), and those reported ready.
         self._warming: set[Resource] = set()
@@ -442,8 +437,7 @@ class MemberMachine:
 
     @property
     def _departing_tag(self) -> dict[str, str]:
-        departing = self._departing_until is not None or self._handing_over
-        return {LEAVING_TAG: "1"} if departing else {}
+        return {LEAVING_TAG: "1"} if self._departure.departing else {}
 
     @property
     def _draining_tag(self) -> dict[str, str]:
@@ -523,10 +517,13 @@ class MemberMachine:
         session_end = self._session_end()
         if session_end is not None:
             candidates.append(session_end)
-        if self._departing_until is not None and not self._awaiting_hand_over_round():
-            # Out of time, the hand-over still waits for the JoinGroup or SyncGroup
-            # in flight (rule 7): its answer, not the clock, wakes the member.
-            candidates.append(self._departing_until)
+        # Out of time, the hand-over still waits for the JoinGroup or SyncGroup
+        # in flight (rule 7): its answer, not the clock, wakes the member.
+        hand_over_end = self._departure.next_deadline(
+            finishing_round=self._awaiting_hand_over_round()
+        )
+        if hand_over_end is not None:
+            candidates.append(hand_over_end)
         if self.state is State.STABLE and self.is_leader and self._delay.next_at is not None:
             candidates.append(self._delay.next_at)
         if self.state is State.STABLE and self.is_leader and self._balancing.probe_at is not None:
@@ -849,7 +846,7 @@ class MemberMachine:
     def _commit_refusal(self) -> ErrorCode | WorkgroupError | None:
         """Why no partition of a commit can be sent now (rule 11); ``None``: each
         partition is decided on its own."""
-        if self.state in (State.CLOSED, State.FATAL, State.UNJOINED) or self._leave_sent:
+        if self.state in (State.CLOSED, State.FATAL, State.UNJOINED) or self._departure.leave_sent:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if not self._lookup.known:
             return CoordinatorUnavailableError("OffsetCommit: the coordinator is not known")
@@ -883,19 +880,19 @@ class MemberMachine:
         member (it then gives up its place at once); ``None``: only if dynamic."""
         self._observe(now)
         if leave is not None:
-            self._leave_on_close = leave or self.config.instance_id is None
+            self._departure.choose_leave(leave)
         if self.state in (State.CLOSED, State.LEAVING):
             return self._drain(now)
         self._end_warmups("closing")
         if self.state in (State.UNJOINED, State.FATAL):
             self._finish_close()
             return self._drain(now)
-        if self._departing_until is not None or self._handing_over:
+        if self._departure.closing:
             return self._drain(now)  # already handing over
         if self._confirm_release and self._may_hand_over_releasing():
             # Rule 9: revoke everything now; each resource goes to another member
             # in the round after its work stopped, the slowest holds back no other.
-            self._handing_over = True
+            self._departure.release_all()
             log.info(
                 "member.handing_over",
                 group=self.config.group_id,
@@ -912,7 +909,7 @@ class MemberMachine:
         if not self._confirm_release and self._may_hand_over():
             # Rule 7: a rebalance in which this member takes nothing, so that the
             # others get its resources (cooperatively) while it still works on them.
-            self._departing_until = now + self._hand_over_ms()
+            self._departure.hand_over(now + self._hand_over_ms())
             log.info(
                 "member.handing_over",
                 group=self.config.group_id,
@@ -928,7 +925,7 @@ class MemberMachine:
         protocol = self._generation.protocol
         alone = self.is_leader and self._group_size == 1
         return (
-            self._leave_on_close
+            self._departure.sends_leave
             and not alone  # nobody to hand over to (a follower is never alone)
             and self.config.reassign_delay_ms == 0  # the leader holds them back instead
             and self.state is State.STABLE
@@ -942,7 +939,7 @@ class MemberMachine:
     def _may_hand_over_releasing(self) -> bool:
         alone = self.is_leader and self._group_size == 1
         return (
-            self._leave_on_close
+            self._departure.sends_leave
             and not alone
             and self.config.reassign_delay_ms == 0
             and self.state in (State.STABLE, State.JOINING, State.ASSIGNING, State.SYNCING)
@@ -965,8 +962,7 @@ class MemberMachine:
         return in_round and bool(self.owned)
 
     def _leave_now(self, now: int) -> None:
-        self._departing_until = None
-        self._handing_over = False
+        self._departure.leave()
         self._pending.clear()
         self._leader_round = None
         if self._owned:
@@ -1034,15 +1030,15 @@ class MemberMachine:
             and self._rejoin_reason is None
         ):
             self._request_rejoin("resources changed")
-        if self._departing_until is not None and (
-            (now >= self._departing_until and not self._awaiting_hand_over_round())
+        if self._departure.handing_over and (
+            (self._departure.out_of_time(now) and not self._awaiting_hand_over_round())
             or (self.state is State.STABLE and not self.owned and not self._callbacks)
         ):
             # Handed over (or out of time: revoke what is left): leave.
             self._leave_now(now)
             return
         if (
-            self._handing_over
+            self._departure.releasing_all
             and not self._owned
             and not self._callbacks
             and not self._pending.rebalancing
@@ -1101,7 +1097,7 @@ class MemberMachine:
         """LEAVING (rule 9): heartbeat while callbacks run or resources are
         releasing, so that the session outlives them; a session that ends all the
         same loses what is left and closes without LeaveGroup."""
-        if self._leave_sent or self.state is not State.LEAVING:
+        if self._departure.leave_sent or self.state is not State.LEAVING:
             return
         session_end = self._session_end()
         if session_end is not None and now >= session_end:
@@ -1143,7 +1139,7 @@ class MemberMachine:
             return bool(self._owned) and self.state in (State.JOINING, State.SYNCING)
         if self.state is State.LEAVING:
             # Rule 9: until the last callback returned and the last release came.
-            return not self._leave_sent and bool(self._callbacks or self._owned.releasing)
+            return not self._departure.leave_sent and bool(self._callbacks or self._owned.releasing)
         return self.state in (State.JOINING, State.ASSIGNING, State.STABLE)
 
     def _session_end(self) -> int | None:
@@ -1158,7 +1154,7 @@ class MemberMachine:
         ):
             return None
         if self.state is State.LEAVING and (
-            self._leave_sent or not (self._callbacks or self._owned.releasing)
+            self._departure.leave_sent or not (self._callbacks or self._owned.releasing)
         ):
             return None
         if self._pending.rebalancing and not self._owned:
@@ -1315,9 +1311,9 @@ class MemberMachine:
         self._send(now, "sync", request, self.config.join_timeout_ms)
 
     def _send_leave_or_close(self, now: int) -> None:
-        leave = self._leave_on_close
-        if leave and self.member_id and self._lookup.known and not self._leave_sent:
-            self._leave_sent = True
+        leave = self._departure.sends_leave
+        if leave and self.member_id and self._lookup.known and not self._departure.leave_sent:
+            self._departure.left()
             request = LeaveGroup(
                 group_id=self.config.group_id,
                 members=(
@@ -1664,7 +1660,7 @@ class MemberMachine:
         self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
         self._follow_up_pending = data.pending
         data = self._without_foreign_resources(data)
-        if self._handing_over and data.assigned:
+        if self._departure.releasing_all and data.assigned:
             # Closing (rule 9): take nothing; the next round hands it to others.
             data = replace(data, assigned=(), rejoin=True)
         assigned = frozenset(data.assigned)
@@ -1673,7 +1669,7 @@ class MemberMachine:
         if revoked:
             self._report_revoked(revoked, self.generation)
         warming = set(data.warming).difference(assigned) if self.config.warm_up else set()
-        if self._handing_over or self._draining:
+        if self._departure.releasing_all or self._draining:
             warming.clear()
         # Rule 14: warm-ups promoted (now assigned) just stop being warm-ups.
         promoted = self._warming.intersection(assigned)
@@ -1726,7 +1722,7 @@ class MemberMachine:
             handed_back -= self._owned.releasing
         if handed_back and protocol.mode == "cooperative":
             self._request_rejoin("follow-up round after revoking resources")
-        if data.rejoin and not (self._handing_over and self._owned.releasing):
+        if data.rejoin and not (self._departure.releasing_all and self._owned.releasing):
             # Closing with resources still releasing: their release asks for the
             # round (rule 9).  A JoinGroup now, with the same metadata, gets the same
             # generation and the same assignment back, round after round.
@@ -1746,7 +1742,7 @@ class MemberMachine:
         member) may have handed it what it held while draining to stop."""
         if self.config.instance_id is None or data.assigned or data.warming or data.pending:
             return False  # a follow-up round is due anyway when something was withheld
-        if self._draining or self._handing_over or self.state is not State.STABLE:
+        if self._draining or self._departure.releasing_all or self.state is not State.STABLE:
             return False
         kinds = self.config.kinds
         return any(keys for kind, keys in self._catalog.items() if kinds is None or kind in kinds)
