@@ -262,17 +262,14 @@ from workgroup.member.errors import (
 )
 from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
 from workgroup.member.heartbeat import HeartbeatTimer
+from workgroup.member.intents import Intents
 from workgroup.member.leader import (
-    ASKS_TAG,
-    DRAINING_TAG,
     LEAVING_TAG,
-    REFUSES_TAG,
     MembersRead,
     apply_refusals,
     build_input,
     decode_refusals,
     encode_assignments,
-    encode_refusals,
     plan_round,
     read_members,
     withholding_claims,
@@ -378,20 +375,11 @@ class MemberMachine:
         #: Load balancing: what this member measures, and as leader its memory.
         self.loads = LoadMeter(config.balance.smoothing_ms)
         self._balancing = LeaderBalancing(config.balance)
-        #: Resources this member refuses, until when (rule 10).
-        self._refused: dict[Resource, int] = {}
+        #: Drain, refusals, warm-ups and the restart probe (rules 10, 14, 15).
+        self._intents = Intents()
         #: The newest ``now`` seen (refusals end by it).
         self._now = 0
         self._group_size: int | None = None
-        #: Resources warming up here (rule 14), and those reported ready.
-        self._warming: set[Resource] = set()
-        self._ready: set[Resource] = set()
-        #: Draining: stay in the group, take nothing (rule 15).
-        self._draining = False
-        #: No assignment was applied yet in this process (rule 15).
-        self._first_assignment = True
-        #: Rounds asked for with metadata changed only to be seen (tag ``workgroup.asks``).
-        self._asked_rounds = 0
         #: As leader: the moves begun, by reason and how (member/moves.py).
         self._moves = MoveCounter()
 
@@ -440,28 +428,19 @@ class MemberMachine:
         return {LEAVING_TAG: "1"} if self._departure.departing else {}
 
     @property
-    def _draining_tag(self) -> dict[str, str]:
-        return {DRAINING_TAG: "1"} if self._draining else {}
-
-    @property
     def warming(self) -> frozenset[Resource]:
         """Resources warming up here (rule 14)."""
-        return frozenset(self._warming)
+        return self._intents.warming
 
     @property
     def draining(self) -> bool:
         """The member takes nothing until undrained (rule 15)."""
-        return self._draining
+        return self._intents.draining
 
     @property
     def moves_total(self) -> Mapping[tuple[str, str], int]:
         """``(reason, how) -> moves begun`` while this member led (member/moves.py)."""
         return self._moves.totals
-
-    @property
-    def _refuses_tag(self) -> dict[str, str]:
-        self._refused = {r: until for r, until in self._refused.items() if until > self._now}
-        return {REFUSES_TAG: encode_refusals(self._refused)} if self._refused else {}
 
     @property
     def is_leader(self) -> bool:
@@ -478,7 +457,7 @@ class MemberMachine:
             and self._rejoin_reason is None
             and not self._follow_up_pending
             and not self._owned.releasing
-            and not self._warming
+            and not self._intents.warming
         )
 
     @property
@@ -684,17 +663,13 @@ class MemberMachine:
         too (a standby holder ready to take over: the leader's assignor sees it
         in ``MemberInfo.ready``).  Other resources are ignored."""
         self._observe(now)
-        owned = self.owned
-        fresh = {
-            r for r in resources if (r in self._warming or r in owned) and r not in self._ready
-        }
+        fresh = self._intents.mark_ready(resources, self.owned)
         if fresh:
-            self._ready.update(fresh)
             log.info(
                 "member.warmup_ready",
                 group=self.config.group_id,
                 count=len(fresh),
-                warming=len(self._warming),
+                warming=len(self._intents.warming),
             )
             self._rejoin_for_metadata(f"{len(fresh)} warm-ups ready")
         return self._drain(now)
@@ -702,8 +677,7 @@ class MemberMachine:
     def drain(self, now: int, draining: bool = True) -> list[Action]:
         """Start (or end) draining (rule 15); a round follows the change."""
         self._observe(now)
-        if draining != self._draining and self.state not in (State.CLOSED, State.FATAL):
-            self._draining = draining
+        if self.state not in (State.CLOSED, State.FATAL) and self._intents.drain(draining):
             log.info(
                 "member.draining" if draining else "member.undrained",
                 group=self.config.group_id,
@@ -721,18 +695,18 @@ class MemberMachine:
 
     def _end_warmups(self, reason: str, keep: Iterable[Resource] = ()) -> None:
         """End the warm-ups not in ``keep`` (rule 14)."""
-        ended = self._warming.difference(keep)
+        self._warmups_ended(reason, self._intents.end_warmups(keep))
+
+    def _warmups_ended(self, reason: str, ended: tuple[Resource, ...]) -> None:
         if not ended:
             return
-        self._warming.difference_update(ended)
-        self._ready.difference_update(ended)
         log.info(
             "member.warmup_ended",
             group=self.config.group_id,
             count=len(ended),
             reason=reason,
         )
-        self._callback("on_warming_ended", sorted_resources(ended), self.generation)
+        self._callback("on_warming_ended", ended, self.generation)
 
     def release(self, now: int, resources: Iterable[Resource], reason: str) -> list[Action]:
         """Stop owning ``resources`` without a callback (the application gave them
@@ -761,14 +735,13 @@ class MemberMachine:
         ``for_ms`` (rule 10): the leader hands them to another member."""
         self._observe(now)
         resources = tuple(resources)
-        for resource in resources:
-            self._refused[resource] = now + for_ms
+        self._intents.refuse(resources, now + for_ms)
         return self.release(now, resources, reason)
 
     @property
     def refused(self) -> frozenset[Resource]:
         """What this member refuses now (rule 10)."""
-        return frozenset(r for r, until in self._refused.items() if until > self._now)
+        return self._intents.refused(self._now)
 
     def fail(self, now: int, error: WorkgroupError) -> list[Action]:
         """The application stops the member as failed: what it owns is reported
@@ -1255,15 +1228,13 @@ class MemberMachine:
                     {
                         **self.config.tags,
                         **self._departing_tag,
-                        **self._draining_tag,
-                        **self._refuses_tag,
-                        **({ASKS_TAG: str(self._asked_rounds)} if self._asked_rounds else {}),
+                        **self._intents.tags(self._now),
                     }.items()
                 )
             ),
-            warms_up=self.config.warm_up and not self._draining,
-            warming=sorted_resources(self._warming),
-            ready=sorted_resources(self._ready),
+            warms_up=self.config.warm_up and not self._intents.draining,
+            warming=self._intents.warming_sorted(),
+            ready=self._intents.ready_sorted(),
         )
         return protocol.codec.encode_metadata(meta, self._used_versions[protocol.wire_name])
 
@@ -1668,26 +1639,24 @@ class MemberMachine:
         revoked = self._owned.start_release(self.owned - assigned, self.generation)
         if revoked:
             self._report_revoked(revoked, self.generation)
-        warming = set(data.warming).difference(assigned) if self.config.warm_up else set()
-        if self._departure.releasing_all or self._draining:
-            warming.clear()
+        offered = self._intents.offered(
+            data,
+            assigned,
+            warm_up=self.config.warm_up,
+            taking=not self._departure.releasing_all,
+        )
         # Rule 14: warm-ups promoted (now assigned) just stop being warm-ups.
-        promoted = self._warming.intersection(assigned)
-        self._warming.difference_update(promoted)
-        self._ready.difference_update(promoted)
-        self._end_warmups("the move was called off", keep=warming)
+        self._warmups_ended("the move was called off", self._intents.promote(assigned, offered))
         added = self._owned.assign(data.assigned, self.generation)
-        self._ready.intersection_update(self._warming.union(assigned))
         self._callback("on_assigned", added, self.generation)
-        started = sorted_resources(warming.difference(self._warming))
+        started = self._intents.start(assigned, offered)
         if started:
-            self._warming.update(started)
             log.info(
                 "member.warming",
                 group=self.config.group_id,
                 generation=self.generation,
                 count=len(started),
-                warming=len(self._warming),
+                warming=len(self._intents.warming),
             )
             self._callback("on_warming", started, self.generation)
         log.info(
@@ -1698,7 +1667,7 @@ class MemberMachine:
             owned=len(assigned),
             added=len(added),
             revoked=len(revoked),
-            warming=len(self._warming),
+            warming=len(self._intents.warming),
             follow_up_pending=data.pending,
         )
         used = self._used_versions[protocol.wire_name]
@@ -1727,25 +1696,21 @@ class MemberMachine:
             # round (rule 9).  A JoinGroup now, with the same metadata, gets the same
             # generation and the same assignment back, round after round.
             self._request_rejoin("the leader asked for another round")
-        if self._first_assignment:
-            self._first_assignment = False
-            if self._restarted_static_member_idle(data):
-                # Metadata the coordinator has not seen: a known member's JoinGroup
-                # with the same metadata gets the same generation back.
-                self._asked_rounds += 1
-                self._request_rejoin("a restarted static member was handed nothing")
-
-    def _restarted_static_member_idle(self, data: AssignmentData) -> bool:
-        """Rule 15: a static member's first assignment in this process is empty
-        while it takes work: a coordinator that answered its restart with the
-        assignment it had before (no rebalance, as Kafka does for a static
-        member) may have handed it what it held while draining to stop."""
-        if self.config.instance_id is None or data.assigned or data.warming or data.pending:
-            return False  # a follow-up round is due anyway when something was withheld
-        if self._draining or self._departure.releasing_all or self.state is not State.STABLE:
-            return False
-        kinds = self.config.kinds
-        return any(keys for kind, keys in self._catalog.items() if kinds is None or kind in kinds)
+        if self._intents.probe_after_first(
+            data,
+            static=self.config.instance_id is not None,
+            may_take=self.state is State.STABLE
+            and not self._intents.draining
+            and not self._departure.releasing_all,
+            catalog=self._catalog,
+            kinds=self.config.kinds,
+        ):
+            # Rule 15: a static member handed nothing on its first assignment in
+            # this process may have been answered, without a rebalance, with what
+            # it held while draining to stop.  Metadata the coordinator has not
+            # seen: a known member's JoinGroup with the same metadata gets the
+            # same generation back.
+            self._request_rejoin("a restarted static member was handed nothing")
 
     def _on_heartbeat(self, now: int, pending: Pending, result: HeartbeatResult) -> None:
         if not self._generation.answers_to(pending.generation):
