@@ -209,9 +209,9 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from workgroup.assignors.base import Assignment, MemberInfo
+from workgroup.assignors.base import Assignment
 from workgroup.errors import (
     ErrorCode,
     MemberAction,
@@ -225,7 +225,6 @@ from workgroup.kafka.messages import (
     GroupResult,
     Heartbeat,
     HeartbeatResult,
-    JoinedMember,
     JoinGroup,
     JoinGroupResult,
     LeaveGroup,
@@ -245,13 +244,11 @@ from workgroup.member.actions import (
     FindCoordinator,
     InvokeCallback,
     Partition,
-    RunAssignor,
     SendRequest,
 )
-from workgroup.member.balancing import LeaderBalancing, LoadMeter
+from workgroup.member.balancing import LoadMeter
 from workgroup.member.commits import CommitRouter, MembershipRefused, SessionProved
 from workgroup.member.config import MemberConfig
-from workgroup.member.delay import ReassignDelay
 from workgroup.member.departure import Departure
 from workgroup.member.errors import (
     AssignorError,
@@ -265,21 +262,12 @@ from workgroup.member.heartbeat import HeartbeatTimer
 from workgroup.member.intents import Intents
 from workgroup.member.leader import (
     LEAVING_TAG,
-    MembersRead,
-    apply_refusals,
-    build_input,
-    decode_refusals,
-    encode_assignments,
-    plan_round,
-    read_members,
-    withholding_claims,
 )
 from workgroup.member.lookup import CoordinatorLookup
-from workgroup.member.moves import MoveCounter, count_moves
 from workgroup.member.ownership import Ownership
+from workgroup.member.pipeline import LeaderPipeline
 from workgroup.member.requests import InFlight, Pending, RequestIds, RequestKind
 from workgroup.member.transitions import State, check_transition
-from workgroup.member.warmup import stage_warmups
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
 from workgroup.protocol.protocol import Protocol, RebalanceMode
@@ -292,19 +280,6 @@ log = get_logger(__name__)
 #: once nothing is releasing): what is released by then goes to others in that
 #: round instead of one more (rule 9).
 RELEASE_WINDOW_MS = 100
-
-
-@dataclass(frozen=True, slots=True)
-class _LeaderRound:
-    run_id: int
-    generation: int
-    protocol: Protocol
-    members: tuple[JoinedMember, ...]
-    read: MembersRead
-    resources: int
-    catalog_hash: bytes
-    #: The members as the assignor saw them (which kinds each takes).
-    infos: Mapping[str, MemberInfo]
 
 
 class MemberMachine:
@@ -364,24 +339,26 @@ class MemberMachine:
             rebalance_timeout_ms=config.rebalance_timeout_ms,
             margin_ms=config.effective_session_margin_ms,
         )
-        self._leader_round: _LeaderRound | None = None
+        #: As leader: the round's stages, the delays and balancing memory (rule 13).
+        self._pipeline = LeaderPipeline(
+            config.group_id,
+            reassign_delay_ms=config.reassign_delay_ms,
+            balance=config.balance,
+            max_warmups=config.max_warmups,
+        )
         #: The last assignment said the leader withheld resources: a follow-up is due.
         self._follow_up_pending = False
         #: After a rediscovery: return to STABLE (True) or rejoin (False).
         self._resume_stable = False
         #: How far closing has come (rules 7 and 9; member/departure.py).
         self._departure = Departure(dynamic=config.instance_id is None)
-        self._delay = ReassignDelay(config.reassign_delay_ms)
         #: Load balancing: what this member measures, and as leader its memory.
         self.loads = LoadMeter(config.balance.smoothing_ms)
-        self._balancing = LeaderBalancing(config.balance)
         #: Drain, refusals, warm-ups and the restart probe (rules 10, 14, 15).
         self._intents = Intents()
         #: The newest ``now`` seen (refusals end by it).
         self._now = 0
         self._group_size: int | None = None
-        #: As leader: the moves begun, by reason and how (member/moves.py).
-        self._moves = MoveCounter()
 
     # --- read-only views ----------------------------------------------------
 
@@ -440,7 +417,7 @@ class MemberMachine:
     @property
     def moves_total(self) -> Mapping[tuple[str, str], int]:
         """``(reason, how) -> moves begun`` while this member led (member/moves.py)."""
-        return self._moves.totals
+        return self._pipeline.moves_total
 
     @property
     def is_leader(self) -> bool:
@@ -503,10 +480,9 @@ class MemberMachine:
         )
         if hand_over_end is not None:
             candidates.append(hand_over_end)
-        if self.state is State.STABLE and self.is_leader and self._delay.next_at is not None:
-            candidates.append(self._delay.next_at)
-        if self.state is State.STABLE and self.is_leader and self._balancing.probe_at is not None:
-            candidates.append(self._balancing.probe_at)
+        leader_due = self._pipeline.next_deadline()
+        if self.state is State.STABLE and self.is_leader and leader_due is not None:
+            candidates.append(leader_due)
         if self._pending.rebalancing:
             # A watchdog: being woken late tells us the process was frozen or starved,
             # so a held answer read afterwards may be old (heartbeat.py, rule 4).
@@ -616,10 +592,9 @@ class MemberMachine:
         self, now: int, run_id: int, result: Assignment | WorkgroupError
     ) -> list[Action]:
         self._observe(now)
-        round_ = self._leader_round
-        if self.state is not State.ASSIGNING or round_ is None or round_.run_id != run_id:
+        round_ = self._pipeline.take(run_id) if self.state is State.ASSIGNING else None
+        if round_ is None:
             return self._drain(now)
-        self._leader_round = None
         if isinstance(result, WorkgroupError):
             self._fail(
                 now,
@@ -628,7 +603,7 @@ class MemberMachine:
             )
             return self._drain(now)
         try:
-            assignments = self._leader_assignments(now, round_, result)
+            assignments = self._pipeline.finish(now, round_, result)
         except WorkgroupError as exc:
             self._fail(now, exc, leave=True)
             return self._drain(now)
@@ -937,7 +912,7 @@ class MemberMachine:
     def _leave_now(self, now: int) -> None:
         self._departure.leave()
         self._pending.clear()
-        self._leader_round = None
+        self._pipeline.drop()
         if self._owned:
             if self._generation.is_valid:
                 self._revoke(sorted_resources(self.owned), self.generation)
@@ -1021,22 +996,19 @@ class MemberMachine:
             # (its answer may name this member leader: rule 7).
             self._leave_now(now)
             return
-        delay_over = self._delay.next_at
         if (
             self.state is State.STABLE
             and self.is_leader
-            and delay_over is not None
-            and now >= delay_over
+            and self._pipeline.delay_over(now)
             and self._rejoin_reason is None
         ):
             self._request_rejoin("reassignment delay over")
         if (
             self.state is State.STABLE
             and self.is_leader
-            and self._balancing.due(now)
             and self._rejoin_reason is None
+            and self._pipeline.probe_due(now)
         ):
-            self._balancing.probed()
             self._request_rejoin("load over the imbalance tolerance: probing rebalance")
         if (
             self.state is State.STABLE
@@ -1151,7 +1123,7 @@ class MemberMachine:
         if self.state is not State.FINDING_COORDINATOR:
             self._resume_stable = self.state is State.STABLE and self._rejoin_reason is None
         self._pending.clear()
-        self._leader_round = None
+        self._pipeline.drop()
         self._to_finding(now, immediately=True)
 
     def _request_rejoin(self, reason: str) -> None:
@@ -1178,7 +1150,7 @@ class MemberMachine:
 
     def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
         self._enter(State.JOINING)
-        self._leader_round = None
+        self._pipeline.drop()
         self._join_at = now if immediately else now + self._backoff(self._join_failures)
         if self._rebalance_mode == "eager" and self.owned:
             # Eager: nothing may be owned by anyone while the group rebalances.
@@ -1321,7 +1293,7 @@ class MemberMachine:
             else ""
         )
         self._pending.clear()
-        self._leader_round = None
+        self._pipeline.drop()
         self.error = error
         self._enter(State.FATAL)
         if leave_member:
@@ -1507,7 +1479,7 @@ class MemberMachine:
             self._start_assignment(now, protocol, result)
         else:
             if not self.is_leader:
-                self._delay.forget()
+                self._pipeline.follow()
             self._send_sync(now, ())
 
     def _on_sync(self, now: int, pending: Pending, result: SyncGroupResult) -> None:
@@ -1752,137 +1724,17 @@ class MemberMachine:
     # --- the leader's part ----------------------------------------------------
 
     def _start_assignment(self, now: int, protocol: Protocol, result: JoinGroupResult) -> None:
-        read = read_members(protocol.codec, result.members, self._catalog_hash)
-        for member_id, error in read.unreadable.items():
-            # The member gets nothing this round; the group keeps working.
-            log.error(
-                "member.metadata_unreadable",
-                group=self.config.group_id,
-                member=member_id,
-                error=error,
-            )
-        for member_id, theirs in read.catalog_mismatches.items():
-            log.warning(
-                "member.catalog_mismatch",
-                group=self.config.group_id,
-                member=member_id,
-                generation=self.generation,
-                leader_catalog=self._catalog_hash.hex(),
-                member_catalog=theirs.hex(),
-            )
-        prepared = build_input(result.members, read.metadata, self._frozen)
-        if prepared.ignored:
-            log.warning(
-                "member.ignored",
-                group=self.config.group_id,
-                generation=self.generation,
-                ignored={mid: found.as_dict() for mid, found in prepared.ignored.items()},
-            )
-        run_id = self._ids.take()
-        self._leader_round = _LeaderRound(
-            run_id=run_id,
+        run = self._pipeline.begin(
+            now,
+            self._ids.take(),
+            protocol,
+            result.members,
             generation=self.generation,
-            protocol=protocol,
-            members=result.members,
-            read=read,
-            resources=self._frozen.size,
+            catalog=self._frozen,
             catalog_hash=self._catalog_hash,
-            infos=prepared.input.members,
         )
         self._enter(State.ASSIGNING)
-        self._out.append(
-            RunAssignor(
-                run_id,
-                protocol.wire_name,
-                self._balancing.wrap(run_id, protocol.assignor, now),
-                prepared.input,
-            )
-        )
-
-    def _leader_assignments(
-        self, now: int, round_: _LeaderRound, target: Assignment
-    ) -> tuple[tuple[str, bytes], ...]:
-        member_ids = [m.member_id for m in round_.members]
-        claims = withholding_claims(round_.protocol.mode, round_.read.metadata)
-        target = self._delay.apply(
-            now,
-            member_ids,
-            target,
-            (r for meta in round_.read.metadata.values() for r in meta.owned),
-        )
-        target = apply_refusals(  # rule 10
-            target,
-            round_.infos,
-            {
-                member_id: decode_refusals(meta.tags)
-                for member_id, meta in round_.read.metadata.items()
-            },
-        )
-        plan = plan_round(member_ids, target, claims)
-        balanced = self._balancing.finished(round_.run_id, now, plan.withheld)
-        if round_.protocol.mode == "cooperative":
-            plan, staged = stage_warmups(
-                plan,
-                round_.read.metadata,
-                max_warmups=self.config.max_warmups,
-                common_version=min(
-                    round_.read.common_version, round_.protocol.codec.latest_version
-                ),
-            )
-            if staged.warming or staged.waiting:
-                log.info(
-                    "member.warmups_staged",
-                    group=self.config.group_id,
-                    generation=round_.generation,
-                    started=staged.started,
-                    continuing=staged.continuing,
-                    cut_over=staged.cut_over,
-                    waiting=staged.waiting,
-                )
-        moves = self._moves.observe(
-            plan,
-            round_.read.metadata,
-            balanced={m.resource for m in balanced.moves} if balanced is not None else (),
-        )
-        if moves:
-            log.info(
-                "member.moves",
-                group=self.config.group_id,
-                generation=round_.generation,
-                warmup=sum(m.how == "warmup" for m in moves),
-                **count_moves(moves),
-            )
-        if balanced is not None and (balanced.moves or balanced.returned):
-            log.info(
-                "member.load_balanced",
-                group=self.config.group_id,
-                generation=round_.generation,
-                moves=len(balanced.moves),
-                returned=len(balanced.returned),
-                max_over_mean_before=round(balanced.ratio_before, 3),
-                max_over_mean_after=round(balanced.ratio(), 3),
-                probe_in_ms=(
-                    None if self._balancing.probe_at is None else self._balancing.probe_at - now
-                ),
-            )
-        out = encode_assignments(
-            plan,
-            round_.protocol.codec,
-            round_.read,
-            generation=round_.generation,
-            catalog_hash=round_.catalog_hash,
-        )
-        log.info(
-            "member.assignment_computed",
-            group=self.config.group_id,
-            generation=round_.generation,
-            members=len(round_.members),
-            resources=round_.resources,
-            withheld=plan.withheld_count,
-            delayed=len(self._delay.delayed),
-            common_version=round_.read.common_version,
-        )
-        return out
+        self._out.append(run)
 
     def _backoff(self, failures: int) -> int:
         base = self.config.retry_backoff_ms * (2 ** max(failures - 1, 0))

@@ -117,7 +117,7 @@ def test_the_leader_balances_after_its_assignor_and_probes_while_over() -> None:
     assert event["moves"] == 1
     assert event["probe_in_ms"] == INTERVAL
     due = 3 + INTERVAL  # an interval after the round (the assignor finished at 3)
-    assert m._balancing.probe_at == due
+    assert m._pipeline.probe_at == due
     # Nothing before the interval (heartbeats answered); at the interval the leader rejoins.
     before: list[Action] = []
     while (next_at := m.next_deadline()) is not None and next_at < due:
@@ -138,7 +138,7 @@ def test_a_round_within_the_tolerance_schedules_no_probe() -> None:
     assert isinstance(run.assignor, LoadBalancing)
     assert run.assignor.last is not None
     assert not run.assignor.last.over(0.10)
-    assert m._balancing.probe_at is None
+    assert m._pipeline.probe_at is None
     deadline = m.next_deadline()
     assert deadline is not None
     assert deadline <= now + 3_000  # the heartbeat, nothing else
@@ -258,4 +258,4 @@ def test_no_probe_when_no_move_can_help() -> None:
     assert run.assignor.last is not None
     assert run.assignor.last.over(0.10)
     assert not run.assignor.last.unfinished(0.10)
-    assert m._balancing.probe_at is None
+    assert m._pipeline.probe_at is None
