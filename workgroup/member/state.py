@@ -14,11 +14,18 @@ States::
 The machine ties its parts together, each a module of its own: the states and
 their legal moves (:mod:`~workgroup.member.transitions`; every change goes
 through its check), finding the coordinator (:mod:`~workgroup.member.lookup`),
-the requests in flight (:mod:`~workgroup.member.requests`), the generation a
-request belongs to (:mod:`~workgroup.member.generation`), heartbeat and session
-timing (:mod:`~workgroup.member.heartbeat`), what the member owns
-(:mod:`~workgroup.member.ownership`) and the leader's round
-(:mod:`~workgroup.member.leader`).  Its settings are a
+the requests in flight and the ids of every action
+(:mod:`~workgroup.member.requests`), the generation a request belongs to
+(:mod:`~workgroup.member.generation`), heartbeat and session timing
+(:mod:`~workgroup.member.heartbeat`), what the member owns
+(:mod:`~workgroup.member.ownership`), how far closing has come
+(:mod:`~workgroup.member.departure`), its drain, refusals, warm-ups and
+restart probe (:mod:`~workgroup.member.intents`), the generation each commit
+goes under (:mod:`~workgroup.member.commits`) and the leader's round
+(:mod:`~workgroup.member.pipeline`: the assignor, reassignment delay,
+refusals, balancing, warm-up staging and moves; shared stages in
+:mod:`~workgroup.member.leader`).  :meth:`MemberMachine.next_deadline` is the
+earliest of its parts' deadlines.  Its settings are a
 :class:`~workgroup.member.config.MemberConfig`, its outputs the
 :mod:`~workgroup.member.actions`.
 
