@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from workgroup.errors import CoordinatorError, ErrorCode
 from workgroup.member.errors import CoordinatorUnavailableError
 from workgroup.member.lookup import CoordinatorLookup
@@ -133,3 +135,49 @@ def test_releasing_resources_are_reported_until_released_and_owned_again_if_reas
     owned.start_release([B])
     assert owned.lose() == ((C,), (B,), 5)
     assert not owned
+
+
+def test_departure_moves_only_as_its_table_says() -> None:
+    from workgroup.member.departure import NEXT_STAGES, Departure, DepartureStage
+    from workgroup.member.errors import IllegalTransitionError
+
+    assert set(NEXT_STAGES) == set(DepartureStage)
+    departure = Departure(dynamic=False)
+    assert not departure.sends_leave
+    departure.choose_leave(True)
+    assert departure.sends_leave
+    departure.hand_over(until=5_000)
+    assert departure.departing
+    assert departure.next_deadline(finishing_round=False) == 5_000
+    assert departure.next_deadline(finishing_round=True) is None
+    assert not departure.out_of_time(4_999)
+    assert departure.out_of_time(5_000)
+    with pytest.raises(IllegalTransitionError, match="HANDING_OVER to RELEASING"):
+        departure.release_all()
+    departure.leave()
+    assert not departure.departing
+    assert departure.next_deadline(finishing_round=False) is None
+    departure.left()
+    assert departure.leave_sent
+    with pytest.raises(IllegalTransitionError):
+        departure.leave()
+
+
+def test_what_an_answer_says_about_the_member_comes_from_the_error_table() -> None:
+    from workgroup.errors import MEMBERSHIP_ENDINGS, MemberCheck, codes_where
+
+    refused = codes_where(lambda m: m.check is MemberCheck.REFUSED)
+    assert refused == {
+        ErrorCode.FENCED_INSTANCE_ID,
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        ErrorCode.ILLEGAL_GENERATION,
+    }
+    assert all(code.meaning.ends_membership for code in refused)
+    assert codes_where(lambda m: m.check is MemberCheck.PASSED) == {
+        ErrorCode.NONE,
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.OFFSET_METADATA_TOO_LARGE,
+    }
+    # Of several refusals in one answer the member acts on the most severe.
+    ranked = sorted(refused, key=lambda c: MEMBERSHIP_ENDINGS.index(c.meaning.member))
+    assert ranked[0] is ErrorCode.FENCED_INSTANCE_ID

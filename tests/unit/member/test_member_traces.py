@@ -144,14 +144,20 @@ def trace(name: str, scenario: Callable[[], object]) -> Recorder:
 
 
 def test_member_traces_match_the_golden_file() -> None:
+    # Scenarios that drive no machine (tests of a part alone) are left out.
     current = {
         name: f"{len(rec.lines)}:{rec.digest()}"
         for name, rec in ((name, trace(name, fn)) for name, fn in all_scenarios().items())
+        if rec.lines
     }
     if os.environ.get("WORKGROUP_TRACES_UPDATE"):
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
-    golden = json.loads(GOLDEN.read_text())
+    golden = {
+        name: digest
+        for name, digest in json.loads(GOLDEN.read_text()).items()
+        if not digest.startswith("0:")
+    }
     changed = sorted(n for n in golden.keys() & current.keys() if golden[n] != current[n])
     missing = sorted(golden.keys() - current.keys())
     new = sorted(current.keys() - golden.keys())
