@@ -26,6 +26,8 @@ import asyncio
 import contextlib
 import inspect
 import itertools
+import os
+import socket
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -71,7 +73,7 @@ from workgroup.member.transport import (
     parse_bootstrap,
 )
 from workgroup.protocol.catalog import Catalog
-from workgroup.protocol.process import PROCESS_TAG, this_process
+from workgroup.protocol.process import PROCESS_TAG
 from workgroup.protocol.protocol import Protocol
 from workgroup.security import PLAINTEXT, Security
 from workgroup.types import Resource
@@ -85,6 +87,12 @@ Callback = Callable[[tuple[Resource, ...], int], Awaitable[None] | None]
 ResourceSource = Catalog | Callable[[], Catalog | Awaitable[Catalog]]
 
 _ids = itertools.count(1)
+
+
+def this_process() -> str:
+    """``HOST-PID`` of the running process (:data:`PROCESS_TAG`), as the daemons'
+    logs name it."""
+    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 #: How long the DescribeGroups that explains an INCONSISTENT_GROUP_PROTOCOL may take.

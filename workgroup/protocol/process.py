@@ -10,16 +10,8 @@ they do not know, and a member that sends none shows its client id instead.
 
 from __future__ import annotations
 
-import os
-import socket
-
 #: The member metadata tag that names the member's process (``HOST-PID``).
 PROCESS_TAG = "workgroup.process"
-
-
-def this_process() -> str:
-    """``HOST-PID`` of the running process, as the daemons' logs name it."""
-    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 def host_and_pid(process: str) -> tuple[str, int] | None:
@@ -28,4 +20,4 @@ def host_and_pid(process: str) -> tuple[str, int] | None:
     return (host, int(pid)) if host and pid.isdigit() else None
 
 
-__all__ = ["PROCESS_TAG", "host_and_pid", "this_process"]
+__all__ = ["PROCESS_TAG", "host_and_pid"]

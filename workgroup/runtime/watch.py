@@ -45,13 +45,13 @@ from typing import Literal, TextIO
 from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import WorkgroupError
 from workgroup.log import get_logger
-from workgroup.member.driver import parse_bootstrap
+from workgroup.member.driver import parse_bootstrap, this_process
 from workgroup.member.errors import (
     CoordinatorUnavailableError,
     FencedInstanceError,
     NothingAnswersError,
 )
-from workgroup.protocol.process import host_and_pid, this_process
+from workgroup.protocol.process import host_and_pid
 from workgroup.runtime.local import connect_failure
 from workgroup.security import PLAINTEXT, Security
 
