@@ -33,6 +33,9 @@ import workgroup
 
 TOPIC = os.environ.get("ACTIVE_TOPIC", "orders")
 BATCH = 20  # records per transaction
+#: One ordered sequence lives in one partition: readers fence by the order of the
+#: log, and records spread over several partitions would be read interleaved.
+PARTITION = 0
 PAUSE_S = float(os.environ.get("ACTIVE_PAUSE_S", "0.1"))
 
 app = workgroup.App("orders-writer", session_timeout_ms=6_000, grace_ms=2_000)
@@ -75,9 +78,12 @@ async def write_orders(lease: workgroup.Lease) -> None:
             if transactional:
                 async with producer.transaction():  # ProducerFenced for a zombie
                     for record in records:
-                        await producer.send(TOPIC, record, headers=headers)
+                        await producer.send(TOPIC, record, headers=headers, partition=PARTITION)
             else:
-                sent = [await producer.send(TOPIC, record, headers=headers) for record in records]
+                sent = [
+                    await producer.send(TOPIC, record, headers=headers, partition=PARTITION)
+                    for record in records
+                ]
                 await asyncio.gather(*sent)
             await lease.commit(str(sequence))  # refused once the lease is lost
             await asyncio.sleep(PAUSE_S)
