@@ -98,8 +98,10 @@ def with_signal(process: subprocess.Popen[bytes], signum: int) -> None:
         os.kill(process.pid, signum)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def bootstrap() -> Iterator[str]:
+    # A coordinator per test: every test's group starts empty (tokens from 1), in
+    # whatever order and on whichever worker the tests run.
     with run_coordinator(
         "--min-session-timeout-ms", "500", "--initial-rebalance-delay-ms", "0"
     ) as server:

@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 #: SLOW_STOP_GRACE_MS=10000; the defaults keep the grace beyond the session).
 GRACE_S = int(os.environ.get("SLOW_STOP_GRACE_MS", "4500")) / 1000
 SHARDS = 12
-#: Prompt shards move within this of the signal (the measured hand-over is ~0.5 s).
-PROMPT_MOVE_S = 2.5
+#: A slow shard moves within this of its handler's end (the measured hand-over is
+#: ~0.5 s; a new process's start under "process" isolation adds up to seconds).
+PROMPT_MOVE_S = 3.5
 
 pytestmark = pytest.mark.slow
 
@@ -218,16 +219,23 @@ def check_stop(daemons: Daemons, victim: subprocess.Popen[bytes], signum: int) -
     intervals = daemons.intervals()
     assert_no_overlap(intervals)
     slow_ends: list[float] = []
+    prompt_starts: list[float] = []
     for key in mine:
         ended, next_start = moved_after(intervals, key, victim.pid, stopped_at)
         if int(key[1:]) % 2:  # prompt: moved at once, held back by no slow shard
-            assert next_start - stopped_at < PROMPT_MOVE_S, (key, next_start - stopped_at)
+            prompt_starts.append(next_start)
         else:  # slow: ran its grace period (or its long step), moved when it stopped
             assert ended - stopped_at >= GRACE_S - 0.5, (key, ended - stopped_at)
             assert next_start - ended < PROMPT_MOVE_S, (key, next_start - ended)
             slow_ends.append(ended)
         print(f"{key}: ended {ended - stopped_at:.2f} s, next {next_start - stopped_at:.2f} s")
     assert slow_ends
+    assert prompt_starts
+    # Held back by no slow shard: every prompt shard runs again before the first slow
+    # one has even stopped.  (An absolute bound would also count the start of the
+    # successor's handler, a new process under "process" isolation: seconds on a
+    # loaded 2-core machine.)
+    assert max(prompt_starts) < min(slow_ends), (prompt_starts, slow_ends)
 
 
 @pytest.mark.parametrize(
