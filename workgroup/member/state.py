@@ -123,8 +123,9 @@ Rules:
    machine built with ``confirm_release=True`` (the runtime), until
    :meth:`MemberMachine.released` names it, each resource on its own.  A
    cooperative member reports releasing resources as owned, so the leader
-   withholds them; its JoinGroup waits up to ``RELEASE_WINDOW_MS`` after a
-   revocation for the releases (less once nothing is releasing), so that prompt
+   withholds them; its JoinGroup waits up to ``RELEASE_WINDOW_MS``
+   (:mod:`~workgroup.member.holdings`) after a revocation for the releases (less
+   once nothing is releasing), so that prompt
    handlers' resources go out in that round, and a release after the JoinGroup
    that reported it asks for another round, which hands it out.  With
    ``confirm_release`` no round is asked for a resource while it is releasing
@@ -249,7 +250,6 @@ from workgroup.member.actions import (
     Closed,
     Failed,
     FindCoordinator,
-    InvokeCallback,
     Partition,
     SendRequest,
 )
@@ -266,12 +266,12 @@ from workgroup.member.errors import (
 )
 from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
 from workgroup.member.heartbeat import HeartbeatTimer
+from workgroup.member.holdings import GiveBack, Holdings
 from workgroup.member.intents import Intents
 from workgroup.member.leader import (
     LEAVING_TAG,
 )
 from workgroup.member.lookup import CoordinatorLookup
-from workgroup.member.ownership import Ownership
 from workgroup.member.pipeline import LeaderPipeline
 from workgroup.member.requests import InFlight, Pending, RequestIds, RequestKind
 from workgroup.member.transitions import State, check_transition
@@ -281,12 +281,6 @@ from workgroup.protocol.protocol import Protocol, RebalanceMode
 from workgroup.types import Resource, sorted_resources
 
 log = get_logger(__name__)
-
-#: A cooperative JoinGroup (a follow-up round, a closing member's hand-over)
-#: waits up to this long after a revocation for its resources' releases (less,
-#: once nothing is releasing): what is released by then goes to others in that
-#: round instead of one more (rule 9).
-RELEASE_WINDOW_MS = 100
 
 
 class MemberMachine:
@@ -301,44 +295,38 @@ class MemberMachine:
         on_callback_error: CallbackErrorPolicy = "log",
     ) -> None:
         self.config = config
-        #: What a callback that raises does to the member (rule 12).
-        self._on_callback_error = on_callback_error
-        #: Revoked resources stay releasing until :meth:`released` (rule 9), not
-        #: only until their ``on_revoked`` callback returns.
-        self._confirm_release = confirm_release
         self._state = State.UNJOINED
         self._generation = NO_GENERATION
         self.leader_id = ""
         self.error: WorkgroupError | None = None
-        self._owned = Ownership()
         self.rebalances = 0
         self._frozen: FrozenCatalog = freeze_catalog(catalog or {})
         self._catalog: dict[str, tuple[str | int, ...]] = self._frozen.keys
         self._catalog_hash = catalog_hash(self._frozen)
-        self._catalog_key_sets: dict[str, frozenset[str | int]] = {}
-        self._catalog_sets_for: object = None
         #: Catalog hash the current assignment was computed with (the leader's).
         self._assignment_catalog_hash = b""
         self._used_versions = {p.wire_name: p.codec.latest_version for p in config.protocols}
         self._protocols = {p.wire_name: p for p in config.protocols}
         self._out: list[Action] = []
         self._ids = RequestIds()
+        #: What the member owns and the callbacks reporting it (rules 8, 9, 12).
+        self._holdings = Holdings(
+            config.group_id,
+            self._ids,
+            self._out,
+            confirm_release=confirm_release,
+            on_callback_error=on_callback_error,
+        )
+        self._owned = self._holdings.ownership
         self._pending = InFlight()
         #: Which generation each commit goes under, and their answers (rule 11).
         self._commit_router = CommitRouter(
             config.group_id, config.instance_id, config.effective_request_timeout_ms
         )
-        #: The callbacks issued and not done yet, by id.
-        self._callbacks: dict[int, InvokeCallback] = {}
-        #: on_revoked callbacks running, and what they revoke (released when they
-        #: return unless the application confirms each release: rule 9).
-        self._revoking: dict[int, tuple[Resource, ...]] = {}
         self._lookup = CoordinatorLookup(config.connect_timeout_ms, self._backoff)
         #: Rejoin wanted (reason), acted on once no callback is running.
         self._rejoin_reason: str | None = None
         self._join_at = 0
-        #: A cooperative JoinGroup waits until then for releases (rule 9).
-        self._release_window_until = 0
         self._join_failures = 0
         self._heartbeat = HeartbeatTimer(
             heartbeat_interval_ms=config.heartbeat_interval_ms,
@@ -437,7 +425,7 @@ class MemberMachine:
         until their owner revokes them: the group's rebalance is not over)."""
         return (
             self.state is State.STABLE
-            and not self._callbacks
+            and not self._holdings.callbacks_running
             and self._rejoin_reason is None
             and not self._follow_up_pending
             and not self._owned.releasing
@@ -470,7 +458,7 @@ class MemberMachine:
         if (
             self.state is State.JOINING
             and self._lookup.known
-            and not self._callbacks
+            and not self._holdings.callbacks_running
             and not self._pending.rebalancing
             and not (self._rebalance_mode == "eager" and self._owned.releasing)
         ):
@@ -577,10 +565,7 @@ class MemberMachine:
 
     def callback_done(self, now: int, callback_id: int) -> list[Action]:
         self._observe(now)
-        self._callbacks.pop(callback_id, None)
-        revoked = self._revoking.pop(callback_id, ())
-        if revoked and not self._confirm_release:
-            self._release(revoked)
+        self._after_release(self._holdings.callback_done(callback_id))
         if self.state is State.LEAVING:
             self._maybe_finish_leaving(now)
         return self._drain(now)
@@ -590,7 +575,7 @@ class MemberMachine:
         may go to another member now.  Others are ignored."""
         self._observe(now)
         if self.state not in (State.CLOSED, State.FATAL):
-            self._release(resources)
+            self._after_release(self._holdings.released(resources))
             if self.state is State.LEAVING:
                 self._maybe_finish_leaving(now)
         return self._drain(now)
@@ -699,15 +684,8 @@ class MemberMachine:
         return self._drain(now)
 
     def _give_up(self, resources: Iterable[Resource], reason: str) -> None:
-        released = self._owned.give_up(resources)
+        released = self._holdings.give_up(resources, reason, self.member_id)
         if released:
-            log.warning(
-                "member.resources_released",
-                group=self.config.group_id,
-                member_id=self.member_id,
-                count=len(released),
-                reason=reason,
-            )
             self._request_rejoin(f"released {len(released)} resources: {reason}")
 
     def refuse(
@@ -744,34 +722,17 @@ class MemberMachine:
         the callback-error policy (rule 12), then count it done.  ``traceback``:
         the callback's, to log with ``member.callback_failed``."""
         self._observe(now)
-        callback = self._callbacks.get(callback_id)
-        if callback is not None:
-            self._callback_failed(now, callback, error, traceback)
-        return self.callback_done(now, callback_id)
-
-    def _callback_failed(
-        self, now: int, callback: InvokeCallback, error: BaseException, traceback: str | None
-    ) -> None:
-        what = f"{callback.kind} failed in generation {callback.generation}"
-        policy = self._on_callback_error
-        if policy == "fail" and self.state not in (State.FATAL, State.CLOSED):
-            failure = CallbackError(f"{what}: {type(error).__name__}: {error}")
-            failure.__cause__ = error
-            self._fail(now, failure, leave=True)  # logged as member.fatal
-            return
-        # Kafka's clients log callback failures and carry on; the ownership
-        # change has happened either way.
-        log.error(
-            "member.callback_failed",
-            callback=callback.kind,
-            generation=callback.generation,
-            error_type=type(error).__name__,
-            error=str(error),
-            policy=policy,
-            **({"traceback": traceback} if traceback else {}),
+        verdict = self._holdings.callback_failed(
+            callback_id,
+            error,
+            traceback,
+            may_fail=self.state not in (State.FATAL, State.CLOSED),
         )
-        if policy == "release" and callback.kind == "on_assigned":
-            self._give_up(callback.resources, what)
+        if isinstance(verdict, CallbackError):
+            self._fail(now, verdict, leave=True)  # logged as member.fatal
+        elif isinstance(verdict, GiveBack):
+            self._give_up(verdict.resources, verdict.reason)
+        return self.callback_done(now, callback_id)
 
     # --- commits (rule 11) ----------------------------------------------------
 
@@ -844,7 +805,7 @@ class MemberMachine:
             return self._drain(now)
         if self._departure.closing:
             return self._drain(now)  # already handing over
-        if self._confirm_release and self._may_hand_over_releasing():
+        if self._holdings.confirm_release and self._may_hand_over_releasing():
             # Rule 9: revoke everything now; each resource goes to another member
             # in the round after its work stopped, the slowest holds back no other.
             self._departure.release_all()
@@ -861,7 +822,7 @@ class MemberMachine:
             else:
                 self._request_rejoin("closing: handing resources over first")
             return self._drain(now)
-        if not self._confirm_release and self._may_hand_over():
+        if not self._holdings.confirm_release and self._may_hand_over():
             # Rule 7: a rebalance in which this member takes nothing, so that the
             # others get its resources (cooperatively) while it still works on them.
             self._departure.hand_over(now + self._hand_over_ms())
@@ -935,7 +896,7 @@ class MemberMachine:
 
     def _maybe_finish_leaving(self, now: int) -> None:
         """LEAVING: leave (or close) once no callback runs and nothing is releasing."""
-        if not self._callbacks and not self._owned.releasing:
+        if not self._holdings.callbacks_running and not self._owned.releasing:
             self._send_leave_or_close(now)
 
     # --- progress -----------------------------------------------------------
@@ -950,7 +911,8 @@ class MemberMachine:
 
     def _drain(self, now: int) -> list[Action]:
         self._progress(now)
-        out, self._out = self._out, []
+        out = list(self._out)
+        self._out.clear()
         self._heartbeat.expect(self.next_deadline())
         return out
 
@@ -987,7 +949,11 @@ class MemberMachine:
             self._request_rejoin("resources changed")
         if self._departure.handing_over and (
             (self._departure.out_of_time(now) and not self._awaiting_hand_over_round())
-            or (self.state is State.STABLE and not self.owned and not self._callbacks)
+            or (
+                self.state is State.STABLE
+                and not self.owned
+                and not self._holdings.callbacks_running
+            )
         ):
             # Handed over (or out of time: revoke what is left): leave.
             self._leave_now(now)
@@ -995,7 +961,7 @@ class MemberMachine:
         if (
             self._departure.releasing_all
             and not self._owned
-            and not self._callbacks
+            and not self._holdings.callbacks_running
             and not self._pending.rebalancing
             and self.state is not State.ASSIGNING
         ):
@@ -1023,7 +989,11 @@ class MemberMachine:
             and self.loads.changed(self.owned, now, self.config.balance)
         ):
             self._rejoin_for_metadata("loads changed since they were published")
-        if self.state is State.STABLE and self._rejoin_reason is not None and not self._callbacks:
+        if (
+            self.state is State.STABLE
+            and self._rejoin_reason is not None
+            and not self._holdings.callbacks_running
+        ):
             reason, self._rejoin_reason = self._rejoin_reason, None
             self._to_joining(now, reason, immediately=True)
         if self.state is State.FINDING_COORDINATOR:
@@ -1091,7 +1061,9 @@ class MemberMachine:
             return bool(self._owned) and self.state in (State.JOINING, State.SYNCING)
         if self.state is State.LEAVING:
             # Rule 9: until the last callback returned and the last release came.
-            return not self._departure.leave_sent and bool(self._callbacks or self._owned.releasing)
+            return not self._departure.leave_sent and bool(
+                self._holdings.callbacks_running or self._owned.releasing
+            )
         return self.state in (State.JOINING, State.ASSIGNING, State.STABLE)
 
     def _session_end(self) -> int | None:
@@ -1106,7 +1078,8 @@ class MemberMachine:
         ):
             return None
         if self.state is State.LEAVING and (
-            self._departure.leave_sent or not (self._callbacks or self._owned.releasing)
+            self._departure.leave_sent
+            or not (self._holdings.callbacks_running or self._owned.releasing)
         ):
             return None
         if self._pending.rebalancing and not self._owned:
@@ -1152,7 +1125,7 @@ class MemberMachine:
         """When the next JoinGroup may go: after the back-off, and within the
         release window only once nothing is releasing any more (rule 9)."""
         if self._owned.releasing:
-            return max(self._join_at, self._release_window_until)
+            return max(self._join_at, self._holdings.release_window_until)
         return self._join_at
 
     def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
@@ -1161,13 +1134,13 @@ class MemberMachine:
         self._join_at = now if immediately else now + self._backoff(self._join_failures)
         if self._rebalance_mode == "eager" and self.owned:
             # Eager: nothing may be owned by anyone while the group rebalances.
-            self._report_revoked(*self._owned.give_up_before_eager_join())
+            self._holdings.revoke_before_eager_join(self._heartbeat.last_seen)
         log.debug("member.joining", group=self.config.group_id, reason=reason)
 
     def _maybe_send_join(self, now: int) -> None:
         if (
             not self._lookup.known
-            or self._callbacks
+            or self._holdings.callbacks_running
             or now < self._join_ready_at()
             or self._pending.rebalancing
             # Eager: nothing may be owned by anyone while the group rebalances (rule 9).
@@ -1314,46 +1287,18 @@ class MemberMachine:
     # --- ownership ----------------------------------------------------------
 
     def _callback(self, kind: CallbackKind, resources: tuple[Resource, ...], gen: int) -> None:
-        """Issue a callback for a change already applied to ``self.owned``."""
-        if not resources:
-            return
-        callback = InvokeCallback(self._ids.take(), kind, resources, gen, self.owned)
-        self._callbacks[callback.callback_id] = callback
-        self._out.append(callback)
+        self._holdings.callback(kind, resources, gen)
 
     def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
-        self._report_revoked(self._owned.start_release(resources, generation), generation)
+        self._holdings.revoke(resources, generation, self._heartbeat.last_seen)
 
-    def _report_revoked(self, resources: tuple[Resource, ...], generation: int) -> None:
-        """``resources`` are releasing: tell the application (rule 9)."""
-        if not resources:
-            return
-        log.info(
-            "member.revoking",
-            group=self.config.group_id,
-            count=len(resources),
-            generation=generation,
-        )
-        self._callback("on_revoked", resources, generation)
-        self._revoking[self._ids.last] = resources
-        if self._confirm_release:
-            self._release_window_until = self._heartbeat.last_seen + RELEASE_WINDOW_MS
-
-    def _release(self, resources: Iterable[Resource]) -> None:
-        """Revoked resources whose work stopped: no longer reported (rule 9)."""
-        done = self._owned.released(resources)
-        if not done:
-            return
-        log.info(
-            "member.released",
-            group=self.config.group_id,
-            count=len(done),
-            releasing=len(self._owned.releasing),
-        )
-        # A cooperative JoinGroup already sent reported them: the round after it
-        # hands them out (a JoinGroup not yet sent leaves them out anyway).
+    def _after_release(self, done: tuple[Resource, ...]) -> None:
+        """Revoked resources whose work stopped (rule 9).  A cooperative JoinGroup
+        already sent reported them: the round after it hands them out (a JoinGroup
+        not yet sent leaves them out anyway)."""
         if (
-            self._confirm_release
+            done
+            and self._holdings.confirm_release
             and self._rebalance_mode == "cooperative"
             and (
                 self.state in (State.STABLE, State.ASSIGNING, State.SYNCING)
@@ -1364,22 +1309,7 @@ class MemberMachine:
 
     def _lose(self, reason: str) -> None:
         self._end_warmups(reason)
-        if not self._owned:
-            return
-        owned, releasing, generation = self._owned.lose()
-        # Work still stopping on revoked resources must stop at once too; without
-        # confirmed releases their on_revoked callbacks still run and say so.
-        lost = sorted_resources({*owned, *releasing}) if self._confirm_release else owned
-        if not lost:
-            return
-        log.warning(
-            "member.resources_lost",
-            group=self.config.group_id,
-            count=len(lost),
-            generation=generation,
-            reason=reason,
-        )
-        self._callback("on_lost", lost, generation)
+        self._holdings.lose(reason)
 
     # --- responses ----------------------------------------------------------
 
@@ -1555,43 +1485,6 @@ class MemberMachine:
             )
         return protocol.codec.decode_assignment(blob).value
 
-    def _without_foreign_resources(self, data: AssignmentData) -> AssignmentData:
-        """Drop what a buggy or hostile leader may not hand this member: kinds it
-        does not take, and, when the leader says it used the same catalog,
-        resources that catalog does not list (rule 8).  A leader with a newer
-        catalog may name resources this member has not read yet."""
-        kinds = self.config.kinds
-        same_catalog = data.catalog_hash == self._catalog_hash
-        if kinds is None and not same_catalog:
-            return data
-        keys = self._catalog_sets()
-
-        def foreign(resource: Resource) -> bool:
-            kind, key = resource
-            if kinds is not None and kind not in kinds:
-                return True
-            return same_catalog and key not in keys.get(kind, ())
-
-        rejected = [r for r in data.assigned if foreign(r)]
-        if not rejected:
-            return data
-        log.error(
-            "member.assignment_foreign",
-            group=self.config.group_id,
-            generation=self.generation,
-            leader=self.leader_id,
-            count=len(rejected),
-            first=[f"{kind}/{key}" for kind, key in rejected[:3]],
-        )
-        kept = tuple(r for r in data.assigned if not foreign(r))
-        return replace(data, assigned=kept)
-
-    def _catalog_sets(self) -> dict[str, frozenset[str | int]]:
-        if self._catalog_sets_for is not self._catalog:
-            self._catalog_key_sets = {k: frozenset(v) for k, v in self._catalog.items()}
-            self._catalog_sets_for = self._catalog
-        return self._catalog_key_sets
-
     def _apply_assignment(self, now: int, protocol: Protocol, data: AssignmentData) -> None:
         self._enter(State.STABLE)
         # A follow-up round is due: notice it (the revoking members start it) fast.
@@ -1609,15 +1502,22 @@ class MemberMachine:
             )
         self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
         self._follow_up_pending = data.pending
-        data = self._without_foreign_resources(data)
+        data = self._holdings.without_foreign_resources(
+            data,
+            kinds=self.config.kinds,
+            catalog=self._catalog,
+            catalog_hash=self._catalog_hash,
+            generation=self.generation,
+            leader=self.leader_id,
+        )
         if self._departure.releasing_all and data.assigned:
             # Closing (rule 9): take nothing; the next round hands it to others.
             data = replace(data, assigned=(), rejoin=True)
         assigned = frozenset(data.assigned)
         # Two changes, each reported with what is owned right after it.
-        revoked = self._owned.start_release(self.owned - assigned, self.generation)
-        if revoked:
-            self._report_revoked(revoked, self.generation)
+        revoked = self._holdings.revoke(
+            self.owned - assigned, self.generation, self._heartbeat.last_seen
+        )
         offered = self._intents.offered(
             data,
             assigned,
@@ -1626,8 +1526,7 @@ class MemberMachine:
         )
         # Rule 14: warm-ups promoted (now assigned) just stop being warm-ups.
         self._warmups_ended("the move was called off", self._intents.promote(assigned, offered))
-        added = self._owned.assign(data.assigned, self.generation)
-        self._callback("on_assigned", added, self.generation)
+        added = self._holdings.assign(data.assigned, self.generation)
         started = self._intents.start(assigned, offered)
         if started:
             log.info(
@@ -1666,7 +1565,7 @@ class MemberMachine:
         # What is still releasing here asks for that round itself once released
         # (rule 9): a round now would withhold it again, round after round.
         handed_back = {*revoked, *data.revoked}
-        if self._confirm_release:
+        if self._holdings.confirm_release:
             handed_back -= self._owned.releasing
         if handed_back and protocol.mode == "cooperative":
             self._request_rejoin("follow-up round after revoking resources")
