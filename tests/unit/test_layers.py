@@ -71,6 +71,7 @@ SANS_IO = (
     "workgroup.member.requests",
     "workgroup.member.heartbeat",
     "workgroup.member.holdings",
+    "workgroup.member.membership",
     "workgroup.member.departure",
     "workgroup.member.intents",
     "workgroup.member.generation",

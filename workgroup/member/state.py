@@ -11,14 +11,16 @@ States::
                          └── coordinator lost ───────┴──── rejoin: rebalance, follow-up ◀─────┘
     any ─close─▶ LEAVING ─▶ CLOSED                any ─fatal error─▶ FATAL
 
-The machine ties its parts together, each a module of its own: the states and
-their legal moves (:mod:`~workgroup.member.transitions`; every change goes
-through its check), finding the coordinator (:mod:`~workgroup.member.lookup`),
-the requests in flight and the ids of every action
-(:mod:`~workgroup.member.requests`), the generation a request belongs to
-(:mod:`~workgroup.member.generation`), heartbeat and session timing
-(:mod:`~workgroup.member.heartbeat`), what the member owns
-(:mod:`~workgroup.member.ownership`), how far closing has come
+The machine ties its parts together, each a module of its own with its rules
+at its top: where the member stands in its group
+(:mod:`~workgroup.member.membership`: the state and its legal moves from
+:mod:`~workgroup.member.transitions`, the generation, the requests in flight
+of :mod:`~workgroup.member.requests`, the coordinator lookup of
+:mod:`~workgroup.member.lookup`, the heartbeat and session timing of
+:mod:`~workgroup.member.heartbeat`, and the next round it expects), what it
+holds and the callbacks reporting it (:mod:`~workgroup.member.holdings`, on
+:mod:`~workgroup.member.ownership`: releasing, the callback-error policy and
+the foreign-resource filter), how far closing has come
 (:mod:`~workgroup.member.departure`), its drain, refusals, warm-ups and
 restart probe (:mod:`~workgroup.member.intents`), the generation each commit
 goes under (:mod:`~workgroup.member.commits`) and the leader's round
@@ -265,19 +267,18 @@ from workgroup.member.errors import (
     fatal_error,
 )
 from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
-from workgroup.member.heartbeat import HeartbeatTimer
 from workgroup.member.holdings import GiveBack, Holdings
 from workgroup.member.intents import Intents
 from workgroup.member.leader import (
     LEAVING_TAG,
 )
-from workgroup.member.lookup import CoordinatorLookup
+from workgroup.member.membership import Membership
 from workgroup.member.pipeline import LeaderPipeline
-from workgroup.member.requests import InFlight, Pending, RequestIds, RequestKind
-from workgroup.member.transitions import State, check_transition
+from workgroup.member.requests import Pending, RequestIds, RequestKind
+from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
-from workgroup.protocol.protocol import Protocol, RebalanceMode
+from workgroup.protocol.protocol import Protocol
 from workgroup.types import Resource, sorted_resources
 
 log = get_logger(__name__)
@@ -295,11 +296,7 @@ class MemberMachine:
         on_callback_error: CallbackErrorPolicy = "log",
     ) -> None:
         self.config = config
-        self._state = State.UNJOINED
-        self._generation = NO_GENERATION
-        self.leader_id = ""
         self.error: WorkgroupError | None = None
-        self.rebalances = 0
         self._frozen: FrozenCatalog = freeze_catalog(catalog or {})
         self._catalog: dict[str, tuple[str | int, ...]] = self._frozen.keys
         self._catalog_hash = catalog_hash(self._frozen)
@@ -318,21 +315,9 @@ class MemberMachine:
             on_callback_error=on_callback_error,
         )
         self._owned = self._holdings.ownership
-        self._pending = InFlight()
         #: Which generation each commit goes under, and their answers (rule 11).
         self._commit_router = CommitRouter(
             config.group_id, config.instance_id, config.effective_request_timeout_ms
-        )
-        self._lookup = CoordinatorLookup(config.connect_timeout_ms, self._backoff)
-        #: Rejoin wanted (reason), acted on once no callback is running.
-        self._rejoin_reason: str | None = None
-        self._join_at = 0
-        self._join_failures = 0
-        self._heartbeat = HeartbeatTimer(
-            heartbeat_interval_ms=config.heartbeat_interval_ms,
-            session_timeout_ms=config.session_timeout_ms,
-            rebalance_timeout_ms=config.rebalance_timeout_ms,
-            margin_ms=config.effective_session_margin_ms,
         )
         #: As leader: the round's stages, the delays and balancing memory (rule 13).
         self._pipeline = LeaderPipeline(
@@ -341,39 +326,48 @@ class MemberMachine:
             balance=config.balance,
             max_warmups=config.max_warmups,
         )
-        #: The last assignment said the leader withheld resources: a follow-up is due.
-        self._follow_up_pending = False
-        #: After a rediscovery: return to STABLE (True) or rejoin (False).
-        self._resume_stable = False
         #: How far closing has come (rules 7 and 9; member/departure.py).
         self._departure = Departure(dynamic=config.instance_id is None)
+        #: State, generation, requests, coordinator, session, next round (rules 1-6).
+        self._membership = Membership(config, self._holdings, self._departure)
+        self._pending = self._membership.pending
+        self._lookup = self._membership.lookup
+        self._heartbeat = self._membership.heartbeat
         #: Load balancing: what this member measures, and as leader its memory.
         self.loads = LoadMeter(config.balance.smoothing_ms)
         #: Drain, refusals, warm-ups and the restart probe (rules 10, 14, 15).
         self._intents = Intents()
         #: The newest ``now`` seen (refusals end by it).
         self._now = 0
-        self._group_size: int | None = None
 
     # --- read-only views ----------------------------------------------------
 
     @property
     def state(self) -> State:
-        return self._state
+        return self._membership.state
+
+    @property
+    def leader_id(self) -> str:
+        return self._membership.leader_id
+
+    @property
+    def rebalances(self) -> int:
+        """Generations joined so far."""
+        return self._membership.rebalances
 
     @property
     def generation(self) -> int:
         """The current generation's id (``-1``: none)."""
-        return self._generation.generation_id
+        return self._membership.generation.generation_id
 
     @property
     def member_id(self) -> str:
-        return self._generation.member_id
+        return self._membership.generation.member_id
 
     @property
     def protocol(self) -> Protocol | None:
         """The protocol the coordinator chose for the current generation."""
-        return self._generation.protocol
+        return self._membership.generation.protocol
 
     @property
     def owned(self) -> frozenset[Resource]:
@@ -416,7 +410,7 @@ class MemberMachine:
 
     @property
     def is_leader(self) -> bool:
-        return bool(self.member_id) and self.member_id == self.leader_id
+        return self._membership.is_leader
 
     @property
     def settled(self) -> bool:
@@ -426,8 +420,7 @@ class MemberMachine:
         return (
             self.state is State.STABLE
             and not self._holdings.callbacks_running
-            and self._rejoin_reason is None
-            and not self._follow_up_pending
+            and not self._membership.round_due
             and not self._owned.releasing
             and not self._intents.warming
         )
@@ -446,43 +439,22 @@ class MemberMachine:
         return dict(self._used_versions)
 
     def next_deadline(self) -> int | None:
-        """When :meth:`tick` must be called next (``None``: only on events)."""
-        candidates: list[int] = []
+        """When :meth:`tick` must be called next (``None``: only on events): the
+        earliest of its parts' deadlines."""
         if self.state in (State.CLOSED, State.FATAL, State.UNJOINED):
             return None
-        if self.state is State.FINDING_COORDINATOR and self._lookup.next_at is not None:
-            candidates.append(self._lookup.next_at)
-        connect_deadline = self._connect_deadline()
-        if connect_deadline is not None:
-            candidates.append(connect_deadline)
-        if (
-            self.state is State.JOINING
-            and self._lookup.known
-            and not self._holdings.callbacks_running
-            and not self._pending.rebalancing
-            and not (self._rebalance_mode == "eager" and self._owned.releasing)
-        ):
-            candidates.append(self._join_ready_at())
-        if self._heartbeat.next_at is not None and self._may_heartbeat():
-            candidates.append(self._heartbeat.next_at)
-        session_end = self._session_end()
-        if session_end is not None:
-            candidates.append(session_end)
-        # Out of time, the hand-over still waits for the JoinGroup or SyncGroup
-        # in flight (rule 7): its answer, not the clock, wakes the member.
-        hand_over_end = self._departure.next_deadline(
-            finishing_round=self._awaiting_hand_over_round()
-        )
-        if hand_over_end is not None:
-            candidates.append(hand_over_end)
         leader_due = self._pipeline.next_deadline()
-        if self.state is State.STABLE and self.is_leader and leader_due is not None:
-            candidates.append(leader_due)
-        if self._pending.rebalancing:
-            # A watchdog: being woken late tells us the process was frozen or starved,
-            # so a held answer read afterwards may be old (heartbeat.py, rule 4).
-            candidates.append(self._heartbeat.watchdog_at())
-        return min(candidates) if candidates else None
+        candidates = (
+            self._membership.next_deadline(),
+            self._holdings.next_deadline(),
+            self._intents.next_deadline(),
+            # Out of time, the hand-over still waits for the JoinGroup or SyncGroup
+            # in flight (rule 7): its answer, not the clock, wakes the member.
+            self._departure.next_deadline(finishing_round=self._awaiting_hand_over_round()),
+            leader_due if self.state is State.STABLE and self.is_leader else None,
+        )
+        due = [deadline for deadline in candidates if deadline is not None]
+        return min(due) if due else None
 
     # --- events -------------------------------------------------------------
 
@@ -490,7 +462,7 @@ class MemberMachine:
         self._observe(now)
         if self.state is State.UNJOINED:
             self._lookup.start(now)
-            self._resume_stable = False
+            self._membership.starting()
             self._to_finding(now, immediately=True)
         return self._drain(now)
 
@@ -499,7 +471,7 @@ class MemberMachine:
         if self.state is State.FINDING_COORDINATOR and self._lookup.in_flight:
             self._lookup.found()
             log.debug("member.coordinator_found", group=self.config.group_id)
-            if self._resume_stable and self._generation.is_valid:
+            if self._membership.resumes:
                 self._enter(State.STABLE)
                 self._heartbeat.due_now(now)
             else:
@@ -552,10 +524,10 @@ class MemberMachine:
             self._finish_close()
         elif self.state is State.LEAVING:
             # Rule 9: keep trying until the session rules give up.
-            self._heartbeat.failed(now, self._backoff)
+            self._heartbeat.failed(now, self._membership.backoff)
         elif pending.beside_held and pending.kind == "heartbeat" and error.retriable:
             # The second connection failed: no proof, but the held request goes on.
-            self._heartbeat.failed(now, self._backoff)
+            self._heartbeat.failed(now, self._membership.backoff)
         elif isinstance(error, UnsupportedVersionError) or not error.retriable:
             self._fail(now, error)
         else:
@@ -753,7 +725,7 @@ class MemberMachine:
             topics,
             resources or {},
             refusal=self._commit_refusal(),
-            current=self._generation,
+            current=self._membership.generation,
             ownership=self._owned,
             ids=self._ids,
         )
@@ -778,7 +750,7 @@ class MemberMachine:
         # for the rediscovery to find out.
         reading = self.state not in (State.CLOSED, State.FATAL) and self._lookup.known
         done, verdict = self._commit_router.answered(
-            request_id, result, current=self._generation if reading else None
+            request_id, result, current=self._membership.generation if reading else None
         )
         if done is not None:
             self._out.append(done)
@@ -838,31 +810,31 @@ class MemberMachine:
         return self._drain(now)
 
     def _may_hand_over(self) -> bool:
-        protocol = self._generation.protocol
-        alone = self.is_leader and self._group_size == 1
+        protocol = self._membership.generation.protocol
+        alone = self.is_leader and self._membership.group_size == 1
         return (
             self._departure.sends_leave
             and not alone  # nobody to hand over to (a follower is never alone)
             and self.config.reassign_delay_ms == 0  # the leader holds them back instead
             and self.state is State.STABLE
             and bool(self.owned)
-            and self._generation.is_valid
+            and self._membership.generation.is_valid
             and self._lookup.known
             and protocol is not None
-            and self._rebalance_mode == "cooperative"
+            and self._membership.rebalance_mode == "cooperative"
         )
 
     def _may_hand_over_releasing(self) -> bool:
-        alone = self.is_leader and self._group_size == 1
+        alone = self.is_leader and self._membership.group_size == 1
         return (
             self._departure.sends_leave
             and not alone
             and self.config.reassign_delay_ms == 0
             and self.state in (State.STABLE, State.JOINING, State.ASSIGNING, State.SYNCING)
             and bool(self._owned)
-            and self._generation.is_valid
+            and self._membership.generation.is_valid
             and self._lookup.known
-            and self._rebalance_mode == "cooperative"
+            and self._membership.rebalance_mode == "cooperative"
         )
 
     def _hand_over_ms(self) -> int:
@@ -882,7 +854,7 @@ class MemberMachine:
         self._pending.clear()
         self._pipeline.drop()
         if self._owned:
-            if self._generation.is_valid:
+            if self._membership.generation.is_valid:
                 self._revoke(sorted_resources(self.owned), self.generation)
             else:
                 self._lose("closing without a valid generation")
@@ -922,7 +894,7 @@ class MemberMachine:
             return
         if self.state in (State.CLOSED, State.FATAL, State.UNJOINED):
             return
-        session_end = self._session_end()
+        session_end = self._membership.session_end()
         if session_end is not None and now >= session_end and self._pending.rebalancing:
             # Unanswered for a session (held, or lost on its way: rule 4), or starved
             # meanwhile: what we own is no longer safe.  The request goes on; the
@@ -936,7 +908,7 @@ class MemberMachine:
                 generation=self.generation,
             )
             self._lose("no heartbeat succeeded within the session timeout, less the margin")
-            self._generation = self._generation.reset()
+            self._membership.generation = self._membership.generation.reset()
             self._coordinator_lost(now, "session timed out")
             return
         if (
@@ -944,7 +916,7 @@ class MemberMachine:
             and self.is_leader
             and self._assignment_catalog_hash
             and self._assignment_catalog_hash != self._catalog_hash
-            and self._rejoin_reason is None
+            and not self._membership.rejoin_asked
         ):
             self._request_rejoin("resources changed")
         if self._departure.handing_over and (
@@ -973,31 +945,30 @@ class MemberMachine:
             self.state is State.STABLE
             and self.is_leader
             and self._pipeline.delay_over(now)
-            and self._rejoin_reason is None
+            and not self._membership.rejoin_asked
         ):
             self._request_rejoin("reassignment delay over")
         if (
             self.state is State.STABLE
             and self.is_leader
-            and self._rejoin_reason is None
+            and not self._membership.rejoin_asked
             and self._pipeline.probe_due(now)
         ):
             self._request_rejoin("load over the imbalance tolerance: probing rebalance")
         if (
             self.state is State.STABLE
-            and self._rejoin_reason is None
+            and not self._membership.rejoin_asked
             and self.loads.changed(self.owned, now, self.config.balance)
         ):
             self._rejoin_for_metadata("loads changed since they were published")
         if (
             self.state is State.STABLE
-            and self._rejoin_reason is not None
+            and self._membership.rejoin_asked
             and not self._holdings.callbacks_running
         ):
-            reason, self._rejoin_reason = self._rejoin_reason, None
-            self._to_joining(now, reason, immediately=True)
+            self._to_joining(now, self._membership.take_rejoin(), immediately=True)
         if self.state is State.FINDING_COORDINATOR:
-            connect_deadline = self._connect_deadline()
+            connect_deadline = self._membership.connect_deadline()
             if connect_deadline is not None and now >= connect_deadline:
                 self._fail(now, self._lookup.timeout_error())
                 return
@@ -1006,13 +977,13 @@ class MemberMachine:
             return
         if self.state is State.JOINING:
             self._maybe_send_join(now)
-            session_end = self._session_end()
+            session_end = self._membership.session_end()
             if session_end is not None and now >= session_end and self._pending.rebalancing:
                 # The JoinGroup just sent binds the session to the round floor
                 # (heartbeat.py, rule 3), which may be past already.
                 self._lose("no answer proved the session in time")
         due = self._heartbeat.next_at
-        if self._may_heartbeat() and due is not None and now >= due:
+        if self._membership.may_heartbeat() and due is not None and now >= due:
             self._send_heartbeat(now)
 
     def _progress_leaving(self, now: int) -> None:
@@ -1021,7 +992,7 @@ class MemberMachine:
         same loses what is left and closes without LeaveGroup."""
         if self._departure.leave_sent or self.state is not State.LEAVING:
             return
-        session_end = self._session_end()
+        session_end = self._membership.session_end()
         if session_end is not None and now >= session_end:
             log.warning(
                 "member.session_lost",
@@ -1034,63 +1005,18 @@ class MemberMachine:
             self._maybe_finish_leaving(now)
             return
         due = self._heartbeat.next_at
-        if self._may_heartbeat() and due is not None and now >= due:
+        if self._membership.may_heartbeat() and due is not None and now >= due:
             self._send_heartbeat(now)
 
     def _session_ended_while_leaving(self) -> None:
         self._lose("the session ended while closing")
-        self._generation = self._generation.reset()
+        self._membership.generation = self._membership.generation.reset()
         self._heartbeat.forget_proof()
-
-    def _connect_deadline(self) -> int | None:
-        """When to give up finding the first coordinator (``connect_timeout_ms``)."""
-        if self.state is not State.FINDING_COORDINATOR:
-            return None
-        return self._lookup.connect_deadline()
-
-    def _may_heartbeat(self) -> bool:
-        if (
-            not self._lookup.known
-            or not self._generation.is_valid
-            or self._pending.has("heartbeat")
-        ):
-            return False
-        if self._pending.rebalancing:
-            # Rule 4: beside a held JoinGroup/SyncGroup, only answered heartbeats
-            # prove the session; they matter only while something is owned.
-            return bool(self._owned) and self.state in (State.JOINING, State.SYNCING)
-        if self.state is State.LEAVING:
-            # Rule 9: until the last callback returned and the last release came.
-            return not self._departure.leave_sent and bool(
-                self._holdings.callbacks_running or self._owned.releasing
-            )
-        return self.state in (State.JOINING, State.ASSIGNING, State.STABLE)
-
-    def _session_end(self) -> int | None:
-        """When the coordinator may have evicted us, from what we know for sure."""
-        if not self._generation.is_valid or self.state not in (
-            State.STABLE,
-            State.ASSIGNING,
-            State.JOINING,
-            State.SYNCING,
-            State.FINDING_COORDINATOR,
-            State.LEAVING,
-        ):
-            return None
-        if self.state is State.LEAVING and (
-            self._departure.leave_sent
-            or not (self._holdings.callbacks_running or self._owned.releasing)
-        ):
-            return None
-        if self._pending.rebalancing and not self._owned:
-            return None  # the coordinator holds the request; nothing is at stake
-        return self._heartbeat.session_end(rebalancing=self._pending.rebalancing)
 
     # --- transitions ----------------------------------------------------------
 
     def _enter(self, target: State) -> None:
-        """The one place the state changes (checked against the transitions table)."""
-        self._state = check_transition(self._state, target)
+        self._membership.enter(target)
 
     def _to_finding(self, now: int, *, immediately: bool) -> None:
         self._enter(State.FINDING_COORDINATOR)
@@ -1100,52 +1026,29 @@ class MemberMachine:
         log.info("member.coordinator_lost", group=self.config.group_id, reason=reason)
         # Only a STABLE member keeps going after rediscovery; a rebalance in
         # progress is started again.
-        if self.state is not State.FINDING_COORDINATOR:
-            self._resume_stable = self.state is State.STABLE and self._rejoin_reason is None
-        self._pending.clear()
+        self._membership.coordinator_lost()
         self._pipeline.drop()
         self._to_finding(now, immediately=True)
 
     def _request_rejoin(self, reason: str) -> None:
-        if self._rejoin_reason is None:
+        if self._membership.ask_rejoin(reason):
             log.info("member.rejoin_requested", group=self.config.group_id, reason=reason)
-            self._rejoin_reason = reason
-
-    @property
-    def _rebalance_mode(self) -> RebalanceMode:
-        """How this member rejoins (rule 5): cooperatively only if every protocol
-        it offers is cooperative, as Kafka's consumer decides.  The group may
-        choose any protocol the member offers, and an eager leader withholds
-        nothing, so a member that kept its resources would then share them."""
-        if all(p.mode == "cooperative" for p in self.config.protocols):
-            return "cooperative"
-        return "eager"
-
-    def _join_ready_at(self) -> int:
-        """When the next JoinGroup may go: after the back-off, and within the
-        release window only once nothing is releasing any more (rule 9)."""
-        if self._owned.releasing:
-            return max(self._join_at, self._holdings.release_window_until)
-        return self._join_at
 
     def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
         self._enter(State.JOINING)
         self._pipeline.drop()
-        self._join_at = now if immediately else now + self._backoff(self._join_failures)
-        if self._rebalance_mode == "eager" and self.owned:
+        membership = self._membership
+        membership.join_at = (
+            now if immediately else now + membership.backoff(membership.join_failures)
+        )
+        if self._membership.rebalance_mode == "eager" and self.owned:
             # Eager: nothing may be owned by anyone while the group rebalances.
             self._holdings.revoke_before_eager_join(self._heartbeat.last_seen)
         log.debug("member.joining", group=self.config.group_id, reason=reason)
 
     def _maybe_send_join(self, now: int) -> None:
-        if (
-            not self._lookup.known
-            or self._holdings.callbacks_running
-            or now < self._join_ready_at()
-            or self._pending.rebalancing
-            # Eager: nothing may be owned by anyone while the group rebalances (rule 9).
-            or (self._rebalance_mode == "eager" and self._owned.releasing)
-        ):
+        # Eager: nothing may be owned by anyone while the group rebalances (rule 9).
+        if not self._membership.join_may_go() or now < self._membership.join_ready_at():
             return
         try:
             protocols = tuple((p.wire_name, self._metadata_for(p)) for p in self.config.protocols)
@@ -1164,7 +1067,7 @@ class MemberMachine:
         self._send(now, "join", request, self.config.join_timeout_ms)
 
     def _metadata_for(self, protocol: Protocol) -> bytes:
-        owned, generation = self._owned.report(self._rebalance_mode)
+        owned, generation = self._owned.report(self._membership.rebalance_mode)
         meta = MemberMetadata(
             kinds=tuple(sorted(self.config.kinds)) if self.config.kinds is not None else (),
             owned=owned,
@@ -1200,7 +1103,7 @@ class MemberMachine:
         beside_held: bool = False,
     ) -> None:
         request_id = self._ids.take()
-        self._pending.add(request_id, Pending(kind, self._generation, now, beside_held))
+        self._pending.add(request_id, Pending(kind, self._membership.generation, now, beside_held))
         self._out.append(SendRequest(request_id, request, timeout_ms, beside_held))
 
     def _send_heartbeat(self, now: int) -> None:
@@ -1299,7 +1202,7 @@ class MemberMachine:
         if (
             done
             and self._holdings.confirm_release
-            and self._rebalance_mode == "cooperative"
+            and self._membership.rebalance_mode == "cooperative"
             and (
                 self.state in (State.STABLE, State.ASSIGNING, State.SYNCING)
                 or (self.state is State.JOINING and self._pending.rebalancing)
@@ -1334,13 +1237,13 @@ class MemberMachine:
             return True
         if action is MemberAction.RESET_MEMBER:
             self._lose(f"{context}: {code.name}")
-            self._generation = NO_GENERATION
+            self._membership.generation = NO_GENERATION
             self._heartbeat.forget_proof()
             self._to_joining(now, f"{context}: unknown member id", immediately=True)
             return True
         if action is MemberAction.RESET_GENERATION:
             self._lose(f"{context}: {code.name}")
-            self._generation = self._generation.reset()
+            self._membership.generation = self._membership.generation.reset()
             self._heartbeat.forget_proof()
             self._to_joining(now, f"{context}: illegal generation", immediately=True)
             return True
@@ -1355,18 +1258,20 @@ class MemberMachine:
             return
         code = result.error
         if code is ErrorCode.NONE:
-            self._join_failures = 0
+            self._membership.join_failures = 0
             self._joined(now, pending, result)
         elif code is ErrorCode.MEMBER_ID_REQUIRED:
-            self._generation = self._generation.with_member_id(result.member_id)
+            self._membership.generation = self._membership.generation.with_member_id(
+                result.member_id
+            )
             self._to_joining(now, "member id required", immediately=True)
         elif code is ErrorCode.REBALANCE_IN_PROGRESS:
             self._to_joining(now, "rebalance in progress", immediately=True)
         elif self._common_error(now, code, "JoinGroup"):
             return
         else:
-            self._join_failures += 1
-            log.info("member.join_retry", error=code.name, attempt=self._join_failures)
+            self._membership.join_failures += 1
+            log.info("member.join_retry", error=code.name, attempt=self._membership.join_failures)
             self._to_joining(now, f"JoinGroup: {code.name}", immediately=False)
 
     def _joined(self, now: int, pending: Pending, result: JoinGroupResult) -> None:
@@ -1392,15 +1297,16 @@ class MemberMachine:
             )
             return
         previous_generation = self.generation
-        self._generation = Generation(result.generation_id, result.member_id, protocol)
-        self.leader_id = result.leader
-        #: Members of this generation (only the leader is told).
-        self._group_size = len(result.members) if result.leader == result.member_id else None
+        self._membership.generation = Generation(result.generation_id, result.member_id, protocol)
+        self._membership.leader_id = result.leader
+        self._membership.group_size = (
+            len(result.members) if result.leader == result.member_id else None
+        )
         self._heartbeat.forget_proof()
         self._proved_alive(now, pending)
         self._heartbeat.round_began_after(pending.sent_at)
         self._heartbeat.schedule(now)
-        self.rebalances += 1
+        self._membership.rebalances += 1
         log.info(
             "member.joined",
             group=self.config.group_id,
@@ -1420,7 +1326,9 @@ class MemberMachine:
             self._send_sync(now, ())
 
     def _on_sync(self, now: int, pending: Pending, result: SyncGroupResult) -> None:
-        if self.state is not State.SYNCING or not self._generation.answers_to(pending.generation):
+        if self.state is not State.SYNCING or not self._membership.generation.answers_to(
+            pending.generation
+        ):
             return
         code = result.error
         if code is ErrorCode.REBALANCE_IN_PROGRESS:
@@ -1429,7 +1337,7 @@ class MemberMachine:
             return
         if code is not ErrorCode.NONE:
             if not self._common_error(now, code, "SyncGroup"):
-                self._join_failures += 1
+                self._membership.join_failures += 1
                 self._to_joining(now, f"SyncGroup: {code.name}", immediately=False)
             return
         protocol = self.protocol
@@ -1471,7 +1379,7 @@ class MemberMachine:
                 error=str(exc),
                 size=len(result.assignment),
             )
-            self._join_failures += 1
+            self._membership.join_failures += 1
             self._to_joining(now, "unreadable assignment", immediately=False)
             return
         self._apply_assignment(now, protocol, data)
@@ -1501,7 +1409,7 @@ class MemberMachine:
                 leader_catalog=data.catalog_hash.hex(),
             )
         self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
-        self._follow_up_pending = data.pending
+        self._membership.assigned(follow_up=data.pending)
         data = self._holdings.without_foreign_resources(
             data,
             kinds=self.config.kinds,
@@ -1591,7 +1499,7 @@ class MemberMachine:
             self._request_rejoin("a restarted static member was handed nothing")
 
     def _on_heartbeat(self, now: int, pending: Pending, result: HeartbeatResult) -> None:
-        if not self._generation.answers_to(pending.generation):
+        if not self._membership.generation.answers_to(pending.generation):
             return
         code = result.error
         if self.state is State.LEAVING:
@@ -1609,7 +1517,7 @@ class MemberMachine:
         elif self._common_error(now, code, "Heartbeat"):
             return
         else:
-            self._heartbeat.failed(now, self._backoff)
+            self._heartbeat.failed(now, self._membership.backoff)
 
     def _on_leaving_heartbeat(self, now: int, pending: Pending, code: ErrorCode) -> None:
         """LEAVING (rule 9): a heartbeat only keeps the session; the member no
@@ -1620,7 +1528,7 @@ class MemberMachine:
         elif code.meaning.ends_membership:
             self._membership_lost_while_leaving(now, code)
         else:  # coordinator moved or busy: retry; the session rules bound it
-            self._heartbeat.failed(now, self._backoff)
+            self._heartbeat.failed(now, self._membership.backoff)
 
     def _membership_lost_while_leaving(self, now: int, code: ErrorCode) -> None:
         log.warning("member.session_lost", group=self.config.group_id, error=code.name)
@@ -1641,10 +1549,6 @@ class MemberMachine:
         )
         self._enter(State.ASSIGNING)
         self._out.append(run)
-
-    def _backoff(self, failures: int) -> int:
-        base = self.config.retry_backoff_ms * (2 ** max(failures - 1, 0))
-        return int(min(base, self.config.retry_backoff_max_ms))
 
 
 __all__ = ["MemberMachine"]
