@@ -11,14 +11,16 @@ States::
                          └── coordinator lost ───────┴──── rejoin: rebalance, follow-up ◀─────┘
     any ─close─▶ LEAVING ─▶ CLOSED                any ─fatal error─▶ FATAL
 
-The machine ties its parts together, each a module of its own: the states and
-their legal moves (:mod:`~workgroup.member.transitions`; every change goes
-through its check), finding the coordinator (:mod:`~workgroup.member.lookup`),
-the requests in flight and the ids of every action
-(:mod:`~workgroup.member.requests`), the generation a request belongs to
-(:mod:`~workgroup.member.generation`), heartbeat and session timing
-(:mod:`~workgroup.member.heartbeat`), what the member owns
-(:mod:`~workgroup.member.ownership`), how far closing has come
+The machine ties its parts together, each a module of its own with its rules
+at its top: where the member stands in its group
+(:mod:`~workgroup.member.membership`: the state and its legal moves from
+:mod:`~workgroup.member.transitions`, the generation, the requests in flight
+of :mod:`~workgroup.member.requests`, the coordinator lookup of
+:mod:`~workgroup.member.lookup`, the heartbeat and session timing of
+:mod:`~workgroup.member.heartbeat`, and the next round it expects), what it
+holds and the callbacks reporting it (:mod:`~workgroup.member.holdings`, on
+:mod:`~workgroup.member.ownership`: releasing, the callback-error policy and
+the foreign-resource filter), how far closing has come
 (:mod:`~workgroup.member.departure`), its drain, refusals, warm-ups and
 restart probe (:mod:`~workgroup.member.intents`), the generation each commit
 goes under (:mod:`~workgroup.member.commits`) and the leader's round
@@ -123,8 +125,9 @@ Rules:
    machine built with ``confirm_release=True`` (the runtime), until
    :meth:`MemberMachine.released` names it, each resource on its own.  A
    cooperative member reports releasing resources as owned, so the leader
-   withholds them; its JoinGroup waits up to ``RELEASE_WINDOW_MS`` after a
-   revocation for the releases (less once nothing is releasing), so that prompt
+   withholds them; its JoinGroup waits up to ``RELEASE_WINDOW_MS``
+   (:mod:`~workgroup.member.holdings`) after a revocation for the releases (less
+   once nothing is releasing), so that prompt
    handlers' resources go out in that round, and a release after the JoinGroup
    that reported it asks for another round, which hands it out.  With
    ``confirm_release`` no round is asked for a resource while it is releasing
@@ -249,7 +252,6 @@ from workgroup.member.actions import (
     Closed,
     Failed,
     FindCoordinator,
-    InvokeCallback,
     Partition,
     SendRequest,
 )
@@ -265,28 +267,21 @@ from workgroup.member.errors import (
     fatal_error,
 )
 from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
-from workgroup.member.heartbeat import HeartbeatTimer
+from workgroup.member.holdings import GiveBack, Holdings
 from workgroup.member.intents import Intents
 from workgroup.member.leader import (
     LEAVING_TAG,
 )
-from workgroup.member.lookup import CoordinatorLookup
-from workgroup.member.ownership import Ownership
+from workgroup.member.membership import Membership
 from workgroup.member.pipeline import LeaderPipeline
-from workgroup.member.requests import InFlight, Pending, RequestIds, RequestKind
-from workgroup.member.transitions import State, check_transition
+from workgroup.member.requests import Pending, RequestIds, RequestKind
+from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
-from workgroup.protocol.protocol import Protocol, RebalanceMode
+from workgroup.protocol.protocol import Protocol
 from workgroup.types import Resource, sorted_resources
 
 log = get_logger(__name__)
-
-#: A cooperative JoinGroup (a follow-up round, a closing member's hand-over)
-#: waits up to this long after a revocation for its resources' releases (less,
-#: once nothing is releasing): what is released by then goes to others in that
-#: round instead of one more (rule 9).
-RELEASE_WINDOW_MS = 100
 
 
 class MemberMachine:
@@ -301,50 +296,28 @@ class MemberMachine:
         on_callback_error: CallbackErrorPolicy = "log",
     ) -> None:
         self.config = config
-        #: What a callback that raises does to the member (rule 12).
-        self._on_callback_error = on_callback_error
-        #: Revoked resources stay releasing until :meth:`released` (rule 9), not
-        #: only until their ``on_revoked`` callback returns.
-        self._confirm_release = confirm_release
-        self._state = State.UNJOINED
-        self._generation = NO_GENERATION
-        self.leader_id = ""
         self.error: WorkgroupError | None = None
-        self._owned = Ownership()
-        self.rebalances = 0
         self._frozen: FrozenCatalog = freeze_catalog(catalog or {})
         self._catalog: dict[str, tuple[str | int, ...]] = self._frozen.keys
         self._catalog_hash = catalog_hash(self._frozen)
-        self._catalog_key_sets: dict[str, frozenset[str | int]] = {}
-        self._catalog_sets_for: object = None
         #: Catalog hash the current assignment was computed with (the leader's).
         self._assignment_catalog_hash = b""
         self._used_versions = {p.wire_name: p.codec.latest_version for p in config.protocols}
         self._protocols = {p.wire_name: p for p in config.protocols}
         self._out: list[Action] = []
         self._ids = RequestIds()
-        self._pending = InFlight()
+        #: What the member owns and the callbacks reporting it (rules 8, 9, 12).
+        self._holdings = Holdings(
+            config.group_id,
+            self._ids,
+            self._out,
+            confirm_release=confirm_release,
+            on_callback_error=on_callback_error,
+        )
+        self._owned = self._holdings.ownership
         #: Which generation each commit goes under, and their answers (rule 11).
         self._commit_router = CommitRouter(
             config.group_id, config.instance_id, config.effective_request_timeout_ms
-        )
-        #: The callbacks issued and not done yet, by id.
-        self._callbacks: dict[int, InvokeCallback] = {}
-        #: on_revoked callbacks running, and what they revoke (released when they
-        #: return unless the application confirms each release: rule 9).
-        self._revoking: dict[int, tuple[Resource, ...]] = {}
-        self._lookup = CoordinatorLookup(config.connect_timeout_ms, self._backoff)
-        #: Rejoin wanted (reason), acted on once no callback is running.
-        self._rejoin_reason: str | None = None
-        self._join_at = 0
-        #: A cooperative JoinGroup waits until then for releases (rule 9).
-        self._release_window_until = 0
-        self._join_failures = 0
-        self._heartbeat = HeartbeatTimer(
-            heartbeat_interval_ms=config.heartbeat_interval_ms,
-            session_timeout_ms=config.session_timeout_ms,
-            rebalance_timeout_ms=config.rebalance_timeout_ms,
-            margin_ms=config.effective_session_margin_ms,
         )
         #: As leader: the round's stages, the delays and balancing memory (rule 13).
         self._pipeline = LeaderPipeline(
@@ -353,39 +326,48 @@ class MemberMachine:
             balance=config.balance,
             max_warmups=config.max_warmups,
         )
-        #: The last assignment said the leader withheld resources: a follow-up is due.
-        self._follow_up_pending = False
-        #: After a rediscovery: return to STABLE (True) or rejoin (False).
-        self._resume_stable = False
         #: How far closing has come (rules 7 and 9; member/departure.py).
         self._departure = Departure(dynamic=config.instance_id is None)
+        #: State, generation, requests, coordinator, session, next round (rules 1-6).
+        self._membership = Membership(config, self._holdings, self._departure)
+        self._pending = self._membership.pending
+        self._lookup = self._membership.lookup
+        self._heartbeat = self._membership.heartbeat
         #: Load balancing: what this member measures, and as leader its memory.
         self.loads = LoadMeter(config.balance.smoothing_ms)
         #: Drain, refusals, warm-ups and the restart probe (rules 10, 14, 15).
         self._intents = Intents()
         #: The newest ``now`` seen (refusals end by it).
         self._now = 0
-        self._group_size: int | None = None
 
     # --- read-only views ----------------------------------------------------
 
     @property
     def state(self) -> State:
-        return self._state
+        return self._membership.state
+
+    @property
+    def leader_id(self) -> str:
+        return self._membership.leader_id
+
+    @property
+    def rebalances(self) -> int:
+        """Generations joined so far."""
+        return self._membership.rebalances
 
     @property
     def generation(self) -> int:
         """The current generation's id (``-1``: none)."""
-        return self._generation.generation_id
+        return self._membership.generation.generation_id
 
     @property
     def member_id(self) -> str:
-        return self._generation.member_id
+        return self._membership.generation.member_id
 
     @property
     def protocol(self) -> Protocol | None:
         """The protocol the coordinator chose for the current generation."""
-        return self._generation.protocol
+        return self._membership.generation.protocol
 
     @property
     def owned(self) -> frozenset[Resource]:
@@ -428,7 +410,7 @@ class MemberMachine:
 
     @property
     def is_leader(self) -> bool:
-        return bool(self.member_id) and self.member_id == self.leader_id
+        return self._membership.is_leader
 
     @property
     def settled(self) -> bool:
@@ -437,9 +419,8 @@ class MemberMachine:
         until their owner revokes them: the group's rebalance is not over)."""
         return (
             self.state is State.STABLE
-            and not self._callbacks
-            and self._rejoin_reason is None
-            and not self._follow_up_pending
+            and not self._holdings.callbacks_running
+            and not self._membership.round_due
             and not self._owned.releasing
             and not self._intents.warming
         )
@@ -458,43 +439,22 @@ class MemberMachine:
         return dict(self._used_versions)
 
     def next_deadline(self) -> int | None:
-        """When :meth:`tick` must be called next (``None``: only on events)."""
-        candidates: list[int] = []
+        """When :meth:`tick` must be called next (``None``: only on events): the
+        earliest of its parts' deadlines."""
         if self.state in (State.CLOSED, State.FATAL, State.UNJOINED):
             return None
-        if self.state is State.FINDING_COORDINATOR and self._lookup.next_at is not None:
-            candidates.append(self._lookup.next_at)
-        connect_deadline = self._connect_deadline()
-        if connect_deadline is not None:
-            candidates.append(connect_deadline)
-        if (
-            self.state is State.JOINING
-            and self._lookup.known
-            and not self._callbacks
-            and not self._pending.rebalancing
-            and not (self._rebalance_mode == "eager" and self._owned.releasing)
-        ):
-            candidates.append(self._join_ready_at())
-        if self._heartbeat.next_at is not None and self._may_heartbeat():
-            candidates.append(self._heartbeat.next_at)
-        session_end = self._session_end()
-        if session_end is not None:
-            candidates.append(session_end)
-        # Out of time, the hand-over still waits for the JoinGroup or SyncGroup
-        # in flight (rule 7): its answer, not the clock, wakes the member.
-        hand_over_end = self._departure.next_deadline(
-            finishing_round=self._awaiting_hand_over_round()
-        )
-        if hand_over_end is not None:
-            candidates.append(hand_over_end)
         leader_due = self._pipeline.next_deadline()
-        if self.state is State.STABLE and self.is_leader and leader_due is not None:
-            candidates.append(leader_due)
-        if self._pending.rebalancing:
-            # A watchdog: being woken late tells us the process was frozen or starved,
-            # so a held answer read afterwards may be old (heartbeat.py, rule 4).
-            candidates.append(self._heartbeat.watchdog_at())
-        return min(candidates) if candidates else None
+        candidates = (
+            self._membership.next_deadline(),
+            self._holdings.next_deadline(),
+            self._intents.next_deadline(),
+            # Out of time, the hand-over still waits for the JoinGroup or SyncGroup
+            # in flight (rule 7): its answer, not the clock, wakes the member.
+            self._departure.next_deadline(finishing_round=self._awaiting_hand_over_round()),
+            leader_due if self.state is State.STABLE and self.is_leader else None,
+        )
+        due = [deadline for deadline in candidates if deadline is not None]
+        return min(due) if due else None
 
     # --- events -------------------------------------------------------------
 
@@ -502,7 +462,7 @@ class MemberMachine:
         self._observe(now)
         if self.state is State.UNJOINED:
             self._lookup.start(now)
-            self._resume_stable = False
+            self._membership.starting()
             self._to_finding(now, immediately=True)
         return self._drain(now)
 
@@ -511,7 +471,7 @@ class MemberMachine:
         if self.state is State.FINDING_COORDINATOR and self._lookup.in_flight:
             self._lookup.found()
             log.debug("member.coordinator_found", group=self.config.group_id)
-            if self._resume_stable and self._generation.is_valid:
+            if self._membership.resumes:
                 self._enter(State.STABLE)
                 self._heartbeat.due_now(now)
             else:
@@ -564,10 +524,10 @@ class MemberMachine:
             self._finish_close()
         elif self.state is State.LEAVING:
             # Rule 9: keep trying until the session rules give up.
-            self._heartbeat.failed(now, self._backoff)
+            self._heartbeat.failed(now, self._membership.backoff)
         elif pending.beside_held and pending.kind == "heartbeat" and error.retriable:
             # The second connection failed: no proof, but the held request goes on.
-            self._heartbeat.failed(now, self._backoff)
+            self._heartbeat.failed(now, self._membership.backoff)
         elif isinstance(error, UnsupportedVersionError) or not error.retriable:
             self._fail(now, error)
         else:
@@ -577,10 +537,7 @@ class MemberMachine:
 
     def callback_done(self, now: int, callback_id: int) -> list[Action]:
         self._observe(now)
-        self._callbacks.pop(callback_id, None)
-        revoked = self._revoking.pop(callback_id, ())
-        if revoked and not self._confirm_release:
-            self._release(revoked)
+        self._after_release(self._holdings.callback_done(callback_id))
         if self.state is State.LEAVING:
             self._maybe_finish_leaving(now)
         return self._drain(now)
@@ -590,7 +547,7 @@ class MemberMachine:
         may go to another member now.  Others are ignored."""
         self._observe(now)
         if self.state not in (State.CLOSED, State.FATAL):
-            self._release(resources)
+            self._after_release(self._holdings.released(resources))
             if self.state is State.LEAVING:
                 self._maybe_finish_leaving(now)
         return self._drain(now)
@@ -699,15 +656,8 @@ class MemberMachine:
         return self._drain(now)
 
     def _give_up(self, resources: Iterable[Resource], reason: str) -> None:
-        released = self._owned.give_up(resources)
+        released = self._holdings.give_up(resources, reason, self.member_id)
         if released:
-            log.warning(
-                "member.resources_released",
-                group=self.config.group_id,
-                member_id=self.member_id,
-                count=len(released),
-                reason=reason,
-            )
             self._request_rejoin(f"released {len(released)} resources: {reason}")
 
     def refuse(
@@ -744,34 +694,17 @@ class MemberMachine:
         the callback-error policy (rule 12), then count it done.  ``traceback``:
         the callback's, to log with ``member.callback_failed``."""
         self._observe(now)
-        callback = self._callbacks.get(callback_id)
-        if callback is not None:
-            self._callback_failed(now, callback, error, traceback)
-        return self.callback_done(now, callback_id)
-
-    def _callback_failed(
-        self, now: int, callback: InvokeCallback, error: BaseException, traceback: str | None
-    ) -> None:
-        what = f"{callback.kind} failed in generation {callback.generation}"
-        policy = self._on_callback_error
-        if policy == "fail" and self.state not in (State.FATAL, State.CLOSED):
-            failure = CallbackError(f"{what}: {type(error).__name__}: {error}")
-            failure.__cause__ = error
-            self._fail(now, failure, leave=True)  # logged as member.fatal
-            return
-        # Kafka's clients log callback failures and carry on; the ownership
-        # change has happened either way.
-        log.error(
-            "member.callback_failed",
-            callback=callback.kind,
-            generation=callback.generation,
-            error_type=type(error).__name__,
-            error=str(error),
-            policy=policy,
-            **({"traceback": traceback} if traceback else {}),
+        verdict = self._holdings.callback_failed(
+            callback_id,
+            error,
+            traceback,
+            may_fail=self.state not in (State.FATAL, State.CLOSED),
         )
-        if policy == "release" and callback.kind == "on_assigned":
-            self._give_up(callback.resources, what)
+        if isinstance(verdict, CallbackError):
+            self._fail(now, verdict, leave=True)  # logged as member.fatal
+        elif isinstance(verdict, GiveBack):
+            self._give_up(verdict.resources, verdict.reason)
+        return self.callback_done(now, callback_id)
 
     # --- commits (rule 11) ----------------------------------------------------
 
@@ -792,7 +725,7 @@ class MemberMachine:
             topics,
             resources or {},
             refusal=self._commit_refusal(),
-            current=self._generation,
+            current=self._membership.generation,
             ownership=self._owned,
             ids=self._ids,
         )
@@ -817,7 +750,7 @@ class MemberMachine:
         # for the rediscovery to find out.
         reading = self.state not in (State.CLOSED, State.FATAL) and self._lookup.known
         done, verdict = self._commit_router.answered(
-            request_id, result, current=self._generation if reading else None
+            request_id, result, current=self._membership.generation if reading else None
         )
         if done is not None:
             self._out.append(done)
@@ -844,7 +777,7 @@ class MemberMachine:
             return self._drain(now)
         if self._departure.closing:
             return self._drain(now)  # already handing over
-        if self._confirm_release and self._may_hand_over_releasing():
+        if self._holdings.confirm_release and self._may_hand_over_releasing():
             # Rule 9: revoke everything now; each resource goes to another member
             # in the round after its work stopped, the slowest holds back no other.
             self._departure.release_all()
@@ -861,7 +794,7 @@ class MemberMachine:
             else:
                 self._request_rejoin("closing: handing resources over first")
             return self._drain(now)
-        if not self._confirm_release and self._may_hand_over():
+        if not self._holdings.confirm_release and self._may_hand_over():
             # Rule 7: a rebalance in which this member takes nothing, so that the
             # others get its resources (cooperatively) while it still works on them.
             self._departure.hand_over(now + self._hand_over_ms())
@@ -877,31 +810,31 @@ class MemberMachine:
         return self._drain(now)
 
     def _may_hand_over(self) -> bool:
-        protocol = self._generation.protocol
-        alone = self.is_leader and self._group_size == 1
+        protocol = self._membership.generation.protocol
+        alone = self.is_leader and self._membership.group_size == 1
         return (
             self._departure.sends_leave
             and not alone  # nobody to hand over to (a follower is never alone)
             and self.config.reassign_delay_ms == 0  # the leader holds them back instead
             and self.state is State.STABLE
             and bool(self.owned)
-            and self._generation.is_valid
+            and self._membership.generation.is_valid
             and self._lookup.known
             and protocol is not None
-            and self._rebalance_mode == "cooperative"
+            and self._membership.rebalance_mode == "cooperative"
         )
 
     def _may_hand_over_releasing(self) -> bool:
-        alone = self.is_leader and self._group_size == 1
+        alone = self.is_leader and self._membership.group_size == 1
         return (
             self._departure.sends_leave
             and not alone
             and self.config.reassign_delay_ms == 0
             and self.state in (State.STABLE, State.JOINING, State.ASSIGNING, State.SYNCING)
             and bool(self._owned)
-            and self._generation.is_valid
+            and self._membership.generation.is_valid
             and self._lookup.known
-            and self._rebalance_mode == "cooperative"
+            and self._membership.rebalance_mode == "cooperative"
         )
 
     def _hand_over_ms(self) -> int:
@@ -921,7 +854,7 @@ class MemberMachine:
         self._pending.clear()
         self._pipeline.drop()
         if self._owned:
-            if self._generation.is_valid:
+            if self._membership.generation.is_valid:
                 self._revoke(sorted_resources(self.owned), self.generation)
             else:
                 self._lose("closing without a valid generation")
@@ -935,7 +868,7 @@ class MemberMachine:
 
     def _maybe_finish_leaving(self, now: int) -> None:
         """LEAVING: leave (or close) once no callback runs and nothing is releasing."""
-        if not self._callbacks and not self._owned.releasing:
+        if not self._holdings.callbacks_running and not self._owned.releasing:
             self._send_leave_or_close(now)
 
     # --- progress -----------------------------------------------------------
@@ -950,7 +883,8 @@ class MemberMachine:
 
     def _drain(self, now: int) -> list[Action]:
         self._progress(now)
-        out, self._out = self._out, []
+        out = list(self._out)
+        self._out.clear()
         self._heartbeat.expect(self.next_deadline())
         return out
 
@@ -960,7 +894,7 @@ class MemberMachine:
             return
         if self.state in (State.CLOSED, State.FATAL, State.UNJOINED):
             return
-        session_end = self._session_end()
+        session_end = self._membership.session_end()
         if session_end is not None and now >= session_end and self._pending.rebalancing:
             # Unanswered for a session (held, or lost on its way: rule 4), or starved
             # meanwhile: what we own is no longer safe.  The request goes on; the
@@ -974,7 +908,7 @@ class MemberMachine:
                 generation=self.generation,
             )
             self._lose("no heartbeat succeeded within the session timeout, less the margin")
-            self._generation = self._generation.reset()
+            self._membership.generation = self._membership.generation.reset()
             self._coordinator_lost(now, "session timed out")
             return
         if (
@@ -982,12 +916,16 @@ class MemberMachine:
             and self.is_leader
             and self._assignment_catalog_hash
             and self._assignment_catalog_hash != self._catalog_hash
-            and self._rejoin_reason is None
+            and not self._membership.rejoin_asked
         ):
             self._request_rejoin("resources changed")
         if self._departure.handing_over and (
             (self._departure.out_of_time(now) and not self._awaiting_hand_over_round())
-            or (self.state is State.STABLE and not self.owned and not self._callbacks)
+            or (
+                self.state is State.STABLE
+                and not self.owned
+                and not self._holdings.callbacks_running
+            )
         ):
             # Handed over (or out of time: revoke what is left): leave.
             self._leave_now(now)
@@ -995,7 +933,7 @@ class MemberMachine:
         if (
             self._departure.releasing_all
             and not self._owned
-            and not self._callbacks
+            and not self._holdings.callbacks_running
             and not self._pending.rebalancing
             and self.state is not State.ASSIGNING
         ):
@@ -1007,27 +945,30 @@ class MemberMachine:
             self.state is State.STABLE
             and self.is_leader
             and self._pipeline.delay_over(now)
-            and self._rejoin_reason is None
+            and not self._membership.rejoin_asked
         ):
             self._request_rejoin("reassignment delay over")
         if (
             self.state is State.STABLE
             and self.is_leader
-            and self._rejoin_reason is None
+            and not self._membership.rejoin_asked
             and self._pipeline.probe_due(now)
         ):
             self._request_rejoin("load over the imbalance tolerance: probing rebalance")
         if (
             self.state is State.STABLE
-            and self._rejoin_reason is None
+            and not self._membership.rejoin_asked
             and self.loads.changed(self.owned, now, self.config.balance)
         ):
             self._rejoin_for_metadata("loads changed since they were published")
-        if self.state is State.STABLE and self._rejoin_reason is not None and not self._callbacks:
-            reason, self._rejoin_reason = self._rejoin_reason, None
-            self._to_joining(now, reason, immediately=True)
+        if (
+            self.state is State.STABLE
+            and self._membership.rejoin_asked
+            and not self._holdings.callbacks_running
+        ):
+            self._to_joining(now, self._membership.take_rejoin(), immediately=True)
         if self.state is State.FINDING_COORDINATOR:
-            connect_deadline = self._connect_deadline()
+            connect_deadline = self._membership.connect_deadline()
             if connect_deadline is not None and now >= connect_deadline:
                 self._fail(now, self._lookup.timeout_error())
                 return
@@ -1036,13 +977,13 @@ class MemberMachine:
             return
         if self.state is State.JOINING:
             self._maybe_send_join(now)
-            session_end = self._session_end()
+            session_end = self._membership.session_end()
             if session_end is not None and now >= session_end and self._pending.rebalancing:
                 # The JoinGroup just sent binds the session to the round floor
                 # (heartbeat.py, rule 3), which may be past already.
                 self._lose("no answer proved the session in time")
         due = self._heartbeat.next_at
-        if self._may_heartbeat() and due is not None and now >= due:
+        if self._membership.may_heartbeat() and due is not None and now >= due:
             self._send_heartbeat(now)
 
     def _progress_leaving(self, now: int) -> None:
@@ -1051,7 +992,7 @@ class MemberMachine:
         same loses what is left and closes without LeaveGroup."""
         if self._departure.leave_sent or self.state is not State.LEAVING:
             return
-        session_end = self._session_end()
+        session_end = self._membership.session_end()
         if session_end is not None and now >= session_end:
             log.warning(
                 "member.session_lost",
@@ -1064,60 +1005,18 @@ class MemberMachine:
             self._maybe_finish_leaving(now)
             return
         due = self._heartbeat.next_at
-        if self._may_heartbeat() and due is not None and now >= due:
+        if self._membership.may_heartbeat() and due is not None and now >= due:
             self._send_heartbeat(now)
 
     def _session_ended_while_leaving(self) -> None:
         self._lose("the session ended while closing")
-        self._generation = self._generation.reset()
+        self._membership.generation = self._membership.generation.reset()
         self._heartbeat.forget_proof()
-
-    def _connect_deadline(self) -> int | None:
-        """When to give up finding the first coordinator (``connect_timeout_ms``)."""
-        if self.state is not State.FINDING_COORDINATOR:
-            return None
-        return self._lookup.connect_deadline()
-
-    def _may_heartbeat(self) -> bool:
-        if (
-            not self._lookup.known
-            or not self._generation.is_valid
-            or self._pending.has("heartbeat")
-        ):
-            return False
-        if self._pending.rebalancing:
-            # Rule 4: beside a held JoinGroup/SyncGroup, only answered heartbeats
-            # prove the session; they matter only while something is owned.
-            return bool(self._owned) and self.state in (State.JOINING, State.SYNCING)
-        if self.state is State.LEAVING:
-            # Rule 9: until the last callback returned and the last release came.
-            return not self._departure.leave_sent and bool(self._callbacks or self._owned.releasing)
-        return self.state in (State.JOINING, State.ASSIGNING, State.STABLE)
-
-    def _session_end(self) -> int | None:
-        """When the coordinator may have evicted us, from what we know for sure."""
-        if not self._generation.is_valid or self.state not in (
-            State.STABLE,
-            State.ASSIGNING,
-            State.JOINING,
-            State.SYNCING,
-            State.FINDING_COORDINATOR,
-            State.LEAVING,
-        ):
-            return None
-        if self.state is State.LEAVING and (
-            self._departure.leave_sent or not (self._callbacks or self._owned.releasing)
-        ):
-            return None
-        if self._pending.rebalancing and not self._owned:
-            return None  # the coordinator holds the request; nothing is at stake
-        return self._heartbeat.session_end(rebalancing=self._pending.rebalancing)
 
     # --- transitions ----------------------------------------------------------
 
     def _enter(self, target: State) -> None:
-        """The one place the state changes (checked against the transitions table)."""
-        self._state = check_transition(self._state, target)
+        self._membership.enter(target)
 
     def _to_finding(self, now: int, *, immediately: bool) -> None:
         self._enter(State.FINDING_COORDINATOR)
@@ -1127,52 +1026,29 @@ class MemberMachine:
         log.info("member.coordinator_lost", group=self.config.group_id, reason=reason)
         # Only a STABLE member keeps going after rediscovery; a rebalance in
         # progress is started again.
-        if self.state is not State.FINDING_COORDINATOR:
-            self._resume_stable = self.state is State.STABLE and self._rejoin_reason is None
-        self._pending.clear()
+        self._membership.coordinator_lost()
         self._pipeline.drop()
         self._to_finding(now, immediately=True)
 
     def _request_rejoin(self, reason: str) -> None:
-        if self._rejoin_reason is None:
+        if self._membership.ask_rejoin(reason):
             log.info("member.rejoin_requested", group=self.config.group_id, reason=reason)
-            self._rejoin_reason = reason
-
-    @property
-    def _rebalance_mode(self) -> RebalanceMode:
-        """How this member rejoins (rule 5): cooperatively only if every protocol
-        it offers is cooperative, as Kafka's consumer decides.  The group may
-        choose any protocol the member offers, and an eager leader withholds
-        nothing, so a member that kept its resources would then share them."""
-        if all(p.mode == "cooperative" for p in self.config.protocols):
-            return "cooperative"
-        return "eager"
-
-    def _join_ready_at(self) -> int:
-        """When the next JoinGroup may go: after the back-off, and within the
-        release window only once nothing is releasing any more (rule 9)."""
-        if self._owned.releasing:
-            return max(self._join_at, self._release_window_until)
-        return self._join_at
 
     def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
         self._enter(State.JOINING)
         self._pipeline.drop()
-        self._join_at = now if immediately else now + self._backoff(self._join_failures)
-        if self._rebalance_mode == "eager" and self.owned:
+        membership = self._membership
+        membership.join_at = (
+            now if immediately else now + membership.backoff(membership.join_failures)
+        )
+        if self._membership.rebalance_mode == "eager" and self.owned:
             # Eager: nothing may be owned by anyone while the group rebalances.
-            self._report_revoked(*self._owned.give_up_before_eager_join())
+            self._holdings.revoke_before_eager_join(self._heartbeat.last_seen)
         log.debug("member.joining", group=self.config.group_id, reason=reason)
 
     def _maybe_send_join(self, now: int) -> None:
-        if (
-            not self._lookup.known
-            or self._callbacks
-            or now < self._join_ready_at()
-            or self._pending.rebalancing
-            # Eager: nothing may be owned by anyone while the group rebalances (rule 9).
-            or (self._rebalance_mode == "eager" and self._owned.releasing)
-        ):
+        # Eager: nothing may be owned by anyone while the group rebalances (rule 9).
+        if not self._membership.join_may_go() or now < self._membership.join_ready_at():
             return
         try:
             protocols = tuple((p.wire_name, self._metadata_for(p)) for p in self.config.protocols)
@@ -1191,7 +1067,7 @@ class MemberMachine:
         self._send(now, "join", request, self.config.join_timeout_ms)
 
     def _metadata_for(self, protocol: Protocol) -> bytes:
-        owned, generation = self._owned.report(self._rebalance_mode)
+        owned, generation = self._owned.report(self._membership.rebalance_mode)
         meta = MemberMetadata(
             kinds=tuple(sorted(self.config.kinds)) if self.config.kinds is not None else (),
             owned=owned,
@@ -1227,7 +1103,7 @@ class MemberMachine:
         beside_held: bool = False,
     ) -> None:
         request_id = self._ids.take()
-        self._pending.add(request_id, Pending(kind, self._generation, now, beside_held))
+        self._pending.add(request_id, Pending(kind, self._membership.generation, now, beside_held))
         self._out.append(SendRequest(request_id, request, timeout_ms, beside_held))
 
     def _send_heartbeat(self, now: int) -> None:
@@ -1314,47 +1190,19 @@ class MemberMachine:
     # --- ownership ----------------------------------------------------------
 
     def _callback(self, kind: CallbackKind, resources: tuple[Resource, ...], gen: int) -> None:
-        """Issue a callback for a change already applied to ``self.owned``."""
-        if not resources:
-            return
-        callback = InvokeCallback(self._ids.take(), kind, resources, gen, self.owned)
-        self._callbacks[callback.callback_id] = callback
-        self._out.append(callback)
+        self._holdings.callback(kind, resources, gen)
 
     def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
-        self._report_revoked(self._owned.start_release(resources, generation), generation)
+        self._holdings.revoke(resources, generation, self._heartbeat.last_seen)
 
-    def _report_revoked(self, resources: tuple[Resource, ...], generation: int) -> None:
-        """``resources`` are releasing: tell the application (rule 9)."""
-        if not resources:
-            return
-        log.info(
-            "member.revoking",
-            group=self.config.group_id,
-            count=len(resources),
-            generation=generation,
-        )
-        self._callback("on_revoked", resources, generation)
-        self._revoking[self._ids.last] = resources
-        if self._confirm_release:
-            self._release_window_until = self._heartbeat.last_seen + RELEASE_WINDOW_MS
-
-    def _release(self, resources: Iterable[Resource]) -> None:
-        """Revoked resources whose work stopped: no longer reported (rule 9)."""
-        done = self._owned.released(resources)
-        if not done:
-            return
-        log.info(
-            "member.released",
-            group=self.config.group_id,
-            count=len(done),
-            releasing=len(self._owned.releasing),
-        )
-        # A cooperative JoinGroup already sent reported them: the round after it
-        # hands them out (a JoinGroup not yet sent leaves them out anyway).
+    def _after_release(self, done: tuple[Resource, ...]) -> None:
+        """Revoked resources whose work stopped (rule 9).  A cooperative JoinGroup
+        already sent reported them: the round after it hands them out (a JoinGroup
+        not yet sent leaves them out anyway)."""
         if (
-            self._confirm_release
-            and self._rebalance_mode == "cooperative"
+            done
+            and self._holdings.confirm_release
+            and self._membership.rebalance_mode == "cooperative"
             and (
                 self.state in (State.STABLE, State.ASSIGNING, State.SYNCING)
                 or (self.state is State.JOINING and self._pending.rebalancing)
@@ -1364,22 +1212,7 @@ class MemberMachine:
 
     def _lose(self, reason: str) -> None:
         self._end_warmups(reason)
-        if not self._owned:
-            return
-        owned, releasing, generation = self._owned.lose()
-        # Work still stopping on revoked resources must stop at once too; without
-        # confirmed releases their on_revoked callbacks still run and say so.
-        lost = sorted_resources({*owned, *releasing}) if self._confirm_release else owned
-        if not lost:
-            return
-        log.warning(
-            "member.resources_lost",
-            group=self.config.group_id,
-            count=len(lost),
-            generation=generation,
-            reason=reason,
-        )
-        self._callback("on_lost", lost, generation)
+        self._holdings.lose(reason)
 
     # --- responses ----------------------------------------------------------
 
@@ -1404,13 +1237,13 @@ class MemberMachine:
             return True
         if action is MemberAction.RESET_MEMBER:
             self._lose(f"{context}: {code.name}")
-            self._generation = NO_GENERATION
+            self._membership.generation = NO_GENERATION
             self._heartbeat.forget_proof()
             self._to_joining(now, f"{context}: unknown member id", immediately=True)
             return True
         if action is MemberAction.RESET_GENERATION:
             self._lose(f"{context}: {code.name}")
-            self._generation = self._generation.reset()
+            self._membership.generation = self._membership.generation.reset()
             self._heartbeat.forget_proof()
             self._to_joining(now, f"{context}: illegal generation", immediately=True)
             return True
@@ -1425,18 +1258,20 @@ class MemberMachine:
             return
         code = result.error
         if code is ErrorCode.NONE:
-            self._join_failures = 0
+            self._membership.join_failures = 0
             self._joined(now, pending, result)
         elif code is ErrorCode.MEMBER_ID_REQUIRED:
-            self._generation = self._generation.with_member_id(result.member_id)
+            self._membership.generation = self._membership.generation.with_member_id(
+                result.member_id
+            )
             self._to_joining(now, "member id required", immediately=True)
         elif code is ErrorCode.REBALANCE_IN_PROGRESS:
             self._to_joining(now, "rebalance in progress", immediately=True)
         elif self._common_error(now, code, "JoinGroup"):
             return
         else:
-            self._join_failures += 1
-            log.info("member.join_retry", error=code.name, attempt=self._join_failures)
+            self._membership.join_failures += 1
+            log.info("member.join_retry", error=code.name, attempt=self._membership.join_failures)
             self._to_joining(now, f"JoinGroup: {code.name}", immediately=False)
 
     def _joined(self, now: int, pending: Pending, result: JoinGroupResult) -> None:
@@ -1462,15 +1297,16 @@ class MemberMachine:
             )
             return
         previous_generation = self.generation
-        self._generation = Generation(result.generation_id, result.member_id, protocol)
-        self.leader_id = result.leader
-        #: Members of this generation (only the leader is told).
-        self._group_size = len(result.members) if result.leader == result.member_id else None
+        self._membership.generation = Generation(result.generation_id, result.member_id, protocol)
+        self._membership.leader_id = result.leader
+        self._membership.group_size = (
+            len(result.members) if result.leader == result.member_id else None
+        )
         self._heartbeat.forget_proof()
         self._proved_alive(now, pending)
         self._heartbeat.round_began_after(pending.sent_at)
         self._heartbeat.schedule(now)
-        self.rebalances += 1
+        self._membership.rebalances += 1
         log.info(
             "member.joined",
             group=self.config.group_id,
@@ -1490,7 +1326,9 @@ class MemberMachine:
             self._send_sync(now, ())
 
     def _on_sync(self, now: int, pending: Pending, result: SyncGroupResult) -> None:
-        if self.state is not State.SYNCING or not self._generation.answers_to(pending.generation):
+        if self.state is not State.SYNCING or not self._membership.generation.answers_to(
+            pending.generation
+        ):
             return
         code = result.error
         if code is ErrorCode.REBALANCE_IN_PROGRESS:
@@ -1499,7 +1337,7 @@ class MemberMachine:
             return
         if code is not ErrorCode.NONE:
             if not self._common_error(now, code, "SyncGroup"):
-                self._join_failures += 1
+                self._membership.join_failures += 1
                 self._to_joining(now, f"SyncGroup: {code.name}", immediately=False)
             return
         protocol = self.protocol
@@ -1541,7 +1379,7 @@ class MemberMachine:
                 error=str(exc),
                 size=len(result.assignment),
             )
-            self._join_failures += 1
+            self._membership.join_failures += 1
             self._to_joining(now, "unreadable assignment", immediately=False)
             return
         self._apply_assignment(now, protocol, data)
@@ -1554,43 +1392,6 @@ class MemberMachine:
                 generation=self.generation, common_version=self._used_versions[protocol.wire_name]
             )
         return protocol.codec.decode_assignment(blob).value
-
-    def _without_foreign_resources(self, data: AssignmentData) -> AssignmentData:
-        """Drop what a buggy or hostile leader may not hand this member: kinds it
-        does not take, and, when the leader says it used the same catalog,
-        resources that catalog does not list (rule 8).  A leader with a newer
-        catalog may name resources this member has not read yet."""
-        kinds = self.config.kinds
-        same_catalog = data.catalog_hash == self._catalog_hash
-        if kinds is None and not same_catalog:
-            return data
-        keys = self._catalog_sets()
-
-        def foreign(resource: Resource) -> bool:
-            kind, key = resource
-            if kinds is not None and kind not in kinds:
-                return True
-            return same_catalog and key not in keys.get(kind, ())
-
-        rejected = [r for r in data.assigned if foreign(r)]
-        if not rejected:
-            return data
-        log.error(
-            "member.assignment_foreign",
-            group=self.config.group_id,
-            generation=self.generation,
-            leader=self.leader_id,
-            count=len(rejected),
-            first=[f"{kind}/{key}" for kind, key in rejected[:3]],
-        )
-        kept = tuple(r for r in data.assigned if not foreign(r))
-        return replace(data, assigned=kept)
-
-    def _catalog_sets(self) -> dict[str, frozenset[str | int]]:
-        if self._catalog_sets_for is not self._catalog:
-            self._catalog_key_sets = {k: frozenset(v) for k, v in self._catalog.items()}
-            self._catalog_sets_for = self._catalog
-        return self._catalog_key_sets
 
     def _apply_assignment(self, now: int, protocol: Protocol, data: AssignmentData) -> None:
         self._enter(State.STABLE)
@@ -1608,16 +1409,23 @@ class MemberMachine:
                 leader_catalog=data.catalog_hash.hex(),
             )
         self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
-        self._follow_up_pending = data.pending
-        data = self._without_foreign_resources(data)
+        self._membership.assigned(follow_up=data.pending)
+        data = self._holdings.without_foreign_resources(
+            data,
+            kinds=self.config.kinds,
+            catalog=self._catalog,
+            catalog_hash=self._catalog_hash,
+            generation=self.generation,
+            leader=self.leader_id,
+        )
         if self._departure.releasing_all and data.assigned:
             # Closing (rule 9): take nothing; the next round hands it to others.
             data = replace(data, assigned=(), rejoin=True)
         assigned = frozenset(data.assigned)
         # Two changes, each reported with what is owned right after it.
-        revoked = self._owned.start_release(self.owned - assigned, self.generation)
-        if revoked:
-            self._report_revoked(revoked, self.generation)
+        revoked = self._holdings.revoke(
+            self.owned - assigned, self.generation, self._heartbeat.last_seen
+        )
         offered = self._intents.offered(
             data,
             assigned,
@@ -1626,8 +1434,7 @@ class MemberMachine:
         )
         # Rule 14: warm-ups promoted (now assigned) just stop being warm-ups.
         self._warmups_ended("the move was called off", self._intents.promote(assigned, offered))
-        added = self._owned.assign(data.assigned, self.generation)
-        self._callback("on_assigned", added, self.generation)
+        added = self._holdings.assign(data.assigned, self.generation)
         started = self._intents.start(assigned, offered)
         if started:
             log.info(
@@ -1666,7 +1473,7 @@ class MemberMachine:
         # What is still releasing here asks for that round itself once released
         # (rule 9): a round now would withhold it again, round after round.
         handed_back = {*revoked, *data.revoked}
-        if self._confirm_release:
+        if self._holdings.confirm_release:
             handed_back -= self._owned.releasing
         if handed_back and protocol.mode == "cooperative":
             self._request_rejoin("follow-up round after revoking resources")
@@ -1692,7 +1499,7 @@ class MemberMachine:
             self._request_rejoin("a restarted static member was handed nothing")
 
     def _on_heartbeat(self, now: int, pending: Pending, result: HeartbeatResult) -> None:
-        if not self._generation.answers_to(pending.generation):
+        if not self._membership.generation.answers_to(pending.generation):
             return
         code = result.error
         if self.state is State.LEAVING:
@@ -1710,7 +1517,7 @@ class MemberMachine:
         elif self._common_error(now, code, "Heartbeat"):
             return
         else:
-            self._heartbeat.failed(now, self._backoff)
+            self._heartbeat.failed(now, self._membership.backoff)
 
     def _on_leaving_heartbeat(self, now: int, pending: Pending, code: ErrorCode) -> None:
         """LEAVING (rule 9): a heartbeat only keeps the session; the member no
@@ -1721,7 +1528,7 @@ class MemberMachine:
         elif code.meaning.ends_membership:
             self._membership_lost_while_leaving(now, code)
         else:  # coordinator moved or busy: retry; the session rules bound it
-            self._heartbeat.failed(now, self._backoff)
+            self._heartbeat.failed(now, self._membership.backoff)
 
     def _membership_lost_while_leaving(self, now: int, code: ErrorCode) -> None:
         log.warning("member.session_lost", group=self.config.group_id, error=code.name)
@@ -1742,10 +1549,6 @@ class MemberMachine:
         )
         self._enter(State.ASSIGNING)
         self._out.append(run)
-
-    def _backoff(self, failures: int) -> int:
-        base = self.config.retry_backoff_ms * (2 ** max(failures - 1, 0))
-        return int(min(base, self.config.retry_backoff_max_ms))
 
 
 __all__ = ["MemberMachine"]

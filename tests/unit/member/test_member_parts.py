@@ -1,13 +1,24 @@
-"""The member machine's small parts on their own: ownership and the coordinator lookup."""
+"""The member machine's small parts on their own: ownership, holdings, membership
+and the coordinator lookup."""
 
 from __future__ import annotations
 
 import pytest
+from member_sim import StickyTestAssignor
 
 from workgroup.errors import CoordinatorError, ErrorCode
-from workgroup.member.errors import CoordinatorUnavailableError
+from workgroup.member.actions import Action, InvokeCallback
+from workgroup.member.config import MemberConfig
+from workgroup.member.departure import Departure
+from workgroup.member.errors import CallbackError, CoordinatorUnavailableError
+from workgroup.member.generation import Generation
+from workgroup.member.holdings import RELEASE_WINDOW_MS, GiveBack, Holdings
 from workgroup.member.lookup import CoordinatorLookup
+from workgroup.member.membership import Membership
 from workgroup.member.ownership import Ownership
+from workgroup.member.requests import RequestIds
+from workgroup.member.transitions import State
+from workgroup.protocol import AssignmentData, Protocol
 
 A, B, C = ("shard", 0), ("shard", 1), ("shard", 2)
 
@@ -181,3 +192,130 @@ def test_what_an_answer_says_about_the_member_comes_from_the_error_table() -> No
     # Of several refusals in one answer the member acts on the most severe.
     ranked = sorted(refused, key=lambda c: MEMBERSHIP_ENDINGS.index(c.meaning.member))
     assert ranked[0] is ErrorCode.FENCED_INSTANCE_ID
+
+
+def holdings(
+    *, confirm_release: bool = False, policy: str = "log"
+) -> tuple[Holdings, list[Action]]:
+    out: list[Action] = []
+    part = Holdings(
+        "g",
+        RequestIds(),
+        out,
+        confirm_release=confirm_release,
+        on_callback_error=policy,  # type: ignore[arg-type]
+    )
+    return part, out
+
+
+def last(out: list[Action]) -> InvokeCallback:
+    callback = out[-1]
+    assert isinstance(callback, InvokeCallback)
+    return callback
+
+
+def test_holdings_report_each_change_with_what_is_owned_after_it() -> None:
+    part, out = holdings()
+    assert part.assign([A, B], 3) == (A, B)
+    assert part.revoke([B], 3, seen=1_000) == (B,)
+    assigned, revoked = out
+    assert isinstance(assigned, InvokeCallback)
+    assert isinstance(revoked, InvokeCallback)
+    assert assigned.kind == "on_assigned"
+    assert assigned.owned == {A, B}
+    assert revoked.kind == "on_revoked"
+    assert revoked.resources == (B,)
+    assert revoked.owned == {A}
+    assert part.callbacks_running
+    assert part.releasing == {B}
+    assert part.release_window_until == 0  # only confirmed releases wait in a window
+    part.callback_done(assigned.callback_id)
+    assert part.callback_done(revoked.callback_id) == (B,)  # on_revoked returned: released
+    assert not part.callbacks_running
+    assert not part.releasing
+    assert part.next_deadline() is None
+
+
+def test_confirmed_releases_open_the_window_and_a_loss_reports_them_lost() -> None:
+    part, out = holdings(confirm_release=True)
+    part.assign([A, B], 3)
+    part.revoke([B], 3, seen=1_000)
+    assert part.release_window_until == 1_000 + RELEASE_WINDOW_MS
+    revoked = last(out)
+    assert part.callback_done(revoked.callback_id) == ()  # still releasing
+    part.lose("session")
+    lost = last(out)
+    assert lost.kind == "on_lost"
+    assert lost.resources == (A, B)
+
+
+def test_the_callback_error_policy_decides_what_a_failure_does() -> None:
+    error = RuntimeError("boom")
+    failing, out = holdings(policy="fail")
+    failing.assign([A], 3)
+    verdict = failing.callback_failed(last(out).callback_id, error, None, may_fail=True)
+    assert isinstance(verdict, CallbackError)
+    assert verdict.__cause__ is error
+    assert failing.callback_failed(last(out).callback_id, error, None, may_fail=False) is None
+    releasing, out = holdings(policy="release")
+    releasing.assign([A], 3)
+    verdict = releasing.callback_failed(last(out).callback_id, error, None, may_fail=True)
+    assert verdict == GiveBack((A,), "on_assigned failed in generation 3")
+    logging, out = holdings(policy="log")
+    logging.assign([A], 3)
+    assert logging.callback_failed(last(out).callback_id, error, None, may_fail=True) is None
+    assert logging.callback_failed(999, error, None, may_fail=True) is None  # not issued
+
+
+def test_foreign_resources_are_dropped_from_an_assignment() -> None:
+    part, _ = holdings()
+    data = AssignmentData(generation=3, assigned=(A, ("other", 1), ("shard", 9)), catalog_hash=b"h")
+    kept = part.without_foreign_resources(
+        data,
+        kinds=("shard",),
+        catalog={"shard": (0, 1)},
+        catalog_hash=b"h",
+        generation=3,
+        leader="l",
+    )
+    assert kept.assigned == (A,)
+    newer = part.without_foreign_resources(
+        data, kinds=None, catalog={"shard": (0, 1)}, catalog_hash=b"mine", generation=3, leader="l"
+    )
+    assert newer is data  # a leader with another catalog may know more
+
+
+def membership() -> Membership:
+    config = MemberConfig(group_id="g", protocols=(Protocol("sticky", StickyTestAssignor()),))
+    part, _ = holdings()
+    return Membership(config, part, Departure(dynamic=True))
+
+
+def test_an_asked_round_keeps_its_first_reason_and_wins_over_a_follow_up() -> None:
+    m = membership()
+    assert not m.round_due
+    m.assigned(follow_up=True)
+    assert m.round_due
+    assert not m.rejoin_asked
+    assert m.ask_rejoin("first")
+    assert not m.ask_rejoin("second")
+    m.assigned(follow_up=False)  # a round asked for stays asked for
+    assert m.rejoin_asked
+    assert m.take_rejoin() == "first"
+    assert not m.round_due
+
+
+def test_a_rediscovery_resumes_only_a_stable_member_with_no_round_asked() -> None:
+    m = membership()
+    for state in (State.FINDING_COORDINATOR, State.JOINING, State.SYNCING, State.STABLE):
+        m.enter(state)
+    m.generation = Generation(1, "m-1", None)
+    m.coordinator_lost()
+    m.enter(State.FINDING_COORDINATOR)
+    assert m.resumes
+    m.coordinator_lost()  # lost again while looking: still resumes
+    assert m.resumes
+    m.enter(State.STABLE)
+    m.ask_rejoin("metadata changed")
+    m.coordinator_lost()
+    assert not m.resumes

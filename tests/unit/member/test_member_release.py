@@ -22,8 +22,9 @@ from workgroup.kafka.messages import (
 )
 from workgroup.member.actions import Action, Closed, InvokeCallback, SendRequest
 from workgroup.member.config import MemberConfig
+from workgroup.member.holdings import RELEASE_WINDOW_MS
 from workgroup.member.leader import LEAVING_TAG, plan_round, withholding_claims
-from workgroup.member.state import RELEASE_WINDOW_MS, MemberMachine
+from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
 from workgroup.protocol import AssignmentData, BinaryCodec, MemberMetadata, Protocol
 

@@ -1,0 +1,265 @@
+"""Where one member stands in its group: its state, generation, requests in
+flight, coordinator, session and the next round it expects.  Sans-I/O.
+
+The member machine reads and moves this part as its rules 1-6 say; this part
+keeps the facts and answers the questions they decide (may a heartbeat go,
+when does the session end, when may the next JoinGroup go, when must the
+machine be woken).
+
+Rules:
+
+1. The state changes only through :meth:`Membership.enter`, checked against
+   :mod:`~workgroup.member.transitions`.
+2. The next round is one :class:`NextRound`: none due, a *follow-up* (the last
+   assignment says the leader withheld resources: revoking members start it,
+   this member must notice it), or *asked* by this member with a reason.  An
+   asked round is taken (:meth:`Membership.take_rejoin`) once the member is
+   STABLE with no callback running; the first reason stands until then.  A
+   follow-up is settled by the next assignment.  Asking wins over a follow-up:
+   either way a round is due, and the round taken settles both.
+3. Losing the coordinator decides what its rediscovery leads to
+   (:class:`AfterLookup`): back to STABLE, if the member was STABLE with no
+   round asked (a rediscovery changes nothing in the group), otherwise a
+   JoinGroup (a rebalance under way starts again).
+4. Heartbeats go only with a known coordinator, a valid generation and none in
+   flight; beside a held JoinGroup/SyncGroup only while something is held
+   (they alone prove the session then); while LEAVING only until the last
+   callback returned and the last release came, before the LeaveGroup.
+5. The session is bounded as :class:`~workgroup.member.heartbeat.HeartbeatTimer`
+   says, while the member has a valid generation and, beside a held request,
+   holds something; LEAVING keeps it only as long as it heartbeats.
+6. :meth:`Membership.next_deadline` is the earliest of the coordinator lookup's
+   retry, the connect deadline, the next JoinGroup, the next heartbeat, the
+   session's end and, with a JoinGroup/SyncGroup in flight, the starvation
+   watchdog.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from workgroup.member.config import MemberConfig
+from workgroup.member.departure import Departure
+from workgroup.member.generation import NO_GENERATION, Generation
+from workgroup.member.heartbeat import HeartbeatTimer
+from workgroup.member.holdings import Holdings
+from workgroup.member.lookup import CoordinatorLookup
+from workgroup.member.requests import InFlight
+from workgroup.member.transitions import State, check_transition
+from workgroup.protocol.protocol import RebalanceMode
+
+
+class NextRound(enum.Enum):
+    """The round this member expects next (rule 2)."""
+
+    #: None: settled as far as this member knows.
+    NONE = "none"
+    #: The last assignment withheld resources: a follow-up round is due.
+    FOLLOW_UP = "follow_up"
+    #: This member asks for a round (the reason is kept beside it).
+    ASKED = "asked"
+
+
+class AfterLookup(enum.Enum):
+    """What finding the coordinator again leads to (rule 3)."""
+
+    #: Back to STABLE with the assignment kept.
+    RESUME = "resume"
+    #: A JoinGroup.
+    REJOIN = "rejoin"
+
+
+#: States in which the member may still be in its group's session (rule 5).
+_IN_SESSION = frozenset(
+    {
+        State.STABLE,
+        State.ASSIGNING,
+        State.JOINING,
+        State.SYNCING,
+        State.FINDING_COORDINATOR,
+        State.LEAVING,
+    }
+)
+
+
+class Membership:
+    """One member's standing in its group (see the module docstring)."""
+
+    def __init__(self, config: MemberConfig, holdings: Holdings, departure: Departure) -> None:
+        self._config = config
+        self._holdings = holdings
+        self._departure = departure
+        self._state = State.UNJOINED
+        self.generation: Generation = NO_GENERATION
+        self.leader_id = ""
+        #: Members of this generation (only the leader is told).
+        self.group_size: int | None = None
+        self.rebalances = 0
+        self.pending = InFlight()
+        self.lookup = CoordinatorLookup(config.connect_timeout_ms, self.backoff)
+        self.heartbeat = HeartbeatTimer(
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            session_timeout_ms=config.session_timeout_ms,
+            rebalance_timeout_ms=config.rebalance_timeout_ms,
+            margin_ms=config.effective_session_margin_ms,
+        )
+        #: The next JoinGroup goes no earlier (the back-off after a failed one).
+        self.join_at = 0
+        self.join_failures = 0
+        self._next_round = NextRound.NONE
+        self._rejoin_reason = ""
+        self._after_lookup = AfterLookup.REJOIN
+
+    # --- state (rule 1) ---------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def enter(self, target: State) -> None:
+        """The one place the state changes (checked against the transitions table)."""
+        self._state = check_transition(self._state, target)
+
+    @property
+    def is_leader(self) -> bool:
+        member_id = self.generation.member_id
+        return bool(member_id) and member_id == self.leader_id
+
+    @property
+    def rebalance_mode(self) -> RebalanceMode:
+        """How this member rejoins: cooperatively only if every protocol it offers
+        is cooperative, as Kafka's consumer decides.  The group may choose any
+        protocol the member offers, and an eager leader withholds nothing, so a
+        member that kept its resources would then share them."""
+        if all(p.mode == "cooperative" for p in self._config.protocols):
+            return "cooperative"
+        return "eager"
+
+    def backoff(self, failures: int) -> int:
+        base = self._config.retry_backoff_ms * (2 ** max(failures - 1, 0))
+        return int(min(base, self._config.retry_backoff_max_ms))
+
+    # --- the next round (rules 2 and 3) -----------------------------------------
+
+    @property
+    def rejoin_asked(self) -> bool:
+        return self._next_round is NextRound.ASKED
+
+    @property
+    def round_due(self) -> bool:
+        """A round is asked for or a follow-up is due: not settled."""
+        return self._next_round is not NextRound.NONE
+
+    def ask_rejoin(self, reason: str) -> bool:
+        """Ask for a round; ``False`` if one was asked for already (its reason stands)."""
+        if self._next_round is NextRound.ASKED:
+            return False
+        self._next_round = NextRound.ASKED
+        self._rejoin_reason = reason
+        return True
+
+    def take_rejoin(self) -> str:
+        """The asked round is being started: its reason (rule 2)."""
+        reason, self._rejoin_reason = self._rejoin_reason, ""
+        self._next_round = NextRound.NONE
+        return reason
+
+    def assigned(self, *, follow_up: bool) -> None:
+        """An assignment settles the follow-up it does not announce (rule 2)."""
+        if self._next_round is not NextRound.ASKED:
+            self._next_round = NextRound.FOLLOW_UP if follow_up else NextRound.NONE
+
+    def coordinator_lost(self) -> None:
+        """Rule 3 (a lookup under way keeps what it was going to lead to)."""
+        if self._state is not State.FINDING_COORDINATOR:
+            resume = self._state is State.STABLE and not self.rejoin_asked
+            self._after_lookup = AfterLookup.RESUME if resume else AfterLookup.REJOIN
+        self.pending.clear()
+
+    def starting(self) -> None:
+        self._after_lookup = AfterLookup.REJOIN
+
+    @property
+    def resumes(self) -> bool:
+        """The coordinator found again, the member goes back to STABLE (rule 3)."""
+        return self._after_lookup is AfterLookup.RESUME and self.generation.is_valid
+
+    # --- heartbeats and the session (rules 4 and 5) -----------------------------
+
+    def may_heartbeat(self) -> bool:
+        if not self.lookup.known or not self.generation.is_valid or self.pending.has("heartbeat"):
+            return False
+        if self.pending.rebalancing:
+            # Beside a held JoinGroup/SyncGroup, only answered heartbeats prove the
+            # session; they matter only while something is owned.
+            return bool(self._holdings) and self._state in (State.JOINING, State.SYNCING)
+        if self._state is State.LEAVING:
+            return not self._departure.leave_sent and self._holding_on
+        return self._state in (State.JOINING, State.ASSIGNING, State.STABLE)
+
+    @property
+    def _holding_on(self) -> bool:
+        """LEAVING: a callback runs or something is releasing."""
+        return self._holdings.callbacks_running or bool(self._holdings.releasing)
+
+    def session_end(self) -> int | None:
+        """When the coordinator may have evicted us, from what we know for sure."""
+        if not self.generation.is_valid or self._state not in _IN_SESSION:
+            return None
+        if self._state is State.LEAVING and (self._departure.leave_sent or not self._holding_on):
+            return None
+        if self.pending.rebalancing and not self._holdings:
+            return None  # the coordinator holds the request; nothing is at stake
+        return self.heartbeat.session_end(rebalancing=self.pending.rebalancing)
+
+    def connect_deadline(self) -> int | None:
+        """When to give up finding the first coordinator (``connect_timeout_ms``)."""
+        if self._state is not State.FINDING_COORDINATOR:
+            return None
+        return self.lookup.connect_deadline()
+
+    # --- JoinGroup timing -------------------------------------------------------
+
+    def join_ready_at(self) -> int:
+        """When the next JoinGroup may go: after the back-off, and within the
+        release window only once nothing is releasing any more."""
+        if self._holdings.releasing:
+            return max(self.join_at, self._holdings.release_window_until)
+        return self.join_at
+
+    def join_may_go(self) -> bool:
+        """Nothing but the clock holds the next JoinGroup back: a known coordinator,
+        no callback running, no round in flight, and (eager) nothing releasing."""
+        return (
+            self.lookup.known
+            and not self._holdings.callbacks_running
+            and not self.pending.rebalancing
+            and not (self.rebalance_mode == "eager" and self._holdings.releasing)
+        )
+
+    # --- timers (rule 6) --------------------------------------------------------
+
+    def next_deadline(self) -> int | None:
+        if self._state in (State.CLOSED, State.FATAL, State.UNJOINED):
+            return None
+        candidates: list[int] = []
+        if self._state is State.FINDING_COORDINATOR and self.lookup.next_at is not None:
+            candidates.append(self.lookup.next_at)
+        connect_deadline = self.connect_deadline()
+        if connect_deadline is not None:
+            candidates.append(connect_deadline)
+        if self._state is State.JOINING and self.join_may_go():
+            candidates.append(self.join_ready_at())
+        if self.heartbeat.next_at is not None and self.may_heartbeat():
+            candidates.append(self.heartbeat.next_at)
+        session_end = self.session_end()
+        if session_end is not None:
+            candidates.append(session_end)
+        if self.pending.rebalancing:
+            # A watchdog: being woken late tells us the process was frozen or starved,
+            # so a held answer read afterwards may be old (heartbeat.py, rule 4).
+            candidates.append(self.heartbeat.watchdog_at())
+        return min(candidates) if candidates else None
+
+
+__all__ = ["AfterLookup", "Membership", "NextRound"]
