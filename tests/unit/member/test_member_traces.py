@@ -21,6 +21,8 @@ import inspect
 import json
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -143,13 +145,35 @@ def trace(name: str, scenario: Callable[[], object]) -> Recorder:
     return recorder
 
 
-def test_member_traces_match_the_golden_file() -> None:
+def current_digests() -> dict[str, str]:
     # Scenarios that drive no machine (tests of a part alone) are left out.
-    current = {
+    return {
         name: f"{len(rec.lines)}:{rec.digest()}"
         for name, rec in ((name, trace(name, fn)) for name, fn in all_scenarios().items())
         if rec.lines
     }
+
+
+def test_member_traces_match_the_golden_file() -> None:
+    # In a fresh interpreter: the traces must not depend on what other tests did
+    # before in the same worker process (imported state, caches, random state).
+    here = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(here), str(here.parents[2])]),
+        "PYTHONHASHSEED": "0",
+    }
+    answer = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve())],
+        env=env,
+        cwd=here,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert answer.returncode == 0, answer.stderr[-4000:]
+    current: dict[str, str] = json.loads(answer.stdout)
     if os.environ.get("WORKGROUP_TRACES_UPDATE"):
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
@@ -175,3 +199,7 @@ def test_a_trace_is_the_same_in_every_run() -> None:
     )
     assert len(first.lines) > 100
     assert first.lines == second.lines
+
+
+if __name__ == "__main__":
+    print(json.dumps(current_digests()))
