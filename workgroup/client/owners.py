@@ -52,7 +52,8 @@ class ResourceOwner:
     #: Members whose older (or equally new) assignments still name it (rule 1).
     releasing: tuple[MemberDescription, ...] = ()
     slot: LeaseSlot | None = field(default=None, repr=False)
-    #: The owner's fencing token (rule 3); ``None`` while it is pending or unknown.
+    #: The slot's fencing token: the owner's (rule 3), or the last holder's for a
+    #: resource nobody owns; ``None`` while a new owner's is pending, or no slot.
     token: int | None = None
     token_pending: bool = False
 
@@ -95,13 +96,12 @@ def join_owners(
             if seen is not None and seen[0] != owner.member_id and seen[1] is not None:
                 # Rule 3: a hand-over; the slot is the old holder's until it moves on.
                 pending = token is None or token <= seen[1]
-        if owner is None or pending:
+        if pending:
             token = None
         out.append(ResourceOwner(kind, keys[where], owner, releasing, slot, token, pending))
     for tkey, slot in by_key.items():
         if tkey not in named:
-            out.append(ResourceOwner(None, slot.key if slot.key is not None else tkey[1], None,
-                                     (), slot, None, False))  # fmt: skip
+            out.append(ResourceOwner(None, tkey[1], None, (), slot, slot.token))
     out.sort(key=_order)
     return out
 

@@ -43,11 +43,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from workgroup.admin import GroupDescription, LeaseSlot
 from workgroup.assignors.standby import STANDBY_SUFFIX, is_standby_kind
+from workgroup.client.describe import GroupDescription
+from workgroup.client.owners import ResourceOwner, join_owners
+from workgroup.client.slots import LeaseSlot
 from workgroup.runtime.loads import current_load
 from workgroup.runtime.slots import encode_key
-from workgroup.types import Key
 
 TIMELINE_LIMIT = 500
 
@@ -83,6 +84,10 @@ class GroupRead:
     #: The loads members reported since they joined, by lease slot topic
     #: (:mod:`workgroup.runtime.loads`).
     loads: Mapping[str, float] = field(default_factory=dict)
+    #: Who owns what, by the client layer's rule (:mod:`workgroup.client.owners`,
+    #: as a :class:`~workgroup.client.reader.GroupReader` read it); ``None``: joined
+    #: here from ``description`` and ``slots`` as a first reading.
+    resources: list[ResourceOwner] | None = None
 
 
 class ConsoleModel:
@@ -150,7 +155,6 @@ class ConsoleModel:
         resources: list[dict[str, Any]] = []
         slots = {encode_key(s.key): s for s in read.slots if s.key is not None}
         ages = self._ages(memory, slots, now, first)
-        claimed: set[str] = set()
         warming_by: dict[tuple[str, str], tuple[str, bool]] = {}
         for m in d.members if d is not None else []:
             ready = m.ready
@@ -161,24 +165,21 @@ class ConsoleModel:
                         key in ready.get(kind, ()),
                     )
         for m in d.members if d is not None else []:
-            name = m.instance_id or m.member_id
-            names[m.member_id] = name
-            owned = 0
-            for kind, keys in sorted((m.assignment or {}).items()):
-                for key in keys:
-                    owned += 1
-                    encoded = encode_key(key)
-                    owners[kind, encoded] = m.member_id
-                    claimed.add(encoded)
-                    resources.append(
-                        self._resource(kind, key, m.member_id, name, slots.get(encoded), ages)
-                    )
+            names[m.member_id] = m.instance_id or m.member_id
+        joined = read.resources if read.resources is not None else join_owners(d, read.slots)
+        owns: dict[str, int] = {}
+        for owned in joined:
+            if owned.kind is not None and owned.owner is not None:
+                owners[owned.kind, encode_key(owned.key)] = owned.owner.member_id
+                owns[owned.owner.member_id] = owns.get(owned.owner.member_id, 0) + 1
+            resources.append(self._resource(owned, names, ages))
+        for m in d.members if d is not None else []:
             meta = m.workgroup_metadata()
             members_out.append(
                 {
                     "member_id": m.member_id,
                     "instance_id": m.instance_id,
-                    "name": name,
+                    "name": names[m.member_id],
                     "client_id": m.client_id,
                     "host": m.client_host,
                     "process": m.process,
@@ -186,16 +187,13 @@ class ConsoleModel:
                     # What it reports now, else what it reported as it joined.
                     "load": current_load(read.group, m.assignment, meta, read.loads),
                     "capacity": 1.0 if meta is None else meta.capacity,
-                    "owns": owned,
+                    "owns": owns.get(m.member_id, 0),
                     "status": m.status,
                     "warming": sum(len(keys) for keys in m.warming.values()),
                     "ready": sum(len(keys) for keys in m.ready.values()),
                     "assignment_error": m.assignment_error,
                 }
             )
-        for encoded, slot in sorted(slots.items()):
-            if encoded not in claimed and slot.key is not None:
-                resources.append(self._resource(None, slot.key, None, None, slot, ages))
         if first:
             self._timeline.append(
                 {
@@ -228,7 +226,6 @@ class ConsoleModel:
                     since, at_least = warming_seen[kind, encoded, by]
                     r["warming_by"], r["warming_ready"] = by, is_ready
                     r["warming_for_s"], r["warming_at_least"] = now - since, at_least
-        resources.sort(key=lambda r: (r["owner"] is None, r["kind"] or "", encode_key(r["key"])))
         return {
             "group": read.group,
             "state": "Empty" if d is None else d.state,
@@ -258,26 +255,24 @@ class ConsoleModel:
         return out
 
     def _resource(
-        self,
-        kind: str | None,
-        key: Key,
-        owner: str | None,
-        name: str | None,
-        slot: LeaseSlot | None,
-        ages: dict[str, tuple[float, bool]],
+        self, r: ResourceOwner, names: dict[str, str], ages: dict[str, tuple[float, bool]]
     ) -> dict[str, Any]:
+        kind = r.kind
         role = "standby" if kind is not None and is_standby_kind(kind) else "active"
         shown_kind = kind.removesuffix(STANDBY_SUFFIX) if kind is not None else None
         age: float | None
-        age, at_least = ages.get(encode_key(key), (None, False))
+        age, at_least = ages.get(encode_key(r.key), (None, False))
+        owner = None if r.owner is None else r.owner.member_id
         return {
             "kind": shown_kind,
-            "key": key,
+            "key": r.key,
             "role": role,
             "owner": owner,
-            "owner_name": name,
-            "token": None if slot is None else slot.token,
-            "checkpoint": None if slot is None else slot.checkpoint,
+            "owner_name": None if owner is None else names.get(owner, owner),
+            "releasing": [names.get(m.member_id, m.member_id) for m in r.releasing],
+            "token": r.token,
+            "token_pending": r.token_pending,
+            "checkpoint": r.checkpoint,
             "checkpoint_age_s": age,
             "age_at_least": at_least,
         }
