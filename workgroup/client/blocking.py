@@ -28,6 +28,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import workgroup.kafka  # noqa: F401  (first: it loads kio without hypothesis, kio_loading)
+
+# isort: split
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
 from kio.schema.api_versions.v0.response import ApiVersionsResponse
 from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
