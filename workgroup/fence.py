@@ -68,7 +68,6 @@ import os
 import random
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -77,7 +76,12 @@ from workgroup.client.blocking import BlockingCoordinator
 from workgroup.client.bootstrap import format_address, parse_bootstrap
 from workgroup.client.describe import decode_description
 from workgroup.client.errors import CoordinatorUnavailableError
-from workgroup.client.security import PASSWORD_ENV, PASSWORD_FILE_ENV, Security
+from workgroup.client.security import (
+    PASSWORD_ENV,
+    PASSWORD_FILE_ENV,
+    Security,
+    deprecated_security_name,
+)
 from workgroup.client.slots import fetch_request
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
 from workgroup.kafka.messages import (
@@ -445,15 +449,7 @@ class _connection:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "FenceSecurity":
-        warnings.warn(
-            "workgroup.fence.FenceSecurity is deprecated: a fence carries a "
-            "workgroup.client.security.Security (see Security.without_secrets())",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return Security
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return deprecated_security_name(__name__, "FenceSecurity", name)
 
 
 __all__ = [

@@ -174,7 +174,7 @@ class BlockingCoordinator:
         mechanism = security.sasl_mechanism or "PLAIN"
         if security.sasl_password is None:
             raise AuthenticationError(
-                f"no SASL password: set ${PASSWORD_ENV} or ${PASSWORD_FILE_ENV} in this "
+                f"no SASL password: set {PASSWORD_ENV} or {PASSWORD_FILE_ENV} in this "
                 "process (see workgroup.fence)"
             )
         answer = self._roundtrip(

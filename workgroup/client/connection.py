@@ -165,11 +165,13 @@ class ClientConnection:
 
 def _moved(result: GroupResult) -> bool:
     """Whether an answer says the group's coordinator is elsewhere now."""
-    error = getattr(result, "error", None)
-    if error in MOVED:
+    if getattr(result, "error", None) in MOVED:
         return True
     groups = getattr(result, "groups", None) or ()
-    return any(getattr(g, "error", None) in MOVED for g in groups)
+    if any(getattr(g, "error", None) in MOVED for g in groups):
+        return True
+    topics = getattr(result, "topics", None) or ()  # OffsetCommit: per partition
+    return any(p.error in MOVED for t in topics for p in getattr(t, "partitions", ()))
 
 
 __all__ = ["MOVED", "ClientConnection"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -148,6 +149,22 @@ class Security:
 
 PLAINTEXT = Security()
 
+
+def deprecated_security_name(module: str, name: str, attribute: str) -> type[Security]:
+    """A module's ``__getattr__`` for a settings class that :class:`Security`
+    replaced (``FenceSecurity``, ``Credentials``): :class:`Security`, with a
+    :class:`DeprecationWarning`; :class:`AttributeError` for any other name."""
+    if attribute != name:
+        raise AttributeError(f"module {module!r} has no attribute {attribute!r}")
+    warnings.warn(
+        f"{module}.{name} is deprecated: use workgroup.client.security.Security "
+        "(Security.without_secrets() leaves the password out)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return Security
+
+
 __all__ = [
     "PASSWORD_ENV",
     "PASSWORD_FILE_ENV",
@@ -155,4 +172,5 @@ __all__ = [
     "SaslMechanism",
     "Security",
     "SecurityProtocol",
+    "deprecated_security_name",
 ]

@@ -56,11 +56,15 @@ def fetch_request(group: str, slots: Iterable[Slot] | None = None) -> OffsetFetc
     """One OffsetFetch of ``slots`` of ``group`` (``None``: every committed offset)."""
     if slots is None:
         return OffsetFetch(groups=(OffsetFetchGroup(group, None),))
+    return OffsetFetch(groups=(OffsetFetchGroup(group, fetch_topics(slots)),))
+
+
+def fetch_topics(slots: Iterable[Slot]) -> tuple[FetchTopic, ...]:
+    """``slots`` as an OffsetFetch names them: one entry per topic, in order."""
     topics: dict[str, list[int]] = {}
     for slot in slots:
         topics.setdefault(slot.topic, []).append(slot.partition)
-    fetched = tuple(FetchTopic(name, tuple(parts)) for name, parts in topics.items())
-    return OffsetFetch(groups=(OffsetFetchGroup(group, fetched),))
+    return tuple(FetchTopic(name, tuple(parts)) for name, parts in topics.items())
 
 
 def decode_slots(result: OffsetFetchResult, group: str) -> list[LeaseSlot]:
@@ -95,4 +99,4 @@ def decode_slots(result: OffsetFetchResult, group: str) -> list[LeaseSlot]:
     return sorted(slots, key=lambda s: (s.key is None, encode_key(s.key or ""), s.topic))
 
 
-__all__ = ["LeaseSlot", "decode_slots", "fetch_request"]
+__all__ = ["LeaseSlot", "decode_slots", "fetch_request", "fetch_topics"]

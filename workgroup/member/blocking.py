@@ -6,24 +6,14 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from workgroup.client.blocking import BlockingCoordinator
+from workgroup.client.security import deprecated_security_name
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Credentials":
-        warnings.warn(
-            "workgroup.member.blocking.Credentials is deprecated: use "
-            "workgroup.client.security.Security",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from workgroup.client.security import Security
-
-        return Security
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return deprecated_security_name(__name__, "Credentials", name)
 
 
 __all__ = ["BlockingCoordinator"]
