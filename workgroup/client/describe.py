@@ -28,7 +28,7 @@ from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.metadata import BinaryCodec, MemberMetadata
 from workgroup.protocol.process import PROCESS_TAG
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE
-from workgroup.types import Key, Resource, sorted_resources
+from workgroup.types import Key, Resource
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -157,49 +157,55 @@ class GroupDescription:
 
 
 def _by_kind(resources: Iterable[Resource]) -> dict[str, list[Key]]:
+    """``{kind: [keys]}`` in :func:`~workgroup.types.resource_sort_key` order."""
     by_kind: dict[str, list[Key]] = {}
-    for kind, key in sorted_resources(resources):
+    for kind, key in resources:
         by_kind.setdefault(kind, []).append(key)
-    return by_kind
+    for keys in by_kind.values():
+        if all(type(key) is int for key in keys):
+            keys.sort()  # the common case: no key function to call per key
+        else:
+            keys.sort(key=lambda key: (isinstance(key, str), key))
+    return {kind: by_kind[kind] for kind in sorted(by_kind)}
 
 
 def decode_warming(protocol_type: str, blob: bytes) -> dict[str, list[Key]]:
     """``{kind: [keys]}`` a workgroup assignment hands its member to warm up
     (empty for other protocol types and for bytes that do not decode)."""
-    if not blob or protocol_type != DEFAULT_PROTOCOL_TYPE:
-        return {}
-    try:
-        return _by_kind(BinaryCodec().decode_assignment(blob).value.warming)
-    except Exception:  # reported by decode_assignment already
-        return {}
+    return _decode(protocol_type, blob)[3]
 
 
 def decode_assignment(
     protocol_type: str, blob: bytes
 ) -> tuple[dict[str, list[Key]] | None, int | None, str | None]:
     """``(assignment by kind, generation, error)`` of one member's assignment bytes."""
+    return _decode(protocol_type, blob)[:3]
+
+
+def _decode(
+    protocol_type: str, blob: bytes
+) -> tuple[dict[str, list[Key]] | None, int | None, str | None, dict[str, list[Key]]]:
+    """One member's assignment bytes, decoded once: by kind, its generation, the
+    error if they do not decode, and what it warms up."""
     if not blob:
-        return {}, None, None
+        return {}, None, None, {}
     try:
         if protocol_type == DEFAULT_PROTOCOL_TYPE:
             data = BinaryCodec().decode_assignment(blob).value
-            return _by_kind(data.assigned), data.generation, None
+            return _by_kind(data.assigned), data.generation, None, _by_kind(data.warming)
         if protocol_type == CONSUMER_PROTOCOL_TYPE:
             # aiokafka's decoder, loaded only for a consumer group.
             from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
             decoded = ConsumerProtocolMemberAssignment.decode(blob)
-            return (
-                {
-                    topic: sorted(int(p) for p in partitions)
-                    for topic, partitions in decoded.assignment
-                },
-                None,
-                None,
-            )
+            topics: dict[str, list[Key]] = {
+                topic: sorted(map(int, parts)) for topic, parts in decoded.assignment
+            }
+            return topics, None, None, {}
     except Exception as exc:  # any malformed bytes: reported, not fatal
-        return None, None, f"undecodable {protocol_type} assignment: {type(exc).__name__}: {exc}"
-    return None, None, f"protocol type {protocol_type!r}: assignment format unknown"
+        why = f"undecodable {protocol_type} assignment: {type(exc).__name__}: {exc}"
+        return None, None, why, {}
+    return None, None, f"protocol type {protocol_type!r}: assignment format unknown", {}
 
 
 def decode_description(result: DescribeGroupsResult, group: str) -> GroupDescription:
@@ -218,7 +224,7 @@ def decode_description(result: DescribeGroupsResult, group: str) -> GroupDescrip
     members = []
     generations = []
     for m in described.members:
-        assignment, generation, error = decode_assignment(described.protocol_type, m.assignment)
+        assignment, generation, error, warming = _decode(described.protocol_type, m.assignment)
         if generation is not None and generation >= 0:
             generations.append(generation)
         members.append(
@@ -232,7 +238,7 @@ def decode_description(result: DescribeGroupsResult, group: str) -> GroupDescrip
                 error,
                 generation,
                 m.metadata,
-                decode_warming(described.protocol_type, m.assignment),
+                warming,
             )
         )
     return GroupDescription(

@@ -11,7 +11,9 @@ Rules:
    only when the group's generation or members changed, and then only the slots
    of the resources whose owner changed, again while their new owners' tokens
    are pending (``settle_s`` at most after the change).  ``full_every_s``
-   (the console's checkpoint ages) re-reads every slot that often.
+   (the console's checkpoint ages) re-reads every slot that often, and no more
+   often than keeps full reads within ``full_share`` of the time (a big group's
+   full read takes seconds of the coordinator's time).
 3. Members' current loads (:mod:`workgroup.runtime.loads`, another group's
    offsets) are read when asked (``loads=True``) and the group has members.
 4. A group the coordinator does not know is read as no description (``None``);
@@ -154,6 +156,7 @@ class GroupReader:
         loads: bool = False,
         settle_s: float = DEFAULT_SETTLE_S,
         full_every_s: float | None = None,
+        full_share: float = 0.05,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.connection = connection
@@ -161,6 +164,8 @@ class GroupReader:
         self._loads = loads
         self._settle_s = settle_s
         self._full_every_s = full_every_s
+        self._full_share = full_share
+        self._full_took = 0.0
         self._clock = clock
         self._last: GroupSnapshot | None = None
         self._shape: object = ()
@@ -194,6 +199,7 @@ class GroupReader:
                 fetched = await read_slots(self.connection, self.group)
                 self._slots = {typed(s.key): s for s in fetched if s.key is not None}
                 self._full_at = now
+                self._full_took = self._clock() - now
                 self.slots_fetched = len(fetched)
             else:
                 fetched = await read_slots(self.connection, self.group, wanted.values())
@@ -234,8 +240,10 @@ class GroupReader:
         """Rule 2: ``None`` to read every slot, else the resources' keys to read."""
         if self._full_at is None:
             return None
-        if self._full_every_s is not None and now - self._full_at >= self._full_every_s:
-            return None
+        if self._full_every_s is not None:
+            every = max(self._full_every_s, self._full_took / self._full_share)
+            if now - self._full_at >= every:
+                return None
         keys: dict[TypedKey, Key] = {}
         if changed and self._last is not None:
             previous = {

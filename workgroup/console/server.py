@@ -7,12 +7,14 @@ Rules:
    :data:`READ_CONCURRENCY` groups at a time, all on one kept connection),
    reads what the event logs gained since the last refresh, and updates the
    :class:`~workgroup.console.model.ConsoleModel`.  A group's lease slots are
-   read whole at first and every :data:`SLOTS_EVERY_S` (checkpoint ages are as
-   precise as that); after its generation or members changed, only the slots
-   of the resources that moved, while their new owners' tokens are pending
-   (:data:`SETTLE_S` at most).  The next refresh waits at least twice as long
-   as the last one took, so the console never takes more than a third of the
-   coordinator's time however big the groups are.  The members' current loads
+   read whole at first and every :data:`SLOTS_EVERY_S`, or less often for a
+   group so big that its full read would take over :data:`FULL_READ_SHARE` of
+   the time (checkpoint ages are as precise as that); after its generation or
+   members changed, only the slots of the resources that moved, while their
+   new owners' tokens are pending (:data:`SETTLE_S` at most).  The next
+   refresh waits at least twice as long as the last one took, so the console
+   never takes more than a third of the coordinator's time however big the
+   groups are.  The members' current loads
    (:mod:`workgroup.runtime.loads`: one OffsetFetch of the companion group) are
    read at every refresh of a group that has members.
 2. ``GET /api/stream`` is a server-sent event stream: the summary (every group
@@ -58,6 +60,8 @@ READ_CONCURRENCY = 8
 #: Slots are read again this long after a group changed, and at least this often.
 SETTLE_S = 5.0
 SLOTS_EVERY_S = 10.0
+#: Full reads of a group's slots take at most this share of the time.
+FULL_READ_SHARE = 0.05
 DEFAULT_REFRESH_MS = 1_000
 #: Resources of one group sent per request at most.
 MAX_LIMIT = 5_000
@@ -205,6 +209,7 @@ class ConsoleServer:
                 loads=True,
                 settle_s=SETTLE_S,
                 full_every_s=SLOTS_EVERY_S,
+                full_share=FULL_READ_SHARE,
                 clock=time.monotonic,
             )
         try:
