@@ -1,76 +1,48 @@
-"""What an operator asks a coordinator: describe a group, list groups.
+"""What an operator asks a coordinator: describe, list, delete a group, reset a checkpoint.
 
 Works against the embedded coordinator, Tansu and any Kafka cluster (the
-DescribeGroups and ListGroups requests of the classic protocol).  Member
-assignments are decoded when their protocol type is workgroup's (the binary
-assignment codec: resources by kind, and the generation) or Kafka consumers'
-(topics and partitions); bytes that do not decode are reported, never fatal.
-
-DescribeGroups does not return the group's generation or leader: the
-generation is read from workgroup assignments (each carries it), the leader is
-not known (``None``).
-
-Planned moves show per workgroup member: the resources it warms up (its
-assignment's ``warming``) and those of them it reported ready (its last
-JoinGroup metadata), and whether it drains (``workgroup.draining``) or leaves
-(``workgroup.leaving``): it takes nothing and hands its resources over.
+requests of the classic protocol).  Each call opens one connection of the
+client layer (:mod:`workgroup.client`) and closes it; readers that poll keep a
+:class:`~workgroup.client.connection.ClientConnection` and a
+:class:`~workgroup.client.reader.GroupReader` instead.  The description
+(:mod:`workgroup.client.describe`) and the lease slots
+(:mod:`workgroup.client.slots`) are decoded there, and named here too.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
-from aiokafka.errors import KafkaError
-
 from workgroup.assignors.standby import active_kind
-from workgroup.errors import ConfigError, ErrorCode, ProtocolError, WorkgroupError
-from workgroup.kafka.adapter import KafkaRequest, to_result
+from workgroup.client.connection import ClientConnection
+from workgroup.client.describe import (
+    CONSUMER_PROTOCOL_TYPE,
+    GroupDescription,
+    GroupNotFoundError,
+    MemberDescription,
+    decode_assignment,
+    decode_warming,
+)
+from workgroup.client.reader import describe, read_loads, read_slots
+from workgroup.client.slots import LeaseSlot
+from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
 from workgroup.kafka.messages import (
     CommitPartition,
     CommitTopic,
     DeleteGroups,
     DeleteGroupsResult,
-    DescribeGroups,
-    DescribeGroupsResult,
     GroupRequest,
     GroupResult,
     ListGroups,
     ListGroupsResult,
     OffsetCommit,
     OffsetCommitResult,
-    OffsetFetch,
-    OffsetFetchGroup,
-    OffsetFetchResult,
 )
-from workgroup.member.driver import CoordinatorConnection, map_kafka_error, parse_bootstrap
-from workgroup.member.leader import DRAINING_TAG, LEAVING_TAG
-from workgroup.protocol.endpoint import ENDPOINT_TAG
-from workgroup.protocol.metadata import BinaryCodec, MemberMetadata
-from workgroup.protocol.process import PROCESS_TAG
-from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE
-from workgroup.runtime.slots import (
-    LEASE_TOPIC_PREFIX,
-    NO_TOKEN,
-    check_value,
-    decode_metadata,
-    encode_key,
-    same_key,
-    slot_header,
-    slot_of,
-)
+from workgroup.runtime.slots import NO_TOKEN, check_value, same_key, slot_header, slot_of
 from workgroup.security import PLAINTEXT, Security
-from workgroup.types import Key, Resource, sorted_resources
-
-CONSUMER_PROTOCOL_TYPE = "consumer"
-
-
-class GroupNotFoundError(WorkgroupError):
-    """The coordinator knows no such group (DescribeGroups answers it Dead)."""
+from workgroup.types import Key
 
 
 class GroupNotEmptyError(WorkgroupError):
@@ -84,121 +56,6 @@ class UnknownResourceError(ConfigError):
 
 
 @dataclass(frozen=True)
-class MemberDescription:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    #: ``{kind: [keys]}`` (for consumers, ``{topic: [partitions]}``); ``None`` if
-    #: the bytes could not be decoded (see ``assignment_error``).
-    assignment: dict[str, list[Key]] | None
-    assignment_error: str | None = None
-    generation: int | None = None
-    #: The member's metadata for the group's protocol (its advertised endpoint).
-    metadata: bytes = field(default=b"", repr=False)
-    #: ``{kind: [keys]}`` it warms up for a planned move (another member owns them).
-    warming: dict[str, list[Key]] = field(default_factory=dict)
-
-    def workgroup_metadata(self) -> MemberMetadata | None:
-        """The metadata as a workgroup member wrote it (``None``: none, or another
-        protocol type's, or a layout this version cannot read)."""
-        return self._decoded_metadata
-
-    @cached_property
-    def _decoded_metadata(self) -> MemberMetadata | None:
-        if not self.metadata:
-            return None
-        try:
-            return BinaryCodec().decode_metadata(self.metadata).value
-        except WorkgroupError:
-            return None
-
-    @property
-    def endpoint(self) -> str | None:
-        """The ``HOST:PORT`` the member advertised (``--advertise``), if any."""
-        meta = self.workgroup_metadata()
-        return None if meta is None else dict(meta.tags).get(ENDPOINT_TAG)
-
-    @property
-    def process(self) -> str:
-        """The process that holds the member's place now (``HOST-PID`` from its
-        metadata, :mod:`workgroup.protocol.process`), else its client id: a static
-        member's client id is its first process's, even after a replacement."""
-        meta = self.workgroup_metadata()
-        tagged = None if meta is None else dict(meta.tags).get(PROCESS_TAG)
-        return tagged or self.client_id
-
-    @property
-    def ready(self) -> dict[str, list[Key]]:
-        """``{kind: [keys]}`` of :attr:`warming` it reported ready (cut over next)."""
-        meta = self.workgroup_metadata()
-        if meta is None or not self.warming:
-            return {}
-        warming = {(kind, key) for kind, keys in self.warming.items() for key in keys}
-        return _by_kind(r for r in meta.ready if r in warming)
-
-    @property
-    def draining(self) -> bool:
-        """It drains: it stays in the group and hands everything over."""
-        meta = self.workgroup_metadata()
-        return meta is not None and DRAINING_TAG in dict(meta.tags)
-
-    @property
-    def leaving(self) -> bool:
-        """It is closing: it hands everything over before it leaves."""
-        meta = self.workgroup_metadata()
-        return meta is not None and LEAVING_TAG in dict(meta.tags)
-
-    @property
-    def status(self) -> str:
-        """``leaving``, ``draining``, ``warming`` (warm-ups under way) or ``member``."""
-        if self.leaving:
-            return "leaving"
-        if self.draining:
-            return "draining"
-        return "warming" if self.warming else "member"
-
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "member_id": self.member_id,
-            "instance_id": self.instance_id,
-            "client_id": self.client_id,
-            "client_host": self.client_host,
-            "process": self.process,
-            "assignment": self.assignment,
-            "warming": self.warming,
-            "ready": self.ready,
-            "draining": self.draining,
-            "leaving": self.leaving,
-        }
-        if self.assignment_error is not None:
-            out["assignment_error"] = self.assignment_error
-        return out
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    group: str
-    state: str
-    protocol_type: str
-    protocol: str
-    generation: int | None
-    leader: str | None
-    members: list[MemberDescription] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "state": self.state,
-            "protocol_type": self.protocol_type,
-            "protocol": self.protocol,
-            "generation": self.generation,
-            "leader": self.leader,
-            "members": [m.as_json() for m in self.members],
-        }
-
-
-@dataclass(frozen=True)
 class GroupListing:
     group: str
     protocol_type: str
@@ -206,49 +63,6 @@ class GroupListing:
 
     def as_json(self) -> dict[str, Any]:
         return {"group": self.group, "protocol_type": self.protocol_type, "state": self.state}
-
-
-def _by_kind(resources: Iterable[Resource]) -> dict[str, list[Key]]:
-    by_kind: dict[str, list[Key]] = {}
-    for kind, key in sorted_resources(resources):
-        by_kind.setdefault(kind, []).append(key)
-    return by_kind
-
-
-def decode_warming(protocol_type: str, blob: bytes) -> dict[str, list[Key]]:
-    """``{kind: [keys]}`` a workgroup assignment hands its member to warm up
-    (empty for other protocol types and for bytes that do not decode)."""
-    if not blob or protocol_type != DEFAULT_PROTOCOL_TYPE:
-        return {}
-    try:
-        return _by_kind(BinaryCodec().decode_assignment(blob).value.warming)
-    except Exception:  # reported by decode_assignment already
-        return {}
-
-
-def decode_assignment(
-    protocol_type: str, blob: bytes
-) -> tuple[dict[str, list[Key]] | None, int | None, str | None]:
-    """``(assignment by kind, generation, error)`` of one member's assignment bytes."""
-    if not blob:
-        return {}, None, None
-    try:
-        if protocol_type == DEFAULT_PROTOCOL_TYPE:
-            data = BinaryCodec().decode_assignment(blob).value
-            return _by_kind(data.assigned), data.generation, None
-        if protocol_type == CONSUMER_PROTOCOL_TYPE:
-            decoded = ConsumerProtocolMemberAssignment.decode(blob)
-            return (
-                {
-                    topic: sorted(int(p) for p in partitions)
-                    for topic, partitions in decoded.assignment
-                },
-                None,
-                None,
-            )
-    except Exception as exc:  # any malformed bytes: reported, not fatal
-        return None, None, f"undecodable {protocol_type} assignment: {type(exc).__name__}: {exc}"
-    return None, None, f"protocol type {protocol_type!r}: assignment format unknown"
 
 
 async def _ask(
@@ -261,20 +75,8 @@ async def _ask(
     what: str,
 ) -> GroupResult:
     """One request to ``group``'s coordinator, on a connection of its own."""
-    connection = CoordinatorConnection(
-        bootstrap,
-        client_id="workgroup-admin",
-        request_timeout_ms=int(timeout_s * 1000),
-        security=security,
-    )
-    try:
-        async with asyncio.timeout(timeout_s):
-            await connection.find(group)
-            return to_result(request, await connection.send(KafkaRequest(request)))
-    except (KafkaError, OSError, TimeoutError) as exc:
-        raise map_kafka_error(exc, what) from exc
-    finally:
-        await connection.close()
+    async with ClientConnection(bootstrap, security=security, timeout_s=timeout_s) as connection:
+        return await connection.request(group, request, what=what)
 
 
 async def describe_group(
@@ -284,108 +86,33 @@ async def describe_group(
     security: Security = PLAINTEXT,
     timeout_s: float = 10.0,
 ) -> GroupDescription:
-    """Describe ``group`` (see the module docstring)."""
-    result = await _ask(
-        bootstrap,
-        group,
-        DescribeGroups((group,)),
-        security=security,
-        timeout_s=timeout_s,
-        what=f"describing group {group!r}",
-    )
-    assert isinstance(result, DescribeGroupsResult)
-    if len(result.groups) != 1:
-        raise ProtocolError(f"DescribeGroups answered {len(result.groups)} groups, asked for 1")
-    described = result.groups[0]
-    if described.error is not ErrorCode.NONE:
-        raise WorkgroupError(f"describing group {group!r}: {described.error.name}")
-    if described.state == "Dead" and not described.members:
-        raise GroupNotFoundError(f"no group {group!r} on this coordinator")
-    members = []
-    generations = []
-    for m in described.members:
-        assignment, generation, error = decode_assignment(described.protocol_type, m.assignment)
-        if generation is not None and generation >= 0:
-            generations.append(generation)
-        members.append(
-            MemberDescription(
-                m.member_id,
-                m.group_instance_id,
-                m.client_id,
-                # Kafka's client host is an InetAddress's text: "/127.0.0.1".
-                m.client_host.removeprefix("/"),
-                assignment,
-                error,
-                generation,
-                m.metadata,
-                decode_warming(described.protocol_type, m.assignment),
-            )
-        )
-    return GroupDescription(
-        group=described.group_id,
-        state=described.state,
-        protocol_type=described.protocol_type,
-        protocol=described.protocol_data,
-        generation=max(generations) if generations else None,
-        leader=None,
-        members=sorted(members, key=lambda m: m.member_id),
-    )
+    """Describe ``group`` (:mod:`workgroup.client.describe`)."""
+    async with ClientConnection(bootstrap, security=security, timeout_s=timeout_s) as connection:
+        return await describe(connection, group)
 
 
 async def list_groups(
     bootstrap: str | Sequence[str], *, security: Security = PLAINTEXT, timeout_s: float = 10.0
 ) -> list[GroupListing]:
     """The groups every bootstrap broker coordinates (ListGroups on each)."""
+    connection = ClientConnection(bootstrap, security=security, timeout_s=timeout_s)
+    return await list_groups_on(connection)
+
+
+async def list_groups_on(connection: ClientConnection) -> list[GroupListing]:
+    """:func:`list_groups` through ``connection``'s settings."""
     found: dict[str, GroupListing] = {}
-    for host, port in parse_bootstrap(bootstrap):
-        connection = CoordinatorConnection(
-            f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
-            client_id="workgroup-admin",
-            request_timeout_ms=int(timeout_s * 1000),
-            security=security,
-        )
+    for host, port in connection.hosts():
         request = ListGroups()
-        try:
-            async with asyncio.timeout(timeout_s):
-                response = await connection.send_to_bootstrap(KafkaRequest(request))
-                result = to_result(request, response)
-        except (KafkaError, OSError, TimeoutError) as exc:
-            raise map_kafka_error(exc, f"listing the groups of {host}:{port}") from exc
-        finally:
-            await connection.close()
+        result = await connection.request_bootstrap(
+            host, port, request, what=f"listing the groups of {host}:{port}"
+        )
         assert isinstance(result, ListGroupsResult)
         if result.error is not ErrorCode.NONE:
             raise WorkgroupError(f"listing the groups of {host}:{port}: {result.error.name}")
         for g in result.groups:
             found[g.group_id] = GroupListing(g.group_id, g.protocol_type, g.state)
     return [found[name] for name in sorted(found)]
-
-
-@dataclass(frozen=True)
-class LeaseSlot:
-    """One lease slot of a group, read back from its committed offsets.
-
-    ``key`` is the key its header names (``None``: no header, e.g. a broker that
-    keeps no commit metadata, or unreadable: see ``error``); ``token`` the
-    fencing token (the committed offset); ``checkpoint`` the last checkpoint.
-    """
-
-    topic: str
-    key: Key | None
-    token: int
-    checkpoint: str | None
-    error: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "topic": self.topic,
-            "key": self.key,
-            "token": self.token,
-            "checkpoint": self.checkpoint,
-        }
-        if self.error is not None:
-            out["error"] = self.error
-        return out
 
 
 async def read_lease_slots(
@@ -397,42 +124,8 @@ async def read_lease_slots(
 ) -> list[LeaseSlot]:
     """Every lease slot ``group`` has committed (OffsetFetch of all its offsets),
     sorted by key.  They outlive the group's members: an empty group keeps them."""
-    request = OffsetFetch(groups=(OffsetFetchGroup(group, None),))
-    result = await _ask(
-        bootstrap,
-        group,
-        request,
-        security=security,
-        timeout_s=timeout_s,
-        what=f"reading the lease slots of group {group!r}",
-    )
-    assert isinstance(result, OffsetFetchResult)
-    fetched = result.groups[0] if len(result.groups) == 1 else None
-    if fetched is None:
-        raise ProtocolError(f"OffsetFetch answered {len(result.groups)} groups, asked for 1")
-    if fetched.error not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
-        raise WorkgroupError(
-            f"reading the lease slots of group {group!r}: {fetched.error.name}",
-            retriable=fetched.error.retriable,
-        )
-    prefix = f"{LEASE_TOPIC_PREFIX}{group}."
-    slots = []
-    for topic in fetched.topics:
-        if not topic.name.startswith(prefix):
-            continue  # the legacy layout's topic, or a consumer's offsets
-        for p in topic.partitions:
-            if p.error is not ErrorCode.NONE or p.offset < 0:
-                continue
-            try:
-                contents = decode_metadata(p.metadata)
-            except ValueError as exc:
-                slots.append(LeaseSlot(topic.name, None, p.offset, None, str(exc)))
-                continue
-            error = None
-            if contents.key is not None and slot_of(group, contents.key).topic != topic.name:
-                error = "its header names a key whose slot is another one"
-            slots.append(LeaseSlot(topic.name, contents.key, p.offset, contents.checkpoint, error))
-    return sorted(slots, key=lambda s: (s.key is None, encode_key(s.key or ""), s.topic))
+    async with ClientConnection(bootstrap, security=security, timeout_s=timeout_s) as connection:
+        return await read_slots(connection, group)
 
 
 async def read_current_loads(
@@ -445,31 +138,8 @@ async def read_current_loads(
     """The loads ``group``'s members reported since they joined, by lease slot
     topic (:mod:`workgroup.runtime.loads`; join them with
     :func:`~workgroup.runtime.loads.current_load`); empty when none did."""
-    from workgroup.runtime.loads import decode_load, load_group
-
-    request = OffsetFetch(groups=(OffsetFetchGroup(load_group(group), None),))
-    result = await _ask(
-        bootstrap,
-        load_group(group),
-        request,
-        security=security,
-        timeout_s=timeout_s,
-        what=f"reading the current loads of group {group!r}",
-    )
-    assert isinstance(result, OffsetFetchResult)
-    fetched = result.groups[0] if len(result.groups) == 1 else None
-    if fetched is None or fetched.error not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
-        error = "no answer" if fetched is None else fetched.error.name
-        raise WorkgroupError(
-            f"reading the current loads of group {group!r}: {error}",
-            retriable=fetched is None or fetched.error.retriable,
-        )
-    return {
-        topic.name: decode_load(p.offset)
-        for topic in fetched.topics
-        for p in topic.partitions
-        if p.error is ErrorCode.NONE and p.offset >= 0
-    }
+    async with ClientConnection(bootstrap, security=security, timeout_s=timeout_s) as connection:
+        return await read_loads(connection, group)
 
 
 async def delete_group(
@@ -617,6 +287,7 @@ async def reset_checkpoint(
 
 
 __all__ = [
+    "CONSUMER_PROTOCOL_TYPE",
     "GroupDescription",
     "GroupListing",
     "GroupNotEmptyError",

@@ -2,22 +2,28 @@
 
 A daemon started with ``--advertise HOST:PORT`` names that endpoint in its
 member metadata (tag :data:`ENDPOINT_TAG`).  A :class:`Directory` reads the
-group from outside, as ``workgroup describe`` does: DescribeGroups gives each
-member's metadata (its endpoint) and assignment (what it owns, and the
-generation), and the lease slots give each resource's fencing token.
+group from outside through the client layer's
+:class:`~workgroup.client.reader.GroupReader`, as ``workgroup describe`` and the
+console do: DescribeGroups gives each member's metadata (its endpoint) and
+assignment (what it owns, and the generation), the lease slots each
+resource's fencing token, and :mod:`workgroup.client.owners` who owns what.
 
 Rules:
 
 1. :meth:`Directory.owner` answers from memory: no request per call, so it can
    be called per routed request.
-2. The directory polls DescribeGroups every ``refresh_ms`` (one small request)
-   and rebuilds its map whenever the generation (or any member's assignment)
-   changes.  A resource is answered only while exactly one member's assignment
-   holds it; in a cooperative round that withholds it, nobody holds it and
-   :meth:`owner` says ``None`` (retry shortly).
-3. Tokens: a new owner commits its token just after it is assigned the
-   resource, so the slots are read again on every poll for ``settle_ms``
-   after each change; then they stay as read until the next change.
+2. The directory polls DescribeGroups every ``refresh_ms`` (one small request,
+   on one connection kept open) and rebuilds its map whenever the generation
+   (or the members) change.  Who owns a resource follows the client layer's
+   one rule (:mod:`workgroup.client.owners`): while two assignments name it
+   mid-hand-over, the newer assignment's member owns it; in a cooperative
+   round that withholds it, nobody holds it and :meth:`owner` says ``None``
+   (retry shortly).
+3. Tokens: every slot is read once; after a change only the slots of the
+   resources that moved are read, again on every poll while their new owners'
+   tokens are pending (``settle_ms`` at most).  A new owner is never paired
+   with its predecessor's token: :attr:`Owner.token` is ``None`` until its own
+   is committed.
 4. An answer can be stale by up to ``refresh_ms`` plus the time a move takes:
    the owner it names may already have been revoked.  Routing is therefore a
    hint, never a lock: the owner checks its lease (and its token fences what it
@@ -29,24 +35,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from workgroup.admin import (
-    GroupDescription,
-    GroupNotFoundError,
-    LeaseSlot,
-    describe_group,
-    read_lease_slots,
-)
-from workgroup.clock import monotonic_ms
+from workgroup.client.connection import ClientConnection
+from workgroup.client.reader import GroupReader, GroupSnapshot
 from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.protocol.endpoint import ENDPOINT_TAG, check_endpoint
-from workgroup.runtime.slots import encode_key
 from workgroup.security import PLAINTEXT, Security
 from workgroup.types import Key
 
@@ -79,14 +77,6 @@ class Owner:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class _Snapshot:
-    #: ``(kind, encoded key) -> Owner`` (the encoding keeps ``1`` and ``"1"`` apart).
-    owners: dict[tuple[str, str], Owner]
-    #: What a change is detected by: the generation and every member's assignment.
-    shape: tuple[object, ...]
-
-
 class Directory:
     """Owner lookup for one group (see the module's rules).
 
@@ -113,9 +103,10 @@ class Directory:
         self._refresh_ms = refresh_ms
         self._settle_ms = settle_ms
         self._timeout_s = timeout_s
-        self._snapshot = _Snapshot({}, ())
-        self._changed_at: int | None = None
-        self._slots: dict[str, LeaseSlot] = {}
+        self._connection = ClientConnection(
+            bootstrap, security=security, timeout_s=timeout_s, client_id="workgroup-directory"
+        )
+        self._reader = GroupReader(self._connection, group, settle_s=settle_ms / 1000)
         #: ``(kind, key type, key) -> Owner`` with its token: what :meth:`owner` reads.
         self._answers: dict[tuple[str, type, Key], Owner] = {}
         self._poller: asyncio.Task[None] | None = None
@@ -144,6 +135,12 @@ class Directory:
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
+        await self._connection.close()
+
+    @property
+    def snapshot(self) -> GroupSnapshot | None:
+        """The last reading of the group (:class:`~workgroup.client.reader.GroupSnapshot`)."""
+        return self._reader.last
 
     def owner(self, kind: str, key: Key) -> Owner | None:
         """Who owns ``kind``/``key`` now (``None``: nobody, as last seen)."""
@@ -162,57 +159,23 @@ class Directory:
     async def refresh(self) -> None:
         """Read the group now (rule 2) and, while it settles, its tokens (rule 3)."""
         try:
-            described: GroupDescription | None = await describe_group(
-                self.bootstrap, self.group, security=self._security, timeout_s=self._timeout_s
-            )
-        except GroupNotFoundError:
-            described = None  # no member yet: nobody owns anything
+            snapshot = await self._reader.read()
         except WorkgroupError as exc:
             self.error = exc
             self._refreshed.set()
             raise
-        now = monotonic_ms()
-        owners: dict[tuple[str, str], Owner] = {}
-        held_twice: set[tuple[str, str]] = set()
-        members = [] if described is None else described.members
-        shape: list[object] = [None if described is None else described.generation]
-        for m in members:
-            shape.append((m.member_id, repr(m.assignment)))
-            for kind, keys in (m.assignment or {}).items():
-                for key in keys:
-                    where = (kind, encode_key(key))
-                    if where in owners:
-                        held_twice.add(where)
-                    owners[where] = Owner(
-                        m.member_id, m.instance_id, m.endpoint, None, m.generation
-                    )
-        for where in held_twice:  # mid-hand-over: nobody answers for it (rule 2)
-            del owners[where]
-        snapshot = _Snapshot(owners, tuple(shape))
-        if snapshot.shape != self._snapshot.shape:
+        if snapshot.changed:
             self.changes += 1
-            self._changed_at = now
-            log.debug("directory.changed", group=self.group, generation=shape[0])
-        self._snapshot = snapshot
-        if self._changed_at is not None and now - self._changed_at <= self._settle_ms:
-            with contextlib.suppress(WorkgroupError):  # tokens are a bonus, not the answer
-                self._slots = {
-                    encode_key(s.key): s
-                    for s in await read_lease_slots(
-                        self.bootstrap,
-                        self.group,
-                        security=self._security,
-                        timeout_s=self._timeout_s,
-                    )
-                    if s.key is not None
-                }
-        self._answers = {}
-        for (kind, encoded), found in self._snapshot.owners.items():
-            slot = self._slots.get(encoded)
-            key = _decode_key(encoded)
-            self._answers[kind, type(key), key] = _with_token(
-                found, None if slot is None else slot.token
+            log.debug("directory.changed", group=self.group, generation=snapshot.generation)
+        answers: dict[tuple[str, type, Key], Owner] = {}
+        for r in snapshot.resources:
+            if r.owner is None or r.kind is None:
+                continue
+            m = r.owner
+            answers[r.kind, type(r.key), r.key] = Owner(
+                m.member_id, m.instance_id, m.endpoint, r.token, m.generation
             )
+        self._answers = answers
         self.error = None
         self._refreshed.set()
 
@@ -223,16 +186,6 @@ class Directory:
                 await self.refresh()
             except WorkgroupError as exc:
                 log.debug("directory.refresh_failed", group=self.group, error=str(exc))
-
-
-def _with_token(owner: Owner, token: int | None) -> Owner:
-    return Owner(owner.member_id, owner.instance_id, owner.endpoint, token, owner.generation)
-
-
-def _decode_key(encoded: str) -> Key:
-    value = json.loads(encoded)
-    assert isinstance(value, int | str)
-    return value
 
 
 async def lookup_owner(
@@ -246,7 +199,10 @@ async def lookup_owner(
 ) -> Owner | None:
     """One lookup, without keeping a directory (``workgroup whois``)."""
     directory = Directory(bootstrap, group, security=security, timeout_s=timeout_s)
-    await directory.refresh()
+    try:
+        await directory.refresh()
+    finally:
+        await directory.close()
     return directory.owner(kind, key)
 
 

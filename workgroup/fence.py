@@ -69,36 +69,35 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
+from workgroup.client.blocking import BlockingCoordinator
+from workgroup.client.bootstrap import format_address, parse_bootstrap
+from workgroup.client.describe import decode_description
+from workgroup.client.errors import CoordinatorUnavailableError
+from workgroup.client.security import (
+    PASSWORD_ENV,
+    PASSWORD_FILE_ENV,
+    Security,
+    deprecated_security_name,
+)
+from workgroup.client.slots import fetch_request
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
 from workgroup.kafka.messages import (
     CommitPartition,
     CommitTopic,
     DescribeGroups,
     DescribeGroupsResult,
-    FetchTopic,
     Heartbeat,
     HeartbeatResult,
     OffsetCommit,
     OffsetCommitResult,
-    OffsetFetch,
-    OffsetFetchGroup,
     OffsetFetchResult,
 )
-from workgroup.member.blocking import BlockingCoordinator, Credentials
-from workgroup.member.driver import parse_bootstrap
-from workgroup.member.errors import CoordinatorUnavailableError
-from workgroup.protocol.metadata import BinaryCodec
 from workgroup.runtime.errors import LeaseLostError
-from workgroup.runtime.slots import check_value, decode_metadata, same_key, slot_header
-from workgroup.security import Security
+from workgroup.runtime.slots import Slot, check_value, decode_metadata, same_key, slot_header
 from workgroup.types import Key
-
-PASSWORD_ENV = "WORKGROUP_SASL_PASSWORD"
-PASSWORD_FILE_ENV = "WORKGROUP_SASL_PASSWORD_FILE"
 
 #: The member is gone: the fence can never be used again.
 _ENDED = frozenset(
@@ -129,60 +128,12 @@ class FenceTimeoutError(WorkgroupError):
 
 
 @dataclass(frozen=True)
-class FenceSecurity:
-    """A fence's connection settings; the password only if asked for (rule 6)."""
-
-    protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    #: Set only by ``lease.fence(include_secrets=True)``.
-    sasl_password: str | None = field(default=None, repr=False)
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-
-    @classmethod
-    def of(cls, security: Security, *, include_secrets: bool = False) -> FenceSecurity:
-        return cls(
-            protocol=security.protocol,
-            sasl_mechanism=security.sasl_mechanism,
-            sasl_username=security.sasl_username,
-            sasl_password=security.sasl_password if include_secrets else None,
-            ssl_cafile=security.ssl_cafile,
-            ssl_certfile=security.ssl_certfile,
-            ssl_keyfile=security.ssl_keyfile,
-        )
-
-    def credentials(self) -> Credentials:
-        """The settings with the password found in this process (rule 6)."""
-        password = self.sasl_password
-        if password is None and self.protocol.startswith("SASL_"):
-            password = os.environ.get(PASSWORD_ENV)
-            path = os.environ.get(PASSWORD_FILE_ENV)
-            if password is None and path:
-                try:
-                    password = Path(path).read_text(encoding="utf-8").rstrip("\r\n")
-                except OSError as exc:
-                    raise WorkgroupError(
-                        f"${PASSWORD_FILE_ENV}: cannot read {path!r}: {exc.strerror}"
-                    ) from None
-        return Credentials(
-            protocol=self.protocol,
-            sasl_mechanism=self.sasl_mechanism,
-            sasl_username=self.sasl_username,
-            sasl_password=password,
-            ssl_cafile=self.ssl_cafile,
-            ssl_certfile=self.ssl_certfile,
-            ssl_keyfile=self.ssl_keyfile,
-        )
-
-
-@dataclass(frozen=True)
 class Fence:
     """A lease's right to write, for any process (see the module's rules)."""
 
     bootstrap: tuple[str, ...]
-    security: FenceSecurity
+    #: Without the SASL password unless made with ``include_secrets=True`` (rule 6).
+    security: Security
     group_id: str
     member_id: str
     instance_id: str | None
@@ -335,8 +286,8 @@ class Fence:
             raise CoordinatorError(
                 group.error, f"{self._name}: describing the group: {group.error.name}"
             )
-        member = next((m for m in group.members if m.member_id == self.member_id), None)
-        if member is None:
+        raw = next((m for m in group.members if m.member_id == self.member_id), None)
+        if raw is None:
             raise LeaseLostError(
                 f"{self._name}: member {self.member_id!r} is not in group {self.group_id!r} at "
                 f"{','.join(self.bootstrap)} (state {group.state or 'unknown'}): its lease "
@@ -344,38 +295,37 @@ class Fence:
             )
         if group.state != "Stable":
             return False
-        if not member.assignment or not member.metadata:
+        if not raw.assignment or not raw.metadata:
             raise LeaseLostError(
                 f"{self._name}: generation {generation} is stale and the coordinator does not "
                 "describe member assignments, so the fence cannot show the lease still holds"
             )
-        codec = BinaryCodec()
-        try:
-            assignment = codec.decode_assignment(member.assignment).value
-            joined = codec.decode_metadata(member.metadata).value
-        except WorkgroupError as exc:
-            raise LeaseLostError(
-                f"{self._name}: cannot read the member's assignment: {exc}"
-            ) from None
-        resource = (self.kind, self.key)
-        if not _has(assignment.assigned, resource) or not _has(joined.owned, resource):
+        member = next(
+            m for m in decode_description(result, self.group_id).members
+            if m.member_id == self.member_id
+        )  # fmt: skip
+        joined = member.workgroup_metadata()
+        if member.assignment is None or member.generation is None or joined is None:
+            why = member.assignment_error or "its metadata does not decode"
+            raise LeaseLostError(f"{self._name}: cannot read the member's assignment: {why}")
+        assigned = member.assignment.get(self.kind, [])
+        if not any(same_key(key, self.key) for key in assigned) or not _has(
+            joined.owned, (self.kind, self.key)
+        ):
             raise LeaseLostError(
                 f"{self._name}: the resource is no longer assigned to member "
-                f"{self.member_id!r} (generation {assignment.generation}): its lease ended"
+                f"{self.member_id!r} (generation {member.generation}): its lease ended"
             )
-        if assignment.generation <= generation:
+        if member.generation <= generation:
             return False
         self._check_slot(conn, deadline)
-        _generations[self._identity] = assignment.generation
+        _generations[self._identity] = member.generation
         return True
 
     def _check_slot(self, conn: BlockingCoordinator, deadline: float) -> None:
         """LeaseLostError unless the slot is still at this token and names this key."""
         result = conn.request(
-            OffsetFetch(
-                (OffsetFetchGroup(self.group_id, (FetchTopic(self.topic, (self.partition,)),)),)
-            ),
-            deadline,
+            fetch_request(self.group_id, (Slot(self.topic, self.partition),)), deadline
         )
         assert isinstance(result, OffsetFetchResult)
         fetched = result.groups[0]
@@ -428,8 +378,8 @@ def make_fence(
     if ttl_s is not None and ttl_s <= 0:
         raise WorkgroupError(f"a fence's ttl_s must be > 0, got {ttl_s}")
     return Fence(
-        bootstrap=tuple(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in addresses),
-        security=FenceSecurity.of(security, include_secrets=include_secrets),
+        bootstrap=tuple(format_address(h, p) for h, p in addresses),
+        security=security if include_secrets else security.without_secrets(),
         group_id=group_id,
         member_id=member_id,
         instance_id=instance_id,
@@ -483,7 +433,7 @@ class _connection:
             self._conn = BlockingCoordinator(
                 parse_bootstrap(self._fence.bootstrap),
                 self._fence.group_id,
-                self._fence.security.credentials(),
+                self._fence.security,
             )
         return self._conn
 
@@ -498,11 +448,14 @@ class _connection:
             _pool.setdefault(self._key, []).append(conn)
 
 
+def __getattr__(name: str) -> Any:
+    return deprecated_security_name(__name__, "FenceSecurity", name)
+
+
 __all__ = [
     "PASSWORD_ENV",
     "PASSWORD_FILE_ENV",
     "Fence",
-    "FenceSecurity",
     "FenceTimeoutError",
     "make_fence",
 ]

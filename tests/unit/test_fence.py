@@ -19,7 +19,6 @@ from workgroup.fence import (
     PASSWORD_ENV,
     PASSWORD_FILE_ENV,
     Fence,
-    FenceSecurity,
     FenceTimeoutError,
     make_fence,
 )
@@ -106,23 +105,35 @@ def test_the_password_comes_from_the_fence_the_environment_or_a_file(
 ) -> None:
     monkeypatch.delenv(PASSWORD_ENV, raising=False)
     monkeypatch.delenv(PASSWORD_FILE_ENV, raising=False)
-    security = FenceSecurity("SASL_SSL", "PLAIN", "alice", ssl_cafile="/ca.pem")
-    assert security.credentials().sasl_password is None
+    ca = tmp_path / "ca.pem"
+    ca.write_text("")
+    given = Security("SASL_SSL", "PLAIN", "alice", "given", ssl_cafile=str(ca))
+    security = given.without_secrets()
+    assert security.sasl_password is None
+    assert security.with_password_from_environment().sasl_password is None
     secret = tmp_path / "secret"
     secret.write_text(SECRET + "\n")
     monkeypatch.setenv(PASSWORD_FILE_ENV, str(secret))
-    assert security.credentials().sasl_password == SECRET
+    assert security.with_password_from_environment().sasl_password == SECRET
     monkeypatch.setenv(PASSWORD_ENV, "from-env")
-    assert security.credentials().sasl_password == "from-env"  # the variable first
-    given = FenceSecurity("SASL_SSL", "PLAIN", "alice", sasl_password="given")
-    assert given.credentials().sasl_password == "given"  # the fence's own first
-    assert security.credentials().ssl_cafile == "/ca.pem"
+    assert security.with_password_from_environment().sasl_password == "from-env"  # variable first
+    assert given.with_password_from_environment().sasl_password == "given"  # its own first
+    assert security.with_password_from_environment().ssl_cafile == str(ca)
     # Without SASL nothing is looked up.
-    assert FenceSecurity().credentials().sasl_password is None
+    assert PLAINTEXT.with_password_from_environment() is PLAINTEXT
     monkeypatch.delenv(PASSWORD_ENV)
     monkeypatch.setenv(PASSWORD_FILE_ENV, str(tmp_path / "missing"))
     with pytest.raises(WorkgroupError, match="cannot read"):
-        security.credentials()
+        security.with_password_from_environment()
+
+
+def test_the_old_security_name_still_works_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="FenceSecurity"):
+        from workgroup.fence import FenceSecurity
+    assert FenceSecurity is Security
+    with pytest.warns(DeprecationWarning, match="Credentials"):
+        from workgroup.member.blocking import Credentials
+    assert Credentials is Security
 
 
 def test_bad_construction_is_refused() -> None:

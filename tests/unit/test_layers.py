@@ -81,6 +81,10 @@ SANS_IO = (
     "workgroup.coordinator.group",
     "workgroup.coordinator.offsets",
     "workgroup.coordinator.timers",
+    "workgroup.client.bootstrap",
+    "workgroup.client.errors",
+    "workgroup.client.owners",
+    "workgroup.client.slots",
 )
 IO_LIBRARIES = ("asyncio", "aiokafka", "socket", "selectors", "kafka", "time")
 

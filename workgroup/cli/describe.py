@@ -4,11 +4,14 @@
 "generation", "leader", "members": [{"member_id", "instance_id", "client_id",
 "client_host", "process", "assignment": {KIND: [KEYS]}, "warming": {KIND: [KEYS]},
 "ready": {KIND: [KEYS]}, "draining", "leaving", "load"}], "resources": [{"kind", "key",
-"owner", "instance_id", "token", "checkpoint"}], "slots_error"}`` (see
+"owner", "instance_id", "releasing", "token", "checkpoint"}], "slots_error"}`` (see
 :mod:`workgroup.admin`).  ``resources`` joins the assignments with the lease
 slots the group committed (its tokens and checkpoints, which outlive its
-members): ``owner`` is ``null`` for a resource nobody owns now, ``kind`` is
-``null`` for a slot whose key no member is assigned (a slot names only its key).
+members) by the client layer's rule (:mod:`workgroup.client.owners`, the same
+as the console's and ``whois``'s): one row per resource; ``owner`` is ``null``
+for a resource nobody owns now, ``releasing`` names members whose older
+assignment still names it mid-hand-over, ``kind`` is ``null`` for a slot whose
+key no member is assigned (a slot names only its key).
 A member's ``warming`` lists what it warms up for a planned move while another
 member still owns it, ``ready`` those of them it reported ready (the next round
 cuts them over); ``draining`` and ``leaving`` members take nothing and hand
@@ -33,17 +36,16 @@ from rich.table import Table
 from workgroup.admin import (
     GroupDescription,
     GroupNotFoundError,
-    LeaseSlot,
     MemberDescription,
-    describe_group,
     read_current_loads,
-    read_lease_slots,
 )
 from workgroup.cli.connection import connect, coordinator_options
 from workgroup.cli.options import console
+from workgroup.client.connection import ClientConnection
+from workgroup.client.owners import ResourceOwner
+from workgroup.client.reader import GroupReader, GroupSnapshot
 from workgroup.errors import WorkgroupError
 from workgroup.runtime.loads import current_load
-from workgroup.runtime.slots import encode_key, same_key
 from workgroup.security import Security
 from workgroup.types import Key
 
@@ -128,6 +130,8 @@ class ResourceRow:
     instance_id: str | None
     token: int | None
     checkpoint: str | None
+    #: Member ids whose older assignment still names it (mid-hand-over).
+    releasing: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -135,42 +139,26 @@ class ResourceRow:
             "key": self.key,
             "owner": self.owner,
             "instance_id": self.instance_id,
+            "releasing": list(self.releasing),
             "token": self.token,
             "checkpoint": self.checkpoint,
         }
 
 
-def resource_rows(
-    description: GroupDescription | None, slots: list[LeaseSlot]
-) -> list[ResourceRow]:
-    """Every assigned resource and every committed slot, joined by key."""
-    rows: list[ResourceRow] = []
-    unclaimed = [s for s in slots if s.key is not None]
-
-    def take_slot(key: Key) -> LeaseSlot | None:
-        for i, slot in enumerate(unclaimed):
-            if slot.key is not None and same_key(slot.key, key):
-                return unclaimed.pop(i)
-        return None
-
-    for m in description.members if description is not None else []:
-        for kind, keys in sorted((m.assignment or {}).items()):
-            for key in keys:
-                slot = take_slot(key)
-                rows.append(
-                    ResourceRow(
-                        kind,
-                        key,
-                        m.member_id,
-                        m.instance_id,
-                        None if slot is None else slot.token,
-                        None if slot is None else slot.checkpoint,
-                    )
-                )
-    for slot in unclaimed:
-        assert slot.key is not None
-        rows.append(ResourceRow(None, slot.key, None, None, slot.token, slot.checkpoint))
-    return sorted(rows, key=lambda r: (r.owner is None, r.kind or "", encode_key(r.key)))
+def resource_rows(resources: list[ResourceOwner]) -> list[ResourceRow]:
+    """One row per resource, as :mod:`workgroup.client.owners` joined them."""
+    return [
+        ResourceRow(
+            r.kind,
+            r.key,
+            None if r.owner is None else r.owner.member_id,
+            None if r.owner is None else r.owner.instance_id,
+            r.token,
+            r.checkpoint,
+            tuple(m.member_id for m in r.releasing),
+        )
+        for r in resources
+    ]
 
 
 def render_resources(rows: list[ResourceRow]) -> Table:
@@ -206,10 +194,9 @@ def command(
 ) -> None:
     """Describe GROUP: state, protocol, members and their assignments."""
     security = connect(bootstrap, config_file, log_level, log_format)
-    description, slots, slots_error, loads = asyncio.run(
-        _describe(bootstrap, group, security, timeout_s)
-    )
-    rows = resource_rows(description, slots)
+    snapshot = asyncio.run(_describe(bootstrap, group, security, timeout_s))
+    description, slots_error, loads = snapshot.description, snapshot.slots_error, snapshot.loads
+    rows = resource_rows(snapshot.resources)
     if as_json:
         if description is None:
             document: dict[str, Any] = {"group": group, "state": "Empty", "members": []}
@@ -239,24 +226,15 @@ def command(
 
 async def _describe(
     bootstrap: str, group: str, security: Security, timeout_s: float
-) -> tuple[GroupDescription | None, list[LeaseSlot], str | None, dict[str, float]]:
-    """The group (``None``: no members and no state the coordinator shows), its
-    lease slots and its members' current loads; a group whose slots alone
-    remain is still described."""
-    try:
-        description: GroupDescription | None = await describe_group(
-            bootstrap, group, security=security, timeout_s=timeout_s
-        )
-    except GroupNotFoundError:
-        description = None
-    try:
-        slots = await read_lease_slots(bootstrap, group, security=security, timeout_s=timeout_s)
-        error = None
-    except WorkgroupError as exc:
-        slots, error = [], str(exc)
-    if description is None and not slots:
+) -> GroupSnapshot:
+    """The group as the client layer reads it (its description, lease slots,
+    owners and members' current loads); a group whose slots alone remain is
+    still described, one neither described nor with slots is not found."""
+    async with ClientConnection(bootstrap, security=security, timeout_s=timeout_s) as connection:
+        snapshot = await GroupReader(connection, group, loads=True).read()
+    if snapshot.description is None and not snapshot.slots:
         raise GroupNotFoundError(f"no group {group!r} on this coordinator")
-    return description, slots, error, await loads_of(bootstrap, description, security, timeout_s)
+    return snapshot
 
 
 async def loads_of(

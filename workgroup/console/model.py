@@ -37,17 +37,18 @@ Rules:
 
 from __future__ import annotations
 
-import json
+import functools
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from workgroup.admin import GroupDescription, LeaseSlot
 from workgroup.assignors.standby import STANDBY_SUFFIX, is_standby_kind
+from workgroup.client.describe import GroupDescription
+from workgroup.client.owners import ResourceOwner, TypedKey, join_owners, typed
+from workgroup.client.slots import LeaseSlot
 from workgroup.runtime.loads import current_load
 from workgroup.runtime.slots import encode_key
-from workgroup.types import Key
 
 TIMELINE_LIMIT = 500
 
@@ -63,13 +64,13 @@ class _SlotSeen:
 
 @dataclass
 class _GroupMemory:
-    #: ``(kind, encoded key) -> member id``.
-    owners: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: ``(kind, typed key) -> member id``.
+    owners: dict[tuple[str, TypedKey], str] = field(default_factory=dict)
     members: dict[str, str] = field(default_factory=dict)  # member id -> name
     generation: int | None = None
-    slots: dict[str, _SlotSeen] = field(default_factory=dict)
-    #: ``(kind, encoded key, member) -> (first seen warming, seen at the group's first read)``.
-    warming: dict[tuple[str, str, str], tuple[float, bool]] = field(default_factory=dict)
+    slots: dict[TypedKey, _SlotSeen] = field(default_factory=dict)
+    #: ``(kind, typed key, member) -> (first seen warming, seen at the group's first read)``.
+    warming: dict[tuple[str, TypedKey, str], tuple[float, bool]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ class GroupRead:
     #: The loads members reported since they joined, by lease slot topic
     #: (:mod:`workgroup.runtime.loads`).
     loads: Mapping[str, float] = field(default_factory=dict)
+    #: Who owns what, by the client layer's rule (:mod:`workgroup.client.owners`,
+    #: as a :class:`~workgroup.client.reader.GroupReader` read it); ``None``: joined
+    #: here from ``description`` and ``slots`` as a first reading.
+    resources: list[ResourceOwner] | None = None
 
 
 class ConsoleModel:
@@ -145,40 +150,36 @@ class ConsoleModel:
         memory = self._groups.setdefault(read.group, _GroupMemory())
         d = read.description
         members_out = []
-        owners: dict[tuple[str, str], str] = {}
+        owners: dict[tuple[str, TypedKey], str] = {}
         names: dict[str, str] = {}
         resources: list[dict[str, Any]] = []
-        slots = {encode_key(s.key): s for s in read.slots if s.key is not None}
+        slots = {typed(s.key): s for s in read.slots if s.key is not None}
         ages = self._ages(memory, slots, now, first)
-        claimed: set[str] = set()
-        warming_by: dict[tuple[str, str], tuple[str, bool]] = {}
+        warming_by: dict[tuple[str, TypedKey], tuple[str, bool]] = {}
         for m in d.members if d is not None else []:
             ready = m.ready
             for kind, keys in m.warming.items():
                 for key in keys:
-                    warming_by[kind, encode_key(key)] = (
+                    warming_by[kind, typed(key)] = (
                         m.instance_id or m.member_id,
                         key in ready.get(kind, ()),
                     )
         for m in d.members if d is not None else []:
-            name = m.instance_id or m.member_id
-            names[m.member_id] = name
-            owned = 0
-            for kind, keys in sorted((m.assignment or {}).items()):
-                for key in keys:
-                    owned += 1
-                    encoded = encode_key(key)
-                    owners[kind, encoded] = m.member_id
-                    claimed.add(encoded)
-                    resources.append(
-                        self._resource(kind, key, m.member_id, name, slots.get(encoded), ages)
-                    )
+            names[m.member_id] = m.instance_id or m.member_id
+        joined = read.resources if read.resources is not None else join_owners(d, read.slots)
+        owns: dict[str, int] = {}
+        for owned in joined:
+            if owned.kind is not None and owned.owner is not None:
+                owners[owned.kind, typed(owned.key)] = owned.owner.member_id
+                owns[owned.owner.member_id] = owns.get(owned.owner.member_id, 0) + 1
+            resources.append(self._resource(owned, names, ages))
+        for m in d.members if d is not None else []:
             meta = m.workgroup_metadata()
             members_out.append(
                 {
                     "member_id": m.member_id,
                     "instance_id": m.instance_id,
-                    "name": name,
+                    "name": names[m.member_id],
                     "client_id": m.client_id,
                     "host": m.client_host,
                     "process": m.process,
@@ -186,16 +187,13 @@ class ConsoleModel:
                     # What it reports now, else what it reported as it joined.
                     "load": current_load(read.group, m.assignment, meta, read.loads),
                     "capacity": 1.0 if meta is None else meta.capacity,
-                    "owns": owned,
+                    "owns": owns.get(m.member_id, 0),
                     "status": m.status,
                     "warming": sum(len(keys) for keys in m.warming.values()),
                     "ready": sum(len(keys) for keys in m.ready.values()),
                     "assignment_error": m.assignment_error,
                 }
             )
-        for encoded, slot in sorted(slots.items()):
-            if encoded not in claimed and slot.key is not None:
-                resources.append(self._resource(None, slot.key, None, None, slot, ages))
         if first:
             self._timeline.append(
                 {
@@ -211,7 +209,7 @@ class ConsoleModel:
             self._timeline.append(self._rebalance(read.group, memory, owners, names, d, now))
         memory.owners, memory.members = owners, names
         memory.generation = None if d is None else d.generation
-        warming_seen: dict[tuple[str, str, str], tuple[float, bool]] = {}
+        warming_seen: dict[tuple[str, TypedKey, str], tuple[float, bool]] = {}
         for (warm_kind, warm_key), (warmer, _) in warming_by.items():
             seen = (warm_kind, warm_key, warmer)
             warming_seen[seen] = memory.warming.get(seen, (now, first))
@@ -219,16 +217,18 @@ class ConsoleModel:
         for r in resources:
             r["warming_by"], r["warming_ready"] = None, False
             r["warming_for_s"], r["warming_at_least"] = None, False
-            if r["kind"] is not None:
+        if warming_by:  # planned moves under way: name each warm-up on its resource
+            for r in resources:
+                if r["kind"] is None:
+                    continue
                 kind = r["kind"] if r["role"] == "active" else r["kind"] + STANDBY_SUFFIX
-                encoded = encode_key(r["key"])
+                encoded = typed(r["key"])
                 found = warming_by.get((kind, encoded))
                 if found is not None:
                     by, is_ready = found
                     since, at_least = warming_seen[kind, encoded, by]
                     r["warming_by"], r["warming_ready"] = by, is_ready
                     r["warming_for_s"], r["warming_at_least"] = now - since, at_least
-        resources.sort(key=lambda r: (r["owner"] is None, r["kind"] or "", encode_key(r["key"])))
         return {
             "group": read.group,
             "state": "Empty" if d is None else d.state,
@@ -242,9 +242,9 @@ class ConsoleModel:
         }
 
     def _ages(
-        self, memory: _GroupMemory, slots: dict[str, LeaseSlot], now: float, first: bool
-    ) -> dict[str, tuple[float, bool]]:
-        """Rule 2: ``encoded key -> (age in seconds, whether it is a lower bound)``."""
+        self, memory: _GroupMemory, slots: dict[TypedKey, LeaseSlot], now: float, first: bool
+    ) -> dict[TypedKey, tuple[float, bool]]:
+        """Rule 2: ``typed key -> (age in seconds, whether it is a lower bound)``."""
         out = {}
         for encoded, slot in slots.items():
             seen = memory.slots.get(encoded)
@@ -258,26 +258,22 @@ class ConsoleModel:
         return out
 
     def _resource(
-        self,
-        kind: str | None,
-        key: Key,
-        owner: str | None,
-        name: str | None,
-        slot: LeaseSlot | None,
-        ages: dict[str, tuple[float, bool]],
+        self, r: ResourceOwner, names: dict[str, str], ages: dict[TypedKey, tuple[float, bool]]
     ) -> dict[str, Any]:
-        role = "standby" if kind is not None and is_standby_kind(kind) else "active"
-        shown_kind = kind.removesuffix(STANDBY_SUFFIX) if kind is not None else None
+        role, shown_kind = _role(r.kind)
         age: float | None
-        age, at_least = ages.get(encode_key(key), (None, False))
+        age, at_least = ages.get(typed(r.key), (None, False))
+        owner = None if r.owner is None else r.owner.member_id
         return {
             "kind": shown_kind,
-            "key": key,
+            "key": r.key,
             "role": role,
             "owner": owner,
-            "owner_name": name,
-            "token": None if slot is None else slot.token,
-            "checkpoint": None if slot is None else slot.checkpoint,
+            "owner_name": None if owner is None else names.get(owner, owner),
+            "releasing": [names.get(m.member_id, m.member_id) for m in r.releasing],
+            "token": r.token,
+            "token_pending": r.token_pending,
+            "checkpoint": r.checkpoint,
             "checkpoint_age_s": age,
             "age_at_least": at_least,
         }
@@ -286,20 +282,23 @@ class ConsoleModel:
         self,
         group: str,
         memory: _GroupMemory,
-        owners: dict[tuple[str, str], str],
+        owners: dict[tuple[str, TypedKey], str],
         names: dict[str, str],
         d: GroupDescription | None,
         now: float,
     ) -> dict[str, Any]:
         everyone = {**memory.members, **names}
         moved = []
-        for where in sorted(set(owners) | set(memory.owners)):
+        changed = [
+            w for w in set(owners) | set(memory.owners) if memory.owners.get(w) != owners.get(w)
+        ]
+        for where in sorted(changed, key=lambda w: (w[0], encode_key(w[1][1]))):
             before, after = memory.owners.get(where), owners.get(where)
             if before != after:
                 moved.append(
                     {
                         "kind": where[0],
-                        "key": json.loads(where[1]),
+                        "key": where[1][1],
                         "from": None if before is None else everyone.get(before, before),
                         "to": None if after is None else everyone.get(after, after),
                     }
@@ -314,6 +313,16 @@ class ConsoleModel:
             "left": sorted(memory.members[m] for m in set(memory.members) - set(names)),
             "moved": moved,
         }
+
+
+@functools.cache
+def _role(kind: str | None) -> tuple[str, str | None]:
+    """Rule 5: a kind's role and the kind it is shown as."""
+    if kind is None:
+        return "active", None
+    if is_standby_kind(kind):
+        return "standby", kind.removesuffix(STANDBY_SUFFIX)
+    return "active", kind
 
 
 __all__ = ["TIMELINE_LIMIT", "ConsoleModel", "GroupRead"]

@@ -2,16 +2,19 @@
 
 Rules:
 
-1. Every ``refresh_ms`` the server lists the groups and reads each one's
-   description (at most :data:`READ_CONCURRENCY` groups at a time), reads what
-   the event logs gained since the last refresh, and updates the
-   :class:`~workgroup.console.model.ConsoleModel`.  A group's lease slots (all its
-   committed offsets: the costly read) are read again only when its generation
-   or members changed, for :data:`SETTLE_S` after that (new owners commit their
-   tokens just after), and otherwise every :data:`SLOTS_EVERY_S`; checkpoint
-   ages are as precise as that.  The next refresh waits at least twice as long
-   as the last one took, so the console never takes more than a third of the
-   coordinator's time however big the groups are.  The members' current loads
+1. Every ``refresh_ms`` the server lists the groups and reads each one with a
+   :class:`~workgroup.client.reader.GroupReader` (at most
+   :data:`READ_CONCURRENCY` groups at a time, all on one kept connection),
+   reads what the event logs gained since the last refresh, and updates the
+   :class:`~workgroup.console.model.ConsoleModel`.  A group's lease slots are
+   read whole at first and every :data:`SLOTS_EVERY_S`, or less often for a
+   group so big that its full read would take over :data:`FULL_READ_SHARE` of
+   the time (checkpoint ages are as precise as that); after its generation or
+   members changed, only the slots of the resources that moved, while their
+   new owners' tokens are pending (:data:`SETTLE_S` at most).  The next
+   refresh waits at least twice as long as the last one took, so the console
+   never takes more than a third of the coordinator's time however big the
+   groups are.  The members' current loads
    (:mod:`workgroup.runtime.loads`: one OffsetFetch of the companion group) are
    read at every refresh of a group that has members.
 2. ``GET /api/stream`` is a server-sent event stream: the summary (every group
@@ -43,14 +46,9 @@ from typing import Any
 
 from aiohttp import web
 
-from workgroup.admin import (
-    GroupNotFoundError,
-    LeaseSlot,
-    describe_group,
-    list_groups,
-    read_current_loads,
-    read_lease_slots,
-)
+from workgroup.admin import list_groups_on
+from workgroup.client.connection import ClientConnection
+from workgroup.client.reader import GroupReader
 from workgroup.console.model import ConsoleModel, GroupRead
 from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.log import get_logger
@@ -62,6 +60,8 @@ READ_CONCURRENCY = 8
 #: Slots are read again this long after a group changed, and at least this often.
 SETTLE_S = 5.0
 SLOTS_EVERY_S = 10.0
+#: Full reads of a group's slots take at most this share of the time.
+FULL_READ_SHARE = 0.05
 DEFAULT_REFRESH_MS = 1_000
 #: Resources of one group sent per request at most.
 MAX_LIMIT = 5_000
@@ -118,9 +118,11 @@ class ConsoleServer:
         self._tls = (tls_cert, tls_key) if tls_cert is not None and tls_key is not None else None
         self._logs = {Path(p): 0 for p in event_logs}
         self.model = ConsoleModel(bootstrap, time.time())
-        #: group -> (its generation and members, when that changed, when its slots
-        #: were read, the slots): what rule 1 reads again and when.
-        self._slots: dict[str, tuple[object, float, float, list[LeaseSlot]]] = {}
+        self._connection = ClientConnection(
+            bootstrap, security=security, timeout_s=timeout_s, client_id="workgroup-console"
+        )
+        #: group -> its reader (rule 1: what it remembers decides what is read again).
+        self._readers: dict[str, GroupReader] = {}
         self._summary = b"{}"
         self._subscribers: set[asyncio.Queue[bytes]] = set()
         self._runner: web.AppRunner | None = None
@@ -168,6 +170,7 @@ class ConsoleServer:
             queue.put_nowait(b"")  # ends the stream
         if self._runner is not None:
             await self._runner.cleanup()
+        await self._connection.close()
 
     # --- reading ------------------------------------------------------------------
 
@@ -175,9 +178,7 @@ class ConsoleServer:
         """Read the coordinator once and update the view (rules 1 and 5)."""
         started = time.perf_counter()
         try:
-            listed = await list_groups(
-                self.bootstrap, security=self._security, timeout_s=self._timeout_s
-            )
+            listed = await list_groups_on(self._connection)
             limit = asyncio.Semaphore(READ_CONCURRENCY)
 
             async def read(group: str) -> GroupRead:
@@ -191,8 +192,8 @@ class ConsoleServer:
             log.warning("console.coordinator_unreadable", error=self.error)
             self._publish()
             return
-        for gone in set(self._slots) - {g.group for g in listed}:
-            del self._slots[gone]
+        for gone in set(self._readers) - {g.group for g in listed}:
+            del self._readers[gone]
         self.model.add_events(self._new_events())
         self.model.update(list(reads), time.time())
         self.refreshes += 1
@@ -200,46 +201,29 @@ class ConsoleServer:
         self._publish()
 
     async def _read_group(self, group: str) -> GroupRead:
-        try:
-            description = await describe_group(
-                self.bootstrap, group, security=self._security, timeout_s=self._timeout_s
+        reader = self._readers.get(group)
+        if reader is None:
+            reader = self._readers[group] = GroupReader(
+                self._connection,
+                group,
+                loads=True,
+                settle_s=SETTLE_S,
+                full_every_s=SLOTS_EVERY_S,
+                full_share=FULL_READ_SHARE,
+                clock=time.monotonic,
             )
-        except GroupNotFoundError:
-            description = None
+        try:
+            snapshot = await reader.read()
         except WorkgroupError as exc:
             return GroupRead(group, None, [], str(exc))
-        loads: dict[str, float] = {}
-        if description is not None and description.members:
-            try:  # members report them between rebalances: read every refresh
-                loads = await read_current_loads(
-                    self.bootstrap, group, security=self._security, timeout_s=self._timeout_s
-                )
-            except WorkgroupError as exc:
-                log.debug("console.loads_unread", group=group, error=str(exc))
-        now = time.monotonic()
-        shape = (
+        error = (
             None
-            if description is None
-            else (description.generation, tuple(m.member_id for m in description.members))
+            if snapshot.slots_error is None
+            else f"lease slots not read: {snapshot.slots_error}"
         )
-        known = self._slots.get(group)
-        if known is not None:
-            old_shape, changed_at, read_at, slots = known
-            if shape != old_shape:
-                changed_at = now
-            elif now - changed_at > SETTLE_S and now - read_at < SLOTS_EVERY_S:
-                self._slots[group] = (shape, changed_at, read_at, slots)
-                return GroupRead(group, description, slots, loads=loads)
-        else:
-            changed_at = now
-        try:
-            slots = await read_lease_slots(
-                self.bootstrap, group, security=self._security, timeout_s=self._timeout_s
-            )
-        except WorkgroupError as exc:
-            return GroupRead(group, description, [], f"lease slots not read: {exc}", loads)
-        self._slots[group] = (shape, changed_at, now, slots)
-        return GroupRead(group, description, slots, loads=loads)
+        return GroupRead(
+            group, snapshot.description, snapshot.slots, error, snapshot.loads, snapshot.resources
+        )
 
     def _new_events(self) -> list[dict[str, Any]]:
         """The lines each event log gained since the last read (a torn line waits)."""

@@ -51,9 +51,6 @@ from kio.static.primitive import i32, i32Timedelta, i64Timedelta
 
 from workgroup.errors import ErrorCode, UnsupportedVersionError
 from workgroup.kafka import messages as m
-from workgroup.log import get_logger
-
-log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +112,10 @@ def error_code(value: Any) -> ErrorCode:
     try:
         return ErrorCode(code)
     except ValueError:
-        log.warning("member.unknown_error_code", code=code)
+        # Loaded here: the codec is imported by the fence, which needs no logging setup.
+        from workgroup.log import get_logger
+
+        get_logger(__name__).warning("member.unknown_error_code", code=code)
         return ErrorCode.UNKNOWN_SERVER_ERROR
 
 

@@ -3,9 +3,9 @@ aiokafka's errors as workgroup's.
 
 Rules:
 
-1. :func:`parse_bootstrap` refuses an address that can never work (a
-   :class:`~workgroup.errors.ConfigError`); one that does not answer (yet) is
-   the lookup's to retry.
+1. Bootstrap addresses are parsed by :func:`workgroup.client.bootstrap.parse_bootstrap`
+   (named here too): an address that can never work is refused there; one that
+   does not answer (yet) is the lookup's to retry.
 2. :class:`CoordinatorConnection` carries every request of a member: one
    connection to the coordinator (a second one only for heartbeats beside a
    JoinGroup or SyncGroup the coordinator holds on the first), and a request
@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
-import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -43,9 +41,9 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.coordination import FindCoordinatorRequest
 
+from workgroup.client.bootstrap import parse_bootstrap
 from workgroup.errors import (
     AuthenticationError,
-    ConfigError,
     ProtocolError,
     UnsupportedVersionError,
     WorkgroupError,
@@ -74,53 +72,6 @@ CLOSE_SOCKET_TIMEOUT_S = 1.0
 
 #: The requests a member sends to its coordinator, as workgroup's messages.
 MemberRequest = JoinGroup | SyncGroup | Heartbeat | LeaveGroup | OffsetCommit | OffsetFetch
-
-_PORT = re.compile(r"[0-9]{1,5}")
-_HOST_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
-
-
-def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
-    """``HOST:PORT[,HOST:PORT...]`` (or a sequence of them) as ``(host, port)`` pairs.
-
-    An IPv6 address goes in brackets (``[::1]:9092``).  Anything else — an empty
-    list or entry, a missing host or port, a port outside 1..65535, a host that
-    cannot be a host name — is a :class:`ConfigError`: such an address can never
-    work, unlike a host that does not resolve (yet) or refuses connections.
-    """
-    text = bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap)
-    if not text.strip():
-        raise ConfigError("no bootstrap servers given (expected HOST:PORT[,HOST:PORT...])")
-    return [_parse_address(entry.strip(), text) for entry in text.split(",")]
-
-
-def _parse_address(entry: str, text: str) -> tuple[str, int]:
-    def bad(why: str) -> ConfigError:
-        return ConfigError(f"bad bootstrap address {entry!r} in {text!r}: {why}")
-
-    if not entry:
-        raise bad("empty entry (expected HOST:PORT)")
-    if entry.startswith("["):
-        address, sep, port_text = entry[1:].partition("]:")
-        if not sep:
-            raise bad("expected [IPV6]:PORT")
-        try:
-            host = str(ipaddress.IPv6Address(address))
-        except ValueError as exc:
-            raise bad(f"not an IPv6 address: {exc}") from None
-    else:
-        host, sep, port_text = entry.rpartition(":")
-        if not sep:
-            raise bad("no port (expected HOST:PORT)")
-        if not host:
-            raise bad("no host (expected HOST:PORT)")
-        if ":" in host:
-            raise bad("too many ':' (an IPv6 address goes in brackets: [::1]:9092)")
-        if len(host) > 253 or not all(_HOST_LABEL.fullmatch(p) for p in host.split(".")):
-            raise bad(f"{host!r} is not a host name or IPv4 address")
-    if not _PORT.fullmatch(port_text) or not 1 <= int(port_text) <= 65535:
-        raise bad(f"port {port_text!r} is not a number in 1..65535")
-    return host, int(port_text)
-
 
 #: aiokafka's ways of saying the credentials were refused.
 AUTHENTICATION_ERRORS = (

@@ -171,6 +171,13 @@ class Reader:
         return tuple(self.string() for _ in range(self.count(4)))
 
     def key(self) -> Key:
+        data, pos = self._data, self._pos
+        if pos + 9 <= len(data) and data[pos] == _KEY_INT:
+            # The common case, read in one step: a big group's assignments hold
+            # 100,000 of them, and every outside reader decodes them each refresh.
+            self._pos = pos + 9
+            value: int = _I64.unpack_from(data, pos + 1)[0]
+            return value
         tag = self.u8()
         if tag == _KEY_INT:
             return self.i64()

@@ -27,14 +27,11 @@ Rules:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Protocol
 
-from aiokafka.errors import KafkaError
-
+from workgroup.client.connection import ClientConnection
 from workgroup.errors import ErrorCode, WorkgroupError
-from workgroup.kafka.adapter import KafkaRequest, to_result
 from workgroup.kafka.messages import (
     CommitPartition,
     CommitTopic,
@@ -47,7 +44,6 @@ from workgroup.kafka.messages import (
     OffsetFetchResult,
 )
 from workgroup.log import get_logger
-from workgroup.member.driver import CoordinatorConnection, map_kafka_error
 from workgroup.runtime.errors import LegacyLayoutError
 from workgroup.runtime.slots import (
     MAX_METADATA_BYTES,
@@ -82,7 +78,9 @@ class GroupOffsets(Protocol):
 
 
 class AdminOffsets:
-    """:class:`GroupOffsets` over one connection to the group's coordinator."""
+    """:class:`GroupOffsets` over the client layer's connection
+    (:class:`~workgroup.client.connection.ClientConnection`: kept open, found
+    again when the coordinator moves)."""
 
     def __init__(
         self,
@@ -94,14 +92,9 @@ class AdminOffsets:
         client_id: str = "workgroup-lease-layout",
     ) -> None:
         self._group_id = group_id
-        self._timeout_s = timeout_s
-        self._connection = CoordinatorConnection(
-            bootstrap,
-            client_id=client_id,
-            request_timeout_ms=int(timeout_s * 1000),
-            security=security,
+        self._connection = ClientConnection(
+            bootstrap, security=security, timeout_s=timeout_s, client_id=client_id
         )
-        self._found = False
 
     async def fetch(self, topics: Sequence[FetchTopic]) -> FetchedGroup:
         request = OffsetFetch(groups=(OffsetFetchGroup(self._group_id, tuple(topics)),))
@@ -117,14 +110,7 @@ class AdminOffsets:
 
     async def _send(self, request: OffsetFetch | OffsetCommit) -> object:
         what = f"{type(request).__name__} of group {self._group_id!r}"
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                if not self._found:
-                    await self._connection.find(self._group_id)
-                    self._found = True
-                return to_result(request, await self._connection.send(KafkaRequest(request)))
-        except (KafkaError, OSError, TimeoutError, WorkgroupError) as exc:
-            raise map_kafka_error(exc, what) from exc
+        return await self._connection.request(self._group_id, request, what=what)
 
     async def close(self) -> None:
         await self._connection.close()

@@ -98,6 +98,8 @@ def current_load(
     joined: dict[Resource, float] = {}
     if metadata is not None and metadata.loads:
         joined = dict(zip(metadata.owned, metadata.loads, strict=False))
+    if not committed and not joined:
+        return None  # nothing reported: no slot need be named (a big group's refresh)
     total, known = 0.0, False
     for kind, keys in (assignment or {}).items():
         if is_standby_kind(kind):

@@ -15,8 +15,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
+from workgroup.client.slots import fetch_topics
 from workgroup.errors import CoordinatorError, ErrorCode, ProtocolError
-from workgroup.kafka.messages import CommitPartition, CommitTopic, FetchTopic
+from workgroup.kafka.messages import CommitPartition, CommitTopic
 from workgroup.member.driver import GroupMember
 from workgroup.runtime.lease import Committed, FenceOrigin, Slot
 from workgroup.types import Resource
@@ -165,12 +166,7 @@ class MemberSlotStore:
         return out
 
     async def _fetch_many(self, slots: list[Slot]) -> dict[Slot, Committed | BaseException]:
-        topics: dict[str, list[int]] = {}
-        for slot in slots:
-            topics.setdefault(slot.topic, []).append(slot.partition)
-        group = await self._member.fetch_offsets(
-            [FetchTopic(name, tuple(parts)) for name, parts in topics.items()]
-        )
+        group = await self._member.fetch_offsets(list(fetch_topics(slots)))
         if group.error is not ErrorCode.NONE:
             error = CoordinatorError(group.error, f"reading leases: {group.error.name}")
             return dict.fromkeys(slots, error)

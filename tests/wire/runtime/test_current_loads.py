@@ -114,7 +114,10 @@ async def test_a_load_reported_after_the_join_shows_without_a_rebalance(
             (member,) = json.loads(shown.output)["members"]
             assert member["load"] == 2 * LOAD
             console = ConsoleServer(backend.bootstrap, port=0)
-            await console.refresh()
+            try:
+                await console.refresh()
+            finally:
+                await console.close()  # its connection is kept between refreshes
             (viewed,) = [g for g in console.model.view["groups"] if g["group"] == group]
             (console_member,) = viewed["members"]
             assert console_member["load"] == 2 * LOAD

@@ -27,12 +27,13 @@ import pytest
 
 import workgroup
 from tests.wire.member.backends import Backend, run_backend
+from workgroup.client.blocking import BlockingCoordinator
 from workgroup.fence import Fence, FenceTimeoutError
 from workgroup.kafka.messages import FetchTopic, OffsetFetch, OffsetFetchGroup, OffsetFetchResult
-from workgroup.member.blocking import BlockingCoordinator, Credentials
 from workgroup.member.driver import parse_bootstrap
 from workgroup.runtime.app import Settings
 from workgroup.runtime.runner import AppRunner
+from workgroup.security import PLAINTEXT
 
 TIMEOUT_S = 30
 ROOT = Path(__file__).resolve().parents[3]
@@ -102,7 +103,7 @@ class Holder:
 
 def slot_offset(fence: Fence) -> int:
     """The slot's committed offset, read as an outsider."""
-    with BlockingCoordinator(parse_bootstrap(fence.bootstrap), fence.group_id, Credentials()) as c:
+    with BlockingCoordinator(parse_bootstrap(fence.bootstrap), fence.group_id, PLAINTEXT) as c:
         result = c.request(
             OffsetFetch(
                 (OffsetFetchGroup(fence.group_id, (FetchTopic(fence.topic, (fence.partition,)),)),)
@@ -300,7 +301,6 @@ def test_a_coordinator_that_never_answers_times_out() -> None:
 
 def make_offline_fence(bootstrap: str) -> Fence:
     from workgroup.fence import make_fence
-    from workgroup.security import PLAINTEXT
 
     return make_fence(
         bootstrap=bootstrap,

@@ -1,0 +1,73 @@
+"""The client layer's cost: one kept connection, slots read only where owners changed."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.wire.runtime.test_readers_agree import RawMember, rebalance
+from workgroup.client.connection import ClientConnection
+from workgroup.client.reader import GroupReader
+from workgroup.coordinator.config import CoordinatorConfig
+from workgroup.coordinator.server import CoordinatorServer
+from workgroup.directory import Directory
+
+TIMEOUT_S = 30
+
+
+@pytest.fixture
+async def coordinator() -> AsyncIterator[CoordinatorServer]:
+    async with CoordinatorServer(CoordinatorConfig(initial_rebalance_delay_ms=300)) as server:
+        yield server
+
+
+async def test_readers_keep_one_connection_and_read_only_the_slots_that_moved(
+    coordinator: CoordinatorServer,
+) -> None:
+    bootstrap = coordinator.bootstrap
+    group = f"reader-{uuid.uuid4().hex[:8]}"
+    a, b = RawMember(bootstrap, group, "a"), RawMember(bootstrap, group, "b")
+    try:
+        async with asyncio.timeout(TIMEOUT_S), ClientConnection(bootstrap) as connection:
+            await rebalance([a, b], {"a": ((0, 1), None), "b": ((2, 3), None)})
+            for member, keys in ((a, (0, 1)), (b, (2, 3))):
+                for key in keys:
+                    await member.take(key, 1)
+            reader = GroupReader(connection, group, settle_s=60.0, clock=lambda: 0.0)
+            other = GroupReader(connection, f"{group}-empty")
+            first = await reader.read()
+            assert (first.changed, reader.slots_fetched) == (True, 4)
+            assert (await other.read()).description is None
+            for _ in range(3):
+                again = await reader.read()
+                assert (again.changed, reader.slots_fetched) == (False, 0)
+            # Key 1 moves to b: only its slot is read, again until b takes its token.
+            await rebalance([a, b], {"a": ((0,), None), "b": ((1, 2, 3), None)})
+            moved = await reader.read()
+            assert (moved.changed, reader.slots_fetched) == (True, 1)
+            one = moved.resource("shard", 1)
+            assert one is not None
+            assert (one.token, one.token_pending) == (None, True)
+            await reader.read()
+            assert reader.slots_fetched == 1  # still pending: read again
+            await b.take(1, 2)
+            taken = (await reader.read()).resource("shard", 1)
+            assert taken is not None
+            assert (taken.token, taken.token_pending) == (2, False)
+            await reader.read()
+            assert reader.slots_fetched == 0  # nothing pending any more
+            # Two groups, a dozen reads: the one connection opened at first.
+            assert connection.opened == 1
+        directory = Directory(bootstrap, group)
+        try:
+            for _ in range(5):
+                await directory.refresh()
+            assert directory._connection.opened == 1
+        finally:
+            await directory.close()
+    finally:
+        await a.connection.close()
+        await b.connection.close()

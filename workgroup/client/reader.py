@@ -1,0 +1,272 @@
+"""A group as every outside reader sees it: :class:`GroupReader` and its :class:`GroupSnapshot`.
+
+Rules:
+
+1. A snapshot is the group's description (DescribeGroups, :mod:`.describe`),
+   its lease slots (one batched OffsetFetch, :mod:`.slots`) and who owns each
+   resource (:mod:`.owners`, the one rule).  The CLI's ``describe``, the
+   console, :class:`~workgroup.directory.Directory` and ``whois`` all show it.
+2. Incremental: every :meth:`GroupReader.read` describes the group (one
+   request).  The first read fetches every slot.  After that slots are read
+   only when the group's generation or members changed, and then only the slots
+   of the resources whose owner changed, again while their new owners' tokens
+   are pending (``settle_s`` at most after the change).  ``full_every_s``
+   (the console's checkpoint ages) re-reads every slot that often, and no more
+   often than keeps full reads within ``full_share`` of the time (a big group's
+   full read takes seconds of the coordinator's time).
+3. Members' current loads (:mod:`workgroup.runtime.loads`, another group's
+   offsets) are read when asked (``loads=True``) and the group has members.
+4. A group the coordinator does not know is read as no description (``None``);
+   its slots may still be there.  Slots that cannot be read leave the last ones
+   in place and say why (``slots_error``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from workgroup.client.connection import ClientConnection
+from workgroup.client.describe import GroupDescription, GroupNotFoundError, decode_description
+from workgroup.client.owners import (
+    Memory,
+    ResourceOwner,
+    TypedKey,
+    join_owners,
+    memory_of,
+    typed,
+)
+from workgroup.client.slots import LeaseSlot, decode_slots, fetch_request
+from workgroup.errors import ErrorCode, WorkgroupError
+from workgroup.kafka.messages import (
+    DescribeGroups,
+    DescribeGroupsResult,
+    OffsetFetch,
+    OffsetFetchGroup,
+    OffsetFetchResult,
+)
+from workgroup.runtime.slots import slot_of
+from workgroup.types import Key
+
+DEFAULT_SETTLE_S = 5.0
+
+
+async def describe(connection: ClientConnection, group: str) -> GroupDescription:
+    """DescribeGroups of ``group``; :class:`GroupNotFoundError` if unknown."""
+    result = await connection.request(
+        group, DescribeGroups((group,)), what=f"describing group {group!r}"
+    )
+    assert isinstance(result, DescribeGroupsResult)
+    return decode_description(result, group)
+
+
+async def read_slots(
+    connection: ClientConnection, group: str, keys: Iterable[Key] | None = None
+) -> list[LeaseSlot]:
+    """``group``'s committed lease slots (of ``keys`` only, if given), by key."""
+    slots = None if keys is None else {slot_of(group, key) for key in keys}
+    if slots is not None and not slots:
+        return []
+    result = await connection.request(
+        group, fetch_request(group, slots), what=f"reading the lease slots of group {group!r}"
+    )
+    assert isinstance(result, OffsetFetchResult)
+    return decode_slots(result, group)
+
+
+async def read_loads(connection: ClientConnection, group: str) -> dict[str, float]:
+    """The loads ``group``'s members reported since they joined, by slot topic."""
+    from workgroup.runtime.loads import decode_load, load_group
+
+    companion = load_group(group)
+    result = await connection.request(
+        companion,
+        OffsetFetch(groups=(OffsetFetchGroup(companion, None),)),
+        what=f"reading the current loads of group {group!r}",
+    )
+    assert isinstance(result, OffsetFetchResult)
+    fetched = result.groups[0] if len(result.groups) == 1 else None
+    if fetched is None or fetched.error not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+        error = "no answer" if fetched is None else fetched.error.name
+        raise WorkgroupError(
+            f"reading the current loads of group {group!r}: {error}",
+            retriable=fetched is None or fetched.error.retriable,
+        )
+    return {
+        topic.name: decode_load(p.offset)
+        for topic in fetched.topics
+        for p in topic.partitions
+        if p.error is ErrorCode.NONE and p.offset >= 0
+    }
+
+
+@dataclass(frozen=True)
+class GroupSnapshot:
+    """One reading of a group (see the module's rules)."""
+
+    group: str
+    #: ``None``: the coordinator does not know the group (no members).
+    description: GroupDescription | None
+    slots: list[LeaseSlot]
+    #: Every resource with its owner, owned ones first (:mod:`.owners`).
+    resources: list[ResourceOwner]
+    loads: Mapping[str, float] = field(default_factory=dict)
+    slots_error: str | None = None
+    #: Whether the generation or the members changed since the previous reading.
+    changed: bool = False
+    _index: dict[tuple[str, TypedKey], ResourceOwner] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        self._index.update(
+            ((r.kind, typed(r.key)), r) for r in self.resources if r.kind is not None
+        )
+
+    @property
+    def generation(self) -> int | None:
+        return None if self.description is None else self.description.generation
+
+    def resource(self, kind: str, key: Key) -> ResourceOwner | None:
+        """``kind``/``key`` as this reading shows it (``None``: no assignment names it)."""
+        return self._index.get((kind, typed(key)))
+
+
+def _slot_order(tkey: TypedKey) -> tuple[bool, int, str]:
+    key = tkey[1]
+    return (False, key, "") if isinstance(key, int) else (True, 0, key)
+
+
+def _shape(description: GroupDescription | None) -> object:
+    """What a change is seen by: the generation and each member's id and generation."""
+    if description is None:
+        return None
+    return (description.generation, tuple((m.member_id, m.generation) for m in description.members))
+
+
+class GroupReader:
+    """Reads one group incrementally over a shared :class:`ClientConnection`."""
+
+    def __init__(
+        self,
+        connection: ClientConnection,
+        group: str,
+        *,
+        loads: bool = False,
+        settle_s: float = DEFAULT_SETTLE_S,
+        full_every_s: float | None = None,
+        full_share: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.connection = connection
+        self.group = group
+        self._loads = loads
+        self._settle_s = settle_s
+        self._full_every_s = full_every_s
+        self._full_share = full_share
+        self._full_took = 0.0
+        self._clock = clock
+        self._last: GroupSnapshot | None = None
+        self._shape: object = ()
+        self._slots: dict[TypedKey, LeaseSlot] = {}
+        self._full_at: float | None = None
+        self._changed_at = 0.0
+        self._pending: set[TypedKey] = set()
+        self._memory: Memory | None = None
+        #: Slots fetched by the last read (what rule 2 keeps low).
+        self.slots_fetched: int | None = None
+
+    @property
+    def last(self) -> GroupSnapshot | None:
+        return self._last
+
+    async def read(self) -> GroupSnapshot:
+        """The group now (rules 1-4)."""
+        try:
+            description: GroupDescription | None = await describe(self.connection, self.group)
+        except GroupNotFoundError:
+            description = None
+        now = self._clock()
+        shape = _shape(description)
+        changed = shape != self._shape
+        if changed:
+            self._changed_at = now
+        slots_error = None
+        try:
+            wanted = self._wanted(now, changed, description)
+            if wanted is None:
+                fetched = await read_slots(self.connection, self.group)
+                self._slots = {typed(s.key): s for s in fetched if s.key is not None}
+                self._full_at = now
+                self._full_took = self._clock() - now
+                self.slots_fetched = len(fetched)
+            else:
+                fetched = await read_slots(self.connection, self.group, wanted.values())
+                found = {typed(s.key): s for s in fetched if s.key is not None}
+                for tkey in wanted:
+                    if tkey in found:
+                        self._slots[tkey] = found[tkey]
+                    else:
+                        self._slots.pop(tkey, None)
+                self.slots_fetched = len(wanted)
+        except WorkgroupError as exc:
+            slots_error = str(exc)
+        resources = join_owners(description, self._slots.values(), before=self._memory)
+        self._memory = memory_of(resources, self._memory)
+        self._pending = {typed(r.key) for r in resources if r.token_pending}
+        loads: dict[str, float] = {}
+        if self._loads and description is not None and description.members:
+            try:
+                loads = await read_loads(self.connection, self.group)
+            except WorkgroupError:
+                loads = {}  # the loads of the last join are shown instead
+        self._shape = shape
+        snapshot = GroupSnapshot(
+            self.group,
+            description,
+            [self._slots[k] for k in sorted(self._slots, key=_slot_order)],
+            resources,
+            loads,
+            slots_error,
+            changed,
+        )
+        self._last = snapshot
+        return snapshot
+
+    def _wanted(
+        self, now: float, changed: bool, description: GroupDescription | None
+    ) -> dict[TypedKey, Key] | None:
+        """Rule 2: ``None`` to read every slot, else the resources' keys to read."""
+        if self._full_at is None:
+            return None
+        if self._full_every_s is not None:
+            every = max(self._full_every_s, self._full_took / self._full_share)
+            if now - self._full_at >= every:
+                return None
+        keys: dict[TypedKey, Key] = {}
+        if changed and self._last is not None:
+            previous = {
+                (r.kind, typed(r.key)): None if r.owner is None else r.owner.member_id
+                for r in self._last.resources
+            }
+            for m in description.members if description is not None else ():
+                for kind, member_keys in (m.assignment or {}).items():
+                    for key in member_keys:
+                        tkey = typed(key)
+                        if previous.get((kind, tkey)) != m.member_id:
+                            keys[tkey] = key
+        if now - self._changed_at <= self._settle_s:
+            for tkey in self._pending:
+                keys[tkey] = tkey[1]
+        return keys
+
+
+__all__ = [
+    "DEFAULT_SETTLE_S",
+    "GroupReader",
+    "GroupSnapshot",
+    "describe",
+    "read_loads",
+    "read_slots",
+]
