@@ -16,7 +16,8 @@ from workgroup.assignors.sticky import CooperativeStickyAssignor
 from workgroup.cli.assign import run
 from workgroup.kafka.messages import JoinedMember
 from workgroup.member.balancing import BalanceSettings
-from workgroup.member.leader import read_members, simulate_rebalance
+from workgroup.member.leader import read_members
+from workgroup.member.pipeline import simulate_rebalance
 from workgroup.protocol import BinaryCodec, MemberMetadata
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.types import Resource
