@@ -102,7 +102,8 @@ class Balanced:
     mean: float = 0.0
     #: ``member id -> capacity`` of the members counted in the mean.
     capacities: dict[str, float] = field(default_factory=dict)
-    #: ``max_moves`` ran out, or the busiest member held pinned resources.
+    #: ``max_moves`` ran out (or what it left was too few for the swap or chain
+    #: that would help), or the busiest member held pinned resources.
     stopped_early: bool = False
 
     def ratio(self, loads: Mapping[str, float] | None = None) -> float:
@@ -299,6 +300,8 @@ def balance(
     moves: list[Move] = []
     settled = mean * (1 + goal) * (1 + 1e-12)
     stopped_early = False
+    #: The moves left were too few for the swap or chain that would help.
+    short_of_moves = False
     if max(util.values()) > trigger:
         frozen = frozenset(pinned)
         while len(moves) < max_moves:
@@ -354,13 +357,47 @@ def balance(
                     max_moves - len(moves),
                 )
             if chain_moves is None:
-                break  # nothing the busiest member holds can go anywhere useful
+                # Nothing the busiest member holds can go anywhere useful with
+                # the moves left; a round with all of ``max_moves`` may do better.
+                short_of_moves = bool(moves) and (
+                    _best_swap(
+                        giver,
+                        out,
+                        sorted([m for m in members if m != giver], key=util.__getitem__),
+                        util,
+                        member_load,
+                        capacity,
+                        shared,
+                        frozen,
+                        load_of,
+                        may_take,
+                    )
+                    is not None
+                    or _best_repack(
+                        giver,
+                        out,
+                        sorted([m for m in members if m != giver], key=util.__getitem__),
+                        util,
+                        member_load,
+                        capacity,
+                        shared,
+                        frozen,
+                        load_of,
+                        may_take,
+                        settled,
+                        max_moves,
+                    )
+                    is not None
+                )
+                break
             for step in chain_moves:
                 shift(step.resource, step.giver, step.taker, step.load)
                 moves.append(step)
         busiest = max(members, key=util.__getitem__)
         stopped_early = util[busiest] > settled and (
-            len(moves) >= max_moves or (bool(frozen) and not frozen.isdisjoint(out[busiest]))
+            len(moves) >= max_moves
+            or short_of_moves
+            or (bool(frozen) and not frozen.isdisjoint(out[busiest]))
         )
     return Balanced(
         out,

@@ -171,3 +171,19 @@ def test_the_follow_up_round_never_ends_further_from_balance_than_the_plan(
     ended = utilisation_ratio(rebalance.rounds[-1].target, by_key, capacity)
     # The metadata carries loads in two bytes: the stage saw them rounded.
     assert ended <= plan.ratio() * (1 + 1e-3)
+
+
+def test_a_round_with_too_few_moves_left_for_the_swap_says_it_stopped_early() -> None:
+    # b (19) moves shard 1 to a (14 / 18); the swap that settles b (shard 3 for
+    # shard 4) needs two more moves than max_moves=2 leaves: the round stopped
+    # early, so that the leader probes and the next round swaps.
+    # The loads as the metadata carries them (two bytes): shard 1 the lightest.
+    loads = {("s", k): x for k, x in enumerate((1.00003, 0.99998, 8.0, 4.99992, 4.0, 13.0))}
+    owned = {"a": [("s", 0), ("s", 2), ("s", 4)], "b": [("s", 1), ("s", 3), ("s", 5)]}
+    capacities = {"a": 1.0, "b": 1.0}
+    short = balance(owned, loads, capacities, max_moves=2)
+    assert [m.resource for m in short.moves] == [("s", 1)]
+    assert short.over(0.10)
+    assert short.unfinished(0.10)
+    again = balance(short.assignment, loads, capacities, max_moves=2, pinned={("s", 1)})
+    assert not again.over(0.10)
