@@ -103,7 +103,7 @@ class Balanced:
     #: ``member id -> capacity`` of the members counted in the mean.
     capacities: dict[str, float] = field(default_factory=dict)
     #: ``max_moves`` ran out (or what it left was too few for the swap or chain
-    #: that would help), or the busiest member held pinned resources.
+    #: that would help), or pinned resources were in the way.
     stopped_early: bool = False
 
     def ratio(self, loads: Mapping[str, float] | None = None) -> float:
@@ -300,8 +300,9 @@ def balance(
     moves: list[Move] = []
     settled = mean * (1 + goal) * (1 + 1e-12)
     stopped_early = False
-    #: The moves left were too few for the swap or chain that would help.
-    short_of_moves = False
+    #: The moves left were too few, or pinned resources in the way, for the
+    #: swap or chain that would help.
+    blocked = False
     if max(util.values()) > trigger:
         frozen = frozenset(pinned)
         while len(moves) < max_moves:
@@ -358,37 +359,40 @@ def balance(
                 )
             if chain_moves is None:
                 # Nothing the busiest member holds can go anywhere useful with
-                # the moves left; a round with all of ``max_moves`` may do better.
-                short_of_moves = bool(moves) and (
-                    _best_swap(
-                        giver,
-                        out,
-                        sorted([m for m in members if m != giver], key=util.__getitem__),
-                        util,
-                        member_load,
-                        capacity,
-                        shared,
-                        frozen,
-                        load_of,
-                        may_take,
+                # the moves left and the pins as they are.  A later round, with
+                # all of ``max_moves`` and the pins expired, may do better.
+                if moves or frozen:
+                    lighter = sorted([m for m in members if m != giver], key=util.__getitem__)
+                    blocked = (
+                        _best_swap(
+                            giver,
+                            out,
+                            lighter,
+                            util,
+                            member_load,
+                            capacity,
+                            shared,
+                            frozenset(),
+                            load_of,
+                            may_take,
+                        )
+                        is not None
+                        or _best_repack(
+                            giver,
+                            out,
+                            lighter,
+                            util,
+                            member_load,
+                            capacity,
+                            shared,
+                            frozenset(),
+                            load_of,
+                            may_take,
+                            settled,
+                            max_moves,
+                        )
+                        is not None
                     )
-                    is not None
-                    or _best_repack(
-                        giver,
-                        out,
-                        sorted([m for m in members if m != giver], key=util.__getitem__),
-                        util,
-                        member_load,
-                        capacity,
-                        shared,
-                        frozen,
-                        load_of,
-                        may_take,
-                        settled,
-                        max_moves,
-                    )
-                    is not None
-                )
                 break
             for step in chain_moves:
                 shift(step.resource, step.giver, step.taker, step.load)
@@ -396,7 +400,7 @@ def balance(
         busiest = max(members, key=util.__getitem__)
         stopped_early = util[busiest] > settled and (
             len(moves) >= max_moves
-            or short_of_moves
+            or blocked
             or (bool(frozen) and not frozen.isdisjoint(out[busiest]))
         )
     return Balanced(

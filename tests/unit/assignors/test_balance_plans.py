@@ -187,3 +187,22 @@ def test_a_round_with_too_few_moves_left_for_the_swap_says_it_stopped_early() ->
     assert short.unfinished(0.10)
     again = balance(short.assignment, loads, capacities, max_moves=2, pinned={("s", 1)})
     assert not again.over(0.10)
+
+
+def test_a_round_that_pinned_resources_stopped_says_so_wherever_they_are() -> None:
+    # d (6) can only swap shard 3 for shard 6, which a holds and which was moved
+    # recently (pinned): the round stopped early, so that the leader probes and
+    # a round after the pin swaps; no later rebalance would come otherwise.
+    loads = {("s", k): x for k, x in enumerate((1.0, 3.0, 5.0, 3.0, 1.0, 1.0, 2.0, 3.0))}
+    owned = {
+        "a": [("s", 0), ("s", 4), ("s", 6)],
+        "b": [("s", 1), ("s", 5)],
+        "c": [("s", 2)],
+        "d": [("s", 3), ("s", 7)],
+    }
+    capacities = dict.fromkeys(owned, 1.0)
+    pinned = balance(owned, loads, capacities, max_moves=2, pinned={("s", 6)})
+    assert pinned.moves == ()
+    assert pinned.unfinished(0.10)
+    free = balance(owned, loads, capacities, max_moves=2)
+    assert not free.over(0.10)
