@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -206,3 +207,62 @@ def test_a_round_that_pinned_resources_stopped_says_so_wherever_they_are() -> No
     assert pinned.unfinished(0.10)
     free = balance(owned, loads, capacities, max_moves=2)
     assert not free.over(0.10)
+
+
+def test_one_round_plan_is_carried_out_until_its_premises_change() -> None:
+    loads = {0: 10.0, 1: 1.0, 2: 1.0, 3: 1.0}
+    owners = {"a": [0, 1], "b": [2, 3]}
+    catalog = {"shard": list(range(4))}
+    digest = catalog_hash(freeze_catalog(catalog))
+    metadata = {
+        mid: MemberMetadata(
+            owned=tuple(("shard", k) for k in keys),
+            owned_generation=4,
+            catalog_hash=digest,
+            capacity=2.0 if mid == "b" else 1.0,
+            loads=tuple(loads[k] for k in keys),
+        )
+        for mid, keys in owners.items()
+    }
+    joined = tuple(JoinedMember(mid, None, CODEC.encode_metadata(m)) for mid, m in metadata.items())
+    rebalance = simulate_rebalance(
+        CooperativeStickyAssignor(),
+        joined,
+        metadata,
+        freeze_catalog(catalog),
+        "cooperative",
+        balance=BalanceSettings(),
+    )
+    plan = rebalance.first
+    assert plan.pending
+    assert plan.premises is not None
+    assert plan.balanced is not None
+    # The follow-up round: members own what they were handed.
+    follow_up = replace(
+        rebalance.input,
+        members={
+            mid: replace(info, owned=plan.assigned[mid])
+            for mid, info in rebalance.input.members.items()
+        },
+    )
+    assert plan.carries(follow_up)
+    assert rebalance.rounds[1].decided == plan.decided  # carried out, not decided again
+    assert rebalance.rounds[1].premises is None  # nothing withheld: the plan is done
+    # Premises that changed: a member left, a capacity, the catalog.
+    left = replace(follow_up, members={"a": follow_up.members["a"]})
+    assert not plan.carries(left)
+    bigger = replace(
+        follow_up,
+        members={**follow_up.members, "a": replace(follow_up.members["a"], capacity=3.0)},
+    )
+    assert not plan.carries(bigger)
+    assert not plan.carries(replace(follow_up, resources={"shard": range(5)}))
+    # Someone else decided meanwhile: a member owns what the plan does not give it.
+    stray = replace(
+        follow_up,
+        members={
+            **follow_up.members,
+            "a": replace(follow_up.members["a"], owned=(("shard", 0),)),
+        },
+    )
+    assert not plan.carries(stray)
