@@ -34,9 +34,10 @@ Rules:
    instead of deciding again, until nothing is withheld or its premises change
    (a member joined or left or changed, the catalog changed).
 4. **Probing.**  When a round ends still above the tolerance because
-   ``max_moves`` or pinned resources stopped it (not when no move could help,
-   as with one resource above the mean: then only changed loads can, and the
-   next rebalance brings them), the leader asks for a rebalance
+   ``max_moves`` or pinned resources stopped it (the moves left too few, or
+   pins held anywhere in the way, for the swap or chain that would help; not
+   when no move could help, as with one resource above the mean: then only
+   changed loads can, and the next rebalance brings them), the leader asks for a rebalance
    ``balance_interval_ms`` later (Kafka Streams' probing rebalance): members
    rejoin with fresh loads and the stage goes on.  A round that ends within the
    tolerance schedules nothing; the next rebalance, whatever its cause, brings
