@@ -54,7 +54,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import chain, filterfalse, repeat
 from operator import itemgetter
@@ -68,7 +68,7 @@ from workgroup.assignors.standby import (
     is_standby_kind,
 )
 from workgroup.errors import ConfigError
-from workgroup.types import Key, Resource, resource_sort_key
+from workgroup.types import Resource, resource_sort_key
 
 #: Default allowed excess of the most utilised member over the mean (10 %).
 DEFAULT_TOLERANCE = 0.10
@@ -102,7 +102,8 @@ class Balanced:
     mean: float = 0.0
     #: ``member id -> capacity`` of the members counted in the mean.
     capacities: dict[str, float] = field(default_factory=dict)
-    #: ``max_moves`` ran out, or the busiest member held pinned resources.
+    #: ``max_moves`` ran out (or what it left was too few for the swap or chain
+    #: that would help), or pinned resources were in the way.
     stopped_early: bool = False
 
     def ratio(self, loads: Mapping[str, float] | None = None) -> float:
@@ -299,6 +300,9 @@ def balance(
     moves: list[Move] = []
     settled = mean * (1 + goal) * (1 + 1e-12)
     stopped_early = False
+    #: The moves left were too few, or pinned resources in the way, for the
+    #: swap or chain that would help.
+    blocked = False
     if max(util.values()) > trigger:
         frozen = frozenset(pinned)
         while len(moves) < max_moves:
@@ -354,13 +358,50 @@ def balance(
                     max_moves - len(moves),
                 )
             if chain_moves is None:
-                break  # nothing the busiest member holds can go anywhere useful
+                # Nothing the busiest member holds can go anywhere useful with
+                # the moves left and the pins as they are.  A later round, with
+                # all of ``max_moves`` and the pins expired, may do better.
+                if moves or frozen:
+                    lighter = sorted([m for m in members if m != giver], key=util.__getitem__)
+                    blocked = (
+                        _best_swap(
+                            giver,
+                            out,
+                            lighter,
+                            util,
+                            member_load,
+                            capacity,
+                            shared,
+                            frozenset(),
+                            load_of,
+                            may_take,
+                        )
+                        is not None
+                        or _best_repack(
+                            giver,
+                            out,
+                            lighter,
+                            util,
+                            member_load,
+                            capacity,
+                            shared,
+                            frozenset(),
+                            load_of,
+                            may_take,
+                            settled,
+                            max_moves,
+                        )
+                        is not None
+                    )
+                break
             for step in chain_moves:
                 shift(step.resource, step.giver, step.taker, step.load)
                 moves.append(step)
         busiest = max(members, key=util.__getitem__)
         stopped_early = util[busiest] > settled and (
-            len(moves) >= max_moves or (bool(frozen) and not frozen.isdisjoint(out[busiest]))
+            len(moves) >= max_moves
+            or blocked
+            or (bool(frozen) and not frozen.isdisjoint(out[busiest]))
         )
     return Balanced(
         out,
@@ -722,56 +763,18 @@ def _positive(value: float) -> float:
     return value if value > 0 and value < math.inf else 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class BalancePlan:
-    """What a round decided (its target after the stage), for the follow-up
-    rounds of a cooperative rebalance to carry out instead of deciding again.
-
-    It holds while its premises do (:meth:`holds`): the same members with the
-    same kinds, racks and capacities, the same catalog, and every member owning
-    only what the plan gives it (nobody else decided meanwhile).
-    """
-
-    assignment: Assignment
-    members: Mapping[str, tuple[frozenset[str], str | None, float]]
-    resources: Mapping[str, Sequence[Key]]
-    #: The deciding round was stopped by ``max_moves`` or pins (the leader probes).
-    stopped_early: bool
-
-    @classmethod
-    def decided(cls, data: AssignmentInput, result: Balanced) -> BalancePlan:
-        return cls(
-            {mid: list(resources) for mid, resources in result.assignment.items()},
-            _premises(data),
-            data.resources,
-            result.stopped_early,
-        )
-
-    def holds(self, data: AssignmentInput) -> bool:
-        if self.members != _premises(data):
-            return False
-        if self.resources is not data.resources and self.resources != data.resources:
-            return False
-        return all(
-            set(self.assignment.get(mid, ())).issuperset(info.owned)
-            for mid, info in data.members.items()
-        )
-
-
-def _premises(data: AssignmentInput) -> dict[str, tuple[frozenset[str], str | None, float]]:
-    return {mid: (m.kinds, m.rack, m.capacity) for mid, m in data.members.items()}
-
-
 class LoadBalancing:
     """``base`` followed by :func:`balance` with the input's resource loads.
 
     The live leader and ``workgroup assign`` wrap their assignor in one for each
-    round (:mod:`workgroup.member.balancing`).  ``plan`` is what an earlier
-    round of the same rebalance decided: while it holds (:meth:`BalancePlan.holds`)
-    the round carries it out (neither the assignor nor the stage decides again);
-    :attr:`decided` is this round's plan when the stage changed the assignor's
-    target.  ``pinned`` lists recently moved resources.  The last result is kept
-    in :attr:`last`.
+    round (:mod:`workgroup.member.pipeline`).  ``carry`` is what an earlier
+    round of the same rebalance decided, whose premises the leader found still
+    hold (:class:`~workgroup.member.leader.RoundPlan`): the round carries it out
+    (neither the assignor nor the stage decides again; ``carry_stopped_early``
+    is whether the deciding round was stopped early).  :attr:`decided` says
+    whether the stage changed the assignor's target (or carried a decision).
+    ``pinned`` lists recently moved resources.  The last result is kept in
+    :attr:`last`.
     """
 
     def __init__(
@@ -781,7 +784,8 @@ class LoadBalancing:
         tolerance: float = DEFAULT_TOLERANCE,
         target: float | None = None,
         max_moves: int = DEFAULT_MAX_MOVES,
-        plan: BalancePlan | None = None,
+        carry: Assignment | None = None,
+        carry_stopped_early: bool = False,
         pinned: Collection[Resource] = frozenset(),
         loads: Mapping[Resource, float] | None = None,
     ) -> None:
@@ -792,15 +796,16 @@ class LoadBalancing:
         self.tolerance = tolerance
         self.target = target
         self.max_moves = max_moves
-        self.plan = plan
+        self.carry = carry
+        self.carry_stopped_early = carry_stopped_early
         self.pinned = frozenset(pinned)
         #: Loads the leader remembers from earlier rounds (the input's win); only
         #: read, so not copied (the leader's event loop builds this object).
         self.remembered: Mapping[Resource, float] = loads or {}
         self.last: Balanced | None = None
-        #: What the last round decided or carried out (``None``: the stage
-        #: changed nothing, or did not run).
-        self.decided: BalancePlan | None = None
+        #: The last round's target is a decision to carry out in the follow-up
+        #: rounds: the stage changed the assignor's target, or carried one out.
+        self.decided = False
         #: The loads the last round used (remembered ones and the input's).
         self.loads_seen: Mapping[Resource, float] = self.remembered
 
@@ -815,11 +820,11 @@ class LoadBalancing:
             # a million loads costs more than summing them.
             loads = {**self.remembered, **loads} if loads else self.remembered
         self.loads_seen = loads
-        self.decided = None
+        self.decided = False
         capacities = {mid: m.capacity for mid, m in data.members.items()}
         kinds = {mid: m.kinds for mid, m in data.members.items()}
-        if self.plan is not None and self.plan.holds(data):
-            carried = {mid: list(self.plan.assignment.get(mid, ())) for mid in data.members}
+        if self.carry is not None:
+            carried = {mid: list(self.carry.get(mid, ())) for mid in data.members}
             if not loads:
                 self.last = None
                 return carried
@@ -827,8 +832,8 @@ class LoadBalancing:
             measured = balance(
                 carried, loads, capacities, tolerance=self.tolerance, max_moves=0, kinds=kinds
             )
-            self.last = replace(measured, stopped_early=self.plan.stopped_early)
-            self.decided = self.plan
+            self.last = replace(measured, stopped_early=self.carry_stopped_early)
+            self.decided = True
             return self.last.assignment
         target = self.base.assign(data)
         if not loads:
@@ -852,15 +857,13 @@ class LoadBalancing:
             exclusive=self.exclusive or isinstance(self.base, StandbyAssignor),
             owned_loads=owned_loads,
         )
-        if self.last.moves or self.last.returned:
-            self.decided = BalancePlan.decided(data, self.last)
+        self.decided = bool(self.last.moves or self.last.returned)
         return self.last.assignment
 
 
 __all__ = [
     "DEFAULT_MAX_MOVES",
     "DEFAULT_TOLERANCE",
-    "BalancePlan",
     "Balanced",
     "LoadBalancing",
     "Move",

@@ -47,7 +47,8 @@ from workgroup.assignors.stats import assignment_stats
 from workgroup.errors import ConfigError
 from workgroup.kafka.messages import JoinedMember
 from workgroup.member.balancing import BalanceSettings, check_load
-from workgroup.member.leader import Rebalance, read_members, simulate_rebalance
+from workgroup.member.leader import read_members
+from workgroup.member.pipeline import Rebalance, simulate_rebalance
 from workgroup.protocol.catalog import Catalog, CatalogEntry, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import MemberMetadata
 from workgroup.protocol.protocol import Protocol, RebalanceMode

@@ -27,15 +27,17 @@ Rules:
    more) keeps its load; resources nobody ever measured count as the average
    (the stage's rule 1).  Resources the stage moved are *pinned* for
    ``pinned_intervals`` balancing intervals (not moved again meanwhile).  What
-   a round decided is kept as a plan
-   (:class:`~workgroup.assignors.balance.BalancePlan`) while it withholds
+   a round decided is kept in the round's plan
+   (:class:`~workgroup.member.leader.RoundPlan`, kept by
+   :class:`~workgroup.member.pipeline.LeaderPipeline`) while it withholds
    resources: the follow-up rounds of a cooperative rebalance carry it out
    instead of deciding again, until nothing is withheld or its premises change
    (a member joined or left or changed, the catalog changed).
 4. **Probing.**  When a round ends still above the tolerance because
-   ``max_moves`` or pinned resources stopped it (not when no move could help,
-   as with one resource above the mean: then only changed loads can, and the
-   next rebalance brings them), the leader asks for a rebalance
+   ``max_moves`` or pinned resources stopped it (the moves left too few, or
+   pins held anywhere in the way, for the swap or chain that would help; not
+   when no move could help, as with one resource above the mean: then only
+   changed loads can, and the next rebalance brings them), the leader asks for a rebalance
    ``balance_interval_ms`` later (Kafka Streams' probing rebalance): members
    rejoin with fresh loads and the stage goes on.  A round that ends within the
    tolerance schedules nothing; the next rebalance, whatever its cause, brings
@@ -55,11 +57,10 @@ from workgroup.assignors.balance import (
     DEFAULT_MAX_MOVES,
     DEFAULT_TOLERANCE,
     Balanced,
-    BalancePlan,
     LoadBalancing,
     check_settings,
 )
-from workgroup.assignors.base import Assignor
+from workgroup.assignors.base import Assignment, Assignor
 from workgroup.errors import ConfigError
 from workgroup.types import Resource
 
@@ -197,6 +198,16 @@ class LoadMeter:
         return abs(new_total - old_total) > settings.imbalance_tolerance * old_total
 
 
+@dataclass(frozen=True, slots=True)
+class BalanceOutcome:
+    """What the balancing stage did in a round."""
+
+    #: The stage's result (``None``: it did not run).
+    balanced: Balanced | None
+    #: The round's target is a decision for the follow-up rounds to carry out.
+    decided: bool
+
+
 class LeaderBalancing:
     """The leader's memory between rounds and its probing timer (rules 3 and 4)."""
 
@@ -204,9 +215,6 @@ class LeaderBalancing:
         self.settings = settings
         #: The loads the last round used (never modified: rounds build new ones).
         self.loads: Mapping[Resource, float] = {}
-        #: What a round decided, until a round carries it out to the end
-        #: (nothing withheld) or its premises change.
-        self.plan: BalancePlan | None = None
         #: ``resource -> when the stage moved it``.
         self.moved_at: dict[Resource, int] = {}
         #: When to probe (``None``: nothing scheduled).
@@ -225,15 +233,25 @@ class LeaderBalancing:
             del self.moved_at[resource]
         return frozenset(self.moved_at)
 
-    def wrap(self, run_id: int, assignor: Assignor, now: int) -> Assignor:
-        """The assignor the round ``run_id`` runs: ``assignor`` then the stage."""
+    def wrap(
+        self,
+        run_id: int,
+        assignor: Assignor,
+        now: int,
+        *,
+        carry: Assignment | None = None,
+        carry_stopped_early: bool = False,
+    ) -> Assignor:
+        """The assignor the round ``run_id`` runs: ``assignor`` then the stage;
+        with ``carry``, an earlier round's decision carried out instead."""
         if not self.enabled:
             return assignor
         wrapper = LoadBalancing(
             assignor,
             tolerance=self.settings.imbalance_tolerance,
             max_moves=self.settings.max_moves,
-            plan=self.plan,
+            carry=carry,
+            carry_stopped_early=carry_stopped_early,
             pinned=self.pinned(now),
             loads=self.loads,
         )
@@ -241,27 +259,23 @@ class LeaderBalancing:
         self.probe_at = None  # this round is the probe; it schedules the next
         return wrapper
 
-    def finished(
-        self, run_id: int, now: int, withheld: dict[str, tuple[Resource, ...]]
-    ) -> Balanced | None:
-        """Record round ``run_id`` (its plan withheld ``withheld``) and schedule
-        the next probe; returns what the stage did."""
+    def finished(self, run_id: int, now: int) -> BalanceOutcome:
+        """Record round ``run_id`` and schedule the next probe; returns what the
+        stage did."""
         if self._round is None or self._round[0] != run_id:
-            return None
+            return BalanceOutcome(None, decided=False)
         wrapper = self._round[1]
         self._round = None
         self.last = wrapper.last
         self.loads = wrapper.loads_seen  # a new mapping each round: no copy needed
-        # A plan withheld nothing more is carried out: the next round decides anew.
-        self.plan = wrapper.decided if any(withheld.values()) else None
         if self.last is None:
             self.probe_at = None
-            return None
+            return BalanceOutcome(None, decided=wrapper.decided)
         for move in self.last.moves:
             self.moved_at[move.resource] = now
         unfinished = self.last.unfinished(self.settings.imbalance_tolerance)
         self.probe_at = now + self.settings.balance_interval_ms if unfinished else None
-        return self.last
+        return BalanceOutcome(self.last, decided=wrapper.decided)
 
     def due(self, now: int) -> bool:
         return self.probe_at is not None and now >= self.probe_at
@@ -274,6 +288,7 @@ class LeaderBalancing:
 __all__ = [
     "DEFAULT_BALANCE_INTERVAL_MS",
     "DEFAULT_PINNED_INTERVALS",
+    "BalanceOutcome",
     "BalanceSettings",
     "LeaderBalancing",
     "LoadMeter",

@@ -20,57 +20,90 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from workgroup.assignors.base import Assignment
 from workgroup.types import Resource
 
 
-class ReassignDelay:
+@dataclass(frozen=True, slots=True)
+class DelayMemory:
     """What the leader remembers between its rounds to delay reassignments."""
+
+    #: ``resource -> member`` it was handed to in the previous round.
+    owners: Mapping[Resource, str] = field(default_factory=dict)
+    #: The previous round's members (``None``: no round yet).
+    members: frozenset[str] | None = None
+    #: ``resource -> when it may be handed out``.
+    until: Mapping[Resource, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Delayed:
+    """The delay stage's output: the target without delayed resources, and the
+    memory for the next round."""
+
+    target: Assignment
+    memory: DelayMemory
+
+
+def delay_target(
+    memory: DelayMemory,
+    delay_ms: int,
+    now: int,
+    members: Iterable[str],
+    target: Assignment,
+    claimed: Iterable[Resource],
+) -> Delayed:
+    """``target`` without the resources delayed this round (rules 1-2)."""
+    if delay_ms <= 0:
+        return Delayed(target, memory)
+    current = frozenset(members)
+    until = dict(memory.until)
+    if memory.members is not None:
+        if current - memory.members:
+            until.clear()  # rule 2
+        else:
+            owned = set(claimed)
+            for resource, owner in memory.owners.items():
+                if owner not in current and resource not in owned:
+                    until.setdefault(resource, now + delay_ms)
+    until = {r: at for r, at in until.items() if at > now}
+    if until:
+        target = {m: [r for r in rs if r not in until] for m, rs in target.items()}
+    owners = {r: m for m, rs in target.items() for r in rs}
+    return Delayed(target, DelayMemory(owners, current, until))
+
+
+class ReassignDelay:
+    """The leader's delay memory, carried from round to round."""
 
     def __init__(self, delay_ms: int) -> None:
         self.delay_ms = delay_ms
-        self._owners: dict[Resource, str] = {}
-        self._members: frozenset[str] | None = None
-        self._until: dict[Resource, int] = {}
+        self.memory = DelayMemory()
 
     @property
     def next_at(self) -> int | None:
         """When the earliest delayed resource may be handed out (rule 3)."""
-        return min(self._until.values()) if self._until else None
+        until = self.memory.until
+        return min(until.values()) if until else None
 
     @property
     def delayed(self) -> frozenset[Resource]:
-        return frozenset(self._until)
+        return frozenset(self.memory.until)
 
     def apply(
         self, now: int, members: Iterable[str], target: Assignment, claimed: Iterable[Resource]
     ) -> Assignment:
         """``target`` without the resources delayed this round (rules 1-2)."""
-        if self.delay_ms <= 0:
-            return target
-        current = frozenset(members)
-        if self._members is not None:
-            if current - self._members:
-                self._until.clear()  # rule 2
-            else:
-                owned = set(claimed)
-                for resource, owner in self._owners.items():
-                    if owner not in current and resource not in owned:
-                        self._until.setdefault(resource, now + self.delay_ms)
-        self._until = {r: at for r, at in self._until.items() if at > now}
-        if self._until:
-            target = {m: [r for r in rs if r not in self._until] for m, rs in target.items()}
-        self._owners = {r: m for m, rs in target.items() for r in rs}
-        self._members = current
-        return target
+        out = delay_target(self.memory, self.delay_ms, now, members, target, claimed)
+        self.memory = out.memory
+        return out.target
 
     def forget(self) -> None:
         """Not the leader any more (rule 4)."""
-        self._owners.clear()
-        self._until.clear()
-        self._members = None
+        self.memory = DelayMemory()
 
 
-__all__ = ["ReassignDelay"]
+__all__ = ["DelayMemory", "Delayed", "ReassignDelay", "delay_target"]

@@ -18,8 +18,8 @@ A round, as the leader plays it:
    rejoins and the follow-up round hands it out;
 5. :func:`encode_assignments` writes each member's SyncGroup assignment.
 
-:func:`simulate_rebalance` plays rounds 2-4 again with the members' follow-up
-joins until nothing is withheld: the what-if that ``workgroup assign`` shows.
+:mod:`~workgroup.member.pipeline` composes these stages, for the live leader
+and for the what-if that ``workgroup assign`` shows.
 
 Nothing here logs: the functions return what they found and the caller reports it.
 """
@@ -33,15 +33,14 @@ from dataclasses import dataclass, field, replace
 from itertools import repeat
 
 from workgroup.assignors.balance import Balanced
-from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, MemberInfo
+from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
 from workgroup.errors import ProtocolError
 from workgroup.kafka.messages import JoinedMember
-from workgroup.member.balancing import BalanceSettings, LeaderBalancing
 from workgroup.member.errors import AssignorError
 from workgroup.protocol.catalog import FrozenCatalog
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
 from workgroup.protocol.protocol import RebalanceMode
-from workgroup.types import NO_GENERATION_ID, Key, Resource, sorted_resources
+from workgroup.types import Key, Resource, sorted_resources
 
 #: Rounds :func:`simulate_rebalance` plays before it reports non-convergence.
 #: Kafka's cooperative assignors settle in two; more means the assignor keeps
@@ -258,10 +257,39 @@ def _keep_ready_in_place(
 
 
 @dataclass(frozen=True, slots=True)
-class RoundPlan:
-    """One round, per member (every member of the group has an entry)."""
+class Premises:
+    """What a round's decision rests on: the members with their kinds, racks and
+    capacities, and the catalog.  While they hold and every member owns only
+    what the decision gives it (nobody else decided meanwhile), the follow-up
+    rounds of a cooperative rebalance carry the decision out."""
 
-    #: What the assignor wants each member to own.
+    members: Mapping[str, tuple[frozenset[str], str | None, float]]
+    resources: Mapping[str, Sequence[Key]]
+
+    @classmethod
+    def of(cls, data: AssignmentInput) -> Premises:
+        return cls(
+            {mid: (m.kinds, m.rack, m.capacity) for mid, m in data.members.items()},
+            data.resources,
+        )
+
+    def hold(self, data: AssignmentInput, decided: Mapping[str, Sequence[Resource]]) -> bool:
+        if self.members != Premises.of(data).members:
+            return False
+        if self.resources is not data.resources and self.resources != data.resources:
+            return False
+        return all(
+            set(decided.get(mid, ())).issuperset(info.owned) for mid, info in data.members.items()
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RoundPlan:
+    """What one round decided, per member (every member of the group has an
+    entry): the leader keeps it while it is to be carried out (:meth:`carries`)."""
+
+    #: What the assignor wants each member to own (after the reassignment delay
+    #: and refusals).
     target: dict[str, tuple[Resource, ...]]
     #: What each member is handed now: its target minus what is withheld.
     assigned: dict[str, tuple[Resource, ...]]
@@ -272,6 +300,14 @@ class RoundPlan:
     #: Resources each member warms up while another still owns them
     #: (:mod:`~workgroup.member.warmup`); members without warm-ups are absent.
     warming: dict[str, tuple[Resource, ...]] = field(default_factory=dict)
+    #: What the assignor and the balancing stage decided (before the delay and
+    #: refusals, which each round applies anew): what a follow-up round carries out.
+    decided: Mapping[str, Sequence[Resource]] = field(default_factory=dict)
+    #: What the balancing stage did (``None``: it did not run).
+    balanced: Balanced | None = None
+    #: What the decision rests on; ``None``: nothing to carry out (the balancing
+    #: stage changed nothing, or nothing was withheld).
+    premises: Premises | None = None
 
     @property
     def withheld_count(self) -> int:
@@ -281,6 +317,10 @@ class RoundPlan:
     def pending(self) -> bool:
         """A follow-up round is due (something was withheld)."""
         return any(self.withheld.values())
+
+    def carries(self, data: AssignmentInput) -> bool:
+        """A round with input ``data`` carries this plan out: its premises hold."""
+        return self.premises is not None and self.premises.hold(data, self.decided)
 
 
 def withholding_claims(
@@ -406,107 +446,6 @@ def encode_assignments(
     return tuple(out)
 
 
-# --- the what-if ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Rebalance:
-    """A rebalance played to its end by :func:`simulate_rebalance`."""
-
-    #: Every round played; the first is what the leader hands out now.
-    rounds: tuple[RoundPlan, ...]
-    #: The last round withheld nothing (False: :data:`MAX_ROUNDS` were not enough).
-    converged: bool
-    #: What the members' metadata had that the catalog does not (see
-    #: :func:`build_input`), owned resources included even under eager protocols.
-    ignored: dict[str, Ignored]
-    #: The first round's assignor input: the group before the rebalance, with
-    #: what every member reported owning.
-    input: AssignmentInput
-    #: What the load balancing stage did in each round (``None``: it did not run).
-    balanced: tuple[Balanced | None, ...] = ()
-
-    @property
-    def first(self) -> RoundPlan:
-        return self.rounds[0]
-
-    @property
-    def target(self) -> dict[str, tuple[Resource, ...]]:
-        """The assignment once the follow-up rounds are done (the last round's target)."""
-        return self.rounds[-1].target
-
-
-def simulate_rebalance(
-    assignor: Assignor,
-    members: Sequence[JoinedMember],
-    metadata: Mapping[str, MemberMetadata],
-    catalog: FrozenCatalog,
-    mode: RebalanceMode,
-    *,
-    max_rounds: int = MAX_ROUNDS,
-    balance: BalanceSettings | None = None,
-    loads: Mapping[Resource, float] | None = None,
-) -> Rebalance:
-    """Play a rebalance of ``members`` until nothing is withheld.
-
-    ``metadata`` is what each member would send if it joined holding what it
-    owns now.  Under ``"eager"`` members revoke everything before joining (the
-    first round's ``revoked`` lists it all) and report it as their previous
-    assignment, which sticky assignors keep in place; nothing is withheld, so
-    one round settles.  Under ``"cooperative"``, each follow-up round, members
-    have given up what they revoked and rejoin owning what they were handed (in
-    the previous round's generation); the assignor runs again.  At most
-    ``max_rounds`` rounds are played.
-
-    With ``balance`` (and loads: ``loads``, the leader's view, and those in the
-    members' metadata), each round's assignor is followed by the load balancing
-    stage as the live leader runs it (:class:`~workgroup.member.balancing.LeaderBalancing`):
-    a follow-up round keeps what the previous one planned.
-    """
-    if max_rounds < 1:
-        raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
-    member_ids = [m.member_id for m in members]
-    current = dict(metadata)
-    owned_before = {mid: sorted_resources(set(meta.owned)) for mid, meta in metadata.items()}
-    before = build_input(members, metadata, catalog)
-    generation = max([meta.owned_generation for meta in metadata.values()] + [0]) + 1
-    rounds: list[RoundPlan] = []
-    balanced: list[Balanced | None] = []
-    memory = LeaderBalancing(balance) if balance is not None else None
-    if memory is not None and loads:
-        memory.loads = dict(loads)
-    first: AssignmentInput | None = None
-    converged = False
-    while len(rounds) < max_rounds:
-        prepared = before if not rounds else build_input(members, current, catalog)
-        if first is None:
-            first = prepared.input
-        round_assignor = assignor
-        if memory is not None:
-            round_assignor = memory.wrap(len(rounds), assignor, 0)
-        target = round_assignor.assign(prepared.input)
-        plan = plan_round(member_ids, target, withholding_claims(mode, current))
-        if memory is not None:
-            balanced.append(memory.finished(len(rounds), 0, plan.withheld))
-        if mode == "eager" and not rounds:
-            plan = replace(plan, revoked={mid: owned_before.get(mid, ()) for mid in plan.assigned})
-        rounds.append(plan)
-        if not plan.pending:
-            converged = True
-            break
-        current = {
-            mid: replace(
-                meta,
-                owned=plan.assigned[mid],
-                owned_generation=generation if plan.assigned[mid] else NO_GENERATION_ID,
-            )
-            for mid, meta in current.items()
-        }
-        generation += 1
-    assert first is not None
-    return Rebalance(tuple(rounds), converged, before.ignored, first, tuple(balanced))
-
-
 # --- refusals --------------------------------------------------------------------------
 
 
@@ -570,7 +509,7 @@ __all__ = [
     "Ignored",
     "LeaderInput",
     "MembersRead",
-    "Rebalance",
+    "Premises",
     "RoundPlan",
     "apply_refusals",
     "build_input",
@@ -579,6 +518,5 @@ __all__ = [
     "encode_refusals",
     "plan_round",
     "read_members",
-    "simulate_rebalance",
     "withholding_claims",
 ]

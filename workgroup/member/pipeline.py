@@ -2,7 +2,8 @@
 
 The member machine hands a leader's JoinGroup answer here and sends what comes
 back: the assignor's run (:class:`~workgroup.member.actions.RunAssignor`), then
-the members' SyncGroup assignments.
+the members' SyncGroup assignments.  ``workgroup assign`` plays the same
+pipeline (:func:`simulate_rebalance`).
 
 Rules:
 
@@ -12,33 +13,57 @@ Rules:
    round remembers what it began with (:class:`LeaderRound`) until the
    assignor's answer comes, or the machine drops it (the member left the
    round: a rejoin, a lost coordinator, a failure, a close).
-2. The assignor's target then goes through the stages, in order: the
-   reassignment delay (:mod:`~workgroup.member.delay`), refusals
-   (:func:`apply_refusals`), the round's plan (:func:`plan_round`: what is
-   withheld), balancing (:mod:`~workgroup.member.balancing`: the assignor
-   runs wrapped, and its plan is finished here), warm-up staging
-   (:mod:`~workgroup.member.warmup`, cooperative rounds only), and the moves
-   (:mod:`~workgroup.member.moves`, counted and logged); the plan is encoded
+2. The stages, in order, each a function of typed, frozen values:
+
+   - the assignor, then balancing: :class:`RunAssignor` (run by the driver)
+     gives an ``Assignment``;
+   - the reassignment delay: :func:`delay_stage` gives a
+     :class:`~workgroup.member.delay.Delayed`;
+   - refusals: :func:`refusal_stage` gives an ``Assignment``;
+   - the round's plan (what is withheld): :func:`plan_stage` gives a
+     :class:`~workgroup.member.leader.RoundPlan`;
+   - balancing's decision: :func:`decision_stage` gives the plan with what
+     was decided and its premises;
+   - warm-up staging: :func:`warmup_stage` gives a :class:`Warmed`;
+   - the moves: :class:`~workgroup.member.moves.MoveCounter` counts them.
+
+   The balancing stage runs with the assignor (wrapped:
+   :mod:`~workgroup.member.balancing`), off the event loop with it; the
+   pipeline records what it did.  The plan is encoded
    (:func:`encode_assignments`).
-3. Deadlines, for a STABLE leader only (the machine asks then): the end of a
+3. **One plan.**  What a round decided is one
+   :class:`~workgroup.member.leader.RoundPlan`.  When the balancing stage
+   changed the assignor's target and the plan withholds resources, the
+   leader keeps it: the follow-up rounds carry it out (the assignor does not
+   decide again) while its premises hold (the same members with the same
+   kinds, racks and capacities, the same catalog, nobody owning what the plan
+   does not give it).  It is dropped when they change or a round withholds
+   nothing.
+4. Deadlines, for a STABLE leader only (the machine asks then): the end of a
    reassignment delay, and the balancing probe; each asks for a round
    (:meth:`LeaderPipeline.delay_over`, :meth:`LeaderPipeline.probe_due`).
-4. A follower forgets the delays it kept while it led.
+5. A follower forgets the delays it kept while it led.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from workgroup.assignors.base import Assignment, MemberInfo
+from workgroup.assignors.balance import Balanced
+from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, MemberInfo
 from workgroup.kafka.messages import JoinedMember
 from workgroup.log import get_logger
 from workgroup.member.actions import RunAssignor
-from workgroup.member.balancing import BalanceSettings, LeaderBalancing
-from workgroup.member.delay import ReassignDelay
+from workgroup.member.balancing import BalanceOutcome, BalanceSettings, LeaderBalancing
+from workgroup.member.delay import Delayed, DelayMemory, ReassignDelay, delay_target
 from workgroup.member.leader import (
+    MAX_ROUNDS,
+    Ignored,
+    LeaderInput,
     MembersRead,
+    Premises,
+    RoundPlan,
     apply_refusals,
     build_input,
     decode_refusals,
@@ -47,10 +72,12 @@ from workgroup.member.leader import (
     read_members,
     withholding_claims,
 )
-from workgroup.member.moves import MoveCounter, count_moves
-from workgroup.member.warmup import stage_warmups
+from workgroup.member.moves import Move, MoveCounter, count_moves
+from workgroup.member.warmup import Staged, stage_warmups
 from workgroup.protocol.catalog import FrozenCatalog
-from workgroup.protocol.protocol import Protocol
+from workgroup.protocol.metadata import MemberMetadata
+from workgroup.protocol.protocol import Protocol, RebalanceMode
+from workgroup.types import NO_GENERATION_ID, Resource, sorted_resources
 
 log = get_logger(__name__)
 
@@ -66,13 +93,91 @@ class LeaderRound:
     read: MembersRead
     resources: int
     catalog_hash: bytes
-    #: The members as the assignor saw them (which kinds each takes).
-    infos: Mapping[str, MemberInfo]
+    #: The assignor's input (the members as it saw them: which kinds each takes).
+    input: AssignmentInput
+    #: The plan this round carries out (rule 3; ``None``: the assignor decides).
+    carried: RoundPlan | None = None
+
+    @property
+    def infos(self) -> Mapping[str, MemberInfo]:
+        return self.input.members
+
+    @property
+    def member_ids(self) -> list[str]:
+        return [m.member_id for m in self.members]
+
+
+@dataclass(frozen=True, slots=True)
+class Warmed:
+    """The warm-up stage's output: the plan with its moves staged, and what was done."""
+
+    plan: RoundPlan
+    staged: Staged
+
+
+@dataclass(frozen=True, slots=True)
+class RoundOutcome:
+    """A round through every stage: its plan and what to report."""
+
+    plan: RoundPlan
+    staged: Staged
+    moves: tuple[Move, ...]
+
+
+# --- the stages (rule 2) -------------------------------------------------------------
+
+
+def delay_stage(
+    round_: LeaderRound, memory: DelayMemory, delay_ms: int, now: int, target: Assignment
+) -> Delayed:
+    """The target without the resources whose reassignment is delayed."""
+    claimed = (r for meta in round_.read.metadata.values() for r in meta.owned)
+    return delay_target(memory, delay_ms, now, round_.member_ids, target, claimed)
+
+
+def refusal_stage(round_: LeaderRound, target: Assignment) -> Assignment:
+    """The target with refused resources moved to members that take them."""
+    refusals = {mid: decode_refusals(meta.tags) for mid, meta in round_.read.metadata.items()}
+    return apply_refusals(target, round_.infos, refusals)
+
+
+def plan_stage(round_: LeaderRound, target: Assignment) -> RoundPlan:
+    """What each member is handed and revokes; what is withheld."""
+    claims = withholding_claims(round_.protocol.mode, round_.read.metadata)
+    return plan_round(round_.member_ids, target, claims)
+
+
+def decision_stage(
+    round_: LeaderRound, plan: RoundPlan, decided: Assignment, outcome: BalanceOutcome
+) -> RoundPlan:
+    """The plan with what the assignor and the balancing stage decided; with its
+    premises when the follow-up rounds are to carry it out (rule 3)."""
+    keep = outcome.decided and plan.pending
+    return replace(
+        plan,
+        decided={mid: tuple(rs) for mid, rs in decided.items()},
+        balanced=outcome.balanced,
+        premises=Premises.of(round_.input) if keep else None,
+    )
+
+
+def warmup_stage(round_: LeaderRound, plan: RoundPlan, max_warmups: int) -> Warmed:
+    """Planned moves staged as warm-ups (cooperative rounds only)."""
+    if round_.protocol.mode != "cooperative":
+        return Warmed(plan, Staged())
+    staged_plan, staged = stage_warmups(
+        plan,
+        round_.read.metadata,
+        max_warmups=max_warmups,
+        common_version=min(round_.read.common_version, round_.protocol.codec.latest_version),
+    )
+    return Warmed(staged_plan, staged)
 
 
 class LeaderPipeline:
     """The leader's rounds, one at a time, and what they keep between rounds:
-    the reassignment delays, the balancing memory, the moves counted."""
+    the reassignment delays, the balancing memory, the plan being carried out,
+    the moves counted."""
 
     def __init__(
         self,
@@ -88,10 +193,21 @@ class LeaderPipeline:
         self._balancing = LeaderBalancing(balance)
         self._moves = MoveCounter()
         self._round: LeaderRound | None = None
+        #: What the last round decided, while the follow-up rounds carry it out.
+        self._plan: RoundPlan | None = None
 
     @property
     def moves_total(self) -> Mapping[tuple[str, str], int]:
         return self._moves.totals
+
+    @property
+    def plan(self) -> RoundPlan | None:
+        """The plan the next round carries out if its premises hold (rule 3)."""
+        return self._plan
+
+    @property
+    def balancing(self) -> LeaderBalancing:
+        return self._balancing
 
     def begin(
         self,
@@ -123,7 +239,16 @@ class LeaderPipeline:
                 leader_catalog=catalog_hash.hex(),
                 member_catalog=theirs.hex(),
             )
-        prepared = build_input(members, read.metadata, catalog)
+        run, prepared = self.start(
+            now,
+            run_id,
+            protocol,
+            members,
+            read,
+            generation=generation,
+            catalog=catalog,
+            catalog_hash=catalog_hash,
+        )
         if prepared.ignored:
             log.warning(
                 "member.ignored",
@@ -131,6 +256,25 @@ class LeaderPipeline:
                 generation=generation,
                 ignored={mid: found.as_dict() for mid, found in prepared.ignored.items()},
             )
+        return run
+
+    def start(
+        self,
+        now: int,
+        run_id: int,
+        protocol: Protocol,
+        members: Sequence[JoinedMember],
+        read: MembersRead,
+        *,
+        generation: int,
+        catalog: FrozenCatalog,
+        catalog_hash: bytes,
+    ) -> tuple[RunAssignor, LeaderInput]:
+        """:meth:`begin` with the metadata already read, reporting nothing."""
+        prepared = build_input(members, read.metadata, catalog)
+        plan = self._plan
+        if plan is not None and not plan.carries(prepared.input):
+            plan = self._plan = None  # its premises changed (rule 3)
         self._round = LeaderRound(
             run_id=run_id,
             generation=generation,
@@ -139,14 +283,18 @@ class LeaderPipeline:
             read=read,
             resources=catalog.size,
             catalog_hash=catalog_hash,
-            infos=prepared.input.members,
+            input=prepared.input,
+            carried=plan,
         )
-        return RunAssignor(
-            run_id,
-            protocol.wire_name,
-            self._balancing.wrap(run_id, protocol.assignor, now),
-            prepared.input,
+        carry: Assignment | None = None
+        stopped_early = False
+        if plan is not None:
+            carry = {mid: list(rs) for mid, rs in plan.decided.items()}
+            stopped_early = plan.balanced is not None and plan.balanced.stopped_early
+        assignor = self._balancing.wrap(
+            run_id, protocol.assignor, now, carry=carry, carry_stopped_early=stopped_early
         )
+        return RunAssignor(run_id, protocol.wire_name, assignor, prepared.input), prepared
 
     def take(self, run_id: int) -> LeaderRound | None:
         """The round the assignor's run ``run_id`` answers, no longer under way
@@ -161,54 +309,44 @@ class LeaderPipeline:
         """The member left the round (rule 1): a late answer is ignored."""
         self._round = None
 
-    def finish(
-        self, now: int, round_: LeaderRound, target: Assignment
-    ) -> tuple[tuple[str, bytes], ...]:
-        """The round's SyncGroup assignments from the assignor's ``target``: the
-        stages after the assignor, in order (rule 2); raises a
-        :class:`~workgroup.errors.WorkgroupError` the member fails with."""
-        member_ids = [m.member_id for m in round_.members]
-        claims = withholding_claims(round_.protocol.mode, round_.read.metadata)
-        target = self._delay.apply(
-            now,
-            member_ids,
-            target,
-            (r for meta in round_.read.metadata.values() for r in meta.owned),
-        )
-        target = apply_refusals(  # rule 10
-            target,
-            round_.infos,
-            {
-                member_id: decode_refusals(meta.tags)
-                for member_id, meta in round_.read.metadata.items()
-            },
-        )
-        plan = plan_round(member_ids, target, claims)
-        balanced = self._balancing.finished(round_.run_id, now, plan.withheld)
-        if round_.protocol.mode == "cooperative":
-            plan, staged = stage_warmups(
-                plan,
-                round_.read.metadata,
-                max_warmups=self._max_warmups,
-                common_version=min(
-                    round_.read.common_version, round_.protocol.codec.latest_version
-                ),
-            )
-            if staged.warming or staged.waiting:
-                log.info(
-                    "member.warmups_staged",
-                    group=self._group_id,
-                    generation=round_.generation,
-                    started=staged.started,
-                    continuing=staged.continuing,
-                    cut_over=staged.cut_over,
-                    waiting=staged.waiting,
-                )
+    def conclude(self, now: int, round_: LeaderRound, target: Assignment) -> RoundOutcome:
+        """The stages after the assignor, in order (rule 2), reporting nothing;
+        raises a :class:`~workgroup.errors.WorkgroupError` the member fails with."""
+        decided = target
+        delayed = delay_stage(round_, self._delay.memory, self._delay.delay_ms, now, target)
+        self._delay.memory = delayed.memory
+        refused = refusal_stage(round_, delayed.target)  # rule 10
+        plan = plan_stage(round_, refused)
+        outcome = self._balancing.finished(round_.run_id, now)
+        plan = decision_stage(round_, plan, decided, outcome)
+        warmed = warmup_stage(round_, plan, self._max_warmups)
+        plan = warmed.plan
+        self._plan = plan if plan.premises is not None else None
+        balanced = outcome.balanced
         moves = self._moves.observe(
             plan,
             round_.read.metadata,
             balanced={m.resource for m in balanced.moves} if balanced is not None else (),
         )
+        return RoundOutcome(plan, warmed.staged, moves)
+
+    def finish(
+        self, now: int, round_: LeaderRound, target: Assignment
+    ) -> tuple[tuple[str, bytes], ...]:
+        """The round's SyncGroup assignments from the assignor's ``target``: the
+        stages after the assignor (:meth:`conclude`), reported and encoded."""
+        outcome = self.conclude(now, round_, target)
+        plan, staged, moves = outcome.plan, outcome.staged, outcome.moves
+        if staged.warming or staged.waiting:
+            log.info(
+                "member.warmups_staged",
+                group=self._group_id,
+                generation=round_.generation,
+                started=staged.started,
+                continuing=staged.continuing,
+                cut_over=staged.cut_over,
+                waiting=staged.waiting,
+            )
         if moves:
             log.info(
                 "member.moves",
@@ -217,6 +355,7 @@ class LeaderPipeline:
                 warmup=sum(m.how == "warmup" for m in moves),
                 **count_moves(moves),
             )
+        balanced = plan.balanced
         if balanced is not None and (balanced.moves or balanced.returned):
             log.info(
                 "member.load_balanced",
@@ -249,7 +388,7 @@ class LeaderPipeline:
         )
         return out
 
-    # --- between rounds (rules 3 and 4) -------------------------------------------
+    # --- between rounds (rules 4 and 5) -------------------------------------------
 
     @property
     def probe_at(self) -> int | None:
@@ -272,8 +411,135 @@ class LeaderPipeline:
         return True
 
     def follow(self) -> None:
-        """Rule 4: this member follows; delays kept while leading are forgotten."""
+        """Rule 5: this member follows; delays kept while leading are forgotten."""
         self._delay.forget()
 
 
-__all__ = ["LeaderPipeline", "LeaderRound"]
+# --- the what-if -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rebalance:
+    """A rebalance played to its end by :func:`simulate_rebalance`."""
+
+    #: Every round played; the first is what the leader hands out now.
+    rounds: tuple[RoundPlan, ...]
+    #: The last round withheld nothing (False: :data:`MAX_ROUNDS` were not enough).
+    converged: bool
+    #: What the members' metadata had that the catalog does not (see
+    #: :func:`build_input`), owned resources included even under eager protocols.
+    ignored: dict[str, Ignored]
+    #: The first round's assignor input: the group before the rebalance, with
+    #: what every member reported owning.
+    input: AssignmentInput
+
+    @property
+    def first(self) -> RoundPlan:
+        return self.rounds[0]
+
+    @property
+    def target(self) -> dict[str, tuple[Resource, ...]]:
+        """The assignment once the follow-up rounds are done (the last round's target)."""
+        return self.rounds[-1].target
+
+    @property
+    def balanced(self) -> tuple[Balanced | None, ...]:
+        """What the load balancing stage did in each round (``None``: it did not run)."""
+        return tuple(plan.balanced for plan in self.rounds)
+
+
+def simulate_rebalance(
+    assignor: Assignor,
+    members: Sequence[JoinedMember],
+    metadata: Mapping[str, MemberMetadata],
+    catalog: FrozenCatalog,
+    mode: RebalanceMode,
+    *,
+    max_rounds: int = MAX_ROUNDS,
+    balance: BalanceSettings | None = None,
+    loads: Mapping[Resource, float] | None = None,
+) -> Rebalance:
+    """Play a rebalance of ``members`` through the leader's pipeline
+    (:class:`LeaderPipeline`, the same stages as the live leader) until nothing
+    is withheld.
+
+    ``metadata`` is what each member would send if it joined holding what it
+    owns now.  Under ``"eager"`` members revoke everything before joining (the
+    first round's ``revoked`` lists it all) and report it as their previous
+    assignment, which sticky assignors keep in place; nothing is withheld, so
+    one round settles.  Under ``"cooperative"``, each follow-up round, members
+    have given up what they revoked and rejoin owning what they were handed (in
+    the previous round's generation); the pipeline runs again, and carries out
+    what the first round decided while its premises hold.  At most
+    ``max_rounds`` rounds are played.
+
+    ``balance``: the load balancing settings (``None``: no balancing);
+    ``loads``: the leader's view of the loads, besides those in the metadata.
+    """
+    if max_rounds < 1:
+        raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
+    protocol = Protocol(name=assignor.name, assignor=assignor, rebalance=mode)
+    pipeline = LeaderPipeline(
+        "what-if",
+        reassign_delay_ms=0,
+        balance=balance if balance is not None else BalanceSettings(max_moves=0),
+        max_warmups=0,
+    )
+    if loads:
+        pipeline.balancing.loads = dict(loads)
+    current = dict(metadata)
+    owned_before = {mid: sorted_resources(set(meta.owned)) for mid, meta in metadata.items()}
+    generation = max([meta.owned_generation for meta in metadata.values()] + [0]) + 1
+    version = protocol.codec.latest_version
+    rounds: list[RoundPlan] = []
+    first: LeaderInput | None = None
+    converged = False
+    while len(rounds) < max_rounds:
+        read = MembersRead(current, {mid: version for mid in current}, version, {}, {})
+        run, prepared = pipeline.start(
+            0,
+            len(rounds),
+            protocol,
+            members,
+            read,
+            generation=generation,
+            catalog=catalog,
+            catalog_hash=b"",
+        )
+        if first is None:
+            first = prepared
+        round_ = pipeline.take(run.run_id)
+        assert round_ is not None
+        plan = pipeline.conclude(0, round_, run.assignor.assign(run.input)).plan
+        if mode == "eager" and not rounds:
+            plan = replace(plan, revoked={mid: owned_before.get(mid, ()) for mid in plan.assigned})
+        rounds.append(plan)
+        if not plan.pending:
+            converged = True
+            break
+        current = {
+            mid: replace(
+                meta,
+                owned=plan.assigned[mid],
+                owned_generation=generation if plan.assigned[mid] else NO_GENERATION_ID,
+            )
+            for mid, meta in current.items()
+        }
+        generation += 1
+    assert first is not None
+    return Rebalance(tuple(rounds), converged, first.ignored, first.input)
+
+
+__all__ = [
+    "LeaderPipeline",
+    "LeaderRound",
+    "Rebalance",
+    "RoundOutcome",
+    "Warmed",
+    "decision_stage",
+    "delay_stage",
+    "plan_stage",
+    "refusal_stage",
+    "simulate_rebalance",
+    "warmup_stage",
+]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -16,7 +17,8 @@ from workgroup.assignors.sticky import CooperativeStickyAssignor
 from workgroup.cli.assign import run
 from workgroup.kafka.messages import JoinedMember
 from workgroup.member.balancing import BalanceSettings
-from workgroup.member.leader import read_members, simulate_rebalance
+from workgroup.member.leader import read_members
+from workgroup.member.pipeline import simulate_rebalance
 from workgroup.protocol import BinaryCodec, MemberMetadata
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.types import Resource
@@ -170,3 +172,97 @@ def test_the_follow_up_round_never_ends_further_from_balance_than_the_plan(
     ended = utilisation_ratio(rebalance.rounds[-1].target, by_key, capacity)
     # The metadata carries loads in two bytes: the stage saw them rounded.
     assert ended <= plan.ratio() * (1 + 1e-3)
+
+
+def test_a_round_with_too_few_moves_left_for_the_swap_says_it_stopped_early() -> None:
+    # b (19) moves shard 1 to a (14 / 18); the swap that settles b (shard 3 for
+    # shard 4) needs two more moves than max_moves=2 leaves: the round stopped
+    # early, so that the leader probes and the next round swaps.
+    # The loads as the metadata carries them (two bytes): shard 1 the lightest.
+    loads = {("s", k): x for k, x in enumerate((1.00003, 0.99998, 8.0, 4.99992, 4.0, 13.0))}
+    owned = {"a": [("s", 0), ("s", 2), ("s", 4)], "b": [("s", 1), ("s", 3), ("s", 5)]}
+    capacities = {"a": 1.0, "b": 1.0}
+    short = balance(owned, loads, capacities, max_moves=2)
+    assert [m.resource for m in short.moves] == [("s", 1)]
+    assert short.over(0.10)
+    assert short.unfinished(0.10)
+    again = balance(short.assignment, loads, capacities, max_moves=2, pinned={("s", 1)})
+    assert not again.over(0.10)
+
+
+def test_a_round_that_pinned_resources_stopped_says_so_wherever_they_are() -> None:
+    # d (6) can only swap shard 3 for shard 6, which a holds and which was moved
+    # recently (pinned): the round stopped early, so that the leader probes and
+    # a round after the pin swaps; no later rebalance would come otherwise.
+    loads = {("s", k): x for k, x in enumerate((1.0, 3.0, 5.0, 3.0, 1.0, 1.0, 2.0, 3.0))}
+    owned = {
+        "a": [("s", 0), ("s", 4), ("s", 6)],
+        "b": [("s", 1), ("s", 5)],
+        "c": [("s", 2)],
+        "d": [("s", 3), ("s", 7)],
+    }
+    capacities = dict.fromkeys(owned, 1.0)
+    pinned = balance(owned, loads, capacities, max_moves=2, pinned={("s", 6)})
+    assert pinned.moves == ()
+    assert pinned.unfinished(0.10)
+    free = balance(owned, loads, capacities, max_moves=2)
+    assert not free.over(0.10)
+
+
+def test_one_round_plan_is_carried_out_until_its_premises_change() -> None:
+    loads = {0: 10.0, 1: 1.0, 2: 1.0, 3: 1.0}
+    owners = {"a": [0, 1], "b": [2, 3]}
+    catalog = {"shard": list(range(4))}
+    digest = catalog_hash(freeze_catalog(catalog))
+    metadata = {
+        mid: MemberMetadata(
+            owned=tuple(("shard", k) for k in keys),
+            owned_generation=4,
+            catalog_hash=digest,
+            capacity=2.0 if mid == "b" else 1.0,
+            loads=tuple(loads[k] for k in keys),
+        )
+        for mid, keys in owners.items()
+    }
+    joined = tuple(JoinedMember(mid, None, CODEC.encode_metadata(m)) for mid, m in metadata.items())
+    rebalance = simulate_rebalance(
+        CooperativeStickyAssignor(),
+        joined,
+        metadata,
+        freeze_catalog(catalog),
+        "cooperative",
+        balance=BalanceSettings(),
+    )
+    plan = rebalance.first
+    assert plan.pending
+    assert plan.premises is not None
+    assert plan.balanced is not None
+    # The follow-up round: members own what they were handed.
+    follow_up = replace(
+        rebalance.input,
+        members={
+            mid: replace(info, owned=plan.assigned[mid])
+            for mid, info in rebalance.input.members.items()
+        },
+    )
+    assert plan.carries(follow_up)
+    assert rebalance.rounds[1].decided == plan.decided  # carried out, not decided again
+    assert rebalance.rounds[1].premises is None  # nothing withheld: the plan is done
+    # Premises that changed: a member left, a capacity, the catalog.
+    left = replace(follow_up, members={"a": follow_up.members["a"]})
+    assert not plan.carries(left)
+    bigger = replace(
+        follow_up,
+        members={**follow_up.members, "a": replace(follow_up.members["a"], capacity=3.0)},
+    )
+    assert not plan.carries(bigger)
+    assert not plan.carries(replace(follow_up, resources={"shard": range(5)}))
+    # Someone else decided meanwhile: a member owns what the plan does not give it.
+    stray = replace(
+        follow_up,
+        members={
+            **follow_up.members,
+            "a": replace(follow_up.members["a"], owned=(("shard", 0),)),
+        },
+    )
+    assert not plan.carries(stray)

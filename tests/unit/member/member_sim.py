@@ -195,6 +195,11 @@ class Simulation:
         member = self.members[name]
         self._apply(member, member.machine.close(self.now))
 
+    def drain(self, name: str) -> None:
+        """The member drains: it stays in the group and takes nothing."""
+        member = self.members[name]
+        self._apply(member, member.machine.drain(self.now))
+
     def kill(self, name: str) -> None:
         """The process dies: nothing more is sent or received; what it owned stops."""
         member = self.members.pop(name)

@@ -22,7 +22,8 @@ from workgroup.kafka.messages import (
 from workgroup.member.actions import Action, RunAssignor, SendRequest
 from workgroup.member.balancing import BalanceSettings, LeaderBalancing, LoadMeter, check_load
 from workgroup.member.config import MemberConfig
-from workgroup.member.leader import read_members, simulate_rebalance
+from workgroup.member.leader import read_members
+from workgroup.member.pipeline import simulate_rebalance
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
 from workgroup.protocol import BinaryCodec, MemberMetadata, Protocol
@@ -197,7 +198,7 @@ def test_moved_resources_stay_pinned_for_the_pinned_intervals() -> None:
         resource_loads={("shard", k): 10.0 for k in range(6)},
     )
     wrapper.assign(data)
-    balanced = memory.finished(1, 0, {})
+    balanced = memory.finished(1, 0).balanced
     assert balanced is not None
     moved = balanced.moves[0].resource
     assert memory.pinned(2_999) == {moved}

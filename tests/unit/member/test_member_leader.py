@@ -19,9 +19,9 @@ from workgroup.member.leader import (
     encode_assignments,
     plan_round,
     read_members,
-    simulate_rebalance,
     withholding_claims,
 )
+from workgroup.member.pipeline import simulate_rebalance
 from workgroup.protocol import LATEST_VERSION, BinaryCodec, MemberMetadata
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.testing.assignors import RotatingAssignor

@@ -1,0 +1,250 @@
+"""Groups of real member machines reach load balance whenever it can be reached,
+within a bounded number of balance intervals, then stay quiet (simulated group,
+fake clock), whatever the loads, capacities and start order.
+
+The best achievable max/mean of each case is solved exactly (branch and bound:
+the cases are small), so that the test asserts balance only where some
+assignment is within the tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from member_sim import EmbeddedCoordinator, Simulation
+
+from workgroup.assignors.balance import balance
+from workgroup.member.balancing import DEFAULT_PINNED_INTERVALS
+from workgroup.member.config import MemberConfig
+from workgroup.protocol import Protocol
+from workgroup.types import Resource
+
+INTERVAL = 5_000
+TOLERANCE = 0.10
+#: Rounding slack: loads are exact small integers, utilisations are their sums.
+EPSILON = 1e-9
+#: Cases whose best assignment is within this of the tolerance are left out: the
+#: metadata carries loads in two bytes, so the leader may see such a best
+#: assignment just above the tolerance (and keep probing) or just below it.
+MARGIN = 0.005
+START_ORDERS = ("together", "rolling", "one_joins", "one_leaves", "one_drains")
+QUIET_INTERVALS = 10
+
+
+@dataclass(frozen=True)
+class Case:
+    loads: tuple[int, ...]
+    capacities: tuple[float, ...]
+    start: str
+    #: The member that joins last, leaves or drains (an index into ``capacities``).
+    mover: int
+    max_moves: int
+
+    @property
+    def names(self) -> list[str]:
+        return [chr(ord("a") + i) for i in range(len(self.capacities))]
+
+    def active(self) -> dict[str, float]:
+        """The members that take work at the end, with their capacities."""
+        out = dict(zip(self.names, self.capacities, strict=True))
+        if self.start in ("one_leaves", "one_drains"):
+            del out[self.names[self.mover]]
+        return out
+
+    def bound_intervals(self) -> int:
+        """How many balance intervals the group may take once the last change
+        is made and the loads have reached the leader (:func:`play`): one for
+        the rebalance that brings them; then each balancing round moves at
+        most ``max_moves`` resources, and a resource moved stays pinned for
+        ``pinned_intervals`` intervals, so a round that ``max_moves`` or pins
+        stopped is followed within ``pinned + 1`` intervals by one that may
+        move anything again."""
+        rounds = math.ceil(len(self.loads) / self.max_moves)
+        return 1 + (DEFAULT_PINNED_INTERVALS + 1) * rounds
+
+
+def best_max_over_mean(loads: Sequence[int], capacities: Mapping[str, float]) -> float:
+    """The smallest max utilisation over the mean of any assignment of ``loads``
+    to the members (exact: branch and bound over the resources, largest first)."""
+    members = sorted(capacities)
+    caps = [capacities[m] for m in members]
+    mean = sum(loads) / sum(caps)
+    order = sorted(loads, reverse=True)
+    totals = [0.0] * len(members)
+    best = math.inf
+
+    def search(index: int, worst: float) -> None:
+        nonlocal best
+        if worst >= best:
+            return
+        if index == len(order):
+            best = worst
+            return
+        seen: set[tuple[float, float]] = set()
+        for i, cap in enumerate(caps):
+            state = (totals[i], cap)
+            if state in seen:  # an equal member: the same subtree
+                continue
+            seen.add(state)
+            totals[i] += order[index]
+            search(index + 1, max(worst, totals[i] / cap))
+            totals[i] -= order[index]
+
+    search(0, 0.0)
+    return best / mean
+
+
+def max_over_mean(
+    sim: Simulation, loads: Mapping[Resource, float], capacities: Mapping[str, float]
+) -> float:
+    assignment = sim.assignment()
+    totals = {m: sum(loads[r] for r in assignment.get(m, ())) for m in capacities}
+    mean = sum(totals.values()) / sum(capacities.values())
+    return max(totals[m] / capacities[m] for m in capacities) / mean
+
+
+def report_every_second(sim: Simulation, loads: Mapping[Resource, float]) -> None:
+    """What each handler does with ``lease.report_load``: its resource's load, each second."""
+    for member in sim.members.values():
+        if member.closed:
+            continue
+        for resource in member.machine.owned:
+            member.machine.loads.record(resource, loads[resource], sim.now)
+    sim.at(sim.now + 1_000, lambda: report_every_second(sim, loads))
+
+
+def config(capacity: float, max_moves: int) -> MemberConfig:
+    return MemberConfig(
+        group_id="g",
+        protocols=[Protocol.of("cooperative-sticky")],
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=20_000,
+        heartbeat_interval_ms=1_000,
+        balance_interval_ms=INTERVAL,
+        imbalance_tolerance=TOLERANCE,
+        max_moves=max_moves,
+        capacity=capacity,
+    )
+
+
+def play(case: Case) -> tuple[Simulation, dict[Resource, float]]:
+    """Start the group in the case's order; returns once its last change is made."""
+    sim = Simulation(EmbeddedCoordinator())
+    loads: dict[Resource, float] = {("shard", k): float(x) for k, x in enumerate(case.loads)}
+    catalog = {"shard": list(range(len(case.loads)))}
+    names = case.names
+    mover = names[case.mover]
+    first = [n for n in names if not (case.start == "one_joins" and n == mover)]
+    report_every_second(sim, loads)
+    for i, name in enumerate(first):
+        if case.start == "rolling" and i:
+            sim.run_for(3_000)  # the next process starts while the group rebalances
+        sim.add(name, config(case.capacities[names.index(name)], case.max_moves), catalog)
+    if case.start in ("one_joins", "one_leaves", "one_drains"):
+        assert sim.run_until(sim.stable, limit_ms=30_000)
+        sim.run_for(2 * INTERVAL)  # the group has seen loads and balanced for them
+        if case.start == "one_joins":
+            sim.add(mover, config(case.capacities[case.mover], case.max_moves), catalog)
+        elif case.start == "one_leaves":
+            sim.close(mover)
+        else:
+            sim.drain(mover)
+    # Members publish loads when they join; those that measured nothing yet (a
+    # fresh member) rejoin once with them, an interval after their first round.
+    assert sim.run_until(sim.stable, limit_ms=30_000)
+    sim.run_for(INTERVAL + INTERVAL // 2)
+    return sim, loads
+
+
+cases = st.builds(
+    Case,
+    loads=st.lists(st.integers(min_value=1, max_value=20), min_size=4, max_size=10).map(tuple),
+    capacities=st.lists(st.sampled_from([1.0, 2.0]), min_size=2, max_size=4).map(tuple),
+    start=st.sampled_from(START_ORDERS),
+    mover=st.integers(min_value=0, max_value=3),
+    max_moves=st.sampled_from([2, 16]),
+).map(lambda c: Case(c.loads, c.capacities, c.start, c.mover % len(c.capacities), c.max_moves))
+
+
+def reach_balance_then_stay_quiet(case: Case, *, stage_limits: bool = True) -> None:
+    """The property; ``stage_limits``: where the stage itself, in one round
+    from where the group stopped, cannot reach the tolerance either, only
+    quiet is asserted (the stage's search limit, not the pipeline's)."""
+    active = case.active()
+    best = best_max_over_mean(case.loads, active)
+    sim, loads = play(case)
+    if best > 1 + TOLERANCE - MARGIN:
+        event("no assignment within the tolerance (less the margin)")
+        return  # nothing to reach
+    event(f"balance reachable: {case.start}")
+    bound = case.bound_intervals()
+
+    def balanced() -> bool:
+        return sim.stable() and max_over_mean(sim, loads, active) <= 1 + TOLERANCE + EPSILON
+
+    reached = sim.run_until(balanced, limit_ms=bound * INTERVAL)
+    if not reached and stage_limits and not stage_can_reach(sim, loads, active, case.max_moves):
+        # The stage searches from the busiest member (a move, a swap, a chain
+        # within max_moves): where none of those helps, it stops although a
+        # balance exists that needs more rearranged.  That is the stage's
+        # limit, not the pipeline's: the group must still be quiet (a shape:
+        # the xfail test below).
+        event("the stage's search stops short of the balance that exists")
+        strict = False
+    else:
+        strict = True
+        assert reached, (
+            f"max/mean {max_over_mean(sim, loads, active):.3f} after {bound} intervals "
+            f"(best {best:.3f}): {sorted(sim.assignment().items())}"
+        )
+    sim.check_exclusive()
+    settled = sim.generation()
+    sim.run_for(QUIET_INTERVALS * INTERVAL)
+    assert sim.generation() == settled, "a round followed a settled, unchanged group"
+    if strict:
+        assert max_over_mean(sim, loads, active) <= 1 + TOLERANCE + EPSILON
+
+
+def stage_can_reach(
+    sim: Simulation,
+    loads: Mapping[Resource, float],
+    capacities: Mapping[str, float],
+    max_moves: int,
+) -> bool:
+    """Whether one round of the balancing stage (``max_moves``, no pins) brings
+    the group's assignment as it is within the tolerance."""
+    assignment = {m: sorted(sim.assignment().get(m, ()), key=repr) for m in capacities}
+    result = balance(assignment, loads, capacities, tolerance=TOLERANCE, max_moves=max_moves)
+    return not result.over(TOLERANCE)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(case=cases)
+def test_the_group_reaches_balance_when_it_exists_then_stays_quiet(case: Case) -> None:
+    reach_balance_then_stay_quiet(case)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the stage does not split a chain of moves over rounds: from where the "
+        "group stops (c: 7+5 over a mean of 10.25) the balance takes a chain of "
+        "three moves in one round, and max_moves=2 allows two"
+    ),
+)
+def test_the_stage_can_stop_short_of_a_balance_that_exists() -> None:
+    reach_balance_then_stay_quiet(
+        Case(
+            loads=(1, 10, 7, 8, 1, 3, 5, 1, 5),
+            capacities=(1.0, 1.0, 1.0, 1.0),
+            start="together",
+            mover=0,
+            max_moves=2,
+        ),
+        stage_limits=False,
+    )
