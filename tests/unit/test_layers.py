@@ -74,6 +74,8 @@ SANS_IO = (
     "workgroup.member.membership",
     "workgroup.member.departure",
     "workgroup.member.intents",
+    "workgroup.member.outcomes",
+    "workgroup.member.outgoing",
     "workgroup.member.generation",
     "workgroup.member.leader",
     "workgroup.member.transitions",

@@ -109,6 +109,8 @@ class Membership:
         self._next_round = NextRound.NONE
         self._rejoin_reason = ""
         self._after_lookup = AfterLookup.REJOIN
+        #: The metadata version spoken per protocol (version probing: the machine's rule 6).
+        self.used_versions = {p.wire_name: p.codec.latest_version for p in config.protocols}
 
     # --- state (rule 1) ---------------------------------------------------------
 

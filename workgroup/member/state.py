@@ -233,15 +233,10 @@ from workgroup.errors import (
 from workgroup.kafka.messages import (
     CommitTopic,
     GroupResult,
-    Heartbeat,
     HeartbeatResult,
-    JoinGroup,
     JoinGroupResult,
-    LeaveGroup,
     LeaveGroupResult,
-    LeavingMember,
     OffsetCommitResult,
-    SyncGroup,
     SyncGroupResult,
 )
 from workgroup.log import get_logger
@@ -253,7 +248,6 @@ from workgroup.member.actions import (
     Failed,
     FindCoordinator,
     Partition,
-    SendRequest,
 )
 from workgroup.member.balancing import LoadMeter
 from workgroup.member.commits import CommitRouter, MembershipRefused, SessionProved
@@ -266,18 +260,16 @@ from workgroup.member.errors import (
     InconsistentProtocolError,
     fatal_error,
 )
-from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
+from workgroup.member.generation import NO_GENERATION, Generation
 from workgroup.member.holdings import GiveBack, Holdings
 from workgroup.member.intents import Intents
-from workgroup.member.leader import (
-    LEAVING_TAG,
-)
 from workgroup.member.membership import Membership
+from workgroup.member.outgoing import Outgoing
 from workgroup.member.pipeline import LeaderPipeline
-from workgroup.member.requests import Pending, RequestIds, RequestKind
+from workgroup.member.requests import Pending, RequestIds
 from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
-from workgroup.protocol.metadata import AssignmentData, MemberMetadata
+from workgroup.protocol.metadata import AssignmentData
 from workgroup.protocol.protocol import Protocol
 from workgroup.types import Resource, sorted_resources
 
@@ -302,7 +294,6 @@ class MemberMachine:
         self._catalog_hash = catalog_hash(self._frozen)
         #: Catalog hash the current assignment was computed with (the leader's).
         self._assignment_catalog_hash = b""
-        self._used_versions = {p.wire_name: p.codec.latest_version for p in config.protocols}
         self._protocols = {p.wire_name: p for p in config.protocols}
         self._out: list[Action] = []
         self._ids = RequestIds()
@@ -339,6 +330,17 @@ class MemberMachine:
         self._intents = Intents()
         #: The newest ``now`` seen (refusals end by it).
         self._now = 0
+        #: Builds and sends JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
+        self._outgoing = Outgoing(
+            config,
+            self._ids,
+            self._out,
+            self._membership,
+            self._holdings,
+            self._intents,
+            self._departure,
+            self.loads,
+        )
 
     # --- read-only views ----------------------------------------------------
 
@@ -390,10 +392,6 @@ class MemberMachine:
         return self._heartbeat.alive_since
 
     @property
-    def _departing_tag(self) -> dict[str, str]:
-        return {LEAVING_TAG: "1"} if self._departure.departing else {}
-
-    @property
     def warming(self) -> frozenset[Resource]:
         """Resources warming up here (rule 14)."""
         return self._intents.warming
@@ -436,7 +434,7 @@ class MemberMachine:
 
     @property
     def used_versions(self) -> Mapping[str, int]:
-        return dict(self._used_versions)
+        return dict(self._membership.used_versions)
 
     def next_deadline(self) -> int | None:
         """When :meth:`tick` must be called next (``None``: only on events): the
@@ -984,7 +982,7 @@ class MemberMachine:
                 self._lose("no answer proved the session in time")
         due = self._heartbeat.next_at
         if self._membership.may_heartbeat() and due is not None and now >= due:
-            self._send_heartbeat(now)
+            self._outgoing.heartbeat(now)
 
     def _progress_leaving(self, now: int) -> None:
         """LEAVING (rule 9): heartbeat while callbacks run or resources are
@@ -1006,7 +1004,7 @@ class MemberMachine:
             return
         due = self._heartbeat.next_at
         if self._membership.may_heartbeat() and due is not None and now >= due:
-            self._send_heartbeat(now)
+            self._outgoing.heartbeat(now)
 
     def _session_ended_while_leaving(self) -> None:
         self._lose("the session ended while closing")
@@ -1050,103 +1048,21 @@ class MemberMachine:
         # Eager: nothing may be owned by anyone while the group rebalances (rule 9).
         if not self._membership.join_may_go() or now < self._membership.join_ready_at():
             return
-        try:
-            protocols = tuple((p.wire_name, self._metadata_for(p)) for p in self.config.protocols)
-        except WorkgroupError as exc:
-            self._fail(now, exc)
-            return
-        request = JoinGroup(
-            group_id=self.config.group_id,
-            session_timeout_ms=self.config.session_timeout_ms,
-            rebalance_timeout_ms=self.config.rebalance_timeout_ms,
-            member_id=self.member_id,
-            protocol_type=self.config.protocol_type,
-            protocols=protocols,
-            group_instance_id=self.config.instance_id,
-        )
-        self._send(now, "join", request, self.config.join_timeout_ms)
-
-    def _metadata_for(self, protocol: Protocol) -> bytes:
-        owned, generation = self._owned.report(self._membership.rebalance_mode)
-        meta = MemberMetadata(
-            kinds=tuple(sorted(self.config.kinds)) if self.config.kinds is not None else (),
-            owned=owned,
-            owned_generation=generation if owned else NO_GENERATION_ID,
-            rack=self.config.rack,
-            capacity=self.config.capacity,
-            loads=self.loads.report(owned),
-            instance_id=self.config.instance_id,
-            user_data=self.config.user_data,
-            catalog_hash=self._catalog_hash,
-            tags=tuple(
-                sorted(
-                    {
-                        **self.config.tags,
-                        **self._departing_tag,
-                        **self._intents.tags(self._now),
-                    }.items()
-                )
-            ),
-            warms_up=self.config.warm_up and not self._intents.draining,
-            warming=self._intents.warming_sorted(),
-            ready=self._intents.ready_sorted(),
-        )
-        return protocol.codec.encode_metadata(meta, self._used_versions[protocol.wire_name])
-
-    def _send(
-        self,
-        now: int,
-        kind: RequestKind,
-        request: JoinGroup | SyncGroup | Heartbeat | LeaveGroup,
-        timeout_ms: int,
-        *,
-        beside_held: bool = False,
-    ) -> None:
-        request_id = self._ids.take()
-        self._pending.add(request_id, Pending(kind, self._membership.generation, now, beside_held))
-        self._out.append(SendRequest(request_id, request, timeout_ms, beside_held))
-
-    def _send_heartbeat(self, now: int) -> None:
-        request = Heartbeat(
-            group_id=self.config.group_id,
-            generation_id=self.generation,
-            member_id=self.member_id,
-            group_instance_id=self.config.instance_id,
-        )
-        self._heartbeat.schedule(now)
-        log.debug("member.heartbeat", group=self.config.group_id, generation=self.generation)
-        beside = self._pending.rebalancing
-        self._send(now, "heartbeat", request, self._short_timeout_ms, beside_held=beside)
-
-    @property
-    def _short_timeout_ms(self) -> int:
-        return max(self.config.session_timeout_ms, 1_000)
+        failed = self._outgoing.join(now, seen=self._now, catalog_hash=self._catalog_hash)
+        if failed is not None:
+            self._fail(now, failed.error)
 
     def _send_sync(self, now: int, assignments: tuple[tuple[str, bytes], ...]) -> None:
         self._enter(State.SYNCING)
-        protocol = self.protocol
-        request = SyncGroup(
-            group_id=self.config.group_id,
-            generation_id=self.generation,
-            member_id=self.member_id,
-            assignments=assignments,
-            group_instance_id=self.config.instance_id,
-            protocol_type=protocol.type if protocol else None,
-            protocol_name=protocol.wire_name if protocol else None,
-        )
-        self._send(now, "sync", request, self.config.join_timeout_ms)
+        self._outgoing.sync(now, assignments)
 
     def _send_leave_or_close(self, now: int) -> None:
         leave = self._departure.sends_leave
         if leave and self.member_id and self._lookup.known and not self._departure.leave_sent:
             self._departure.left()
-            request = LeaveGroup(
-                group_id=self.config.group_id,
-                members=(
-                    LeavingMember(self.member_id, self.config.instance_id, "the member is closing"),
-                ),
+            self._outgoing.leave(
+                now, self.member_id, self.config.instance_id, "the member is closing"
             )
-            self._send(now, "leave", request, self._short_timeout_ms)
         else:
             self._finish_close()
 
@@ -1181,10 +1097,7 @@ class MemberMachine:
         self._enter(State.FATAL)
         if leave_member:
             # Let the rest of the group rebalance now instead of after our session.
-            request = LeaveGroup(
-                self.config.group_id, (LeavingMember(leave_member, None, str(error)),)
-            )
-            self._send(now, "leave", request, self._short_timeout_ms)
+            self._outgoing.leave(now, leave_member, None, str(error))
         self._out.append(Failed(error))
 
     # --- ownership ----------------------------------------------------------
@@ -1389,7 +1302,8 @@ class MemberMachine:
             # Kafka's coordinator answers an empty assignment to members the leader
             # left out (and to everyone when the leader sent none).
             return AssignmentData(
-                generation=self.generation, common_version=self._used_versions[protocol.wire_name]
+                generation=self.generation,
+                common_version=self._membership.used_versions[protocol.wire_name],
             )
         return protocol.codec.decode_assignment(blob).value
 
@@ -1456,7 +1370,7 @@ class MemberMachine:
             warming=len(self._intents.warming),
             follow_up_pending=data.pending,
         )
-        used = self._used_versions[protocol.wire_name]
+        used = self._membership.used_versions[protocol.wire_name]
         common = min(max(data.common_version, 1), protocol.codec.latest_version)
         if common != used:
             log.info(
@@ -1466,7 +1380,7 @@ class MemberMachine:
                 common=common,
                 protocol=protocol.wire_name,
             )
-            self._used_versions[protocol.wire_name] = common
+            self._membership.used_versions[protocol.wire_name] = common
             self._request_rejoin(f"metadata version {used} -> {common}")
         # data.revoked: what the leader withheld on our account because our JoinGroup
         # claimed it; we may have lost it since, but others still wait for the round.
