@@ -76,6 +76,7 @@ SANS_IO = (
     "workgroup.member.intents",
     "workgroup.member.outcomes",
     "workgroup.member.outgoing",
+    "workgroup.member.responses",
     "workgroup.member.generation",
     "workgroup.member.leader",
     "workgroup.member.transitions",

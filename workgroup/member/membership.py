@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import enum
 
+from workgroup.log import get_logger
 from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
 from workgroup.member.generation import NO_GENERATION, Generation
@@ -47,6 +48,8 @@ from workgroup.member.lookup import CoordinatorLookup
 from workgroup.member.requests import InFlight
 from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.protocol import RebalanceMode
+
+log = get_logger(__name__)
 
 
 class NextRound(enum.Enum):
@@ -158,6 +161,7 @@ class Membership:
             return False
         self._next_round = NextRound.ASKED
         self._rejoin_reason = reason
+        log.info("member.rejoin_requested", group=self._config.group_id, reason=reason)
         return True
 
     def take_rejoin(self) -> str:

@@ -224,9 +224,6 @@ from dataclasses import replace
 from workgroup.assignors.base import Assignment
 from workgroup.errors import (
     ErrorCode,
-    MemberAction,
-    MemberCheck,
-    ProtocolError,
     UnsupportedVersionError,
     WorkgroupError,
 )
@@ -257,16 +254,27 @@ from workgroup.member.errors import (
     AssignorError,
     CallbackError,
     CoordinatorUnavailableError,
-    InconsistentProtocolError,
-    fatal_error,
 )
-from workgroup.member.generation import NO_GENERATION, Generation
+from workgroup.member.generation import NO_GENERATION
 from workgroup.member.holdings import GiveBack, Holdings
 from workgroup.member.intents import Intents
 from workgroup.member.membership import Membership
+from workgroup.member.outcomes import (
+    CoordinatorLost,
+    Fail,
+    Lead,
+    Lose,
+    LostWhileLeaving,
+    Outcome,
+    Rejoin,
+    Reset,
+    Sync,
+    Take,
+)
 from workgroup.member.outgoing import Outgoing
 from workgroup.member.pipeline import LeaderPipeline
-from workgroup.member.requests import Pending, RequestIds
+from workgroup.member.requests import RequestIds
+from workgroup.member.responses import Responses
 from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData
@@ -330,6 +338,8 @@ class MemberMachine:
         self._intents = Intents()
         #: The newest ``now`` seen (refusals end by it).
         self._now = 0
+        #: Reads the answers to JoinGroup, SyncGroup and Heartbeat (rules 1, 3).
+        self._responses = Responses(config, self._membership)
         #: Builds and sends JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
         self._outgoing = Outgoing(
             config,
@@ -502,11 +512,11 @@ class MemberMachine:
             log.debug("member.stale_response", request_id=request_id)
             return self._drain(now)
         if pending.kind == "join" and isinstance(result, JoinGroupResult):
-            self._on_join(now, pending, result)
+            self._route(now, self._responses.join(now, pending, result))
         elif pending.kind == "sync" and isinstance(result, SyncGroupResult):
-            self._on_sync(now, pending, result)
+            self._route(now, self._responses.sync(now, pending, result))
         elif pending.kind == "heartbeat" and isinstance(result, HeartbeatResult):
-            self._on_heartbeat(now, pending, result)
+            self._route(now, self._responses.heartbeat(now, pending, result))
         elif pending.kind == "leave" and isinstance(result, LeaveGroupResult):
             self._finish_close()
         else:
@@ -754,9 +764,9 @@ class MemberMachine:
             self._out.append(done)
         if isinstance(verdict, MembershipRefused):
             if self.state is State.LEAVING:
-                self._membership_lost_while_leaving(now, verdict.code)
+                self._route(now, self._responses.lost_while_leaving(verdict.code))
             else:
-                self._common_error(now, verdict.code, "OffsetCommit")
+                self._route(now, self._responses.refused(verdict.code, "OffsetCommit") or ())
         elif isinstance(verdict, SessionProved):
             self._heartbeat.proved_alive(now, verdict.sent_at, held=False)
         return self._drain(now)
@@ -1029,8 +1039,7 @@ class MemberMachine:
         self._to_finding(now, immediately=True)
 
     def _request_rejoin(self, reason: str) -> None:
-        if self._membership.ask_rejoin(reason):
-            log.info("member.rejoin_requested", group=self.config.group_id, reason=reason)
+        self._membership.ask_rejoin(reason)
 
     def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
         self._enter(State.JOINING)
@@ -1127,185 +1136,43 @@ class MemberMachine:
         self._end_warmups(reason)
         self._holdings.lose(reason)
 
-    # --- responses ----------------------------------------------------------
+    # --- outcomes of the parts (member/outcomes.py) ---------------------------
 
-    def _common_error(self, now: int, code: ErrorCode, context: str) -> bool:
-        """Handle errors every group response shares; ``True`` if handled."""
-        action = code.meaning.member  # rule 3, from workgroup.errors.ERROR_MEANINGS
-        if action is MemberAction.FIND_COORDINATOR:
-            self._coordinator_lost(now, f"{context}: {code.name}")
-            return True
-        if action is MemberAction.FATAL:
-            self._fail(
-                now,
-                fatal_error(
-                    code,
-                    context,
-                    session_timeout_ms=self.config.session_timeout_ms,
-                    protocol_type=self.config.protocol_type,
-                    protocol_names=[p.wire_name for p in self.config.protocols],
-                    instance_id=self.config.instance_id,
-                ),
-            )
-            return True
-        if action is MemberAction.RESET_MEMBER:
-            self._lose(f"{context}: {code.name}")
-            self._membership.generation = NO_GENERATION
-            self._heartbeat.forget_proof()
-            self._to_joining(now, f"{context}: unknown member id", immediately=True)
-            return True
-        if action is MemberAction.RESET_GENERATION:
-            self._lose(f"{context}: {code.name}")
-            self._membership.generation = self._membership.generation.reset()
-            self._heartbeat.forget_proof()
-            self._to_joining(now, f"{context}: illegal generation", immediately=True)
-            return True
-        return False
+    def _route(self, now: int, outcomes: Sequence[Outcome]) -> None:
+        """Carry out what a part asked for, in its order."""
+        for outcome in outcomes:
+            match outcome:
+                case Lose(reason):
+                    self._lose(reason)
+                case Fail(error, leave):
+                    self._fail(now, error, leave=leave)
+                case Rejoin(reason, immediately, reset):
+                    self._forget(reset)
+                    self._to_joining(now, reason, immediately=immediately)
+                case CoordinatorLost(reason):
+                    self._coordinator_lost(now, reason)
+                case LostWhileLeaving():
+                    self._session_ended_while_leaving()
+                    self._maybe_finish_leaving(now)
+                case Lead(protocol, result):
+                    self._start_assignment(now, protocol, result)
+                case Sync(follow):
+                    if follow:
+                        self._pipeline.follow()
+                    self._send_sync(now, ())
+                case Take(protocol, data):
+                    self._apply_assignment(now, protocol, data)
 
-    def _proved_alive(self, now: int, pending: Pending) -> None:
-        """The coordinator answered: the session was alive (heartbeat.py, rule 2)."""
-        self._heartbeat.proved_alive(now, pending.sent_at, held=pending.held)
-
-    def _on_join(self, now: int, pending: Pending, result: JoinGroupResult) -> None:
-        if self.state is not State.JOINING:
-            return
-        code = result.error
-        if code is ErrorCode.NONE:
-            self._membership.join_failures = 0
-            self._joined(now, pending, result)
-        elif code is ErrorCode.MEMBER_ID_REQUIRED:
-            self._membership.generation = self._membership.generation.with_member_id(
-                result.member_id
-            )
-            self._to_joining(now, "member id required", immediately=True)
-        elif code is ErrorCode.REBALANCE_IN_PROGRESS:
-            self._to_joining(now, "rebalance in progress", immediately=True)
-        elif self._common_error(now, code, "JoinGroup"):
-            return
+    def _forget(self, reset: Reset) -> None:
+        """Rule 3: the member id and generation, or the generation, are void."""
+        membership = self._membership
+        if reset is Reset.MEMBER:
+            membership.generation = NO_GENERATION
+        elif reset is Reset.GENERATION:
+            membership.generation = membership.generation.reset()
         else:
-            self._membership.join_failures += 1
-            log.info("member.join_retry", error=code.name, attempt=self._membership.join_failures)
-            self._to_joining(now, f"JoinGroup: {code.name}", immediately=False)
-
-    def _joined(self, now: int, pending: Pending, result: JoinGroupResult) -> None:
-        if result.protocol_type is not None and result.protocol_type != self.config.protocol_type:
-            self._fail(
-                now,
-                InconsistentProtocolError(
-                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                    f"the group's protocol type is {result.protocol_type!r}, "
-                    f"this member speaks {self.config.protocol_type!r}",
-                ),
-            )
             return
-        protocol = self._protocols.get(result.protocol_name or "")
-        if protocol is None:
-            self._fail(
-                now,
-                InconsistentProtocolError(
-                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                    f"the coordinator chose protocol {result.protocol_name!r}, this member "
-                    f"supports {sorted(self._protocols)}",
-                ),
-            )
-            return
-        previous_generation = self.generation
-        self._membership.generation = Generation(result.generation_id, result.member_id, protocol)
-        self._membership.leader_id = result.leader
-        self._membership.group_size = (
-            len(result.members) if result.leader == result.member_id else None
-        )
         self._heartbeat.forget_proof()
-        self._proved_alive(now, pending)
-        self._heartbeat.round_began_after(pending.sent_at)
-        self._heartbeat.schedule(now)
-        self._membership.rebalances += 1
-        log.info(
-            "member.joined",
-            group=self.config.group_id,
-            member_id=self.member_id,
-            generation=self.generation,
-            previous_generation=previous_generation,
-            protocol=protocol.wire_name,
-            leader=self.is_leader,
-            # Only the leader is told the members: a follower's count would read as 0.
-            **({"members": len(result.members)} if self.is_leader else {}),
-        )
-        if self.is_leader and not result.skip_assignment:
-            self._start_assignment(now, protocol, result)
-        else:
-            if not self.is_leader:
-                self._pipeline.follow()
-            self._send_sync(now, ())
-
-    def _on_sync(self, now: int, pending: Pending, result: SyncGroupResult) -> None:
-        if self.state is not State.SYNCING or not self._membership.generation.answers_to(
-            pending.generation
-        ):
-            return
-        code = result.error
-        if code is ErrorCode.REBALANCE_IN_PROGRESS:
-            self._proved_alive(now, pending)
-            self._to_joining(now, "rebalance in progress", immediately=True)
-            return
-        if code is not ErrorCode.NONE:
-            if not self._common_error(now, code, "SyncGroup"):
-                self._membership.join_failures += 1
-                self._to_joining(now, f"SyncGroup: {code.name}", immediately=False)
-            return
-        protocol = self.protocol
-        assert protocol is not None
-        if (result.protocol_type is not None and result.protocol_type != protocol.type) or (
-            result.protocol_name is not None and result.protocol_name != protocol.wire_name
-        ):
-            self._fail(
-                now,
-                InconsistentProtocolError(
-                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                    "SyncGroup answered for protocol "
-                    f"{result.protocol_type}/{result.protocol_name}, "
-                    f"expected {protocol.type}/{protocol.wire_name}",
-                ),
-            )
-            return
-        self._proved_alive(now, pending)
-        session_end = self._heartbeat.session_end()
-        if session_end is None or now < session_end:
-            self._heartbeat.proved_stable(pending.sent_at)
-        if session_end is not None and now >= session_end:
-            # Read after a freeze (heartbeat.py, rule 4): the answer may be old and
-            # the coordinator may have given these resources to others since.  Do
-            # not act on it; _progress ends the session and the member rejoins.
-            log.warning(
-                "member.assignment_too_late",
-                group=self.config.group_id,
-                generation=pending.generation,
-                late_ms=now - session_end,
-            )
-            return
-        try:
-            data = self._decode_assignment(protocol, result.assignment)
-        except ProtocolError as exc:
-            log.error(
-                "member.assignment_unreadable",
-                group=self.config.group_id,
-                error=str(exc),
-                size=len(result.assignment),
-            )
-            self._membership.join_failures += 1
-            self._to_joining(now, "unreadable assignment", immediately=False)
-            return
-        self._apply_assignment(now, protocol, data)
-
-    def _decode_assignment(self, protocol: Protocol, blob: bytes) -> AssignmentData:
-        if not blob:
-            # Kafka's coordinator answers an empty assignment to members the leader
-            # left out (and to everyone when the leader sent none).
-            return AssignmentData(
-                generation=self.generation,
-                common_version=self._membership.used_versions[protocol.wire_name],
-            )
-        return protocol.codec.decode_assignment(blob).value
 
     def _apply_assignment(self, now: int, protocol: Protocol, data: AssignmentData) -> None:
         self._enter(State.STABLE)
@@ -1411,43 +1278,6 @@ class MemberMachine:
             # seen: a known member's JoinGroup with the same metadata gets the
             # same generation back.
             self._request_rejoin("a restarted static member was handed nothing")
-
-    def _on_heartbeat(self, now: int, pending: Pending, result: HeartbeatResult) -> None:
-        if not self._membership.generation.answers_to(pending.generation):
-            return
-        code = result.error
-        if self.state is State.LEAVING:
-            self._on_leaving_heartbeat(now, pending, code)
-            return
-        if code is ErrorCode.NONE:
-            self._heartbeat.succeeded()
-            self._proved_alive(now, pending)
-            self._heartbeat.proved_stable(pending.sent_at)
-        elif code is ErrorCode.REBALANCE_IN_PROGRESS:
-            # The session is alive: the coordinator only wants everyone to rejoin.
-            self._proved_alive(now, pending)
-            if self.state is State.STABLE:
-                self._request_rejoin("coordinator started a rebalance")
-        elif self._common_error(now, code, "Heartbeat"):
-            return
-        else:
-            self._heartbeat.failed(now, self._membership.backoff)
-
-    def _on_leaving_heartbeat(self, now: int, pending: Pending, code: ErrorCode) -> None:
-        """LEAVING (rule 9): a heartbeat only keeps the session; the member no
-        longer rejoins, so a lost membership ends it (what is left is lost)."""
-        if code.meaning.check is MemberCheck.PASSED:
-            self._heartbeat.succeeded()
-            self._proved_alive(now, pending)
-        elif code.meaning.ends_membership:
-            self._membership_lost_while_leaving(now, code)
-        else:  # coordinator moved or busy: retry; the session rules bound it
-            self._heartbeat.failed(now, self._membership.backoff)
-
-    def _membership_lost_while_leaving(self, now: int, code: ErrorCode) -> None:
-        log.warning("member.session_lost", group=self.config.group_id, error=code.name)
-        self._session_ended_while_leaving()
-        self._maybe_finish_leaving(now)
 
     # --- the leader's part ----------------------------------------------------
 
