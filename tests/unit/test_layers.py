@@ -74,6 +74,7 @@ SANS_IO = (
     "workgroup.member.membership",
     "workgroup.member.departure",
     "workgroup.member.intents",
+    "workgroup.member.assignment",
     "workgroup.member.outcomes",
     "workgroup.member.outgoing",
     "workgroup.member.responses",

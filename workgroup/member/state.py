@@ -219,7 +219,6 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 
 from workgroup.assignors.base import Assignment
 from workgroup.errors import (
@@ -240,12 +239,12 @@ from workgroup.log import get_logger
 from workgroup.member.actions import (
     Action,
     CallbackErrorPolicy,
-    CallbackKind,
     Closed,
     Failed,
     FindCoordinator,
     Partition,
 )
+from workgroup.member.assignment import AssignmentTaker
 from workgroup.member.balancing import LoadMeter
 from workgroup.member.commits import CommitRouter, MembershipRefused, SessionProved
 from workgroup.member.config import MemberConfig
@@ -277,7 +276,6 @@ from workgroup.member.requests import RequestIds
 from workgroup.member.responses import Responses
 from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
-from workgroup.protocol.metadata import AssignmentData
 from workgroup.protocol.protocol import Protocol
 from workgroup.types import Resource, sorted_resources
 
@@ -340,6 +338,10 @@ class MemberMachine:
         self._now = 0
         #: Reads the answers to JoinGroup, SyncGroup and Heartbeat (rules 1, 3).
         self._responses = Responses(config, self._membership)
+        #: Takes the assignments SyncGroup answers with (rules 5, 6, 8, 9, 14, 15).
+        self._taker = AssignmentTaker(
+            config, self._membership, self._holdings, self._intents, self._departure
+        )
         #: Builds and sends JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
         self._outgoing = Outgoing(
             config,
@@ -642,18 +644,8 @@ class MemberMachine:
 
     def _end_warmups(self, reason: str, keep: Iterable[Resource] = ()) -> None:
         """End the warm-ups not in ``keep`` (rule 14)."""
-        self._warmups_ended(reason, self._intents.end_warmups(keep))
-
-    def _warmups_ended(self, reason: str, ended: tuple[Resource, ...]) -> None:
-        if not ended:
-            return
-        log.info(
-            "member.warmup_ended",
-            group=self.config.group_id,
-            count=len(ended),
-            reason=reason,
-        )
-        self._callback("on_warming_ended", ended, self.generation)
+        ended = self._intents.end_warmups(keep)
+        self._holdings.warmups_ended(ended, reason, self.generation)
 
     def release(self, now: int, resources: Iterable[Resource], reason: str) -> list[Action]:
         """Stop owning ``resources`` without a callback (the application gave them
@@ -1111,9 +1103,6 @@ class MemberMachine:
 
     # --- ownership ----------------------------------------------------------
 
-    def _callback(self, kind: CallbackKind, resources: tuple[Resource, ...], gen: int) -> None:
-        self._holdings.callback(kind, resources, gen)
-
     def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
         self._holdings.revoke(resources, generation, self._heartbeat.last_seen)
 
@@ -1161,7 +1150,14 @@ class MemberMachine:
                         self._pipeline.follow()
                     self._send_sync(now, ())
                 case Take(protocol, data):
-                    self._apply_assignment(now, protocol, data)
+                    self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
+                    self._taker.take(
+                        now,
+                        protocol,
+                        data,
+                        catalog=self._catalog,
+                        catalog_hash=self._catalog_hash,
+                    )
 
     def _forget(self, reset: Reset) -> None:
         """Rule 3: the member id and generation, or the generation, are void."""
@@ -1173,111 +1169,6 @@ class MemberMachine:
         else:
             return
         self._heartbeat.forget_proof()
-
-    def _apply_assignment(self, now: int, protocol: Protocol, data: AssignmentData) -> None:
-        self._enter(State.STABLE)
-        # A follow-up round is due: notice it (the revoking members start it) fast.
-        self._heartbeat.expedited = data.pending
-        self._heartbeat.schedule(now)
-        if data.catalog_hash and data.catalog_hash != self._catalog_hash:
-            log.warning(
-                "member.catalog_mismatch",
-                group=self.config.group_id,
-                member_id=self.member_id,
-                generation=self.generation,
-                leader=self.leader_id,
-                mine=self._catalog_hash.hex(),
-                leader_catalog=data.catalog_hash.hex(),
-            )
-        self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
-        self._membership.assigned(follow_up=data.pending)
-        data = self._holdings.without_foreign_resources(
-            data,
-            kinds=self.config.kinds,
-            catalog=self._catalog,
-            catalog_hash=self._catalog_hash,
-            generation=self.generation,
-            leader=self.leader_id,
-        )
-        if self._departure.releasing_all and data.assigned:
-            # Closing (rule 9): take nothing; the next round hands it to others.
-            data = replace(data, assigned=(), rejoin=True)
-        assigned = frozenset(data.assigned)
-        # Two changes, each reported with what is owned right after it.
-        revoked = self._holdings.revoke(
-            self.owned - assigned, self.generation, self._heartbeat.last_seen
-        )
-        offered = self._intents.offered(
-            data,
-            assigned,
-            warm_up=self.config.warm_up,
-            taking=not self._departure.releasing_all,
-        )
-        # Rule 14: warm-ups promoted (now assigned) just stop being warm-ups.
-        self._warmups_ended("the move was called off", self._intents.promote(assigned, offered))
-        added = self._holdings.assign(data.assigned, self.generation)
-        started = self._intents.start(assigned, offered)
-        if started:
-            log.info(
-                "member.warming",
-                group=self.config.group_id,
-                generation=self.generation,
-                count=len(started),
-                warming=len(self._intents.warming),
-            )
-            self._callback("on_warming", started, self.generation)
-        log.info(
-            "member.assigned",
-            group=self.config.group_id,
-            member_id=self.member_id,
-            generation=self.generation,
-            owned=len(assigned),
-            added=len(added),
-            revoked=len(revoked),
-            warming=len(self._intents.warming),
-            follow_up_pending=data.pending,
-        )
-        used = self._membership.used_versions[protocol.wire_name]
-        common = min(max(data.common_version, 1), protocol.codec.latest_version)
-        if common != used:
-            log.info(
-                "member.version_probing",
-                group=self.config.group_id,
-                used=used,
-                common=common,
-                protocol=protocol.wire_name,
-            )
-            self._membership.used_versions[protocol.wire_name] = common
-            self._request_rejoin(f"metadata version {used} -> {common}")
-        # data.revoked: what the leader withheld on our account because our JoinGroup
-        # claimed it; we may have lost it since, but others still wait for the round.
-        # What is still releasing here asks for that round itself once released
-        # (rule 9): a round now would withhold it again, round after round.
-        handed_back = {*revoked, *data.revoked}
-        if self._holdings.confirm_release:
-            handed_back -= self._owned.releasing
-        if handed_back and protocol.mode == "cooperative":
-            self._request_rejoin("follow-up round after revoking resources")
-        if data.rejoin and not (self._departure.releasing_all and self._owned.releasing):
-            # Closing with resources still releasing: their release asks for the
-            # round (rule 9).  A JoinGroup now, with the same metadata, gets the same
-            # generation and the same assignment back, round after round.
-            self._request_rejoin("the leader asked for another round")
-        if self._intents.probe_after_first(
-            data,
-            static=self.config.instance_id is not None,
-            may_take=self.state is State.STABLE
-            and not self._intents.draining
-            and not self._departure.releasing_all,
-            catalog=self._catalog,
-            kinds=self.config.kinds,
-        ):
-            # Rule 15: a static member handed nothing on its first assignment in
-            # this process may have been answered, without a rebalance, with what
-            # it held while draining to stop.  Metadata the coordinator has not
-            # seen: a known member's JoinGroup with the same metadata gets the
-            # same generation back.
-            self._request_rejoin("a restarted static member was handed nothing")
 
     # --- the leader's part ----------------------------------------------------
 
