@@ -64,6 +64,7 @@ SANS_IO = (
     "workgroup.member.errors",
     "workgroup.member.actions",
     "workgroup.member.commits",
+    "workgroup.member.closing",
     "workgroup.member.config",
     "workgroup.member.delay",
     "workgroup.member.lookup",

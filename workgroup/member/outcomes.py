@@ -3,7 +3,7 @@
 A part (answers read, requests built, an assignment applied) changes its own
 state and returns, in order, the moves that belong to the machine: losing what
 is owned, failing, starting a round again, finding the coordinator again,
-syncing, leading a round, taking an assignment.  The machine routes each (its
+syncing, leading a round, taking an assignment, leaving.  The machine routes each (its
 ``_route``), so no part calls back into it.
 
 Rules:
@@ -75,6 +75,11 @@ class LostWhileLeaving:
 
 
 @dataclass(frozen=True, slots=True)
+class Leave:
+    """Closing: revoke what is left and leave (the machine's rules 7 and 9)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Lead:
     """The member leads this round: run the assignor on the members' metadata."""
 
@@ -97,12 +102,13 @@ class Take:
     data: AssignmentData
 
 
-Outcome = Lose | Fail | Rejoin | CoordinatorLost | LostWhileLeaving | Lead | Sync | Take
+Outcome = Lose | Fail | Rejoin | CoordinatorLost | LostWhileLeaving | Leave | Lead | Sync | Take
 
 __all__ = [
     "CoordinatorLost",
     "Fail",
     "Lead",
+    "Leave",
     "Lose",
     "LostWhileLeaving",
     "Outcome",

@@ -239,13 +239,13 @@ from workgroup.log import get_logger
 from workgroup.member.actions import (
     Action,
     CallbackErrorPolicy,
-    Closed,
     Failed,
     FindCoordinator,
     Partition,
 )
 from workgroup.member.assignment import AssignmentTaker
 from workgroup.member.balancing import LoadMeter
+from workgroup.member.closing import Closing
 from workgroup.member.commits import CommitRouter, MembershipRefused, SessionProved
 from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
@@ -262,6 +262,7 @@ from workgroup.member.outcomes import (
     CoordinatorLost,
     Fail,
     Lead,
+    Leave,
     Lose,
     LostWhileLeaving,
     Outcome,
@@ -277,7 +278,7 @@ from workgroup.member.responses import Responses
 from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.protocol import Protocol
-from workgroup.types import Resource, sorted_resources
+from workgroup.types import Resource
 
 log = get_logger(__name__)
 
@@ -300,7 +301,6 @@ class MemberMachine:
         self._catalog_hash = catalog_hash(self._frozen)
         #: Catalog hash the current assignment was computed with (the leader's).
         self._assignment_catalog_hash = b""
-        self._protocols = {p.wire_name: p for p in config.protocols}
         self._out: list[Action] = []
         self._ids = RequestIds()
         #: What the member owns and the callbacks reporting it (rules 8, 9, 12).
@@ -352,6 +352,16 @@ class MemberMachine:
             self._intents,
             self._departure,
             self.loads,
+        )
+        #: Closing: hand-over, revoking, heartbeats while LEAVING, LeaveGroup (rules 7, 9).
+        self._closing = Closing(
+            config,
+            self._out,
+            self._membership,
+            self._holdings,
+            self._intents,
+            self._departure,
+            self._outgoing,
         )
 
     # --- read-only views ----------------------------------------------------
@@ -460,7 +470,7 @@ class MemberMachine:
             self._intents.next_deadline(),
             # Out of time, the hand-over still waits for the JoinGroup or SyncGroup
             # in flight (rule 7): its answer, not the clock, wakes the member.
-            self._departure.next_deadline(finishing_round=self._awaiting_hand_over_round()),
+            self._departure.next_deadline(finishing_round=self._closing.awaiting_round()),
             leader_due if self.state is State.STABLE and self.is_leader else None,
         )
         due = [deadline for deadline in candidates if deadline is not None]
@@ -520,7 +530,7 @@ class MemberMachine:
         elif pending.kind == "heartbeat" and isinstance(result, HeartbeatResult):
             self._route(now, self._responses.heartbeat(now, pending, result))
         elif pending.kind == "leave" and isinstance(result, LeaveGroupResult):
-            self._finish_close()
+            self._closing.finish()
         else:
             raise TypeError(f"{type(result).__name__} does not answer a {pending.kind} request")
         return self._drain(now)
@@ -531,7 +541,7 @@ class MemberMachine:
         if pending is None or self.state in (State.CLOSED, State.FATAL):
             return self._drain(now)
         if pending.kind == "leave":
-            self._finish_close()
+            self._closing.finish()
         elif self.state is State.LEAVING:
             # Rule 9: keep trying until the session rules give up.
             self._heartbeat.failed(now, self._membership.backoff)
@@ -549,7 +559,7 @@ class MemberMachine:
         self._observe(now)
         self._after_release(self._holdings.callback_done(callback_id))
         if self.state is State.LEAVING:
-            self._maybe_finish_leaving(now)
+            self._closing.maybe_finish(now)
         return self._drain(now)
 
     def released(self, now: int, resources: Iterable[Resource]) -> list[Action]:
@@ -559,7 +569,7 @@ class MemberMachine:
         if self.state not in (State.CLOSED, State.FATAL):
             self._after_release(self._holdings.released(resources))
             if self.state is State.LEAVING:
-                self._maybe_finish_leaving(now)
+                self._closing.maybe_finish(now)
         return self._drain(now)
 
     def assignment_done(
@@ -767,109 +777,12 @@ class MemberMachine:
         """Revoke, leave and close.  ``leave``: send LeaveGroup even as a static
         member (it then gives up its place at once); ``None``: only if dynamic."""
         self._observe(now)
-        if leave is not None:
-            self._departure.choose_leave(leave)
-        if self.state in (State.CLOSED, State.LEAVING):
-            return self._drain(now)
-        self._end_warmups("closing")
-        if self.state in (State.UNJOINED, State.FATAL):
-            self._finish_close()
-            return self._drain(now)
-        if self._departure.closing:
-            return self._drain(now)  # already handing over
-        if self._holdings.confirm_release and self._may_hand_over_releasing():
-            # Rule 9: revoke everything now; each resource goes to another member
-            # in the round after its work stopped, the slowest holds back no other.
-            self._departure.release_all()
-            log.info(
-                "member.handing_over",
-                group=self.config.group_id,
-                member_id=self.member_id,
-                count=len(self.owned),
-            )
-            if self.owned:
-                self._revoke(sorted_resources(self.owned), self.generation)
-            if self.state is State.STABLE:
-                self._to_joining(now, "closing: handing resources over first", immediately=True)
-            else:
-                self._request_rejoin("closing: handing resources over first")
-            return self._drain(now)
-        if not self._holdings.confirm_release and self._may_hand_over():
-            # Rule 7: a rebalance in which this member takes nothing, so that the
-            # others get its resources (cooperatively) while it still works on them.
-            self._departure.hand_over(now + self._hand_over_ms())
-            log.info(
-                "member.handing_over",
-                group=self.config.group_id,
-                member_id=self.member_id,
-                count=len(self.owned),
-            )
-            self._request_rejoin("closing: handing resources over first")
-            return self._drain(now)
-        self._leave_now(now)
+        self._route(now, self._closing.close(now, leave=leave))
         return self._drain(now)
 
-    def _may_hand_over(self) -> bool:
-        protocol = self._membership.generation.protocol
-        alone = self.is_leader and self._membership.group_size == 1
-        return (
-            self._departure.sends_leave
-            and not alone  # nobody to hand over to (a follower is never alone)
-            and self.config.reassign_delay_ms == 0  # the leader holds them back instead
-            and self.state is State.STABLE
-            and bool(self.owned)
-            and self._membership.generation.is_valid
-            and self._lookup.known
-            and protocol is not None
-            and self._membership.rebalance_mode == "cooperative"
-        )
-
-    def _may_hand_over_releasing(self) -> bool:
-        alone = self.is_leader and self._membership.group_size == 1
-        return (
-            self._departure.sends_leave
-            and not alone
-            and self.config.reassign_delay_ms == 0
-            and self.state in (State.STABLE, State.JOINING, State.ASSIGNING, State.SYNCING)
-            and bool(self._owned)
-            and self._membership.generation.is_valid
-            and self._lookup.known
-            and self._membership.rebalance_mode == "cooperative"
-        )
-
-    def _hand_over_ms(self) -> int:
-        """How long a hand-over may take before the member just leaves: enough for
-        the others to notice the rebalance at a heartbeat, and the two rounds."""
-        return min(self.config.session_timeout_ms, 3 * self.config.heartbeat_interval_ms + 1_000)
-
-    def _awaiting_hand_over_round(self) -> bool:
-        """Out of time, a hand-over still finishes the round it is in (JoinGroup or
-        SyncGroup in flight, or its leader's assignor running) while it owns
-        something (rule 7); losing it all ends the wait."""
-        in_round = self._pending.rebalancing or self.state is State.ASSIGNING
-        return in_round and bool(self.owned)
-
     def _leave_now(self, now: int) -> None:
-        self._departure.leave()
-        self._pending.clear()
         self._pipeline.drop()
-        if self._owned:
-            if self._membership.generation.is_valid:
-                self._revoke(sorted_resources(self.owned), self.generation)
-            else:
-                self._lose("closing without a valid generation")
-        self._enter(State.LEAVING)
-        # Heartbeats go on while anything is releasing (rule 9), on their schedule.
-        self._heartbeat.expedited = False
-        if self._heartbeat.next_at is None:
-            self._heartbeat.schedule(now)
-        self._maybe_finish_leaving(now)
-        self._progress_leaving(now)
-
-    def _maybe_finish_leaving(self, now: int) -> None:
-        """LEAVING: leave (or close) once no callback runs and nothing is releasing."""
-        if not self._holdings.callbacks_running and not self._owned.releasing:
-            self._send_leave_or_close(now)
+        self._closing.leave_now(now)
 
     # --- progress -----------------------------------------------------------
 
@@ -890,7 +803,7 @@ class MemberMachine:
 
     def _progress(self, now: int) -> None:
         if self.state is State.LEAVING:
-            self._progress_leaving(now)
+            self._closing.progress(now)
             return
         if self.state in (State.CLOSED, State.FATAL, State.UNJOINED):
             return
@@ -919,26 +832,8 @@ class MemberMachine:
             and not self._membership.rejoin_asked
         ):
             self._request_rejoin("resources changed")
-        if self._departure.handing_over and (
-            (self._departure.out_of_time(now) and not self._awaiting_hand_over_round())
-            or (
-                self.state is State.STABLE
-                and not self.owned
-                and not self._holdings.callbacks_running
-            )
-        ):
-            # Handed over (or out of time: revoke what is left): leave.
-            self._leave_now(now)
-            return
-        if (
-            self._departure.releasing_all
-            and not self._owned
-            and not self._holdings.callbacks_running
-            and not self._pending.rebalancing
-            and self.state is not State.ASSIGNING
-        ):
-            # Everything released (rule 9); never with a round of its own in flight
-            # (its answer may name this member leader: rule 7).
+        if self._closing.handed_over(now):
+            # Handed over (or out of time: revoke what is left), or all released.
             self._leave_now(now)
             return
         if (
@@ -986,33 +881,6 @@ class MemberMachine:
         if self._membership.may_heartbeat() and due is not None and now >= due:
             self._outgoing.heartbeat(now)
 
-    def _progress_leaving(self, now: int) -> None:
-        """LEAVING (rule 9): heartbeat while callbacks run or resources are
-        releasing, so that the session outlives them; a session that ends all the
-        same loses what is left and closes without LeaveGroup."""
-        if self._departure.leave_sent or self.state is not State.LEAVING:
-            return
-        session_end = self._membership.session_end()
-        if session_end is not None and now >= session_end:
-            log.warning(
-                "member.session_lost",
-                group=self.config.group_id,
-                member_id=self.member_id,
-                generation=self.generation,
-                while_closing=True,
-            )
-            self._session_ended_while_leaving()
-            self._maybe_finish_leaving(now)
-            return
-        due = self._heartbeat.next_at
-        if self._membership.may_heartbeat() and due is not None and now >= due:
-            self._outgoing.heartbeat(now)
-
-    def _session_ended_while_leaving(self) -> None:
-        self._lose("the session ended while closing")
-        self._membership.generation = self._membership.generation.reset()
-        self._heartbeat.forget_proof()
-
     # --- transitions ----------------------------------------------------------
 
     def _enter(self, target: State) -> None:
@@ -1056,24 +924,6 @@ class MemberMachine:
     def _send_sync(self, now: int, assignments: tuple[tuple[str, bytes], ...]) -> None:
         self._enter(State.SYNCING)
         self._outgoing.sync(now, assignments)
-
-    def _send_leave_or_close(self, now: int) -> None:
-        leave = self._departure.sends_leave
-        if leave and self.member_id and self._lookup.known and not self._departure.leave_sent:
-            self._departure.left()
-            self._outgoing.leave(
-                now, self.member_id, self.config.instance_id, "the member is closing"
-            )
-        else:
-            self._finish_close()
-
-    def _finish_close(self) -> None:
-        if self.state is not State.CLOSED:
-            if self.state is not State.FATAL:
-                self._enter(State.CLOSED)
-            self._pending.clear()
-            self._out.append(Closed())
-            log.info("member.closed", group=self.config.group_id, member_id=self.member_id)
 
     def _fail(self, now: int, error: WorkgroupError, *, leave: bool = False) -> None:
         if self.state is State.FATAL:
@@ -1122,8 +972,7 @@ class MemberMachine:
             self._request_rejoin(f"released {len(done)} revoked resources")
 
     def _lose(self, reason: str) -> None:
-        self._end_warmups(reason)
-        self._holdings.lose(reason)
+        self._closing.lose(reason)
 
     # --- outcomes of the parts (member/outcomes.py) ---------------------------
 
@@ -1141,8 +990,9 @@ class MemberMachine:
                 case CoordinatorLost(reason):
                     self._coordinator_lost(now, reason)
                 case LostWhileLeaving():
-                    self._session_ended_while_leaving()
-                    self._maybe_finish_leaving(now)
+                    self._closing.session_ended(now)
+                case Leave():
+                    self._leave_now(now)
                 case Lead(protocol, result):
                     self._start_assignment(now, protocol, result)
                 case Sync(follow):
