@@ -20,7 +20,10 @@ Rules:
 3. Losing the coordinator decides what its rediscovery leads to
    (:class:`AfterLookup`): back to STABLE, if the member was STABLE with no
    round asked (a rediscovery changes nothing in the group), otherwise a
-   JoinGroup (a rebalance under way starts again).
+   JoinGroup (a rebalance under way starts again).  Only the lookup under way
+   is answered; a failed one is retried after the back-off
+   (``member.coordinator_unavailable`` at attempts 1, 2, 4, 8...) until the
+   connect deadline, then the member fails.
 4. Heartbeats go only with a known coordinator, a valid generation and none in
    flight; beside a held JoinGroup/SyncGroup only while something is held
    (they alone prove the session then); while LEAVING only until the last
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import enum
 
+from workgroup.errors import WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
@@ -45,6 +49,7 @@ from workgroup.member.generation import NO_GENERATION, Generation
 from workgroup.member.heartbeat import HeartbeatTimer
 from workgroup.member.holdings import Holdings
 from workgroup.member.lookup import CoordinatorLookup
+from workgroup.member.outcomes import Fail, Outcome, Rejoin
 from workgroup.member.requests import InFlight
 from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.protocol import RebalanceMode
@@ -190,6 +195,39 @@ class Membership:
         """The coordinator found again, the member goes back to STABLE (rule 3)."""
         return self._after_lookup is AfterLookup.RESUME and self.generation.is_valid
 
+    def coordinator_found(self, now: int) -> list[Outcome]:
+        """The lookup under way found the coordinator: back to STABLE (heartbeat
+        now) or a JoinGroup, as rule 3 decided.  Outside a lookup: nothing."""
+        if self._state is not State.FINDING_COORDINATOR or not self.lookup.in_flight:
+            return []
+        self.lookup.found()
+        log.debug("member.coordinator_found", group=self._config.group_id)
+        if not self.resumes:
+            return [Rejoin("coordinator found", immediately=True)]
+        self.enter(State.STABLE)
+        self.heartbeat.due_now(now)
+        return []
+
+    def coordinator_not_found(self, now: int, error: WorkgroupError) -> list[Outcome]:
+        """The lookup under way failed: retried after the back-off, or, past the
+        connect deadline, FATAL."""
+        if self._state is not State.FINDING_COORDINATOR or not self.lookup.in_flight:
+            return []
+        retry_in_ms = self.lookup.failed(now, error)
+        if retry_in_ms is None:
+            return [Fail(error)]
+        attempt = self.lookup.failures
+        # Attempts 1, 2, 4, 8...: an outage is said without a line per retry.
+        report = log.warning if attempt & (attempt - 1) == 0 else log.debug
+        report(
+            "member.coordinator_unavailable",
+            group=self._config.group_id,
+            attempt=attempt,
+            retry_in_ms=retry_in_ms,
+            error=str(error),
+        )
+        return []
+
     # --- heartbeats and the session (rules 4 and 5) -----------------------------
 
     def may_heartbeat(self) -> bool:
@@ -217,6 +255,11 @@ class Membership:
         if self.pending.rebalancing and not self._holdings:
             return None  # the coordinator holds the request; nothing is at stake
         return self.heartbeat.session_end(rebalancing=self.pending.rebalancing)
+
+    def session_over(self, now: int) -> bool:
+        """The session may have ended by ``now`` (rule 5)."""
+        session_end = self.session_end()
+        return session_end is not None and now >= session_end
 
     def connect_deadline(self) -> int | None:
         """When to give up finding the first coordinator (``connect_timeout_ms``)."""

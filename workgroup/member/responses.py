@@ -35,11 +35,22 @@ Rules:
    session: an answer saying the group no longer knows the member ends it
    (:class:`~workgroup.member.outcomes.LostWhileLeaving`), any other failure
    retries.
+6. A request that failed (no answer): while LEAVING, or a heartbeat beside a
+   held request that failed retriably (only a missing proof), the heartbeat is
+   retried after the back-off; an unsupported version or any other error that
+   is not retriable is FATAL; otherwise the coordinator is looked for again.
 """
 
 from __future__ import annotations
 
-from workgroup.errors import ErrorCode, MemberAction, MemberCheck, ProtocolError
+from workgroup.errors import (
+    ErrorCode,
+    MemberAction,
+    MemberCheck,
+    ProtocolError,
+    UnsupportedVersionError,
+    WorkgroupError,
+)
 from workgroup.kafka.messages import HeartbeatResult, JoinGroupResult, SyncGroupResult
 from workgroup.log import get_logger
 from workgroup.member.config import MemberConfig
@@ -103,6 +114,21 @@ class Responses:
     def _proved_alive(self, now: int, pending: Pending) -> None:
         """The coordinator answered: the session was alive (heartbeat.py, rule 2)."""
         self._membership.heartbeat.proved_alive(now, pending.sent_at, held=pending.held)
+
+    def failed(self, now: int, pending: Pending, error: WorkgroupError) -> list[Outcome]:
+        """A request other than LeaveGroup failed (rule 6)."""
+        membership = self._membership
+        if membership.state is State.LEAVING or (
+            pending.beside_held and pending.kind == "heartbeat" and error.retriable
+        ):
+            # LEAVING: keep trying until the session rules give up.  Beside a held
+            # request: no proof, but the held request goes on.
+            membership.heartbeat.failed(now, membership.backoff)
+            return []
+        if isinstance(error, UnsupportedVersionError) or not error.retriable:
+            return [Fail(error)]
+        log.info("member.request_failed", request=pending.kind, error=str(error))
+        return [CoordinatorLost(f"{pending.kind} failed: {error}")]
 
     # --- JoinGroup (rule 3) -----------------------------------------------------
 

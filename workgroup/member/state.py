@@ -223,7 +223,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from workgroup.assignors.base import Assignment
 from workgroup.errors import (
     ErrorCode,
-    UnsupportedVersionError,
     WorkgroupError,
 )
 from workgroup.kafka.messages import (
@@ -311,7 +310,6 @@ class MemberMachine:
             confirm_release=confirm_release,
             on_callback_error=on_callback_error,
         )
-        self._owned = self._holdings.ownership
         #: Which generation each commit goes under, and their answers (rule 11).
         self._commit_router = CommitRouter(
             config.group_id, config.instance_id, config.effective_request_timeout_ms
@@ -327,9 +325,6 @@ class MemberMachine:
         self._departure = Departure(dynamic=config.instance_id is None)
         #: State, generation, requests, coordinator, session, next round (rules 1-6).
         self._membership = Membership(config, self._holdings, self._departure)
-        self._pending = self._membership.pending
-        self._lookup = self._membership.lookup
-        self._heartbeat = self._membership.heartbeat
         #: Load balancing: what this member measures, and as leader its memory.
         self.loads = LoadMeter(config.balance.smoothing_ms)
         #: Drain, refusals, warm-ups and the restart probe (rules 10, 14, 15).
@@ -396,22 +391,22 @@ class MemberMachine:
     @property
     def owned(self) -> frozenset[Resource]:
         """The resources this member owns."""
-        return self._owned.resources
+        return self._holdings.ownership.resources
 
     @property
     def releasing(self) -> frozenset[Resource]:
         """Revoked resources whose work has not stopped yet (rule 9)."""
-        return self._owned.releasing
+        return self._holdings.ownership.releasing
 
     @property
     def owned_generation(self) -> int:
         """The generation :attr:`owned` was assigned in (``-1``: nothing owned)."""
-        return self._owned.generation
+        return self._holdings.ownership.generation
 
     @property
     def alive_since(self) -> int | None:
         """Send time (ms) of the newest request that proved the session alive."""
-        return self._heartbeat.alive_since
+        return self._membership.heartbeat.alive_since
 
     @property
     def warming(self) -> frozenset[Resource]:
@@ -441,7 +436,7 @@ class MemberMachine:
             self.state is State.STABLE
             and not self._holdings.callbacks_running
             and not self._membership.round_due
-            and not self._owned.releasing
+            and not self._holdings.ownership.releasing
             and not self._intents.warming
         )
 
@@ -481,45 +476,24 @@ class MemberMachine:
     def start(self, now: int) -> list[Action]:
         self._observe(now)
         if self.state is State.UNJOINED:
-            self._lookup.start(now)
+            self._membership.lookup.start(now)
             self._membership.starting()
             self._to_finding(now, immediately=True)
         return self._drain(now)
 
     def coordinator_found(self, now: int) -> list[Action]:
         self._observe(now)
-        if self.state is State.FINDING_COORDINATOR and self._lookup.in_flight:
-            self._lookup.found()
-            log.debug("member.coordinator_found", group=self.config.group_id)
-            if self._membership.resumes:
-                self._enter(State.STABLE)
-                self._heartbeat.due_now(now)
-            else:
-                self._to_joining(now, "coordinator found", immediately=True)
+        self._route(now, self._membership.coordinator_found(now))
         return self._drain(now)
 
     def find_coordinator_failed(self, now: int, error: WorkgroupError) -> list[Action]:
         self._observe(now)
-        if self.state is State.FINDING_COORDINATOR and self._lookup.in_flight:
-            retry_in_ms = self._lookup.failed(now, error)
-            if retry_in_ms is None:
-                self._fail(now, error)
-            else:
-                attempt = self._lookup.failures
-                # Attempts 1, 2, 4, 8...: an outage is said without a line per retry.
-                report = log.warning if attempt & (attempt - 1) == 0 else log.debug
-                report(
-                    "member.coordinator_unavailable",
-                    group=self.config.group_id,
-                    attempt=attempt,
-                    retry_in_ms=retry_in_ms,
-                    error=str(error),
-                )
+        self._route(now, self._membership.coordinator_not_found(now, error))
         return self._drain(now)
 
     def response(self, now: int, request_id: int, result: GroupResult) -> list[Action]:
         self._observe(now)
-        pending = self._pending.pop(request_id)
+        pending = self._membership.pending.pop(request_id)
         if pending is None or self.state in (State.CLOSED, State.FATAL):
             log.debug("member.stale_response", request_id=request_id)
             return self._drain(now)
@@ -537,22 +511,13 @@ class MemberMachine:
 
     def request_failed(self, now: int, request_id: int, error: WorkgroupError) -> list[Action]:
         self._observe(now)
-        pending = self._pending.pop(request_id)
+        pending = self._membership.pending.pop(request_id)
         if pending is None or self.state in (State.CLOSED, State.FATAL):
             return self._drain(now)
         if pending.kind == "leave":
             self._closing.finish()
-        elif self.state is State.LEAVING:
-            # Rule 9: keep trying until the session rules give up.
-            self._heartbeat.failed(now, self._membership.backoff)
-        elif pending.beside_held and pending.kind == "heartbeat" and error.retriable:
-            # The second connection failed: no proof, but the held request goes on.
-            self._heartbeat.failed(now, self._membership.backoff)
-        elif isinstance(error, UnsupportedVersionError) or not error.retriable:
-            self._fail(now, error)
         else:
-            log.info("member.request_failed", request=pending.kind, error=str(error))
-            self._coordinator_lost(now, f"{pending.kind} failed: {error}")
+            self._route(now, self._responses.failed(now, pending, error))
         return self._drain(now)
 
     def callback_done(self, now: int, callback_id: int) -> list[Action]:
@@ -736,7 +701,7 @@ class MemberMachine:
             resources or {},
             refusal=self._commit_refusal(),
             current=self._membership.generation,
-            ownership=self._owned,
+            ownership=self._holdings.ownership,
             ids=self._ids,
         )
         return self._drain(now)
@@ -746,7 +711,7 @@ class MemberMachine:
         partition is decided on its own."""
         if self.state in (State.CLOSED, State.FATAL, State.UNJOINED) or self._departure.leave_sent:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if not self._lookup.known:
+        if not self._membership.lookup.known:
             return CoordinatorUnavailableError("OffsetCommit: the coordinator is not known")
         return None
 
@@ -758,7 +723,7 @@ class MemberMachine:
         self._observe(now)
         # Sent to a coordinator the member has given up since: its session is
         # for the rediscovery to find out.
-        reading = self.state not in (State.CLOSED, State.FATAL) and self._lookup.known
+        reading = self.state not in (State.CLOSED, State.FATAL) and self._membership.lookup.known
         done, verdict = self._commit_router.answered(
             request_id, result, current=self._membership.generation if reading else None
         )
@@ -770,7 +735,7 @@ class MemberMachine:
             else:
                 self._route(now, self._responses.refused(verdict.code, "OffsetCommit") or ())
         elif isinstance(verdict, SessionProved):
-            self._heartbeat.proved_alive(now, verdict.sent_at, held=False)
+            self._membership.heartbeat.proved_alive(now, verdict.sent_at, held=False)
         return self._drain(now)
 
     def close(self, now: int, *, leave: bool | None = None) -> list[Action]:
@@ -790,7 +755,7 @@ class MemberMachine:
         """Notice when the machine ran long after its deadline (frozen process,
         starved event loop): answers that arrive now may be arbitrarily old."""
         self._now = max(self._now, now)
-        late_ms = self._heartbeat.observe(now)
+        late_ms = self._membership.heartbeat.observe(now)
         if late_ms is not None:
             log.warning("member.starved", late_ms=late_ms)
 
@@ -798,7 +763,7 @@ class MemberMachine:
         self._progress(now)
         out = list(self._out)
         self._out.clear()
-        self._heartbeat.expect(self.next_deadline())
+        self._membership.heartbeat.expect(self.next_deadline())
         return out
 
     def _progress(self, now: int) -> None:
@@ -807,13 +772,13 @@ class MemberMachine:
             return
         if self.state in (State.CLOSED, State.FATAL, State.UNJOINED):
             return
-        session_end = self._membership.session_end()
-        if session_end is not None and now >= session_end and self._pending.rebalancing:
+        membership = self._membership
+        if membership.session_over(now) and membership.pending.rebalancing:
             # Unanswered for a session (held, or lost on its way: rule 4), or starved
             # meanwhile: what we own is no longer safe.  The request goes on; the
             # new assignment hands resources out again.
             self._lose("no answer proved the session in time")
-        elif session_end is not None and now >= session_end:
+        elif membership.session_over(now):
             log.warning(
                 "member.session_lost",
                 group=self.config.group_id,
@@ -865,19 +830,23 @@ class MemberMachine:
         if self.state is State.FINDING_COORDINATOR:
             connect_deadline = self._membership.connect_deadline()
             if connect_deadline is not None and now >= connect_deadline:
-                self._fail(now, self._lookup.timeout_error())
+                self._fail(now, self._membership.lookup.timeout_error())
                 return
-            if self._lookup.take_due(now):
+            if self._membership.lookup.take_due(now):
                 self._out.append(FindCoordinator())
             return
         if self.state is State.JOINING:
             self._maybe_send_join(now)
             session_end = self._membership.session_end()
-            if session_end is not None and now >= session_end and self._pending.rebalancing:
+            if (
+                session_end is not None
+                and now >= session_end
+                and self._membership.pending.rebalancing
+            ):
                 # The JoinGroup just sent binds the session to the round floor
                 # (heartbeat.py, rule 3), which may be past already.
                 self._lose("no answer proved the session in time")
-        due = self._heartbeat.next_at
+        due = self._membership.heartbeat.next_at
         if self._membership.may_heartbeat() and due is not None and now >= due:
             self._outgoing.heartbeat(now)
 
@@ -888,7 +857,7 @@ class MemberMachine:
 
     def _to_finding(self, now: int, *, immediately: bool) -> None:
         self._enter(State.FINDING_COORDINATOR)
-        self._lookup.lost(now, immediately=immediately)
+        self._membership.lookup.lost(now, immediately=immediately)
 
     def _coordinator_lost(self, now: int, reason: str) -> None:
         log.info("member.coordinator_lost", group=self.config.group_id, reason=reason)
@@ -910,7 +879,7 @@ class MemberMachine:
         )
         if self._membership.rebalance_mode == "eager" and self.owned:
             # Eager: nothing may be owned by anyone while the group rebalances.
-            self._holdings.revoke_before_eager_join(self._heartbeat.last_seen)
+            self._holdings.revoke_before_eager_join(self._membership.heartbeat.last_seen)
         log.debug("member.joining", group=self.config.group_id, reason=reason)
 
     def _maybe_send_join(self, now: int) -> None:
@@ -939,10 +908,10 @@ class MemberMachine:
             self._lose(f"fatal error: {error}")
         leave_member = (
             self.member_id
-            if (leave and self.config.instance_id is None and self._lookup.known)
+            if (leave and self.config.instance_id is None and self._membership.lookup.known)
             else ""
         )
-        self._pending.clear()
+        self._membership.pending.clear()
         self._pipeline.drop()
         self.error = error
         self._enter(State.FATAL)
@@ -954,7 +923,7 @@ class MemberMachine:
     # --- ownership ----------------------------------------------------------
 
     def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
-        self._holdings.revoke(resources, generation, self._heartbeat.last_seen)
+        self._holdings.revoke(resources, generation, self._membership.heartbeat.last_seen)
 
     def _after_release(self, done: tuple[Resource, ...]) -> None:
         """Revoked resources whose work stopped (rule 9).  A cooperative JoinGroup
@@ -966,7 +935,7 @@ class MemberMachine:
             and self._membership.rebalance_mode == "cooperative"
             and (
                 self.state in (State.STABLE, State.ASSIGNING, State.SYNCING)
-                or (self.state is State.JOINING and self._pending.rebalancing)
+                or (self.state is State.JOINING and self._membership.pending.rebalancing)
             )
         ):
             self._request_rejoin(f"released {len(done)} revoked resources")
@@ -1018,7 +987,7 @@ class MemberMachine:
             membership.generation = membership.generation.reset()
         else:
             return
-        self._heartbeat.forget_proof()
+        self._membership.heartbeat.forget_proof()
 
     # --- the leader's part ----------------------------------------------------
 
