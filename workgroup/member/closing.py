@@ -33,12 +33,17 @@ Rules:
 6. A session that ends while LEAVING (or an answer saying the group no longer
    knows the member) loses what is left, forgets the generation, and the member
    leaves as rule 5 says, without LeaveGroup if nothing was owned any more.
+7. Failing: what is owned is lost, requests in flight are forgotten, the
+   member is FATAL (the first error stands, logged once as ``member.fatal``)
+   and a dynamic member told to leave sends LeaveGroup if it knows its
+   coordinator; :class:`~workgroup.member.actions.Failed` goes last.
 """
 
 from __future__ import annotations
 
+from workgroup.errors import WorkgroupError
 from workgroup.log import get_logger
-from workgroup.member.actions import Action, Closed
+from workgroup.member.actions import Action, Closed, Failed
 from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
 from workgroup.member.holdings import Holdings
@@ -195,6 +200,30 @@ class Closing:
             and not membership.pending.rebalancing
             and membership.state is not State.ASSIGNING
         )
+
+    # --- failing (rule 7) -------------------------------------------------------
+
+    def fail(self, now: int, error: WorkgroupError, *, leave: bool) -> None:
+        """Rule 7 (the machine keeps the error and drops its leader's round)."""
+        membership = self._membership
+        member_id = membership.generation.member_id
+        log.error(
+            "member.fatal",
+            group=self._config.group_id,
+            member_id=member_id,
+            error=str(error),
+            error_type=type(error).__name__,
+        )
+        if self._holdings.owned:
+            self.lose(f"fatal error: {error}")
+        dynamic = self._config.instance_id is None
+        leave_member = member_id if (leave and dynamic and membership.lookup.known) else ""
+        membership.pending.clear()
+        membership.enter(State.FATAL)
+        if leave_member:
+            # Let the rest of the group rebalance now instead of after our session.
+            self._outgoing.leave(now, leave_member, None, str(error))
+        self._out.append(Failed(error))
 
     # --- leaving (rules 5 and 6) ------------------------------------------------
 

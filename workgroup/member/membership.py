@@ -35,16 +35,23 @@ Rules:
    retry, the connect deadline, the next JoinGroup, the next heartbeat, the
    session's end and, with a JoinGroup/SyncGroup in flight, the starvation
    watchdog.
+7. Moves the machine's rules call for: JOINING (the next JoinGroup now or
+   after the back-off; an eager member revokes everything first), finding the
+   coordinator again, a round for changed metadata (only while in the group),
+   a round after releases a cooperative JoinGroup already reported (with
+   ``confirm_release``), and why a commit cannot be sent at all (not in the
+   group or past its LeaveGroup: UNKNOWN_MEMBER_ID; no coordinator: retriable).
 """
 
 from __future__ import annotations
 
 import enum
 
-from workgroup.errors import WorkgroupError
+from workgroup.errors import ErrorCode, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
+from workgroup.member.errors import CoordinatorUnavailableError
 from workgroup.member.generation import NO_GENERATION, Generation
 from workgroup.member.heartbeat import HeartbeatTimer
 from workgroup.member.holdings import Holdings
@@ -53,6 +60,7 @@ from workgroup.member.outcomes import Fail, Outcome, Rejoin
 from workgroup.member.requests import InFlight
 from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.protocol import RebalanceMode
+from workgroup.types import Resource
 
 log = get_logger(__name__)
 
@@ -227,6 +235,60 @@ class Membership:
             error=str(error),
         )
         return []
+
+    # --- moves (the machine drops its leader's round first) ----------------------
+
+    def find_again(self, now: int, reason: str) -> None:
+        """The coordinator is lost: look for it again (rule 3 decides what follows)."""
+        log.info("member.coordinator_lost", group=self._config.group_id, reason=reason)
+        # Only a STABLE member keeps going after rediscovery; a rebalance in
+        # progress is started again.
+        self.coordinator_lost()
+        self.to_finding(now, immediately=True)
+
+    def to_finding(self, now: int, *, immediately: bool) -> None:
+        self.enter(State.FINDING_COORDINATOR)
+        self.lookup.lost(now, immediately=immediately)
+
+    def to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
+        """Back to JOINING: the next JoinGroup goes now or after the back-off."""
+        self.enter(State.JOINING)
+        self.join_at = now if immediately else now + self.backoff(self.join_failures)
+        if self.rebalance_mode == "eager" and self._holdings.owned:
+            # Eager: nothing may be owned by anyone while the group rebalances.
+            self._holdings.revoke_before_eager_join(self.heartbeat.last_seen)
+        log.debug("member.joining", group=self._config.group_id, reason=reason)
+
+    def metadata_changed(self, reason: str) -> None:
+        """The leader must see the new metadata: a round follows, also after the
+        round under way (its JoinGroup may have gone without it)."""
+        if self._state not in (State.UNJOINED, State.LEAVING, State.CLOSED, State.FATAL):
+            self.ask_rejoin(reason)
+
+    def released(self, done: tuple[Resource, ...]) -> None:
+        """Revoked resources whose work stopped (the machine's rule 9).  A
+        cooperative JoinGroup already sent reported them: the round after it hands
+        them out (a JoinGroup not yet sent leaves them out anyway)."""
+        if (
+            done
+            and self._holdings.confirm_release
+            and self.rebalance_mode == "cooperative"
+            and (
+                self._state in (State.STABLE, State.ASSIGNING, State.SYNCING)
+                or (self._state is State.JOINING and self.pending.rebalancing)
+            )
+        ):
+            self.ask_rejoin(f"released {len(done)} revoked resources")
+
+    def commit_refusal(self) -> ErrorCode | WorkgroupError | None:
+        """Why no partition of a commit can be sent now (the machine's rule 11);
+        ``None``: each partition is decided on its own."""
+        inactive = self._state in (State.CLOSED, State.FATAL, State.UNJOINED)
+        if inactive or self._departure.leave_sent:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if not self.lookup.known:
+            return CoordinatorUnavailableError("OffsetCommit: the coordinator is not known")
+        return None
 
     # --- heartbeats and the session (rules 4 and 5) -----------------------------
 

@@ -222,7 +222,6 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from workgroup.assignors.base import Assignment
 from workgroup.errors import (
-    ErrorCode,
     WorkgroupError,
 )
 from workgroup.kafka.messages import (
@@ -238,7 +237,6 @@ from workgroup.log import get_logger
 from workgroup.member.actions import (
     Action,
     CallbackErrorPolicy,
-    Failed,
     FindCoordinator,
     Partition,
 )
@@ -251,7 +249,6 @@ from workgroup.member.departure import Departure
 from workgroup.member.errors import (
     AssignorError,
     CallbackError,
-    CoordinatorUnavailableError,
 )
 from workgroup.member.generation import NO_GENERATION
 from workgroup.member.holdings import GiveBack, Holdings
@@ -478,7 +475,7 @@ class MemberMachine:
         if self.state is State.UNJOINED:
             self._membership.lookup.start(now)
             self._membership.starting()
-            self._to_finding(now, immediately=True)
+            self._membership.to_finding(now, immediately=True)
         return self._drain(now)
 
     def coordinator_found(self, now: int) -> list[Action]:
@@ -522,7 +519,7 @@ class MemberMachine:
 
     def callback_done(self, now: int, callback_id: int) -> list[Action]:
         self._observe(now)
-        self._after_release(self._holdings.callback_done(callback_id))
+        self._membership.released(self._holdings.callback_done(callback_id))
         if self.state is State.LEAVING:
             self._closing.maybe_finish(now)
         return self._drain(now)
@@ -532,7 +529,7 @@ class MemberMachine:
         may go to another member now.  Others are ignored."""
         self._observe(now)
         if self.state not in (State.CLOSED, State.FATAL):
-            self._after_release(self._holdings.released(resources))
+            self._membership.released(self._holdings.released(resources))
             if self.state is State.LEAVING:
                 self._closing.maybe_finish(now)
         return self._drain(now)
@@ -571,14 +568,14 @@ class MemberMachine:
                 resources=frozen.size,
             )
             if self.is_leader and self.state is State.STABLE:
-                self._request_rejoin("resources changed")
+                self._membership.ask_rejoin("resources changed")
         return self._drain(now)
 
     def request_rejoin(self, now: int, reason: str) -> list[Action]:
         """Ask for a rebalance (e.g. the member's metadata changed)."""
         self._observe(now)
         if self.state is State.STABLE:
-            self._request_rejoin(reason)
+            self._membership.ask_rejoin(reason)
         return self._drain(now)
 
     def ready(self, now: int, resources: Iterable[Resource]) -> list[Action]:
@@ -595,7 +592,7 @@ class MemberMachine:
                 count=len(fresh),
                 warming=len(self._intents.warming),
             )
-            self._rejoin_for_metadata(f"{len(fresh)} warm-ups ready")
+            self._membership.metadata_changed(f"{len(fresh)} warm-ups ready")
         return self._drain(now)
 
     def drain(self, now: int, draining: bool = True) -> list[Action]:
@@ -608,19 +605,8 @@ class MemberMachine:
                 member_id=self.member_id,
                 owned=len(self.owned),
             )
-            self._rejoin_for_metadata("draining" if draining else "undrained")
+            self._membership.metadata_changed("draining" if draining else "undrained")
         return self._drain(now)
-
-    def _rejoin_for_metadata(self, reason: str) -> None:
-        """The metadata changed: the leader must see it, so a round follows, also
-        after the round under way (its JoinGroup may have gone without it)."""
-        if self.state not in (State.UNJOINED, State.LEAVING, State.CLOSED, State.FATAL):
-            self._request_rejoin(reason)
-
-    def _end_warmups(self, reason: str, keep: Iterable[Resource] = ()) -> None:
-        """End the warm-ups not in ``keep`` (rule 14)."""
-        ended = self._intents.end_warmups(keep)
-        self._holdings.warmups_ended(ended, reason, self.generation)
 
     def release(self, now: int, resources: Iterable[Resource], reason: str) -> list[Action]:
         """Stop owning ``resources`` without a callback (the application gave them
@@ -633,7 +619,7 @@ class MemberMachine:
     def _give_up(self, resources: Iterable[Resource], reason: str) -> None:
         released = self._holdings.give_up(resources, reason, self.member_id)
         if released:
-            self._request_rejoin(f"released {len(released)} resources: {reason}")
+            self._membership.ask_rejoin(f"released {len(released)} resources: {reason}")
 
     def refuse(
         self, now: int, resources: Iterable[Resource], for_ms: int, reason: str
@@ -699,21 +685,12 @@ class MemberMachine:
             commit_id,
             topics,
             resources or {},
-            refusal=self._commit_refusal(),
+            refusal=self._membership.commit_refusal(),
             current=self._membership.generation,
             ownership=self._holdings.ownership,
             ids=self._ids,
         )
         return self._drain(now)
-
-    def _commit_refusal(self) -> ErrorCode | WorkgroupError | None:
-        """Why no partition of a commit can be sent now (rule 11); ``None``: each
-        partition is decided on its own."""
-        if self.state in (State.CLOSED, State.FATAL, State.UNJOINED) or self._departure.leave_sent:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if not self._membership.lookup.known:
-            return CoordinatorUnavailableError("OffsetCommit: the coordinator is not known")
-        return None
 
     def commit_answered(
         self, now: int, request_id: int, result: OffsetCommitResult | WorkgroupError
@@ -796,7 +773,7 @@ class MemberMachine:
             and self._assignment_catalog_hash != self._catalog_hash
             and not self._membership.rejoin_asked
         ):
-            self._request_rejoin("resources changed")
+            self._membership.ask_rejoin("resources changed")
         if self._closing.handed_over(now):
             # Handed over (or out of time: revoke what is left), or all released.
             self._leave_now(now)
@@ -807,20 +784,20 @@ class MemberMachine:
             and self._pipeline.delay_over(now)
             and not self._membership.rejoin_asked
         ):
-            self._request_rejoin("reassignment delay over")
+            self._membership.ask_rejoin("reassignment delay over")
         if (
             self.state is State.STABLE
             and self.is_leader
             and not self._membership.rejoin_asked
             and self._pipeline.probe_due(now)
         ):
-            self._request_rejoin("load over the imbalance tolerance: probing rebalance")
+            self._membership.ask_rejoin("load over the imbalance tolerance: probing rebalance")
         if (
             self.state is State.STABLE
             and not self._membership.rejoin_asked
             and self.loads.changed(self.owned, now, self.config.balance)
         ):
-            self._rejoin_for_metadata("loads changed since they were published")
+            self._membership.metadata_changed("loads changed since they were published")
         if (
             self.state is State.STABLE
             and self._membership.rejoin_asked
@@ -855,32 +832,13 @@ class MemberMachine:
     def _enter(self, target: State) -> None:
         self._membership.enter(target)
 
-    def _to_finding(self, now: int, *, immediately: bool) -> None:
-        self._enter(State.FINDING_COORDINATOR)
-        self._membership.lookup.lost(now, immediately=immediately)
-
     def _coordinator_lost(self, now: int, reason: str) -> None:
-        log.info("member.coordinator_lost", group=self.config.group_id, reason=reason)
-        # Only a STABLE member keeps going after rediscovery; a rebalance in
-        # progress is started again.
-        self._membership.coordinator_lost()
         self._pipeline.drop()
-        self._to_finding(now, immediately=True)
-
-    def _request_rejoin(self, reason: str) -> None:
-        self._membership.ask_rejoin(reason)
+        self._membership.find_again(now, reason)
 
     def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
-        self._enter(State.JOINING)
         self._pipeline.drop()
-        membership = self._membership
-        membership.join_at = (
-            now if immediately else now + membership.backoff(membership.join_failures)
-        )
-        if self._membership.rebalance_mode == "eager" and self.owned:
-            # Eager: nothing may be owned by anyone while the group rebalances.
-            self._holdings.revoke_before_eager_join(self._membership.heartbeat.last_seen)
-        log.debug("member.joining", group=self.config.group_id, reason=reason)
+        self._membership.to_joining(now, reason, immediately=immediately)
 
     def _maybe_send_join(self, now: int) -> None:
         # Eager: nothing may be owned by anyone while the group rebalances (rule 9).
@@ -897,48 +855,9 @@ class MemberMachine:
     def _fail(self, now: int, error: WorkgroupError, *, leave: bool = False) -> None:
         if self.state is State.FATAL:
             return  # the first error stands (and was logged)
-        log.error(
-            "member.fatal",
-            group=self.config.group_id,
-            member_id=self.member_id,
-            error=str(error),
-            error_type=type(error).__name__,
-        )
-        if self.owned:
-            self._lose(f"fatal error: {error}")
-        leave_member = (
-            self.member_id
-            if (leave and self.config.instance_id is None and self._membership.lookup.known)
-            else ""
-        )
-        self._membership.pending.clear()
         self._pipeline.drop()
         self.error = error
-        self._enter(State.FATAL)
-        if leave_member:
-            # Let the rest of the group rebalance now instead of after our session.
-            self._outgoing.leave(now, leave_member, None, str(error))
-        self._out.append(Failed(error))
-
-    # --- ownership ----------------------------------------------------------
-
-    def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
-        self._holdings.revoke(resources, generation, self._membership.heartbeat.last_seen)
-
-    def _after_release(self, done: tuple[Resource, ...]) -> None:
-        """Revoked resources whose work stopped (rule 9).  A cooperative JoinGroup
-        already sent reported them: the round after it hands them out (a JoinGroup
-        not yet sent leaves them out anyway)."""
-        if (
-            done
-            and self._holdings.confirm_release
-            and self._membership.rebalance_mode == "cooperative"
-            and (
-                self.state in (State.STABLE, State.ASSIGNING, State.SYNCING)
-                or (self.state is State.JOINING and self._membership.pending.rebalancing)
-            )
-        ):
-            self._request_rejoin(f"released {len(done)} revoked resources")
+        self._closing.fail(now, error, leave=leave)
 
     def _lose(self, reason: str) -> None:
         self._closing.lose(reason)
