@@ -269,9 +269,7 @@ class Closing:
             )
             self.session_ended(now)
             return
-        due = membership.heartbeat.next_at
-        if membership.may_heartbeat() and due is not None and now >= due:
-            self._outgoing.heartbeat(now)
+        self._outgoing.heartbeat_if_due(now)
 
     def session_ended(self, now: int) -> None:
         """Rule 6."""

@@ -20,6 +20,11 @@ Rules:
    (``join_timeout_ms``); Heartbeat and LeaveGroup after the session timeout,
    at least a second.  A Heartbeat sent beside a held JoinGroup/SyncGroup goes
    on the second connection.
+4. What is due goes when :mod:`~workgroup.member.membership` allows it: a
+   coordinator lookup (:class:`~workgroup.member.actions.FindCoordinator`)
+   once its back-off is over, FATAL past the connect deadline; the JoinGroup
+   once nothing holds it back (then, if the session bound it moves to is past
+   already, what is owned is lost); a heartbeat when it is due and may go.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from __future__ import annotations
 from workgroup.errors import WorkgroupError
 from workgroup.kafka.messages import Heartbeat, JoinGroup, LeaveGroup, LeavingMember, SyncGroup
 from workgroup.log import get_logger
-from workgroup.member.actions import Action, SendRequest
+from workgroup.member.actions import Action, FindCoordinator, SendRequest
 from workgroup.member.balancing import LoadMeter
 from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
@@ -36,7 +41,7 @@ from workgroup.member.holdings import Holdings
 from workgroup.member.intents import Intents
 from workgroup.member.leader import LEAVING_TAG
 from workgroup.member.membership import Membership
-from workgroup.member.outcomes import Fail
+from workgroup.member.outcomes import Fail, Lose, Outcome
 from workgroup.member.requests import Pending, RequestIds, RequestKind
 from workgroup.protocol.metadata import MemberMetadata
 from workgroup.protocol.protocol import Protocol
@@ -85,6 +90,38 @@ class Outgoing:
         pending = Pending(kind, self._membership.generation, now, beside_held)
         self._membership.pending.add(request_id, pending)
         self._out.append(SendRequest(request_id, request, timeout_ms, beside_held))
+
+    # --- what is due (rule 4) ---------------------------------------------------
+
+    def find_if_due(self, now: int) -> list[Outcome]:
+        """FINDING_COORDINATOR: a lookup once its back-off is over."""
+        membership = self._membership
+        connect_deadline = membership.connect_deadline()
+        if connect_deadline is not None and now >= connect_deadline:
+            return [Fail(membership.lookup.timeout_error())]
+        if membership.lookup.take_due(now):
+            self._out.append(FindCoordinator())
+        return []
+
+    def join_if_due(self, now: int, *, seen: int, catalog_hash: bytes) -> list[Outcome]:
+        """JOINING: the JoinGroup once nothing holds it back."""
+        membership = self._membership
+        if membership.join_may_go() and now >= membership.join_ready_at():
+            failed = self.join(now, seen=seen, catalog_hash=catalog_hash)
+            if failed is not None:
+                return [failed]
+        if membership.session_over(now) and membership.pending.rebalancing:
+            # The JoinGroup just sent binds the session to the round floor
+            # (heartbeat.py, rule 3), which may be past already.
+            return [Lose("no answer proved the session in time")]
+        return []
+
+    def heartbeat_if_due(self, now: int) -> None:
+        due = self._membership.heartbeat.next_at
+        if self._membership.may_heartbeat() and due is not None and now >= due:
+            self.heartbeat(now)
+
+    # --- building and sending (rules 1-3) ---------------------------------------
 
     def join(self, now: int, *, seen: int, catalog_hash: bytes) -> Fail | None:
         """Send JoinGroup (rule 2); ``seen``: the newest time the member saw (the

@@ -39,6 +39,10 @@ Rules:
    held request that failed retriably (only a missing proof), the heartbeat is
    retried after the back-off; an unsupported version or any other error that
    is not retriable is FATAL; otherwise the coordinator is looked for again.
+7. An OffsetCommit answer under the current generation
+   (:mod:`~workgroup.member.commits`) that proved the session counts as an
+   answered heartbeat; one refusing the member is read as rule 2 says (while
+   LEAVING, as rule 5 says).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from workgroup.errors import (
 )
 from workgroup.kafka.messages import HeartbeatResult, JoinGroupResult, SyncGroupResult
 from workgroup.log import get_logger
+from workgroup.member.commits import CommitVerdict, MembershipRefused, SessionProved
 from workgroup.member.config import MemberConfig
 from workgroup.member.errors import InconsistentProtocolError, fatal_error
 from workgroup.member.generation import Generation
@@ -110,6 +115,16 @@ class Responses:
             reason = f"{context}: illegal generation"
             return [Lose(f"{context}: {code.name}"), Rejoin(reason, True, Reset.GENERATION)]
         return None
+
+    def commit_verdict(self, now: int, verdict: CommitVerdict | None) -> list[Outcome]:
+        """What an OffsetCommit's answer said about the member (rule 7)."""
+        if isinstance(verdict, MembershipRefused):
+            if self._membership.state is State.LEAVING:
+                return self.lost_while_leaving(verdict.code)
+            return self.refused(verdict.code, "OffsetCommit") or []
+        if isinstance(verdict, SessionProved):
+            self._membership.heartbeat.proved_alive(now, verdict.sent_at, held=False)
+        return []
 
     def _proved_alive(self, now: int, pending: Pending) -> None:
         """The coordinator answered: the session was alive (heartbeat.py, rule 2)."""

@@ -237,13 +237,12 @@ from workgroup.log import get_logger
 from workgroup.member.actions import (
     Action,
     CallbackErrorPolicy,
-    FindCoordinator,
     Partition,
 )
 from workgroup.member.assignment import AssignmentTaker
 from workgroup.member.balancing import LoadMeter
 from workgroup.member.closing import Closing
-from workgroup.member.commits import CommitRouter, MembershipRefused, SessionProved
+from workgroup.member.commits import CommitRouter
 from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
 from workgroup.member.errors import (
@@ -706,13 +705,7 @@ class MemberMachine:
         )
         if done is not None:
             self._out.append(done)
-        if isinstance(verdict, MembershipRefused):
-            if self.state is State.LEAVING:
-                self._route(now, self._responses.lost_while_leaving(verdict.code))
-            else:
-                self._route(now, self._responses.refused(verdict.code, "OffsetCommit") or ())
-        elif isinstance(verdict, SessionProved):
-            self._membership.heartbeat.proved_alive(now, verdict.sent_at, held=False)
+        self._route(now, self._responses.commit_verdict(now, verdict))
         return self._drain(now)
 
     def close(self, now: int, *, leave: bool | None = None) -> list[Action]:
@@ -805,27 +798,12 @@ class MemberMachine:
         ):
             self._to_joining(now, self._membership.take_rejoin(), immediately=True)
         if self.state is State.FINDING_COORDINATOR:
-            connect_deadline = self._membership.connect_deadline()
-            if connect_deadline is not None and now >= connect_deadline:
-                self._fail(now, self._membership.lookup.timeout_error())
-                return
-            if self._membership.lookup.take_due(now):
-                self._out.append(FindCoordinator())
+            self._route(now, self._outgoing.find_if_due(now))
             return
         if self.state is State.JOINING:
-            self._maybe_send_join(now)
-            session_end = self._membership.session_end()
-            if (
-                session_end is not None
-                and now >= session_end
-                and self._membership.pending.rebalancing
-            ):
-                # The JoinGroup just sent binds the session to the round floor
-                # (heartbeat.py, rule 3), which may be past already.
-                self._lose("no answer proved the session in time")
-        due = self._membership.heartbeat.next_at
-        if self._membership.may_heartbeat() and due is not None and now >= due:
-            self._outgoing.heartbeat(now)
+            due = self._outgoing.join_if_due(now, seen=self._now, catalog_hash=self._catalog_hash)
+            self._route(now, due)
+        self._outgoing.heartbeat_if_due(now)
 
     # --- transitions ----------------------------------------------------------
 
@@ -839,14 +817,6 @@ class MemberMachine:
     def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
         self._pipeline.drop()
         self._membership.to_joining(now, reason, immediately=immediately)
-
-    def _maybe_send_join(self, now: int) -> None:
-        # Eager: nothing may be owned by anyone while the group rebalances (rule 9).
-        if not self._membership.join_may_go() or now < self._membership.join_ready_at():
-            return
-        failed = self._outgoing.join(now, seen=self._now, catalog_hash=self._catalog_hash)
-        if failed is not None:
-            self._fail(now, failed.error)
 
     def _send_sync(self, now: int, assignments: tuple[tuple[str, bytes], ...]) -> None:
         self._enter(State.SYNCING)
