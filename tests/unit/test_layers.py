@@ -76,6 +76,7 @@ SANS_IO = (
     "workgroup.member.departure",
     "workgroup.member.intents",
     "workgroup.member.assignment",
+    "workgroup.member.catalog",
     "workgroup.member.outcomes",
     "workgroup.member.outgoing",
     "workgroup.member.responses",

@@ -56,7 +56,7 @@ from workgroup.member.generation import NO_GENERATION, Generation
 from workgroup.member.heartbeat import HeartbeatTimer
 from workgroup.member.holdings import Holdings
 from workgroup.member.lookup import CoordinatorLookup
-from workgroup.member.outcomes import Fail, Outcome, Rejoin
+from workgroup.member.outcomes import Fail, Outcome, Rejoin, Reset
 from workgroup.member.requests import InFlight
 from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.protocol import RebalanceMode
@@ -245,6 +245,17 @@ class Membership:
         # progress is started again.
         self.coordinator_lost()
         self.to_finding(now, immediately=True)
+
+    def forget(self, reset: Reset) -> None:
+        """The machine's rule 3: the member id and generation, or the generation,
+        are void, and so is what proved the session."""
+        if reset is Reset.MEMBER:
+            self.generation = NO_GENERATION
+        elif reset is Reset.GENERATION:
+            self.generation = self.generation.reset()
+        else:
+            return
+        self.heartbeat.forget_proof()
 
     def to_finding(self, now: int, *, immediately: bool) -> None:
         self.enter(State.FINDING_COORDINATOR)

@@ -241,6 +241,7 @@ from workgroup.member.actions import (
 )
 from workgroup.member.assignment import AssignmentTaker
 from workgroup.member.balancing import LoadMeter
+from workgroup.member.catalog import MemberCatalog
 from workgroup.member.closing import Closing
 from workgroup.member.commits import CommitRouter
 from workgroup.member.config import MemberConfig
@@ -249,7 +250,6 @@ from workgroup.member.errors import (
     AssignorError,
     CallbackError,
 )
-from workgroup.member.generation import NO_GENERATION
 from workgroup.member.holdings import GiveBack, Holdings
 from workgroup.member.intents import Intents
 from workgroup.member.membership import Membership
@@ -262,7 +262,6 @@ from workgroup.member.outcomes import (
     LostWhileLeaving,
     Outcome,
     Rejoin,
-    Reset,
     Sync,
     Take,
 )
@@ -271,7 +270,7 @@ from workgroup.member.pipeline import LeaderPipeline
 from workgroup.member.requests import RequestIds
 from workgroup.member.responses import Responses
 from workgroup.member.transitions import State
-from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
+from workgroup.protocol.catalog import Catalog
 from workgroup.protocol.protocol import Protocol
 from workgroup.types import Resource
 
@@ -291,11 +290,8 @@ class MemberMachine:
     ) -> None:
         self.config = config
         self.error: WorkgroupError | None = None
-        self._frozen: FrozenCatalog = freeze_catalog(catalog or {})
-        self._catalog: dict[str, tuple[str | int, ...]] = self._frozen.keys
-        self._catalog_hash = catalog_hash(self._frozen)
-        #: Catalog hash the current assignment was computed with (the leader's).
-        self._assignment_catalog_hash = b""
+        #: The catalog read, its digest, and the one the assignment was led with.
+        self._catalog = MemberCatalog(catalog)
         self._out: list[Action] = []
         self._ids = RequestIds()
         #: What the member owns and the callbacks reporting it (rules 8, 9, 12).
@@ -439,11 +435,11 @@ class MemberMachine:
     @property
     def catalog_hash(self) -> bytes:
         """Digest of the catalog this member reads (sent in its metadata)."""
-        return self._catalog_hash
+        return self._catalog.digest
 
     @property
     def catalog(self) -> Mapping[str, tuple[str | int, ...]]:
-        return self._catalog
+        return self._catalog.keys
 
     @property
     def used_versions(self) -> Mapping[str, int]:
@@ -557,17 +553,9 @@ class MemberMachine:
 
     def resources_changed(self, now: int, catalog: Catalog) -> list[Action]:
         self._observe(now)
-        frozen = freeze_catalog(catalog)
-        digest = catalog_hash(frozen)
-        if digest != self._catalog_hash:
-            self._frozen, self._catalog, self._catalog_hash = frozen, frozen.keys, digest
-            log.info(
-                "member.resources_changed",
-                kinds=len(frozen.keys),
-                resources=frozen.size,
-            )
-            if self.is_leader and self.state is State.STABLE:
-                self._membership.ask_rejoin("resources changed")
+        changed = self._catalog.change(catalog)
+        if changed and self.is_leader and self.state is State.STABLE:
+            self._membership.ask_rejoin("resources changed")
         return self._drain(now)
 
     def request_rejoin(self, now: int, reason: str) -> list[Action]:
@@ -762,8 +750,7 @@ class MemberMachine:
         if (
             self.state is State.STABLE
             and self.is_leader
-            and self._assignment_catalog_hash
-            and self._assignment_catalog_hash != self._catalog_hash
+            and self._catalog.changed_since_assignment
             and not self._membership.rejoin_asked
         ):
             self._membership.ask_rejoin("resources changed")
@@ -801,7 +788,7 @@ class MemberMachine:
             self._route(now, self._outgoing.find_if_due(now))
             return
         if self.state is State.JOINING:
-            due = self._outgoing.join_if_due(now, seen=self._now, catalog_hash=self._catalog_hash)
+            due = self._outgoing.join_if_due(now, seen=self._now, catalog_hash=self._catalog.digest)
             self._route(now, due)
         self._outgoing.heartbeat_if_due(now)
 
@@ -843,7 +830,7 @@ class MemberMachine:
                 case Fail(error, leave):
                     self._fail(now, error, leave=leave)
                 case Rejoin(reason, immediately, reset):
-                    self._forget(reset)
+                    self._membership.forget(reset)
                     self._to_joining(now, reason, immediately=immediately)
                 case CoordinatorLost(reason):
                     self._coordinator_lost(now, reason)
@@ -858,25 +845,14 @@ class MemberMachine:
                         self._pipeline.follow()
                     self._send_sync(now, ())
                 case Take(protocol, data):
-                    self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
+                    self._catalog.assigned(data.catalog_hash, led=self.is_leader)
                     self._taker.take(
                         now,
                         protocol,
                         data,
-                        catalog=self._catalog,
-                        catalog_hash=self._catalog_hash,
+                        catalog=self._catalog.keys,
+                        catalog_hash=self._catalog.digest,
                     )
-
-    def _forget(self, reset: Reset) -> None:
-        """Rule 3: the member id and generation, or the generation, are void."""
-        membership = self._membership
-        if reset is Reset.MEMBER:
-            membership.generation = NO_GENERATION
-        elif reset is Reset.GENERATION:
-            membership.generation = membership.generation.reset()
-        else:
-            return
-        self._membership.heartbeat.forget_proof()
 
     # --- the leader's part ----------------------------------------------------
 
@@ -887,8 +863,8 @@ class MemberMachine:
             protocol,
             result.members,
             generation=self.generation,
-            catalog=self._frozen,
-            catalog_hash=self._catalog_hash,
+            catalog=self._catalog.frozen,
+            catalog_hash=self._catalog.digest,
         )
         self._enter(State.ASSIGNING)
         self._out.append(run)
