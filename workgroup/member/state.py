@@ -17,19 +17,29 @@ at its top: where the member stands in its group
 :mod:`~workgroup.member.transitions`, the generation, the requests in flight
 of :mod:`~workgroup.member.requests`, the coordinator lookup of
 :mod:`~workgroup.member.lookup`, the heartbeat and session timing of
-:mod:`~workgroup.member.heartbeat`, and the next round it expects), what it
-holds and the callbacks reporting it (:mod:`~workgroup.member.holdings`, on
+:mod:`~workgroup.member.heartbeat`, the metadata versions spoken, and the next
+round it expects), the answers it reads (:mod:`~workgroup.member.responses`:
+JoinGroup, SyncGroup, Heartbeat, failed requests and the errors they share),
+the requests it sends (:mod:`~workgroup.member.outgoing`: JoinGroup with its
+metadata, SyncGroup, Heartbeat, LeaveGroup, and what is due), what it holds
+and the callbacks reporting it (:mod:`~workgroup.member.holdings`, on
 :mod:`~workgroup.member.ownership`: releasing, the callback-error policy and
-the foreign-resource filter), how far closing has come
-(:mod:`~workgroup.member.departure`), its drain, refusals, warm-ups and
-restart probe (:mod:`~workgroup.member.intents`), the generation each commit
-goes under (:mod:`~workgroup.member.commits`) and the leader's round
+the foreign-resource filter), taking an assignment
+(:mod:`~workgroup.member.assignment`), closing and failing
+(:mod:`~workgroup.member.closing`, with how far closing has come in
+:mod:`~workgroup.member.departure`), the catalog it reads
+(:mod:`~workgroup.member.catalog`), its drain, refusals, warm-ups and restart
+probe (:mod:`~workgroup.member.intents`), the generation each commit goes
+under (:mod:`~workgroup.member.commits`) and the leader's round
 (:mod:`~workgroup.member.pipeline`: the assignor, reassignment delay,
 refusals, balancing, warm-up staging and moves; shared stages in
-:mod:`~workgroup.member.leader`).  :meth:`MemberMachine.next_deadline` is the
-earliest of its parts' deadlines.  Its settings are a
-:class:`~workgroup.member.config.MemberConfig`, its outputs the
-:mod:`~workgroup.member.actions`.
+:mod:`~workgroup.member.leader`).  The parts never call the machine: they
+return typed :mod:`~workgroup.member.outcomes` (lose, fail, rejoin, find the
+coordinator again, leave, lead, sync, take an assignment), which the machine
+routes in order; the machine alone drives the leader's round.
+:meth:`MemberMachine.next_deadline` is the earliest of its parts' deadlines.
+Its settings are a :class:`~workgroup.member.config.MemberConfig`, its outputs
+the :mod:`~workgroup.member.actions`.
 
 Rules:
 
