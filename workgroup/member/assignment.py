@@ -11,7 +11,8 @@ Rules:
 1. The member is STABLE, and heartbeats every 100 ms while the assignment says
    a follow-up round is due (the machine's rule 2); the assignment settles the
    follow-up it does not announce.  A leader's catalog that is not this
-   member's is logged (``member.catalog_mismatch``); the leader's wins.
+   member's is logged (``member.catalog_mismatch``); the leader's wins, and a
+   leader remembers the catalog it assigned with (:mod:`~workgroup.member.catalog`).
 2. Foreign resources are dropped first (holdings, rule 6).  A member closing by
    releasing everything (the machine's rule 9) takes nothing and asks for the
    next round, which hands it to others.
@@ -35,10 +36,10 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 
 from workgroup.log import get_logger
+from workgroup.member.catalog import MemberCatalog
 from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
 from workgroup.member.holdings import Holdings
@@ -73,11 +74,10 @@ class AssignmentTaker:
         now: int,
         protocol: Protocol,
         data: AssignmentData,
-        *,
-        catalog: Mapping[str, tuple[str | int, ...]],
-        catalog_hash: bytes,
+        member_catalog: MemberCatalog,
     ) -> None:
-        """Take ``data``, read with ``protocol``, against this member's ``catalog``."""
+        """Take ``data``, read with ``protocol``, against this member's catalog."""
+        catalog, catalog_hash = member_catalog.keys, member_catalog.digest
         config, membership = self._config, self._membership
         holdings, intents, departure = self._holdings, self._intents, self._departure
         heartbeat = membership.heartbeat
@@ -97,6 +97,7 @@ class AssignmentTaker:
                 mine=catalog_hash.hex(),
                 leader_catalog=data.catalog_hash.hex(),
             )
+        member_catalog.assigned(data.catalog_hash, led=membership.is_leader)
         membership.assigned(follow_up=data.pending)
         data = holdings.without_foreign_resources(
             data,

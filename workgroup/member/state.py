@@ -855,14 +855,7 @@ class MemberMachine:
                         self._pipeline.follow()
                     self._send_sync(now, ())
                 case Take(protocol, data):
-                    self._catalog.assigned(data.catalog_hash, led=self.is_leader)
-                    self._taker.take(
-                        now,
-                        protocol,
-                        data,
-                        catalog=self._catalog.keys,
-                        catalog_hash=self._catalog.digest,
-                    )
+                    self._taker.take(now, protocol, data, self._catalog)
 
     # --- the leader's part ----------------------------------------------------
 
