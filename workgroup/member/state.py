@@ -231,9 +231,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from workgroup.assignors.base import Assignment
-from workgroup.errors import (
-    WorkgroupError,
-)
+from workgroup.errors import WorkgroupError
 from workgroup.kafka.messages import (
     CommitTopic,
     GroupResult,
@@ -244,11 +242,7 @@ from workgroup.kafka.messages import (
     SyncGroupResult,
 )
 from workgroup.log import get_logger
-from workgroup.member.actions import (
-    Action,
-    CallbackErrorPolicy,
-    Partition,
-)
+from workgroup.member.actions import Action, CallbackErrorPolicy, Partition
 from workgroup.member.assignment import AssignmentTaker
 from workgroup.member.balancing import LoadMeter
 from workgroup.member.catalog import MemberCatalog
@@ -256,10 +250,7 @@ from workgroup.member.closing import Closing
 from workgroup.member.commits import CommitRouter
 from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
-from workgroup.member.errors import (
-    AssignorError,
-    CallbackError,
-)
+from workgroup.member.errors import AssignorError, CallbackError
 from workgroup.member.holdings import GiveBack, Holdings
 from workgroup.member.intents import Intents
 from workgroup.member.membership import Membership
