@@ -127,6 +127,13 @@ class Holdings:
         self._callbacks[callback.callback_id] = callback
         self._out.append(callback)
 
+    def warmups_ended(self, ended: tuple[Resource, ...], reason: str, generation: int) -> None:
+        """Warm-ups ``ended`` (never owned) are over: ``on_warming_ended``."""
+        if not ended:
+            return
+        log.info("member.warmup_ended", group=self._group_id, count=len(ended), reason=reason)
+        self.callback("on_warming_ended", ended, generation)
+
     def revoke(
         self, resources: Iterable[Resource], generation: int, seen: int
     ) -> tuple[Resource, ...]:

@@ -20,7 +20,10 @@ Rules:
 3. Losing the coordinator decides what its rediscovery leads to
    (:class:`AfterLookup`): back to STABLE, if the member was STABLE with no
    round asked (a rediscovery changes nothing in the group), otherwise a
-   JoinGroup (a rebalance under way starts again).
+   JoinGroup (a rebalance under way starts again).  Only the lookup under way
+   is answered; a failed one is retried after the back-off
+   (``member.coordinator_unavailable`` at attempts 1, 2, 4, 8...) until the
+   connect deadline, then the member fails.
 4. Heartbeats go only with a known coordinator, a valid generation and none in
    flight; beside a held JoinGroup/SyncGroup only while something is held
    (they alone prove the session then); while LEAVING only until the last
@@ -32,21 +35,34 @@ Rules:
    retry, the connect deadline, the next JoinGroup, the next heartbeat, the
    session's end and, with a JoinGroup/SyncGroup in flight, the starvation
    watchdog.
+7. Moves the machine's rules call for: JOINING (the next JoinGroup now or
+   after the back-off; an eager member revokes everything first), finding the
+   coordinator again, a round for changed metadata (only while in the group),
+   a round after releases a cooperative JoinGroup already reported (with
+   ``confirm_release``), and why a commit cannot be sent at all (not in the
+   group or past its LeaveGroup: UNKNOWN_MEMBER_ID; no coordinator: retriable).
 """
 
 from __future__ import annotations
 
 import enum
 
+from workgroup.errors import ErrorCode, WorkgroupError
+from workgroup.log import get_logger
 from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
+from workgroup.member.errors import CoordinatorUnavailableError
 from workgroup.member.generation import NO_GENERATION, Generation
 from workgroup.member.heartbeat import HeartbeatTimer
 from workgroup.member.holdings import Holdings
 from workgroup.member.lookup import CoordinatorLookup
+from workgroup.member.outcomes import Fail, Outcome, Rejoin, Reset
 from workgroup.member.requests import InFlight
 from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.protocol import RebalanceMode
+from workgroup.types import Resource
+
+log = get_logger(__name__)
 
 
 class NextRound(enum.Enum):
@@ -109,6 +125,8 @@ class Membership:
         self._next_round = NextRound.NONE
         self._rejoin_reason = ""
         self._after_lookup = AfterLookup.REJOIN
+        #: The metadata version spoken per protocol (version probing: the machine's rule 6).
+        self.used_versions = {p.wire_name: p.codec.latest_version for p in config.protocols}
 
     # --- state (rule 1) ---------------------------------------------------------
 
@@ -156,6 +174,7 @@ class Membership:
             return False
         self._next_round = NextRound.ASKED
         self._rejoin_reason = reason
+        log.info("member.rejoin_requested", group=self._config.group_id, reason=reason)
         return True
 
     def take_rejoin(self) -> str:
@@ -184,6 +203,104 @@ class Membership:
         """The coordinator found again, the member goes back to STABLE (rule 3)."""
         return self._after_lookup is AfterLookup.RESUME and self.generation.is_valid
 
+    def coordinator_found(self, now: int) -> list[Outcome]:
+        """The lookup under way found the coordinator: back to STABLE (heartbeat
+        now) or a JoinGroup, as rule 3 decided.  Outside a lookup: nothing."""
+        if self._state is not State.FINDING_COORDINATOR or not self.lookup.in_flight:
+            return []
+        self.lookup.found()
+        log.debug("member.coordinator_found", group=self._config.group_id)
+        if not self.resumes:
+            return [Rejoin("coordinator found", immediately=True)]
+        self.enter(State.STABLE)
+        self.heartbeat.due_now(now)
+        return []
+
+    def coordinator_not_found(self, now: int, error: WorkgroupError) -> list[Outcome]:
+        """The lookup under way failed: retried after the back-off, or, past the
+        connect deadline, FATAL."""
+        if self._state is not State.FINDING_COORDINATOR or not self.lookup.in_flight:
+            return []
+        retry_in_ms = self.lookup.failed(now, error)
+        if retry_in_ms is None:
+            return [Fail(error)]
+        attempt = self.lookup.failures
+        # Attempts 1, 2, 4, 8...: an outage is said without a line per retry.
+        report = log.warning if attempt & (attempt - 1) == 0 else log.debug
+        report(
+            "member.coordinator_unavailable",
+            group=self._config.group_id,
+            attempt=attempt,
+            retry_in_ms=retry_in_ms,
+            error=str(error),
+        )
+        return []
+
+    # --- moves (the machine drops its leader's round first) ----------------------
+
+    def find_again(self, now: int, reason: str) -> None:
+        """The coordinator is lost: look for it again (rule 3 decides what follows)."""
+        log.info("member.coordinator_lost", group=self._config.group_id, reason=reason)
+        # Only a STABLE member keeps going after rediscovery; a rebalance in
+        # progress is started again.
+        self.coordinator_lost()
+        self.to_finding(now, immediately=True)
+
+    def forget(self, reset: Reset) -> None:
+        """The machine's rule 3: the member id and generation, or the generation,
+        are void, and so is what proved the session."""
+        if reset is Reset.MEMBER:
+            self.generation = NO_GENERATION
+        elif reset is Reset.GENERATION:
+            self.generation = self.generation.reset()
+        else:
+            return
+        self.heartbeat.forget_proof()
+
+    def to_finding(self, now: int, *, immediately: bool) -> None:
+        self.enter(State.FINDING_COORDINATOR)
+        self.lookup.lost(now, immediately=immediately)
+
+    def to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
+        """Back to JOINING: the next JoinGroup goes now or after the back-off."""
+        self.enter(State.JOINING)
+        self.join_at = now if immediately else now + self.backoff(self.join_failures)
+        if self.rebalance_mode == "eager" and self._holdings.owned:
+            # Eager: nothing may be owned by anyone while the group rebalances.
+            self._holdings.revoke_before_eager_join(self.heartbeat.last_seen)
+        log.debug("member.joining", group=self._config.group_id, reason=reason)
+
+    def metadata_changed(self, reason: str) -> None:
+        """The leader must see the new metadata: a round follows, also after the
+        round under way (its JoinGroup may have gone without it)."""
+        if self._state not in (State.UNJOINED, State.LEAVING, State.CLOSED, State.FATAL):
+            self.ask_rejoin(reason)
+
+    def released(self, done: tuple[Resource, ...]) -> None:
+        """Revoked resources whose work stopped (the machine's rule 9).  A
+        cooperative JoinGroup already sent reported them: the round after it hands
+        them out (a JoinGroup not yet sent leaves them out anyway)."""
+        if (
+            done
+            and self._holdings.confirm_release
+            and self.rebalance_mode == "cooperative"
+            and (
+                self._state in (State.STABLE, State.ASSIGNING, State.SYNCING)
+                or (self._state is State.JOINING and self.pending.rebalancing)
+            )
+        ):
+            self.ask_rejoin(f"released {len(done)} revoked resources")
+
+    def commit_refusal(self) -> ErrorCode | WorkgroupError | None:
+        """Why no partition of a commit can be sent now (the machine's rule 11);
+        ``None``: each partition is decided on its own."""
+        inactive = self._state in (State.CLOSED, State.FATAL, State.UNJOINED)
+        if inactive or self._departure.leave_sent:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if not self.lookup.known:
+            return CoordinatorUnavailableError("OffsetCommit: the coordinator is not known")
+        return None
+
     # --- heartbeats and the session (rules 4 and 5) -----------------------------
 
     def may_heartbeat(self) -> bool:
@@ -211,6 +328,11 @@ class Membership:
         if self.pending.rebalancing and not self._holdings:
             return None  # the coordinator holds the request; nothing is at stake
         return self.heartbeat.session_end(rebalancing=self.pending.rebalancing)
+
+    def session_over(self, now: int) -> bool:
+        """The session may have ended by ``now`` (rule 5)."""
+        session_end = self.session_end()
+        return session_end is not None and now >= session_end
 
     def connect_deadline(self) -> int | None:
         """When to give up finding the first coordinator (``connect_timeout_ms``)."""

@@ -17,19 +17,29 @@ at its top: where the member stands in its group
 :mod:`~workgroup.member.transitions`, the generation, the requests in flight
 of :mod:`~workgroup.member.requests`, the coordinator lookup of
 :mod:`~workgroup.member.lookup`, the heartbeat and session timing of
-:mod:`~workgroup.member.heartbeat`, and the next round it expects), what it
-holds and the callbacks reporting it (:mod:`~workgroup.member.holdings`, on
+:mod:`~workgroup.member.heartbeat`, the metadata versions spoken, and the next
+round it expects), the answers it reads (:mod:`~workgroup.member.responses`:
+JoinGroup, SyncGroup, Heartbeat, failed requests and the errors they share),
+the requests it sends (:mod:`~workgroup.member.outgoing`: JoinGroup with its
+metadata, SyncGroup, Heartbeat, LeaveGroup, and what is due), what it holds
+and the callbacks reporting it (:mod:`~workgroup.member.holdings`, on
 :mod:`~workgroup.member.ownership`: releasing, the callback-error policy and
-the foreign-resource filter), how far closing has come
-(:mod:`~workgroup.member.departure`), its drain, refusals, warm-ups and
-restart probe (:mod:`~workgroup.member.intents`), the generation each commit
-goes under (:mod:`~workgroup.member.commits`) and the leader's round
+the foreign-resource filter), taking an assignment
+(:mod:`~workgroup.member.assignment`), closing and failing
+(:mod:`~workgroup.member.closing`, with how far closing has come in
+:mod:`~workgroup.member.departure`), the catalog it reads
+(:mod:`~workgroup.member.catalog`), its drain, refusals, warm-ups and restart
+probe (:mod:`~workgroup.member.intents`), the generation each commit goes
+under (:mod:`~workgroup.member.commits`) and the leader's round
 (:mod:`~workgroup.member.pipeline`: the assignor, reassignment delay,
 refusals, balancing, warm-up staging and moves; shared stages in
-:mod:`~workgroup.member.leader`).  :meth:`MemberMachine.next_deadline` is the
-earliest of its parts' deadlines.  Its settings are a
-:class:`~workgroup.member.config.MemberConfig`, its outputs the
-:mod:`~workgroup.member.actions`.
+:mod:`~workgroup.member.leader`).  The parts never call the machine: they
+return typed :mod:`~workgroup.member.outcomes` (lose, fail, rejoin, find the
+coordinator again, leave, lead, sync, take an assignment), which the machine
+routes in order; the machine alone drives the leader's round.
+:meth:`MemberMachine.next_deadline` is the earliest of its parts' deadlines.
+Its settings are a :class:`~workgroup.member.config.MemberConfig`, its outputs
+the :mod:`~workgroup.member.actions`.
 
 Rules:
 
@@ -219,67 +229,51 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 
 from workgroup.assignors.base import Assignment
-from workgroup.errors import (
-    ErrorCode,
-    MemberAction,
-    MemberCheck,
-    ProtocolError,
-    UnsupportedVersionError,
-    WorkgroupError,
-)
+from workgroup.errors import WorkgroupError
 from workgroup.kafka.messages import (
     CommitTopic,
     GroupResult,
-    Heartbeat,
     HeartbeatResult,
-    JoinGroup,
     JoinGroupResult,
-    LeaveGroup,
     LeaveGroupResult,
-    LeavingMember,
     OffsetCommitResult,
-    SyncGroup,
     SyncGroupResult,
 )
 from workgroup.log import get_logger
-from workgroup.member.actions import (
-    Action,
-    CallbackErrorPolicy,
-    CallbackKind,
-    Closed,
-    Failed,
-    FindCoordinator,
-    Partition,
-    SendRequest,
-)
+from workgroup.member.actions import Action, CallbackErrorPolicy, Partition
+from workgroup.member.assignment import AssignmentTaker
 from workgroup.member.balancing import LoadMeter
-from workgroup.member.commits import CommitRouter, MembershipRefused, SessionProved
+from workgroup.member.catalog import MemberCatalog
+from workgroup.member.closing import Closing
+from workgroup.member.commits import CommitRouter
 from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
-from workgroup.member.errors import (
-    AssignorError,
-    CallbackError,
-    CoordinatorUnavailableError,
-    InconsistentProtocolError,
-    fatal_error,
-)
-from workgroup.member.generation import NO_GENERATION, NO_GENERATION_ID, Generation
+from workgroup.member.errors import AssignorError, CallbackError
 from workgroup.member.holdings import GiveBack, Holdings
 from workgroup.member.intents import Intents
-from workgroup.member.leader import (
-    LEAVING_TAG,
-)
 from workgroup.member.membership import Membership
+from workgroup.member.outcomes import (
+    CoordinatorLost,
+    Fail,
+    Lead,
+    Leave,
+    Lose,
+    LostWhileLeaving,
+    Outcome,
+    Rejoin,
+    Sync,
+    Take,
+)
+from workgroup.member.outgoing import Outgoing
 from workgroup.member.pipeline import LeaderPipeline
-from workgroup.member.requests import Pending, RequestIds, RequestKind
+from workgroup.member.requests import RequestIds
+from workgroup.member.responses import Responses
 from workgroup.member.transitions import State
-from workgroup.protocol.catalog import Catalog, FrozenCatalog, catalog_hash, freeze_catalog
-from workgroup.protocol.metadata import AssignmentData, MemberMetadata
+from workgroup.protocol.catalog import Catalog
 from workgroup.protocol.protocol import Protocol
-from workgroup.types import Resource, sorted_resources
+from workgroup.types import Resource
 
 log = get_logger(__name__)
 
@@ -297,13 +291,8 @@ class MemberMachine:
     ) -> None:
         self.config = config
         self.error: WorkgroupError | None = None
-        self._frozen: FrozenCatalog = freeze_catalog(catalog or {})
-        self._catalog: dict[str, tuple[str | int, ...]] = self._frozen.keys
-        self._catalog_hash = catalog_hash(self._frozen)
-        #: Catalog hash the current assignment was computed with (the leader's).
-        self._assignment_catalog_hash = b""
-        self._used_versions = {p.wire_name: p.codec.latest_version for p in config.protocols}
-        self._protocols = {p.wire_name: p for p in config.protocols}
+        #: The catalog read, its digest, and the one the assignment was led with.
+        self._catalog = MemberCatalog(catalog)
         self._out: list[Action] = []
         self._ids = RequestIds()
         #: What the member owns and the callbacks reporting it (rules 8, 9, 12).
@@ -314,7 +303,6 @@ class MemberMachine:
             confirm_release=confirm_release,
             on_callback_error=on_callback_error,
         )
-        self._owned = self._holdings.ownership
         #: Which generation each commit goes under, and their answers (rule 11).
         self._commit_router = CommitRouter(
             config.group_id, config.instance_id, config.effective_request_timeout_ms
@@ -330,15 +318,39 @@ class MemberMachine:
         self._departure = Departure(dynamic=config.instance_id is None)
         #: State, generation, requests, coordinator, session, next round (rules 1-6).
         self._membership = Membership(config, self._holdings, self._departure)
-        self._pending = self._membership.pending
-        self._lookup = self._membership.lookup
-        self._heartbeat = self._membership.heartbeat
         #: Load balancing: what this member measures, and as leader its memory.
         self.loads = LoadMeter(config.balance.smoothing_ms)
         #: Drain, refusals, warm-ups and the restart probe (rules 10, 14, 15).
         self._intents = Intents()
         #: The newest ``now`` seen (refusals end by it).
         self._now = 0
+        #: Reads the answers to JoinGroup, SyncGroup and Heartbeat (rules 1, 3).
+        self._responses = Responses(config, self._membership)
+        #: Takes the assignments SyncGroup answers with (rules 5, 6, 8, 9, 14, 15).
+        self._taker = AssignmentTaker(
+            config, self._membership, self._holdings, self._intents, self._departure
+        )
+        #: Builds and sends JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
+        self._outgoing = Outgoing(
+            config,
+            self._ids,
+            self._out,
+            self._membership,
+            self._holdings,
+            self._intents,
+            self._departure,
+            self.loads,
+        )
+        #: Closing: hand-over, revoking, heartbeats while LEAVING, LeaveGroup (rules 7, 9).
+        self._closing = Closing(
+            config,
+            self._out,
+            self._membership,
+            self._holdings,
+            self._intents,
+            self._departure,
+            self._outgoing,
+        )
 
     # --- read-only views ----------------------------------------------------
 
@@ -372,26 +384,22 @@ class MemberMachine:
     @property
     def owned(self) -> frozenset[Resource]:
         """The resources this member owns."""
-        return self._owned.resources
+        return self._holdings.ownership.resources
 
     @property
     def releasing(self) -> frozenset[Resource]:
         """Revoked resources whose work has not stopped yet (rule 9)."""
-        return self._owned.releasing
+        return self._holdings.ownership.releasing
 
     @property
     def owned_generation(self) -> int:
         """The generation :attr:`owned` was assigned in (``-1``: nothing owned)."""
-        return self._owned.generation
+        return self._holdings.ownership.generation
 
     @property
     def alive_since(self) -> int | None:
         """Send time (ms) of the newest request that proved the session alive."""
-        return self._heartbeat.alive_since
-
-    @property
-    def _departing_tag(self) -> dict[str, str]:
-        return {LEAVING_TAG: "1"} if self._departure.departing else {}
+        return self._membership.heartbeat.alive_since
 
     @property
     def warming(self) -> frozenset[Resource]:
@@ -421,22 +429,22 @@ class MemberMachine:
             self.state is State.STABLE
             and not self._holdings.callbacks_running
             and not self._membership.round_due
-            and not self._owned.releasing
+            and not self._holdings.ownership.releasing
             and not self._intents.warming
         )
 
     @property
     def catalog_hash(self) -> bytes:
         """Digest of the catalog this member reads (sent in its metadata)."""
-        return self._catalog_hash
+        return self._catalog.digest
 
     @property
     def catalog(self) -> Mapping[str, tuple[str | int, ...]]:
-        return self._catalog
+        return self._catalog.keys
 
     @property
     def used_versions(self) -> Mapping[str, int]:
-        return dict(self._used_versions)
+        return dict(self._membership.used_versions)
 
     def next_deadline(self) -> int | None:
         """When :meth:`tick` must be called next (``None``: only on events): the
@@ -450,7 +458,7 @@ class MemberMachine:
             self._intents.next_deadline(),
             # Out of time, the hand-over still waits for the JoinGroup or SyncGroup
             # in flight (rule 7): its answer, not the clock, wakes the member.
-            self._departure.next_deadline(finishing_round=self._awaiting_hand_over_round()),
+            self._departure.next_deadline(finishing_round=self._closing.awaiting_round()),
             leader_due if self.state is State.STABLE and self.is_leader else None,
         )
         due = [deadline for deadline in candidates if deadline is not None]
@@ -461,85 +469,55 @@ class MemberMachine:
     def start(self, now: int) -> list[Action]:
         self._observe(now)
         if self.state is State.UNJOINED:
-            self._lookup.start(now)
+            self._membership.lookup.start(now)
             self._membership.starting()
-            self._to_finding(now, immediately=True)
+            self._membership.to_finding(now, immediately=True)
         return self._drain(now)
 
     def coordinator_found(self, now: int) -> list[Action]:
         self._observe(now)
-        if self.state is State.FINDING_COORDINATOR and self._lookup.in_flight:
-            self._lookup.found()
-            log.debug("member.coordinator_found", group=self.config.group_id)
-            if self._membership.resumes:
-                self._enter(State.STABLE)
-                self._heartbeat.due_now(now)
-            else:
-                self._to_joining(now, "coordinator found", immediately=True)
+        self._route(now, self._membership.coordinator_found(now))
         return self._drain(now)
 
     def find_coordinator_failed(self, now: int, error: WorkgroupError) -> list[Action]:
         self._observe(now)
-        if self.state is State.FINDING_COORDINATOR and self._lookup.in_flight:
-            retry_in_ms = self._lookup.failed(now, error)
-            if retry_in_ms is None:
-                self._fail(now, error)
-            else:
-                attempt = self._lookup.failures
-                # Attempts 1, 2, 4, 8...: an outage is said without a line per retry.
-                report = log.warning if attempt & (attempt - 1) == 0 else log.debug
-                report(
-                    "member.coordinator_unavailable",
-                    group=self.config.group_id,
-                    attempt=attempt,
-                    retry_in_ms=retry_in_ms,
-                    error=str(error),
-                )
+        self._route(now, self._membership.coordinator_not_found(now, error))
         return self._drain(now)
 
     def response(self, now: int, request_id: int, result: GroupResult) -> list[Action]:
         self._observe(now)
-        pending = self._pending.pop(request_id)
+        pending = self._membership.pending.pop(request_id)
         if pending is None or self.state in (State.CLOSED, State.FATAL):
             log.debug("member.stale_response", request_id=request_id)
             return self._drain(now)
         if pending.kind == "join" and isinstance(result, JoinGroupResult):
-            self._on_join(now, pending, result)
+            self._route(now, self._responses.join(now, pending, result))
         elif pending.kind == "sync" and isinstance(result, SyncGroupResult):
-            self._on_sync(now, pending, result)
+            self._route(now, self._responses.sync(now, pending, result))
         elif pending.kind == "heartbeat" and isinstance(result, HeartbeatResult):
-            self._on_heartbeat(now, pending, result)
+            self._route(now, self._responses.heartbeat(now, pending, result))
         elif pending.kind == "leave" and isinstance(result, LeaveGroupResult):
-            self._finish_close()
+            self._closing.finish()
         else:
             raise TypeError(f"{type(result).__name__} does not answer a {pending.kind} request")
         return self._drain(now)
 
     def request_failed(self, now: int, request_id: int, error: WorkgroupError) -> list[Action]:
         self._observe(now)
-        pending = self._pending.pop(request_id)
+        pending = self._membership.pending.pop(request_id)
         if pending is None or self.state in (State.CLOSED, State.FATAL):
             return self._drain(now)
         if pending.kind == "leave":
-            self._finish_close()
-        elif self.state is State.LEAVING:
-            # Rule 9: keep trying until the session rules give up.
-            self._heartbeat.failed(now, self._membership.backoff)
-        elif pending.beside_held and pending.kind == "heartbeat" and error.retriable:
-            # The second connection failed: no proof, but the held request goes on.
-            self._heartbeat.failed(now, self._membership.backoff)
-        elif isinstance(error, UnsupportedVersionError) or not error.retriable:
-            self._fail(now, error)
+            self._closing.finish()
         else:
-            log.info("member.request_failed", request=pending.kind, error=str(error))
-            self._coordinator_lost(now, f"{pending.kind} failed: {error}")
+            self._route(now, self._responses.failed(now, pending, error))
         return self._drain(now)
 
     def callback_done(self, now: int, callback_id: int) -> list[Action]:
         self._observe(now)
-        self._after_release(self._holdings.callback_done(callback_id))
+        self._membership.released(self._holdings.callback_done(callback_id))
         if self.state is State.LEAVING:
-            self._maybe_finish_leaving(now)
+            self._closing.maybe_finish(now)
         return self._drain(now)
 
     def released(self, now: int, resources: Iterable[Resource]) -> list[Action]:
@@ -547,9 +525,9 @@ class MemberMachine:
         may go to another member now.  Others are ignored."""
         self._observe(now)
         if self.state not in (State.CLOSED, State.FATAL):
-            self._after_release(self._holdings.released(resources))
+            self._membership.released(self._holdings.released(resources))
             if self.state is State.LEAVING:
-                self._maybe_finish_leaving(now)
+                self._closing.maybe_finish(now)
         return self._drain(now)
 
     def assignment_done(
@@ -576,24 +554,16 @@ class MemberMachine:
 
     def resources_changed(self, now: int, catalog: Catalog) -> list[Action]:
         self._observe(now)
-        frozen = freeze_catalog(catalog)
-        digest = catalog_hash(frozen)
-        if digest != self._catalog_hash:
-            self._frozen, self._catalog, self._catalog_hash = frozen, frozen.keys, digest
-            log.info(
-                "member.resources_changed",
-                kinds=len(frozen.keys),
-                resources=frozen.size,
-            )
-            if self.is_leader and self.state is State.STABLE:
-                self._request_rejoin("resources changed")
+        changed = self._catalog.change(catalog)
+        if changed and self.is_leader and self.state is State.STABLE:
+            self._membership.ask_rejoin("resources changed")
         return self._drain(now)
 
     def request_rejoin(self, now: int, reason: str) -> list[Action]:
         """Ask for a rebalance (e.g. the member's metadata changed)."""
         self._observe(now)
         if self.state is State.STABLE:
-            self._request_rejoin(reason)
+            self._membership.ask_rejoin(reason)
         return self._drain(now)
 
     def ready(self, now: int, resources: Iterable[Resource]) -> list[Action]:
@@ -610,7 +580,7 @@ class MemberMachine:
                 count=len(fresh),
                 warming=len(self._intents.warming),
             )
-            self._rejoin_for_metadata(f"{len(fresh)} warm-ups ready")
+            self._membership.metadata_changed(f"{len(fresh)} warm-ups ready")
         return self._drain(now)
 
     def drain(self, now: int, draining: bool = True) -> list[Action]:
@@ -623,29 +593,8 @@ class MemberMachine:
                 member_id=self.member_id,
                 owned=len(self.owned),
             )
-            self._rejoin_for_metadata("draining" if draining else "undrained")
+            self._membership.metadata_changed("draining" if draining else "undrained")
         return self._drain(now)
-
-    def _rejoin_for_metadata(self, reason: str) -> None:
-        """The metadata changed: the leader must see it, so a round follows, also
-        after the round under way (its JoinGroup may have gone without it)."""
-        if self.state not in (State.UNJOINED, State.LEAVING, State.CLOSED, State.FATAL):
-            self._request_rejoin(reason)
-
-    def _end_warmups(self, reason: str, keep: Iterable[Resource] = ()) -> None:
-        """End the warm-ups not in ``keep`` (rule 14)."""
-        self._warmups_ended(reason, self._intents.end_warmups(keep))
-
-    def _warmups_ended(self, reason: str, ended: tuple[Resource, ...]) -> None:
-        if not ended:
-            return
-        log.info(
-            "member.warmup_ended",
-            group=self.config.group_id,
-            count=len(ended),
-            reason=reason,
-        )
-        self._callback("on_warming_ended", ended, self.generation)
 
     def release(self, now: int, resources: Iterable[Resource], reason: str) -> list[Action]:
         """Stop owning ``resources`` without a callback (the application gave them
@@ -658,7 +607,7 @@ class MemberMachine:
     def _give_up(self, resources: Iterable[Resource], reason: str) -> None:
         released = self._holdings.give_up(resources, reason, self.member_id)
         if released:
-            self._request_rejoin(f"released {len(released)} resources: {reason}")
+            self._membership.ask_rejoin(f"released {len(released)} resources: {reason}")
 
     def refuse(
         self, now: int, resources: Iterable[Resource], for_ms: int, reason: str
@@ -724,21 +673,12 @@ class MemberMachine:
             commit_id,
             topics,
             resources or {},
-            refusal=self._commit_refusal(),
+            refusal=self._membership.commit_refusal(),
             current=self._membership.generation,
-            ownership=self._owned,
+            ownership=self._holdings.ownership,
             ids=self._ids,
         )
         return self._drain(now)
-
-    def _commit_refusal(self) -> ErrorCode | WorkgroupError | None:
-        """Why no partition of a commit can be sent now (rule 11); ``None``: each
-        partition is decided on its own."""
-        if self.state in (State.CLOSED, State.FATAL, State.UNJOINED) or self._departure.leave_sent:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if not self._lookup.known:
-            return CoordinatorUnavailableError("OffsetCommit: the coordinator is not known")
-        return None
 
     def commit_answered(
         self, now: int, request_id: int, result: OffsetCommitResult | WorkgroupError
@@ -748,128 +688,25 @@ class MemberMachine:
         self._observe(now)
         # Sent to a coordinator the member has given up since: its session is
         # for the rediscovery to find out.
-        reading = self.state not in (State.CLOSED, State.FATAL) and self._lookup.known
+        reading = self.state not in (State.CLOSED, State.FATAL) and self._membership.lookup.known
         done, verdict = self._commit_router.answered(
             request_id, result, current=self._membership.generation if reading else None
         )
         if done is not None:
             self._out.append(done)
-        if isinstance(verdict, MembershipRefused):
-            if self.state is State.LEAVING:
-                self._membership_lost_while_leaving(now, verdict.code)
-            else:
-                self._common_error(now, verdict.code, "OffsetCommit")
-        elif isinstance(verdict, SessionProved):
-            self._heartbeat.proved_alive(now, verdict.sent_at, held=False)
+        self._route(now, self._responses.commit_verdict(now, verdict))
         return self._drain(now)
 
     def close(self, now: int, *, leave: bool | None = None) -> list[Action]:
         """Revoke, leave and close.  ``leave``: send LeaveGroup even as a static
         member (it then gives up its place at once); ``None``: only if dynamic."""
         self._observe(now)
-        if leave is not None:
-            self._departure.choose_leave(leave)
-        if self.state in (State.CLOSED, State.LEAVING):
-            return self._drain(now)
-        self._end_warmups("closing")
-        if self.state in (State.UNJOINED, State.FATAL):
-            self._finish_close()
-            return self._drain(now)
-        if self._departure.closing:
-            return self._drain(now)  # already handing over
-        if self._holdings.confirm_release and self._may_hand_over_releasing():
-            # Rule 9: revoke everything now; each resource goes to another member
-            # in the round after its work stopped, the slowest holds back no other.
-            self._departure.release_all()
-            log.info(
-                "member.handing_over",
-                group=self.config.group_id,
-                member_id=self.member_id,
-                count=len(self.owned),
-            )
-            if self.owned:
-                self._revoke(sorted_resources(self.owned), self.generation)
-            if self.state is State.STABLE:
-                self._to_joining(now, "closing: handing resources over first", immediately=True)
-            else:
-                self._request_rejoin("closing: handing resources over first")
-            return self._drain(now)
-        if not self._holdings.confirm_release and self._may_hand_over():
-            # Rule 7: a rebalance in which this member takes nothing, so that the
-            # others get its resources (cooperatively) while it still works on them.
-            self._departure.hand_over(now + self._hand_over_ms())
-            log.info(
-                "member.handing_over",
-                group=self.config.group_id,
-                member_id=self.member_id,
-                count=len(self.owned),
-            )
-            self._request_rejoin("closing: handing resources over first")
-            return self._drain(now)
-        self._leave_now(now)
+        self._route(now, self._closing.close(now, leave=leave))
         return self._drain(now)
 
-    def _may_hand_over(self) -> bool:
-        protocol = self._membership.generation.protocol
-        alone = self.is_leader and self._membership.group_size == 1
-        return (
-            self._departure.sends_leave
-            and not alone  # nobody to hand over to (a follower is never alone)
-            and self.config.reassign_delay_ms == 0  # the leader holds them back instead
-            and self.state is State.STABLE
-            and bool(self.owned)
-            and self._membership.generation.is_valid
-            and self._lookup.known
-            and protocol is not None
-            and self._membership.rebalance_mode == "cooperative"
-        )
-
-    def _may_hand_over_releasing(self) -> bool:
-        alone = self.is_leader and self._membership.group_size == 1
-        return (
-            self._departure.sends_leave
-            and not alone
-            and self.config.reassign_delay_ms == 0
-            and self.state in (State.STABLE, State.JOINING, State.ASSIGNING, State.SYNCING)
-            and bool(self._owned)
-            and self._membership.generation.is_valid
-            and self._lookup.known
-            and self._membership.rebalance_mode == "cooperative"
-        )
-
-    def _hand_over_ms(self) -> int:
-        """How long a hand-over may take before the member just leaves: enough for
-        the others to notice the rebalance at a heartbeat, and the two rounds."""
-        return min(self.config.session_timeout_ms, 3 * self.config.heartbeat_interval_ms + 1_000)
-
-    def _awaiting_hand_over_round(self) -> bool:
-        """Out of time, a hand-over still finishes the round it is in (JoinGroup or
-        SyncGroup in flight, or its leader's assignor running) while it owns
-        something (rule 7); losing it all ends the wait."""
-        in_round = self._pending.rebalancing or self.state is State.ASSIGNING
-        return in_round and bool(self.owned)
-
     def _leave_now(self, now: int) -> None:
-        self._departure.leave()
-        self._pending.clear()
         self._pipeline.drop()
-        if self._owned:
-            if self._membership.generation.is_valid:
-                self._revoke(sorted_resources(self.owned), self.generation)
-            else:
-                self._lose("closing without a valid generation")
-        self._enter(State.LEAVING)
-        # Heartbeats go on while anything is releasing (rule 9), on their schedule.
-        self._heartbeat.expedited = False
-        if self._heartbeat.next_at is None:
-            self._heartbeat.schedule(now)
-        self._maybe_finish_leaving(now)
-        self._progress_leaving(now)
-
-    def _maybe_finish_leaving(self, now: int) -> None:
-        """LEAVING: leave (or close) once no callback runs and nothing is releasing."""
-        if not self._holdings.callbacks_running and not self._owned.releasing:
-            self._send_leave_or_close(now)
+        self._closing.leave_now(now)
 
     # --- progress -----------------------------------------------------------
 
@@ -877,7 +714,7 @@ class MemberMachine:
         """Notice when the machine ran long after its deadline (frozen process,
         starved event loop): answers that arrive now may be arbitrarily old."""
         self._now = max(self._now, now)
-        late_ms = self._heartbeat.observe(now)
+        late_ms = self._membership.heartbeat.observe(now)
         if late_ms is not None:
             log.warning("member.starved", late_ms=late_ms)
 
@@ -885,22 +722,22 @@ class MemberMachine:
         self._progress(now)
         out = list(self._out)
         self._out.clear()
-        self._heartbeat.expect(self.next_deadline())
+        self._membership.heartbeat.expect(self.next_deadline())
         return out
 
     def _progress(self, now: int) -> None:
         if self.state is State.LEAVING:
-            self._progress_leaving(now)
+            self._closing.progress(now)
             return
         if self.state in (State.CLOSED, State.FATAL, State.UNJOINED):
             return
-        session_end = self._membership.session_end()
-        if session_end is not None and now >= session_end and self._pending.rebalancing:
+        membership = self._membership
+        if membership.session_over(now) and membership.pending.rebalancing:
             # Unanswered for a session (held, or lost on its way: rule 4), or starved
             # meanwhile: what we own is no longer safe.  The request goes on; the
             # new assignment hands resources out again.
             self._lose("no answer proved the session in time")
-        elif session_end is not None and now >= session_end:
+        elif membership.session_over(now):
             log.warning(
                 "member.session_lost",
                 group=self.config.group_id,
@@ -914,31 +751,12 @@ class MemberMachine:
         if (
             self.state is State.STABLE
             and self.is_leader
-            and self._assignment_catalog_hash
-            and self._assignment_catalog_hash != self._catalog_hash
+            and self._catalog.changed_since_assignment
             and not self._membership.rejoin_asked
         ):
-            self._request_rejoin("resources changed")
-        if self._departure.handing_over and (
-            (self._departure.out_of_time(now) and not self._awaiting_hand_over_round())
-            or (
-                self.state is State.STABLE
-                and not self.owned
-                and not self._holdings.callbacks_running
-            )
-        ):
-            # Handed over (or out of time: revoke what is left): leave.
-            self._leave_now(now)
-            return
-        if (
-            self._departure.releasing_all
-            and not self._owned
-            and not self._holdings.callbacks_running
-            and not self._pending.rebalancing
-            and self.state is not State.ASSIGNING
-        ):
-            # Everything released (rule 9); never with a round of its own in flight
-            # (its answer may name this member leader: rule 7).
+            self._membership.ask_rejoin("resources changed")
+        if self._closing.handed_over(now):
+            # Handed over (or out of time: revoke what is left), or all released.
             self._leave_now(now)
             return
         if (
@@ -947,20 +765,20 @@ class MemberMachine:
             and self._pipeline.delay_over(now)
             and not self._membership.rejoin_asked
         ):
-            self._request_rejoin("reassignment delay over")
+            self._membership.ask_rejoin("reassignment delay over")
         if (
             self.state is State.STABLE
             and self.is_leader
             and not self._membership.rejoin_asked
             and self._pipeline.probe_due(now)
         ):
-            self._request_rejoin("load over the imbalance tolerance: probing rebalance")
+            self._membership.ask_rejoin("load over the imbalance tolerance: probing rebalance")
         if (
             self.state is State.STABLE
             and not self._membership.rejoin_asked
             and self.loads.changed(self.owned, now, self.config.balance)
         ):
-            self._rejoin_for_metadata("loads changed since they were published")
+            self._membership.metadata_changed("loads changed since they were published")
         if (
             self.state is State.STABLE
             and self._membership.rejoin_asked
@@ -968,572 +786,67 @@ class MemberMachine:
         ):
             self._to_joining(now, self._membership.take_rejoin(), immediately=True)
         if self.state is State.FINDING_COORDINATOR:
-            connect_deadline = self._membership.connect_deadline()
-            if connect_deadline is not None and now >= connect_deadline:
-                self._fail(now, self._lookup.timeout_error())
-                return
-            if self._lookup.take_due(now):
-                self._out.append(FindCoordinator())
+            self._route(now, self._outgoing.find_if_due(now))
             return
         if self.state is State.JOINING:
-            self._maybe_send_join(now)
-            session_end = self._membership.session_end()
-            if session_end is not None and now >= session_end and self._pending.rebalancing:
-                # The JoinGroup just sent binds the session to the round floor
-                # (heartbeat.py, rule 3), which may be past already.
-                self._lose("no answer proved the session in time")
-        due = self._heartbeat.next_at
-        if self._membership.may_heartbeat() and due is not None and now >= due:
-            self._send_heartbeat(now)
-
-    def _progress_leaving(self, now: int) -> None:
-        """LEAVING (rule 9): heartbeat while callbacks run or resources are
-        releasing, so that the session outlives them; a session that ends all the
-        same loses what is left and closes without LeaveGroup."""
-        if self._departure.leave_sent or self.state is not State.LEAVING:
-            return
-        session_end = self._membership.session_end()
-        if session_end is not None and now >= session_end:
-            log.warning(
-                "member.session_lost",
-                group=self.config.group_id,
-                member_id=self.member_id,
-                generation=self.generation,
-                while_closing=True,
-            )
-            self._session_ended_while_leaving()
-            self._maybe_finish_leaving(now)
-            return
-        due = self._heartbeat.next_at
-        if self._membership.may_heartbeat() and due is not None and now >= due:
-            self._send_heartbeat(now)
-
-    def _session_ended_while_leaving(self) -> None:
-        self._lose("the session ended while closing")
-        self._membership.generation = self._membership.generation.reset()
-        self._heartbeat.forget_proof()
+            due = self._outgoing.join_if_due(now, seen=self._now, catalog_hash=self._catalog.digest)
+            self._route(now, due)
+        self._outgoing.heartbeat_if_due(now)
 
     # --- transitions ----------------------------------------------------------
 
     def _enter(self, target: State) -> None:
         self._membership.enter(target)
 
-    def _to_finding(self, now: int, *, immediately: bool) -> None:
-        self._enter(State.FINDING_COORDINATOR)
-        self._lookup.lost(now, immediately=immediately)
-
     def _coordinator_lost(self, now: int, reason: str) -> None:
-        log.info("member.coordinator_lost", group=self.config.group_id, reason=reason)
-        # Only a STABLE member keeps going after rediscovery; a rebalance in
-        # progress is started again.
-        self._membership.coordinator_lost()
         self._pipeline.drop()
-        self._to_finding(now, immediately=True)
-
-    def _request_rejoin(self, reason: str) -> None:
-        if self._membership.ask_rejoin(reason):
-            log.info("member.rejoin_requested", group=self.config.group_id, reason=reason)
+        self._membership.find_again(now, reason)
 
     def _to_joining(self, now: int, reason: str, *, immediately: bool) -> None:
-        self._enter(State.JOINING)
         self._pipeline.drop()
-        membership = self._membership
-        membership.join_at = (
-            now if immediately else now + membership.backoff(membership.join_failures)
-        )
-        if self._membership.rebalance_mode == "eager" and self.owned:
-            # Eager: nothing may be owned by anyone while the group rebalances.
-            self._holdings.revoke_before_eager_join(self._heartbeat.last_seen)
-        log.debug("member.joining", group=self.config.group_id, reason=reason)
-
-    def _maybe_send_join(self, now: int) -> None:
-        # Eager: nothing may be owned by anyone while the group rebalances (rule 9).
-        if not self._membership.join_may_go() or now < self._membership.join_ready_at():
-            return
-        try:
-            protocols = tuple((p.wire_name, self._metadata_for(p)) for p in self.config.protocols)
-        except WorkgroupError as exc:
-            self._fail(now, exc)
-            return
-        request = JoinGroup(
-            group_id=self.config.group_id,
-            session_timeout_ms=self.config.session_timeout_ms,
-            rebalance_timeout_ms=self.config.rebalance_timeout_ms,
-            member_id=self.member_id,
-            protocol_type=self.config.protocol_type,
-            protocols=protocols,
-            group_instance_id=self.config.instance_id,
-        )
-        self._send(now, "join", request, self.config.join_timeout_ms)
-
-    def _metadata_for(self, protocol: Protocol) -> bytes:
-        owned, generation = self._owned.report(self._membership.rebalance_mode)
-        meta = MemberMetadata(
-            kinds=tuple(sorted(self.config.kinds)) if self.config.kinds is not None else (),
-            owned=owned,
-            owned_generation=generation if owned else NO_GENERATION_ID,
-            rack=self.config.rack,
-            capacity=self.config.capacity,
-            loads=self.loads.report(owned),
-            instance_id=self.config.instance_id,
-            user_data=self.config.user_data,
-            catalog_hash=self._catalog_hash,
-            tags=tuple(
-                sorted(
-                    {
-                        **self.config.tags,
-                        **self._departing_tag,
-                        **self._intents.tags(self._now),
-                    }.items()
-                )
-            ),
-            warms_up=self.config.warm_up and not self._intents.draining,
-            warming=self._intents.warming_sorted(),
-            ready=self._intents.ready_sorted(),
-        )
-        return protocol.codec.encode_metadata(meta, self._used_versions[protocol.wire_name])
-
-    def _send(
-        self,
-        now: int,
-        kind: RequestKind,
-        request: JoinGroup | SyncGroup | Heartbeat | LeaveGroup,
-        timeout_ms: int,
-        *,
-        beside_held: bool = False,
-    ) -> None:
-        request_id = self._ids.take()
-        self._pending.add(request_id, Pending(kind, self._membership.generation, now, beside_held))
-        self._out.append(SendRequest(request_id, request, timeout_ms, beside_held))
-
-    def _send_heartbeat(self, now: int) -> None:
-        request = Heartbeat(
-            group_id=self.config.group_id,
-            generation_id=self.generation,
-            member_id=self.member_id,
-            group_instance_id=self.config.instance_id,
-        )
-        self._heartbeat.schedule(now)
-        log.debug("member.heartbeat", group=self.config.group_id, generation=self.generation)
-        beside = self._pending.rebalancing
-        self._send(now, "heartbeat", request, self._short_timeout_ms, beside_held=beside)
-
-    @property
-    def _short_timeout_ms(self) -> int:
-        return max(self.config.session_timeout_ms, 1_000)
+        self._membership.to_joining(now, reason, immediately=immediately)
 
     def _send_sync(self, now: int, assignments: tuple[tuple[str, bytes], ...]) -> None:
         self._enter(State.SYNCING)
-        protocol = self.protocol
-        request = SyncGroup(
-            group_id=self.config.group_id,
-            generation_id=self.generation,
-            member_id=self.member_id,
-            assignments=assignments,
-            group_instance_id=self.config.instance_id,
-            protocol_type=protocol.type if protocol else None,
-            protocol_name=protocol.wire_name if protocol else None,
-        )
-        self._send(now, "sync", request, self.config.join_timeout_ms)
-
-    def _send_leave_or_close(self, now: int) -> None:
-        leave = self._departure.sends_leave
-        if leave and self.member_id and self._lookup.known and not self._departure.leave_sent:
-            self._departure.left()
-            request = LeaveGroup(
-                group_id=self.config.group_id,
-                members=(
-                    LeavingMember(self.member_id, self.config.instance_id, "the member is closing"),
-                ),
-            )
-            self._send(now, "leave", request, self._short_timeout_ms)
-        else:
-            self._finish_close()
-
-    def _finish_close(self) -> None:
-        if self.state is not State.CLOSED:
-            if self.state is not State.FATAL:
-                self._enter(State.CLOSED)
-            self._pending.clear()
-            self._out.append(Closed())
-            log.info("member.closed", group=self.config.group_id, member_id=self.member_id)
+        self._outgoing.sync(now, assignments)
 
     def _fail(self, now: int, error: WorkgroupError, *, leave: bool = False) -> None:
         if self.state is State.FATAL:
             return  # the first error stands (and was logged)
-        log.error(
-            "member.fatal",
-            group=self.config.group_id,
-            member_id=self.member_id,
-            error=str(error),
-            error_type=type(error).__name__,
-        )
-        if self.owned:
-            self._lose(f"fatal error: {error}")
-        leave_member = (
-            self.member_id
-            if (leave and self.config.instance_id is None and self._lookup.known)
-            else ""
-        )
-        self._pending.clear()
         self._pipeline.drop()
         self.error = error
-        self._enter(State.FATAL)
-        if leave_member:
-            # Let the rest of the group rebalance now instead of after our session.
-            request = LeaveGroup(
-                self.config.group_id, (LeavingMember(leave_member, None, str(error)),)
-            )
-            self._send(now, "leave", request, self._short_timeout_ms)
-        self._out.append(Failed(error))
-
-    # --- ownership ----------------------------------------------------------
-
-    def _callback(self, kind: CallbackKind, resources: tuple[Resource, ...], gen: int) -> None:
-        self._holdings.callback(kind, resources, gen)
-
-    def _revoke(self, resources: tuple[Resource, ...], generation: int) -> None:
-        self._holdings.revoke(resources, generation, self._heartbeat.last_seen)
-
-    def _after_release(self, done: tuple[Resource, ...]) -> None:
-        """Revoked resources whose work stopped (rule 9).  A cooperative JoinGroup
-        already sent reported them: the round after it hands them out (a JoinGroup
-        not yet sent leaves them out anyway)."""
-        if (
-            done
-            and self._holdings.confirm_release
-            and self._membership.rebalance_mode == "cooperative"
-            and (
-                self.state in (State.STABLE, State.ASSIGNING, State.SYNCING)
-                or (self.state is State.JOINING and self._pending.rebalancing)
-            )
-        ):
-            self._request_rejoin(f"released {len(done)} revoked resources")
+        self._closing.fail(now, error, leave=leave)
 
     def _lose(self, reason: str) -> None:
-        self._end_warmups(reason)
-        self._holdings.lose(reason)
+        self._closing.lose(reason)
 
-    # --- responses ----------------------------------------------------------
+    # --- outcomes of the parts (member/outcomes.py) ---------------------------
 
-    def _common_error(self, now: int, code: ErrorCode, context: str) -> bool:
-        """Handle errors every group response shares; ``True`` if handled."""
-        action = code.meaning.member  # rule 3, from workgroup.errors.ERROR_MEANINGS
-        if action is MemberAction.FIND_COORDINATOR:
-            self._coordinator_lost(now, f"{context}: {code.name}")
-            return True
-        if action is MemberAction.FATAL:
-            self._fail(
-                now,
-                fatal_error(
-                    code,
-                    context,
-                    session_timeout_ms=self.config.session_timeout_ms,
-                    protocol_type=self.config.protocol_type,
-                    protocol_names=[p.wire_name for p in self.config.protocols],
-                    instance_id=self.config.instance_id,
-                ),
-            )
-            return True
-        if action is MemberAction.RESET_MEMBER:
-            self._lose(f"{context}: {code.name}")
-            self._membership.generation = NO_GENERATION
-            self._heartbeat.forget_proof()
-            self._to_joining(now, f"{context}: unknown member id", immediately=True)
-            return True
-        if action is MemberAction.RESET_GENERATION:
-            self._lose(f"{context}: {code.name}")
-            self._membership.generation = self._membership.generation.reset()
-            self._heartbeat.forget_proof()
-            self._to_joining(now, f"{context}: illegal generation", immediately=True)
-            return True
-        return False
-
-    def _proved_alive(self, now: int, pending: Pending) -> None:
-        """The coordinator answered: the session was alive (heartbeat.py, rule 2)."""
-        self._heartbeat.proved_alive(now, pending.sent_at, held=pending.held)
-
-    def _on_join(self, now: int, pending: Pending, result: JoinGroupResult) -> None:
-        if self.state is not State.JOINING:
-            return
-        code = result.error
-        if code is ErrorCode.NONE:
-            self._membership.join_failures = 0
-            self._joined(now, pending, result)
-        elif code is ErrorCode.MEMBER_ID_REQUIRED:
-            self._membership.generation = self._membership.generation.with_member_id(
-                result.member_id
-            )
-            self._to_joining(now, "member id required", immediately=True)
-        elif code is ErrorCode.REBALANCE_IN_PROGRESS:
-            self._to_joining(now, "rebalance in progress", immediately=True)
-        elif self._common_error(now, code, "JoinGroup"):
-            return
-        else:
-            self._membership.join_failures += 1
-            log.info("member.join_retry", error=code.name, attempt=self._membership.join_failures)
-            self._to_joining(now, f"JoinGroup: {code.name}", immediately=False)
-
-    def _joined(self, now: int, pending: Pending, result: JoinGroupResult) -> None:
-        if result.protocol_type is not None and result.protocol_type != self.config.protocol_type:
-            self._fail(
-                now,
-                InconsistentProtocolError(
-                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                    f"the group's protocol type is {result.protocol_type!r}, "
-                    f"this member speaks {self.config.protocol_type!r}",
-                ),
-            )
-            return
-        protocol = self._protocols.get(result.protocol_name or "")
-        if protocol is None:
-            self._fail(
-                now,
-                InconsistentProtocolError(
-                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                    f"the coordinator chose protocol {result.protocol_name!r}, this member "
-                    f"supports {sorted(self._protocols)}",
-                ),
-            )
-            return
-        previous_generation = self.generation
-        self._membership.generation = Generation(result.generation_id, result.member_id, protocol)
-        self._membership.leader_id = result.leader
-        self._membership.group_size = (
-            len(result.members) if result.leader == result.member_id else None
-        )
-        self._heartbeat.forget_proof()
-        self._proved_alive(now, pending)
-        self._heartbeat.round_began_after(pending.sent_at)
-        self._heartbeat.schedule(now)
-        self._membership.rebalances += 1
-        log.info(
-            "member.joined",
-            group=self.config.group_id,
-            member_id=self.member_id,
-            generation=self.generation,
-            previous_generation=previous_generation,
-            protocol=protocol.wire_name,
-            leader=self.is_leader,
-            # Only the leader is told the members: a follower's count would read as 0.
-            **({"members": len(result.members)} if self.is_leader else {}),
-        )
-        if self.is_leader and not result.skip_assignment:
-            self._start_assignment(now, protocol, result)
-        else:
-            if not self.is_leader:
-                self._pipeline.follow()
-            self._send_sync(now, ())
-
-    def _on_sync(self, now: int, pending: Pending, result: SyncGroupResult) -> None:
-        if self.state is not State.SYNCING or not self._membership.generation.answers_to(
-            pending.generation
-        ):
-            return
-        code = result.error
-        if code is ErrorCode.REBALANCE_IN_PROGRESS:
-            self._proved_alive(now, pending)
-            self._to_joining(now, "rebalance in progress", immediately=True)
-            return
-        if code is not ErrorCode.NONE:
-            if not self._common_error(now, code, "SyncGroup"):
-                self._membership.join_failures += 1
-                self._to_joining(now, f"SyncGroup: {code.name}", immediately=False)
-            return
-        protocol = self.protocol
-        assert protocol is not None
-        if (result.protocol_type is not None and result.protocol_type != protocol.type) or (
-            result.protocol_name is not None and result.protocol_name != protocol.wire_name
-        ):
-            self._fail(
-                now,
-                InconsistentProtocolError(
-                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                    "SyncGroup answered for protocol "
-                    f"{result.protocol_type}/{result.protocol_name}, "
-                    f"expected {protocol.type}/{protocol.wire_name}",
-                ),
-            )
-            return
-        self._proved_alive(now, pending)
-        session_end = self._heartbeat.session_end()
-        if session_end is None or now < session_end:
-            self._heartbeat.proved_stable(pending.sent_at)
-        if session_end is not None and now >= session_end:
-            # Read after a freeze (heartbeat.py, rule 4): the answer may be old and
-            # the coordinator may have given these resources to others since.  Do
-            # not act on it; _progress ends the session and the member rejoins.
-            log.warning(
-                "member.assignment_too_late",
-                group=self.config.group_id,
-                generation=pending.generation,
-                late_ms=now - session_end,
-            )
-            return
-        try:
-            data = self._decode_assignment(protocol, result.assignment)
-        except ProtocolError as exc:
-            log.error(
-                "member.assignment_unreadable",
-                group=self.config.group_id,
-                error=str(exc),
-                size=len(result.assignment),
-            )
-            self._membership.join_failures += 1
-            self._to_joining(now, "unreadable assignment", immediately=False)
-            return
-        self._apply_assignment(now, protocol, data)
-
-    def _decode_assignment(self, protocol: Protocol, blob: bytes) -> AssignmentData:
-        if not blob:
-            # Kafka's coordinator answers an empty assignment to members the leader
-            # left out (and to everyone when the leader sent none).
-            return AssignmentData(
-                generation=self.generation, common_version=self._used_versions[protocol.wire_name]
-            )
-        return protocol.codec.decode_assignment(blob).value
-
-    def _apply_assignment(self, now: int, protocol: Protocol, data: AssignmentData) -> None:
-        self._enter(State.STABLE)
-        # A follow-up round is due: notice it (the revoking members start it) fast.
-        self._heartbeat.expedited = data.pending
-        self._heartbeat.schedule(now)
-        if data.catalog_hash and data.catalog_hash != self._catalog_hash:
-            log.warning(
-                "member.catalog_mismatch",
-                group=self.config.group_id,
-                member_id=self.member_id,
-                generation=self.generation,
-                leader=self.leader_id,
-                mine=self._catalog_hash.hex(),
-                leader_catalog=data.catalog_hash.hex(),
-            )
-        self._assignment_catalog_hash = data.catalog_hash if self.is_leader else b""
-        self._membership.assigned(follow_up=data.pending)
-        data = self._holdings.without_foreign_resources(
-            data,
-            kinds=self.config.kinds,
-            catalog=self._catalog,
-            catalog_hash=self._catalog_hash,
-            generation=self.generation,
-            leader=self.leader_id,
-        )
-        if self._departure.releasing_all and data.assigned:
-            # Closing (rule 9): take nothing; the next round hands it to others.
-            data = replace(data, assigned=(), rejoin=True)
-        assigned = frozenset(data.assigned)
-        # Two changes, each reported with what is owned right after it.
-        revoked = self._holdings.revoke(
-            self.owned - assigned, self.generation, self._heartbeat.last_seen
-        )
-        offered = self._intents.offered(
-            data,
-            assigned,
-            warm_up=self.config.warm_up,
-            taking=not self._departure.releasing_all,
-        )
-        # Rule 14: warm-ups promoted (now assigned) just stop being warm-ups.
-        self._warmups_ended("the move was called off", self._intents.promote(assigned, offered))
-        added = self._holdings.assign(data.assigned, self.generation)
-        started = self._intents.start(assigned, offered)
-        if started:
-            log.info(
-                "member.warming",
-                group=self.config.group_id,
-                generation=self.generation,
-                count=len(started),
-                warming=len(self._intents.warming),
-            )
-            self._callback("on_warming", started, self.generation)
-        log.info(
-            "member.assigned",
-            group=self.config.group_id,
-            member_id=self.member_id,
-            generation=self.generation,
-            owned=len(assigned),
-            added=len(added),
-            revoked=len(revoked),
-            warming=len(self._intents.warming),
-            follow_up_pending=data.pending,
-        )
-        used = self._used_versions[protocol.wire_name]
-        common = min(max(data.common_version, 1), protocol.codec.latest_version)
-        if common != used:
-            log.info(
-                "member.version_probing",
-                group=self.config.group_id,
-                used=used,
-                common=common,
-                protocol=protocol.wire_name,
-            )
-            self._used_versions[protocol.wire_name] = common
-            self._request_rejoin(f"metadata version {used} -> {common}")
-        # data.revoked: what the leader withheld on our account because our JoinGroup
-        # claimed it; we may have lost it since, but others still wait for the round.
-        # What is still releasing here asks for that round itself once released
-        # (rule 9): a round now would withhold it again, round after round.
-        handed_back = {*revoked, *data.revoked}
-        if self._holdings.confirm_release:
-            handed_back -= self._owned.releasing
-        if handed_back and protocol.mode == "cooperative":
-            self._request_rejoin("follow-up round after revoking resources")
-        if data.rejoin and not (self._departure.releasing_all and self._owned.releasing):
-            # Closing with resources still releasing: their release asks for the
-            # round (rule 9).  A JoinGroup now, with the same metadata, gets the same
-            # generation and the same assignment back, round after round.
-            self._request_rejoin("the leader asked for another round")
-        if self._intents.probe_after_first(
-            data,
-            static=self.config.instance_id is not None,
-            may_take=self.state is State.STABLE
-            and not self._intents.draining
-            and not self._departure.releasing_all,
-            catalog=self._catalog,
-            kinds=self.config.kinds,
-        ):
-            # Rule 15: a static member handed nothing on its first assignment in
-            # this process may have been answered, without a rebalance, with what
-            # it held while draining to stop.  Metadata the coordinator has not
-            # seen: a known member's JoinGroup with the same metadata gets the
-            # same generation back.
-            self._request_rejoin("a restarted static member was handed nothing")
-
-    def _on_heartbeat(self, now: int, pending: Pending, result: HeartbeatResult) -> None:
-        if not self._membership.generation.answers_to(pending.generation):
-            return
-        code = result.error
-        if self.state is State.LEAVING:
-            self._on_leaving_heartbeat(now, pending, code)
-            return
-        if code is ErrorCode.NONE:
-            self._heartbeat.succeeded()
-            self._proved_alive(now, pending)
-            self._heartbeat.proved_stable(pending.sent_at)
-        elif code is ErrorCode.REBALANCE_IN_PROGRESS:
-            # The session is alive: the coordinator only wants everyone to rejoin.
-            self._proved_alive(now, pending)
-            if self.state is State.STABLE:
-                self._request_rejoin("coordinator started a rebalance")
-        elif self._common_error(now, code, "Heartbeat"):
-            return
-        else:
-            self._heartbeat.failed(now, self._membership.backoff)
-
-    def _on_leaving_heartbeat(self, now: int, pending: Pending, code: ErrorCode) -> None:
-        """LEAVING (rule 9): a heartbeat only keeps the session; the member no
-        longer rejoins, so a lost membership ends it (what is left is lost)."""
-        if code.meaning.check is MemberCheck.PASSED:
-            self._heartbeat.succeeded()
-            self._proved_alive(now, pending)
-        elif code.meaning.ends_membership:
-            self._membership_lost_while_leaving(now, code)
-        else:  # coordinator moved or busy: retry; the session rules bound it
-            self._heartbeat.failed(now, self._membership.backoff)
-
-    def _membership_lost_while_leaving(self, now: int, code: ErrorCode) -> None:
-        log.warning("member.session_lost", group=self.config.group_id, error=code.name)
-        self._session_ended_while_leaving()
-        self._maybe_finish_leaving(now)
+    def _route(self, now: int, outcomes: Sequence[Outcome]) -> None:
+        """Carry out what a part asked for, in its order."""
+        for outcome in outcomes:
+            match outcome:
+                case Lose(reason):
+                    self._lose(reason)
+                case Fail(error, leave):
+                    self._fail(now, error, leave=leave)
+                case Rejoin(reason, immediately, reset):
+                    self._membership.forget(reset)
+                    self._to_joining(now, reason, immediately=immediately)
+                case CoordinatorLost(reason):
+                    self._coordinator_lost(now, reason)
+                case LostWhileLeaving():
+                    self._closing.session_ended(now)
+                case Leave():
+                    self._leave_now(now)
+                case Lead(protocol, result):
+                    self._start_assignment(now, protocol, result)
+                case Sync(follow):
+                    if follow:
+                        self._pipeline.follow()
+                    self._send_sync(now, ())
+                case Take(protocol, data):
+                    self._taker.take(now, protocol, data, self._catalog)
 
     # --- the leader's part ----------------------------------------------------
 
@@ -1544,8 +857,8 @@ class MemberMachine:
             protocol,
             result.members,
             generation=self.generation,
-            catalog=self._frozen,
-            catalog_hash=self._catalog_hash,
+            catalog=self._catalog.frozen,
+            catalog_hash=self._catalog.digest,
         )
         self._enter(State.ASSIGNING)
         self._out.append(run)
