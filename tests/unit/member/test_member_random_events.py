@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from member_sim import StickyTestAssignor
@@ -236,6 +237,10 @@ def step(run: Run, data: st.DataObject, policy: CallbackErrorPolicy) -> None:
         run.apply(m.fail(now, WorkgroupError("the application gave up")))
 
 
+# CPU-bound: about 10 s alone; the bound holds at a fifth of two cores, what a
+# worker gets while the whole suite runs beside it (a timeout inside an example
+# shows as hypothesis's FlakyFailure).
+@pytest.mark.timeout(600)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     data=st.data(),
