@@ -40,6 +40,8 @@ class Timeline:
     active: dict[str, list[tuple[str, float, float | None]]] = field(default_factory=dict)
     warmed: dict[str, list[str]] = field(default_factory=dict)
     tokens: dict[str, list[int]] = field(default_factory=dict)
+    #: When each process, warmed up, said it was ready.
+    ready: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
 
     def open(self, key: str, who: str) -> int:
         spans = self.active.setdefault(key, [])
@@ -56,6 +58,22 @@ class Timeline:
             for (_, _, end), (_, start, _) in itertools.pairwise(ordered):
                 assert end is not None, f"{key}: two active holders {spans}"
                 assert end <= start, f"{key}: two active holders {spans}"
+
+    def check_warm_cut_overs(self, moved: list[str], to: str) -> None:
+        """Each hand-over of a ``moved`` shard to ``to`` was warm: ``to`` had
+        prepared and said it was ready before the previous holder stopped (a
+        plain move prepares after).  What the gap then costs is one round, which
+        a loaded machine can stretch past any fixed bound; the benchmarks
+        measure it (benchmarks/planned_moves.py)."""
+        for key in moved:
+            spans = sorted(self.active[key], key=lambda s: s[1])
+            handed = [(a, b) for a, b in itertools.pairwise(spans) if b[0] == to]
+            assert handed, (key, spans)
+            for (_, _, end), (who, start, _) in handed:
+                said = [t for w, t in self.ready.get(key, []) if w == who and t <= start]
+                assert end is not None, (key, spans)
+                assert said, (key, spans)
+                assert said[-1] <= end, (key, spans, said)
 
     def gaps(self) -> list[float]:
         out = []
@@ -92,6 +110,7 @@ def make_app(
             if lease.warming:  # not cut over yet (a fall-back may cut over before it is ready)
                 with pytest.raises(workgroup.WorkgroupError, match="warming"):
                     await lease.commit("not yet")
+            timeline.ready.setdefault(key, []).append((who, time.monotonic()))
             if not await lease.ready():
                 return  # the move was called off
         else:
@@ -174,7 +193,7 @@ async def test_a_joining_process_warms_up_before_it_takes_over(backend: Backend)
         if key in moved
     ]
     # A cut-over costs the old holder's last step and one round, not a cold start.
-    assert max(cut_over_gaps) < PREPARE_S, cut_over_gaps
+    timeline.check_warm_cut_overs(moved, to="b")
     print("cut-over gaps (s):", sorted(round(g, 3) for g in cut_over_gaps))
     staged = [e for e in logs if e["event"] == "member.warmups_staged"]
     assert staged
