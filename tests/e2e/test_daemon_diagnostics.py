@@ -36,13 +36,20 @@ def env(**extra: str) -> dict[str, str]:
     return {**clean, "PYTHONUNBUFFERED": "1", **extra}
 
 
-def daemon(*args: str, stdout: Any = subprocess.DEVNULL, **extra: str) -> subprocess.Popen[str]:
+def daemon(
+    *args: str,
+    app: str = APP,
+    stdout: Any = subprocess.DEVNULL,
+    stderr: Any = subprocess.PIPE,
+    **extra: str,
+) -> subprocess.Popen[str]:
+    """``workgroup run APP --log-format json ARGS`` with a clean environment plus ``extra``."""
     return subprocess.Popen(
-        [sys.executable, "-m", "workgroup", "run", APP, "--log-format", "json", *args],
+        [sys.executable, "-m", "workgroup", "run", app, "--log-format", "json", *args],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         stdout=stdout,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         env=env(**extra),
     )

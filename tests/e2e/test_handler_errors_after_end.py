@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_daemon_diagnostics import env
+from tests.e2e.test_daemon_diagnostics import daemon as start_daemon
 from workgroup.testing import run_coordinator
 
-ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.e2e.apps.fails_after_end:app"
 
 pytestmark = pytest.mark.slow
@@ -37,12 +34,9 @@ def test_a_handler_failing_after_its_lease_ended_is_logged_as_one_json_line(
     started = tmp_path / "started"
     stderr = tmp_path / "stderr"
     with stderr.open("wb") as out:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "workgroup", "run", APP, "--bootstrap", bootstrap,
-             "--log-format", "json"],
-            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=out,
-            env=env(STARTED_LOG=str(started)),
-        )  # fmt: skip
+        daemon = start_daemon(
+            "--bootstrap", bootstrap, app=APP, stderr=out, STARTED_LOG=str(started)
+        )
     try:
         deadline = time.monotonic() + 60
         while not (started.exists() and len(started.read_text().split()) == 2):

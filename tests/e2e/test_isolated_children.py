@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,12 +16,11 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.apps.runaway_children import SESSION_MS
-from tests.e2e.test_daemon_diagnostics import env
+from tests.e2e.test_daemon_diagnostics import daemon as start_daemon
 from tests.processes import is_running
 from workgroup.runtime.isolation import PARENT_POLL_S
 from workgroup.testing import run_coordinator
 
-ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.e2e.apps.runaway_children:app"
 #: Linux's parent-death signal is immediate; the pipe's end is too, the poll of
 #: the parent's pid takes up to ``PARENT_POLL_S``; either way well under the session.
@@ -53,11 +50,9 @@ def test_isolated_handlers_die_with_their_killed_daemon(
     pids_file = tmp_path / "children"
     stderr = tmp_path / "stderr"
     with stderr.open("wb") as out:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "workgroup", "run", APP, "--bootstrap", bootstrap,
-             "--log-format", "json"],
-            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=out,
-            env=env(CHILD_PIDS=str(pids_file), PARENT_DEATH_SIGNAL=parent_death_signal),
+        daemon = start_daemon(
+            "--bootstrap", bootstrap, app=APP, stderr=out,
+            CHILD_PIDS=str(pids_file), PARENT_DEATH_SIGNAL=parent_death_signal,
         )  # fmt: skip
     children: dict[str, int] = {}
     try:
