@@ -143,9 +143,15 @@ class ServerProcess:
                     stream.close()
 
 
+#: How long a server may take to start: a coordinator starts in about 0.5 s, but
+#: a Python interpreter's start-up on a saturated machine (a parallel suite on
+#: 2 cores) has been seen to take over 15 s.
+SERVER_START_TIMEOUT_S = 30.0
+
+
 @contextlib.contextmanager
 def run_tansu(
-    *, port: int = 0, log: Log = None, startup_timeout_s: float = 15.0
+    *, port: int = 0, log: Log = None, startup_timeout_s: float = SERVER_START_TIMEOUT_S
 ) -> Iterator[ServerProcess]:
     """A Tansu broker with in-memory storage on ``port`` (a free one if 0).
 
@@ -178,7 +184,7 @@ def run_tansu(
 def run_coordinator(
     *args: str,
     log: Log = None,
-    startup_timeout_s: float = 15.0,
+    startup_timeout_s: float = SERVER_START_TIMEOUT_S,
     listen: str = f"{LOOPBACK}:0",
     command: Sequence[str] | None = None,
 ) -> Iterator[ServerProcess]:

@@ -183,9 +183,13 @@ async def test_a_joining_process_warms_up_before_it_takes_over(backend: Backend)
                 )
                 await asyncio.sleep(0.5)
                 moved = [k for k, who in holders(timeline).items() if who == "b"]
+                # What was warmed up by then: when b stops, it drains first
+                # (leave_on_stop where workers warm up), and a warms its shards back up.
+                warmed = {key: list(who) for key, who in timeline.warmed.items()}
+                logged = len(logs)
     # b warmed up every shard it took, and took none cold
     for key in moved:
-        assert timeline.warmed.get(key) == ["b"], timeline.warmed
+        assert warmed.get(key) == ["b"], warmed
     timeline.check_exclusive()
     cut_over_gaps = [
         spans[1][1] - spans[0][2]  # type: ignore[operator]
@@ -200,7 +204,7 @@ async def test_a_joining_process_warms_up_before_it_takes_over(backend: Backend)
     assert max(e["started"] + e["continuing"] for e in staged) <= 2
     assert all(tokens == sorted(set(tokens)) for tokens in timeline.tokens.values())
     # The leader counted each move once, when its warm-up began, as b's join.
-    moves = [e for e in logs if e["event"] == "member.moves"]
+    moves = [e for e in logs[:logged] if e["event"] == "member.moves"]
     assert sum(e.get("join", 0) for e in moves) == len(moved), moves
     assert sum(e["warmup"] for e in moves) == len(moved), moves
 
