@@ -23,7 +23,7 @@ from workgroup.member.driver import GroupMember
 from workgroup.runtime.errors import LeaseLostError
 from workgroup.runtime.lease import Lease
 from workgroup.runtime.slots import slot_of
-from workgroup.runtime.store import MemberSlotStore
+from workgroup.runtime.batched_slots import MemberSlotStore
 from workgroup.security import Security
 
 from .conftest import Pki, member

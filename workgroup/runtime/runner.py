@@ -95,7 +95,7 @@ from workgroup.runtime.metrics import RuntimeMetrics, end_reason
 from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.slots import Slot, check_group_id, slot_of
 from workgroup.runtime.spec import LEADER_KIND, DeclaredApp, ResourceFunction, failure_policy
-from workgroup.runtime.store import MemberSlotStore
+from workgroup.runtime.batched_slots import MemberSlotStore
 from workgroup.runtime.topics import LeaseTopics
 from workgroup.runtime.watch import (
     client_id_of,

@@ -14,7 +14,7 @@ from workgroup.kafka.messages import (
     OffsetCommitResult,
 )
 from workgroup.runtime.lease import Slot
-from workgroup.runtime.store import MemberSlotStore
+from workgroup.runtime.batched_slots import MemberSlotStore
 from workgroup.types import Resource
 
 
