@@ -5,7 +5,7 @@ from __future__ import annotations
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.coordinator import EMPTY_GROUP_CLEANUP_MS, TimerKind
 from workgroup.coordinator.group import GroupState
-from workgroup.coordinator.testing import CoordinatorHarness, join_request
+from workgroup.testing.coordinator import CoordinatorHarness, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import (
     CommitPartition,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from workgroup.coordinator.actions import Persist, Reply
 from workgroup.coordinator.config import CoordinatorConfig
-from workgroup.coordinator.testing import CoordinatorHarness, join_request
+from workgroup.testing.coordinator import CoordinatorHarness, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import Heartbeat, JoinGroupResult, SyncGroupResult
 
