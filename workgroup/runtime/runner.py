@@ -79,6 +79,7 @@ from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.protocol import Protocol
+from workgroup.runtime.batched_slots import MemberSlotStore
 from workgroup.runtime.config import STOP_MARGIN_MS, Settings
 from workgroup.runtime.drains import DrainFollower, DrainRequests, drain_before_stop
 from workgroup.runtime.errors import HandlerFailedError, ResourceFunctionError
@@ -95,7 +96,6 @@ from workgroup.runtime.metrics import RuntimeMetrics, end_reason
 from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.slots import Slot, check_group_id, slot_of
 from workgroup.runtime.spec import LEADER_KIND, DeclaredApp, ResourceFunction, failure_policy
-from workgroup.runtime.batched_slots import MemberSlotStore
 from workgroup.runtime.topics import LeaseTopics
 from workgroup.runtime.watch import (
     client_id_of,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from workgroup.coordinator.actions import StoredGroup, StoredOffset
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.group import GroupState
-from workgroup.testing.coordinator import CoordinatorHarness, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import (
     CommitPartition,
@@ -20,6 +19,7 @@ from workgroup.kafka.messages import (
     OffsetFetchGroup,
     OffsetFetchResult,
 )
+from workgroup.testing.coordinator import CoordinatorHarness, join_request
 
 
 def replay(
