@@ -584,7 +584,7 @@ class GroupRunner:
         assigned_at = self._assigned_at.pop((self._resource_kind(lease), lease.key), None)
         acquire_s = None if assigned_at is None else self._clock.monotonic() - assigned_at
         self._metrics.lease_started(
-            self.group_id, lease.kind, lease.role, acquire_s, lease, self._clock.monotonic
+            self.group_id, lease.kind, lease.role, acquire_s, lease, self._clock
         )
         # The log records exclusive ownership: standby holders are not in it.
         if self._events is not None and lease.role == "active":
