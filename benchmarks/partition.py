@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from workgroup import GroupMember, Protocol, Resource
+from workgroup import Resource
+from workgroup.member import GroupMember
+from workgroup.protocol import Protocol
 from workgroup.testing import FaultProxy, free_port, run_coordinator
 from workgroup.testing.signals import interrupt_on_termination
 

@@ -18,8 +18,10 @@ import os
 import signal
 import sys
 
-from workgroup import GroupMember, Protocol, Resource, WorkgroupError
+from workgroup import Resource, WorkgroupError
 from workgroup.log import configure
+from workgroup.member import GroupMember
+from workgroup.protocol import Protocol
 
 
 async def start(resources: tuple[Resource, ...], generation: int) -> None:

@@ -12,8 +12,9 @@ Rules:
 
 1. :meth:`Directory.owner` answers from memory: no request per call, so it can
    be called per routed request.
-2. The directory polls DescribeGroups every ``refresh_ms`` (one small request,
-   on one connection kept open) and rebuilds its map whenever the generation
+2. The directory polls DescribeGroups every ``refresh_ms`` of its clock (the
+   :class:`~workgroup.clock.Clock` it is given; one small request, on one
+   connection kept open) and rebuilds its map whenever the generation
    (or the members) change.  Who owns a resource follows the client layer's
    one rule (:mod:`workgroup.client.owners`): while two assignments name it
    mid-hand-over, the newer assignment's member owns it; in a cooperative
@@ -42,6 +43,7 @@ from typing import Any
 
 from workgroup.client.connection import ClientConnection
 from workgroup.client.reader import GroupReader, GroupSnapshot
+from workgroup.clock import SYSTEM_CLOCK, Clock, wait_within
 from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.protocol.endpoint import ENDPOINT_TAG, check_endpoint
@@ -94,6 +96,7 @@ class Directory:
         refresh_ms: int = DEFAULT_REFRESH_MS,
         settle_ms: int = DEFAULT_SETTLE_MS,
         timeout_s: float = 10.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if refresh_ms <= 0:
             raise ConfigError(f"refresh_ms must be positive, got {refresh_ms}")
@@ -103,10 +106,14 @@ class Directory:
         self._refresh_ms = refresh_ms
         self._settle_ms = settle_ms
         self._timeout_s = timeout_s
+        #: Times the polls and the reader's settling (a test passes a FakeClock).
+        self._clock = clock
         self._connection = ClientConnection(
             bootstrap, security=security, timeout_s=timeout_s, client_id="workgroup-directory"
         )
-        self._reader = GroupReader(self._connection, group, settle_s=settle_ms / 1000)
+        self._reader = GroupReader(
+            self._connection, group, settle_s=settle_ms / 1000, clock=clock.monotonic
+        )
         #: ``(kind, key type, key) -> Owner`` with its token: what :meth:`owner` reads.
         self._answers: dict[tuple[str, type, Key], Owner] = {}
         self._poller: asyncio.Task[None] | None = None
@@ -151,10 +158,17 @@ class Directory:
         return {(kind, key): owner for (kind, _, key), owner in self._answers.items()}
 
     async def wait_changed(self, timeout_s: float | None = None) -> None:
-        """Return after the next refresh (whatever it found)."""
+        """Return after the next refresh (whatever it found); ``TimeoutError`` once
+        ``timeout_s`` seconds of the directory's clock passed without one."""
         self._refreshed.clear()
-        async with asyncio.timeout(timeout_s):
-            await self._refreshed.wait()
+        refreshed = asyncio.ensure_future(self._refreshed.wait())
+        try:
+            if timeout_s is None:
+                await refreshed
+            elif not await wait_within(self._clock, refreshed, timeout_s):
+                raise TimeoutError(f"directory {self.group!r}: no refresh within {timeout_s} s")
+        finally:
+            refreshed.cancel()
 
     async def refresh(self) -> None:
         """Read the group now (rule 2) and, while it settles, its tokens (rule 3)."""
@@ -181,7 +195,7 @@ class Directory:
 
     async def _poll(self) -> None:
         while True:
-            await asyncio.sleep(self._refresh_ms / 1000)
+            await self._clock.sleep(self._refresh_ms / 1000)
             try:
                 await self.refresh()
             except WorkgroupError as exc:

@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workgroup import GroupMember, Protocol, Resource
+from workgroup import Resource
+from workgroup.member import GroupMember
+from workgroup.protocol import Protocol
 from workgroup.testing.proxy import FaultProxy, random_schedule, request_client_id
 from workgroup.testing.servers import free_port, run_coordinator
 

@@ -20,10 +20,10 @@ from workgroup.coordinator.tls import TlsSettings
 from workgroup.errors import AuthenticationError
 from workgroup.fence import PASSWORD_ENV, PASSWORD_FILE_ENV, Fence, _close_pool
 from workgroup.member.driver import GroupMember
+from workgroup.runtime.batched_slots import MemberSlotStore
 from workgroup.runtime.errors import LeaseLostError
 from workgroup.runtime.lease import Lease
 from workgroup.runtime.slots import slot_of
-from workgroup.runtime.store import MemberSlotStore
 from workgroup.security import Security
 
 from .conftest import Pki, member

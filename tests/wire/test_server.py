@@ -15,6 +15,7 @@ from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.server import CoordinatorServer
 from workgroup.coordinator.store import Store
 from workgroup.errors import ErrorCode, StoreError
+from workgroup.testing import FakeClock
 
 from .core_double import CoreDouble, serving_double
 from .raw_client import (
@@ -311,3 +312,33 @@ async def test_describe_groups_shows_client_id_and_host_as_kafka_does(
         assert member.client_host == "/127.0.0.1"
     finally:
         await client.close()
+
+
+async def _committed_at_ms(server: CoordinatorServer, core: CoreDouble) -> int:
+    """Commit one offset through ``server`` and return the ``now`` its core was given."""
+    await server.start()
+    client = await RawClient.connect(*server.address)
+    try:
+        r = await client.call(commit_request(5), 8)
+        assert r.topics[0].partitions[0].error_code == 0
+    finally:
+        await client.close()
+        await server.stop()
+    return core.offsets["g", "t", 0].commit_timestamp_ms
+
+
+async def test_the_core_reads_now_from_the_servers_clock() -> None:
+    clock = FakeClock(start_s=1234.5)
+    core = CoreDouble()
+    server = CoordinatorServer(CoordinatorConfig(), core=core, clock=clock)
+    assert server.clock is clock
+    assert await _committed_at_ms(server, core) == 1_234_500
+
+
+async def test_clock_ms_still_works_with_a_deprecation_warning_naming_clock() -> None:
+    core = CoreDouble()
+    with pytest.warns(DeprecationWarning, match=r"clock_ms=.*deprecated.*pass clock="):
+        server = CoordinatorServer(CoordinatorConfig(), core=core, clock_ms=lambda: 777)
+    assert server.clock.monotonic_ms() == 777
+    assert server.clock.monotonic() == 0.777
+    assert await _committed_at_ms(server, core) == 777

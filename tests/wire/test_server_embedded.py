@@ -7,7 +7,10 @@ import socket
 
 import pytest
 
-from workgroup import ConfigError, CoordinatorConfig, CoordinatorServer, GroupMember, Protocol
+from workgroup import ConfigError
+from workgroup.coordinator import CoordinatorConfig, CoordinatorServer
+from workgroup.member import GroupMember
+from workgroup.protocol import Protocol
 
 
 async def test_a_member_forms_a_group_on_an_embedded_coordinator() -> None:

@@ -1,5 +1,35 @@
-"""The embedded group coordinator: Kafka's classic group protocol on loopback."""
+"""The embedded group coordinator: Kafka's classic group protocol on loopback.
+
+:class:`CoordinatorServer` serves it (e.g. in a test, on the test's own event
+loop) with a :class:`CoordinatorConfig`; both load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 # The wire modules import kio: it is loaded first the package's way (without
 # hypothesis, see workgroup.kafka.kio_loading).
 import workgroup.kafka  # noqa: F401
+
+if TYPE_CHECKING:
+    from workgroup.coordinator.config import CoordinatorConfig
+    from workgroup.coordinator.server import CoordinatorServer
+
+#: Public name -> the module that defines it, imported on first access.
+_LAZY: dict[str, str] = {
+    "CoordinatorConfig": "workgroup.coordinator.config",
+    "CoordinatorServer": "workgroup.coordinator.server",
+}
+
+__all__ = ["CoordinatorConfig", "CoordinatorServer"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value

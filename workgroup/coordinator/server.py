@@ -15,7 +15,9 @@ Rules:
   too many unanswered requests, or whose peer does not read its responses (the
   transport's write buffer is above its high-water mark), is not read from
   until that drains.
-* ``now_ms`` comes from a monotonic clock.  One timer calls ``expire``.  It is
+* ``now_ms`` is the server's :class:`~workgroup.clock.Clock` (``clock=``, the
+  system's by default; the connections' idle and rate limits read it too),
+  and deadlines are waited out on the loop's timer.  One timer calls ``expire``.  It is
   re-armed only when the earliest deadline may have moved *earlier* than the
   armed one (the core's cheap lower bound says so); a deadline pushed later
   (every heartbeat) leaves it alone, and a timer that fires early finds
@@ -47,12 +49,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from workgroup.clock import monotonic_ms
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.coordinator import broker, wire
 from workgroup.coordinator.acl import ANONYMOUS, GroupAcl
 from workgroup.coordinator.actions import (
@@ -145,8 +148,9 @@ class _Connection(asyncio.Protocol):
         self._writing_paused = False
         self._resume_scheduled = False
         self._loop = asyncio.get_running_loop()
+        self._clock = server.clock
         self.lost: asyncio.Future[None] = self._loop.create_future()
-        self._last_active = self._loop.time()
+        self._last_active = self._clock.monotonic()
         self._idle_timer: asyncio.TimerHandle | None = None
         # Request-rate limit (token bucket), when configured.
         rate = server.config.max_requests_per_second
@@ -190,7 +194,7 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        self._last_active = self._loop.time()
+        self._last_active = self._clock.monotonic()
         frames = self._splitter.feed(data)
         if frames:
             self._ready.extend(frames)
@@ -257,7 +261,7 @@ class _Connection(asyncio.Protocol):
         """Spend one request of the rate limit; if none is left, resume when one is."""
         if self._rate_timer is not None:
             return False
-        now = self._loop.time()
+        now = self._clock.monotonic()
         refill = (now - self._tokens_at) * self._rate
         self._tokens = min(self._tokens + refill, max(self._rate, 1.0))
         self._tokens_at = now
@@ -275,14 +279,16 @@ class _Connection(asyncio.Protocol):
             self._handle_ready()
 
     def _arm_idle_timer(self, idle_s: float) -> None:
-        self._idle_timer = self._loop.call_at(self._last_active + idle_s, self._check_idle, idle_s)
+        # Measured on the server's clock, waited out on the loop's timer (as the core's deadlines).
+        wait = max(self._last_active + idle_s - self._clock.monotonic(), 0.0)
+        self._idle_timer = self._loop.call_later(wait, self._check_idle, idle_s)
 
     def _check_idle(self, idle_s: float) -> None:
         if self.closed:
             return
         if self.pending or self._ready:  # waiting on us, not idle
-            self._last_active = self._loop.time()
-        if self._loop.time() - self._last_active >= idle_s:
+            self._last_active = self._clock.monotonic()
+        if self._clock.monotonic() - self._last_active >= idle_s:
             log.info("coordinator.idle_connection_closed", peer=self.peer, idle_s=idle_s)
             self._server.idle_closed += 1
             self.close()
@@ -350,6 +356,23 @@ class _Connection(asyncio.Protocol):
             self._transport.abort()
 
 
+class _MillisecondClock:
+    """A :class:`~workgroup.clock.Clock` over a milliseconds function (the
+    deprecated ``clock_ms=``); it sleeps on the event loop."""
+
+    def __init__(self, clock_ms: Callable[[], int]) -> None:
+        self._clock_ms = clock_ms
+
+    def monotonic(self) -> float:
+        return self._clock_ms() / 1000
+
+    def monotonic_ms(self) -> int:
+        return self._clock_ms()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
 class CoordinatorServer:
     """The embedded coordinator listening on one TCP address.
 
@@ -370,7 +393,8 @@ class CoordinatorServer:
         port: int = 0,
         store: Store | None = None,
         core: CoordinatorCore | None = None,
-        clock_ms: Callable[[], int] = monotonic_ms,
+        clock: Clock = SYSTEM_CLOCK,
+        clock_ms: Callable[[], int] | None = None,
         empty_topics: bool = True,
         tls: TlsSettings | None = None,
         sasl: SaslSettings | None = None,
@@ -396,7 +420,16 @@ class CoordinatorServer:
         self.store = store
         self._host = host
         self._port = port
-        self._clock_ms = clock_ms
+        if clock_ms is not None:
+            warnings.warn(
+                "CoordinatorServer(clock_ms=...) is deprecated: pass clock= a "
+                "workgroup.clock.Clock (its monotonic_ms() is the core's now)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            clock = _MillisecondClock(clock_ms)
+        #: What the core's ``now`` and the connections' idle and rate limits are read from.
+        self.clock = clock
         #: Report requested topics as existing with no partitions (see broker.py).
         self.empty_topics = empty_topics
         self._server: asyncio.Server | None = None
@@ -434,7 +467,7 @@ class CoordinatorServer:
             groups, offsets = await asyncio.get_running_loop().run_in_executor(
                 self._executor, self.store.load
             )
-            self.core.restore(self._clock_ms(), groups, offsets)
+            self.core.restore(self.clock.monotonic_ms(), groups, offsets)
             log.info("coordinator.restored", groups=len(groups), offsets=len(offsets))
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
@@ -497,7 +530,7 @@ class CoordinatorServer:
             self._timer = None
         if self.failure is None and self._server is not None:
             try:
-                self._carry_out(self.core.unload(self._clock_ms()))
+                self._carry_out(self.core.unload(self.clock.monotonic_ms()))
             except Exception:
                 log.exception("coordinator.unload_failed")
         if self._flusher is not None and self._flusher is not asyncio.current_task():
@@ -624,7 +657,7 @@ class CoordinatorServer:
             request = decision.request
             slot.transform = decision.transform
         try:
-            actions = self.core.handle(self._clock_ms(), slot, request)
+            actions = self.core.handle(self.clock.monotonic_ms(), slot, request)
         except Exception:
             log.exception("coordinator.handle_failed", peer=connection.peer, request=request)
             return False
@@ -812,14 +845,14 @@ class CoordinatorServer:
         self._armed_deadline = deadline
         if deadline is not None and not self._stopping:
             # One millisecond late rather than early: the core expires at >= deadline.
-            delay = max(0, deadline - self._clock_ms() + 1) / 1000
+            delay = max(0, deadline - self.clock.monotonic_ms() + 1) / 1000
             self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
         self._armed_deadline = None
         try:
-            actions = self.core.expire(self._clock_ms())
+            actions = self.core.expire(self.clock.monotonic_ms())
         except Exception:
             log.exception("coordinator.expire_failed")
             # Retry later rather than spin on a deadline that keeps failing.

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from workgroup.runtime.app import App
-    from workgroup.runtime.errors import CheckpointError, LeaseLostError
+    from workgroup.runtime.errors import (
+        CheckpointError,
+        LeaseLostError,
+        LegacyLayoutError,
+        SlotMismatchError,
+    )
     from workgroup.runtime.lease import Lease
 
 #: Public name -> the module that defines it, imported on first access.
@@ -21,9 +26,18 @@ _LAZY: dict[str, str] = {
     "CheckpointError": "workgroup.runtime.errors",
     "Lease": "workgroup.runtime.lease",
     "LeaseLostError": "workgroup.runtime.errors",
+    "LegacyLayoutError": "workgroup.runtime.errors",
+    "SlotMismatchError": "workgroup.runtime.errors",
 }
 
-__all__ = ["App", "CheckpointError", "Lease", "LeaseLostError"]
+__all__ = [
+    "App",
+    "CheckpointError",
+    "Lease",
+    "LeaseLostError",
+    "LegacyLayoutError",
+    "SlotMismatchError",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -50,7 +50,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -279,7 +278,7 @@ class RuntimeMetrics:
         role: str,
         acquire_s: float | None,
         lease: HeldLease | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.owned.labels(group, kind, role).inc()
         if acquire_s is not None:
@@ -291,7 +290,7 @@ class RuntimeMetrics:
 
             def age() -> float:
                 last = held.last_commit_s
-                return float("nan") if last is None else max(clock() - last, 0.0)
+                return float("nan") if last is None else max(clock.monotonic() - last, 0.0)
 
             self.checkpoint_age.labels(group, kind, key).set_function(age)
 

@@ -79,6 +79,7 @@ from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.protocol import Protocol
+from workgroup.runtime.batched_slots import MemberSlotStore
 from workgroup.runtime.config import STOP_MARGIN_MS, Settings
 from workgroup.runtime.drains import DrainFollower, DrainRequests, drain_before_stop
 from workgroup.runtime.errors import HandlerFailedError, ResourceFunctionError
@@ -95,7 +96,6 @@ from workgroup.runtime.metrics import RuntimeMetrics, end_reason
 from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.slots import Slot, check_group_id, slot_of
 from workgroup.runtime.spec import LEADER_KIND, DeclaredApp, ResourceFunction, failure_policy
-from workgroup.runtime.store import MemberSlotStore
 from workgroup.runtime.topics import LeaseTopics
 from workgroup.runtime.watch import (
     client_id_of,
@@ -584,7 +584,7 @@ class GroupRunner:
         assigned_at = self._assigned_at.pop((self._resource_kind(lease), lease.key), None)
         acquire_s = None if assigned_at is None else self._clock.monotonic() - assigned_at
         self._metrics.lease_started(
-            self.group_id, lease.kind, lease.role, acquire_s, lease, self._clock.monotonic
+            self.group_id, lease.kind, lease.role, acquire_s, lease, self._clock
         )
         # The log records exclusive ownership: standby holders are not in it.
         if self._events is not None and lease.role == "active":

@@ -6,9 +6,11 @@ every sleeper whose deadline it passed, in deadline order; with
 nothing new happened on it for that long in real time (0: at once) and then
 for :data:`SETTLE_PASSES` event-loop passes (so that tasks woken or cancelled
 meanwhile get to run first), and code that waits out back-offs and deadlines
-runs in no time.  Tests pass it where
-the code takes ``clock=`` (``GroupMember``, ``Lease``, ``HandlerRun``,
-``GroupRunner``) and wait for :meth:`FakeClock.sleepers` instead of sleeping.
+runs in no time.  Tests pass it where the code takes ``clock=``
+(``GroupMember``, ``Lease``, ``HandlerRun``, ``GroupRunner``,
+``CoordinatorServer``, ``Directory``) and wait for :meth:`FakeClock.sleepers`
+instead of sleeping; the coordinator's harness
+(:mod:`workgroup.testing.coordinator`) moves it by whole milliseconds.
 """
 
 from __future__ import annotations
@@ -74,7 +76,15 @@ class FakeClock:
         run once the caller yields to the event loop)."""
         if seconds < 0:
             raise ValueError(f"a monotonic clock never goes back (advance by {seconds})")
-        self._ns += _ns(seconds)
+        self._advance_ns(_ns(seconds))
+
+    def advance_to_ms(self, target_ms: int) -> None:
+        """Move time forward to ``target_ms`` whole milliseconds, exactly (the ``now``
+        of the sans-I/O machines); no move if the clock is there or past it."""
+        self._advance_ns(max(target_ms * 1_000_000 - self._ns, 0))
+
+    def _advance_ns(self, ns: int) -> None:
+        self._ns += ns
         while self._sleepers and self._sleepers[0][0] <= self._ns:
             _, _, woken = heapq.heappop(self._sleepers)
             if not woken.done():

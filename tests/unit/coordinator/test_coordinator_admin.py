@@ -5,7 +5,6 @@ from __future__ import annotations
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.coordinator import EMPTY_GROUP_CLEANUP_MS, TimerKind
 from workgroup.coordinator.group import GroupState
-from workgroup.coordinator.testing import CoordinatorHarness, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import (
     CommitPartition,
@@ -28,6 +27,7 @@ from workgroup.kafka.messages import (
     OffsetFetchGroup,
     OffsetFetchResult,
 )
+from workgroup.testing.coordinator import CoordinatorHarness, join_request
 
 
 def harness() -> CoordinatorHarness:

@@ -28,7 +28,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.group import GroupState
-from workgroup.coordinator.testing import CoordinatorHarness, Token, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import (
     CommitPartition,
@@ -43,6 +42,7 @@ from workgroup.kafka.messages import (
     OffsetCommitResult,
     SyncGroupResult,
 )
+from workgroup.testing.coordinator import CoordinatorHarness, Token, join_request
 
 GROUP = "g"
 PROTOCOL_CHOICES = (

@@ -8,7 +8,6 @@ from workgroup.coordinator.actions import Persist
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.coordinator import NEW_MEMBER_JOIN_TIMEOUT_MS
 from workgroup.coordinator.group import GroupState
-from workgroup.coordinator.testing import CoordinatorHarness, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import (
     DescribeGroups,
@@ -16,6 +15,7 @@ from workgroup.kafka.messages import (
     JoinGroupResult,
     SyncGroupResult,
 )
+from workgroup.testing.coordinator import CoordinatorHarness, join_request
 
 DELAY = 100
 

@@ -6,10 +6,10 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from workgroup.coordinator.config import CoordinatorConfig
-from workgroup.coordinator.testing import CoordinatorHarness, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import JoinGroupResult
 from workgroup.testing import capture_logs
+from workgroup.testing.coordinator import CoordinatorHarness, join_request
 
 
 def rejections(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:

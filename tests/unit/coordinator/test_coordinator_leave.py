@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.group import GroupState
-from workgroup.coordinator.testing import CoordinatorHarness, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import JoinGroupResult, LeaveGroup, LeaveGroupResult, LeavingMember
+from workgroup.testing.coordinator import CoordinatorHarness, join_request
 
 
 def harness() -> CoordinatorHarness:

@@ -6,7 +6,6 @@ import pytest
 
 from workgroup.coordinator.actions import Persist, Reply
 from workgroup.coordinator.config import CoordinatorConfig
-from workgroup.coordinator.testing import CoordinatorHarness, FormedGroup, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import (
     FENCE_CLIENT_ID,
@@ -23,6 +22,7 @@ from workgroup.kafka.messages import (
     OffsetFetchGroup,
     OffsetFetchResult,
 )
+from workgroup.testing.coordinator import CoordinatorHarness, FormedGroup, join_request
 
 
 def harness(**config: int) -> CoordinatorHarness:

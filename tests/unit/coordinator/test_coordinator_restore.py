@@ -5,7 +5,6 @@ from __future__ import annotations
 from workgroup.coordinator.actions import StoredGroup, StoredOffset
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.group import GroupState
-from workgroup.coordinator.testing import CoordinatorHarness, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import (
     CommitPartition,
@@ -20,6 +19,7 @@ from workgroup.kafka.messages import (
     OffsetFetchGroup,
     OffsetFetchResult,
 )
+from workgroup.testing.coordinator import CoordinatorHarness, join_request
 
 
 def replay(
@@ -29,7 +29,7 @@ def replay(
     groups: list[StoredGroup] = [g for p in source.persisted for g in p.groups]
     offsets: list[StoredOffset] = [o for p in source.persisted for o in p.offsets]
     restarted = CoordinatorHarness(config or source.config)
-    restarted.clock.now_ms = at_ms
+    restarted.clock.advance_to_ms(at_ms)
     restarted.coordinator.restore(at_ms, groups, offsets)
     return restarted
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from workgroup.coordinator.actions import Persist, Reply
 from workgroup.coordinator.config import CoordinatorConfig
-from workgroup.coordinator.testing import CoordinatorHarness, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import Heartbeat, JoinGroupResult, SyncGroupResult
+from workgroup.testing.coordinator import CoordinatorHarness, join_request
 
 MEMBERS = 1_000
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from workgroup.coordinator.actions import Persist, Reply
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.group import GroupState
-from workgroup.coordinator.testing import CoordinatorHarness, Token, join_request
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import JoinGroupResult, SyncGroupResult
+from workgroup.testing.coordinator import CoordinatorHarness, Token, join_request
 
 PROTOCOLS = (("range", b"r"), ("roundrobin", b"rr"))
 

@@ -527,7 +527,7 @@ class EmbeddedCoordinator:
     def __init__(self, **config: Any) -> None:
         from workgroup.coordinator.config import CoordinatorConfig
         from workgroup.coordinator.coordinator import GroupCoordinator
-        from workgroup.coordinator.testing import sequential_member_ids
+        from workgroup.testing.coordinator import sequential_member_ids
 
         # Sequential member ids keep every simulated run reproducible.
         self.core = GroupCoordinator(

@@ -107,3 +107,23 @@ async def test_wait_within_measures_the_deadline_on_the_clock() -> None:
     work.set_result(None)
     assert await waiting
     assert clock.sleepers == 0  # its deadline is cancelled
+
+
+def test_advance_to_ms_moves_to_a_whole_millisecond_exactly_and_never_back() -> None:
+    clock = FakeClock(1.0)
+    clock.advance_to_ms(123_456_789_001)
+    assert clock.monotonic_ms() == 123_456_789_001
+    clock.advance_to_ms(5)  # already past: no move
+    assert clock.monotonic_ms() == 123_456_789_001
+
+
+async def test_advance_to_ms_wakes_the_sleepers_it_passes() -> None:
+    clock = FakeClock()
+    sleeper = asyncio.ensure_future(clock.sleep(2.0))
+    await clock.wait_for_sleepers(1)
+    clock.advance_to_ms(1_999)
+    await settle()
+    assert not sleeper.done()
+    clock.advance_to_ms(2_000)
+    await settle()
+    assert sleeper.done()

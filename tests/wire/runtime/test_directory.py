@@ -15,10 +15,13 @@ from click.testing import CliRunner, Result
 from tests.wire.member.backends import Backend, run_backend
 from workgroup import ConfigError
 from workgroup.cli import main
+from workgroup.coordinator import CoordinatorServer
 from workgroup.directory import Directory, lookup_owner
 from workgroup.member.driver import GroupMember
 from workgroup.protocol import Protocol
 from workgroup.protocol.endpoint import ENDPOINT_TAG, check_endpoint
+from workgroup.testing import FakeClock
+from workgroup.testing.clock import settle
 
 TIMEOUT_S = 30
 SHARDS = {"shard": [0, 1, 2, 3]}
@@ -120,3 +123,27 @@ async def test_run_refuses_a_bad_advertise_address(backend: Backend) -> None:
     )  # fmt: skip
     assert result.exit_code == 2, result.output
     assert "is not HOST:PORT" in result.output
+
+
+async def test_the_directory_polls_and_times_out_on_the_clock_it_is_given(
+    coordinator_server: CoordinatorServer,
+) -> None:
+    clock = FakeClock()
+    group = f"dir-clock-{uuid.uuid4().hex[:8]}"
+    async with Directory(
+        coordinator_server.bootstrap, group, refresh_ms=1000, clock=clock
+    ) as directory:
+        await clock.wait_for_sleepers(1)  # the poller waits out refresh_ms on the clock
+        waiting = asyncio.ensure_future(directory.wait_changed(timeout_s=0.5))
+        await clock.wait_for_sleepers(2)
+        clock.advance(0.5)
+        with pytest.raises(TimeoutError, match=r"no refresh within 0\.5 s"):
+            await waiting
+        waiting = asyncio.ensure_future(directory.wait_changed(timeout_s=10))
+        await clock.wait_for_sleepers(2)
+        await settle()
+        assert not waiting.done()  # no refresh until the clock reaches refresh_ms
+        clock.advance(0.5)
+        async with asyncio.timeout(TIMEOUT_S):
+            await waiting
+        assert directory.error is None

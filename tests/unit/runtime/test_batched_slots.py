@@ -13,8 +13,8 @@ from workgroup.kafka.messages import (
     CommitTopicResult,
     OffsetCommitResult,
 )
+from workgroup.runtime.batched_slots import MemberSlotStore
 from workgroup.runtime.lease import Slot
-from workgroup.runtime.store import MemberSlotStore
 from workgroup.types import Resource
 
 
