@@ -81,7 +81,7 @@ SANS_IO = (
     "workgroup.member.outgoing",
     "workgroup.member.responses",
     "workgroup.member.generation",
-    "workgroup.member.leader",
+    "workgroup.member.round_plan",
     "workgroup.member.transitions",
     "workgroup.coordinator.coordinator",
     "workgroup.coordinator.group",

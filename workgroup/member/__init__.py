@@ -6,7 +6,7 @@ What each module owns:
   parts, all sans-I/O: ``transitions`` (states and legal moves), ``lookup``
   (finding the coordinator), ``requests`` (requests in flight), ``generation``,
   ``heartbeat`` (heartbeat and session timing), ``ownership`` (what is owned
-  and releasing), ``commits`` (commits in flight), ``leader`` (the leader's
+  and releasing), ``commits`` (commits in flight), ``round_plan`` (the leader's
   round), ``delay`` (reassignment delay); ``config``, ``actions`` (its outputs)
   and ``errors``.
 * ``transport`` — bootstrap addresses, the coordinator connection, and the one

@@ -60,10 +60,10 @@ from workgroup.member.actions import (
     RunAssignor,
     SendRequest,
 )
-from workgroup.member.balancing import check_load
 from workgroup.member.commits import commit_result
 from workgroup.member.config import MemberSettings, member_config
 from workgroup.member.errors import InconsistentProtocolError, MemberClosedError
+from workgroup.member.load_balancing import check_load
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
 from workgroup.member.transport import (
@@ -201,7 +201,7 @@ class GroupMember:
         clock: The clock every machine event's ``now`` is read from
             (:class:`~workgroup.clock.Clock`; the runtime shares its own).
         imbalance_tolerance, max_moves, balance_interval_ms: As the leader, load
-            balancing after the assignor (:mod:`workgroup.member.balancing`): at
+            balancing after the assignor (:mod:`workgroup.member.load_balancing`): at
             most ``max_moves`` moves (0: off) bring the busiest member within
             ``imbalance_tolerance`` of the mean load; while a round ends above
             it, a probing rebalance follows every ``balance_interval_ms``.
@@ -545,7 +545,7 @@ class GroupMember:
     def report_load(self, resource: Resource, value: float) -> None:
         """Record ``value`` (finite, >= 0: records/s, bytes/s, ...) as the current
         load of ``resource``; the member publishes its smoothed load the next time
-        it joins (:mod:`workgroup.member.balancing`).  Safe from any thread.
+        it joins (:mod:`workgroup.member.load_balancing`).  Safe from any thread.
         A bad value is a :class:`~workgroup.errors.ConfigError`."""
         load = check_load(value)
         machine = self._machine

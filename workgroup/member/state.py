@@ -33,7 +33,7 @@ probe (:mod:`~workgroup.member.intents`), the generation each commit goes
 under (:mod:`~workgroup.member.commits`) and the leader's round
 (:mod:`~workgroup.member.pipeline`: the assignor, reassignment delay,
 refusals, balancing, warm-up staging and moves; shared stages in
-:mod:`~workgroup.member.leader`).  The parts never call the machine: they
+:mod:`~workgroup.member.round_plan`).  The parts never call the machine: they
 return typed :mod:`~workgroup.member.outcomes` (lose, fail, rejoin, find the
 coordinator again, leave, lead, sync, take an assignment), which the machine
 routes in order; the machine alone drives the leader's round.
@@ -96,7 +96,7 @@ Rules:
    them in their metadata; the leader withholds any resource another member
    still owns, the owner revokes it when it sees its new assignment and then
    rejoins (the follow-up round), and the resource is handed out in that round.
-   The leader's round is computed by :mod:`~workgroup.member.leader` (shared
+   The leader's round is computed by :mod:`~workgroup.member.round_plan` (shared
    with ``workgroup assign``); every assignment of a round that withheld
    something carries the ``pending`` flag, and a member is *settled* only once
    it holds an assignment without it.
@@ -196,7 +196,7 @@ Rules:
    already; otherwise the machine logs ``member.callback_failed`` and, with
    ``"release"``, gives the resources of a failed ``on_assigned`` back as
    :meth:`MemberMachine.release` does (rule 8); ``"log"`` keeps the change.
-13. Load balancing (:mod:`~workgroup.member.balancing`): the member's
+13. Load balancing (:mod:`~workgroup.member.load_balancing`): the member's
    metadata carries the smoothed loads of what it owns; as leader, the
    assignor runs followed by the balancing stage, and while a round ends over
    the tolerance a probing rebalance is requested ``balance_interval_ms``
@@ -244,7 +244,6 @@ from workgroup.kafka.messages import (
 from workgroup.log import get_logger
 from workgroup.member.actions import Action, CallbackErrorPolicy, Partition
 from workgroup.member.assignment import AssignmentTaker
-from workgroup.member.balancing import LoadMeter
 from workgroup.member.catalog import MemberCatalog
 from workgroup.member.closing import Closing
 from workgroup.member.commits import CommitRouter
@@ -253,6 +252,7 @@ from workgroup.member.departure import Departure
 from workgroup.member.errors import AssignorError, CallbackError
 from workgroup.member.holdings import GiveBack, Holdings
 from workgroup.member.intents import Intents
+from workgroup.member.load_balancing import LoadMeter
 from workgroup.member.membership import Membership
 from workgroup.member.outcomes import (
     CoordinatorLost,
