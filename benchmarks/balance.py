@@ -54,7 +54,7 @@ from rich.table import Table
 from workgroup.assignors.balance import LoadBalancing, balance, fewest_moves
 from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
 from workgroup.assignors.sticky import CooperativeStickyAssignor, StickyAssignor
-from workgroup.member.balancing import BalanceSettings, LeaderBalancing, LoadMeter
+from workgroup.member.load_balancing import BalanceSettings, LeaderBalancing, LoadMeter
 from workgroup.types import Resource
 
 HERE = Path(__file__).resolve().parent

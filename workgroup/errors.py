@@ -13,7 +13,8 @@ Rules:
    (:class:`LeaseAction`, the lease's rule 3), and what an answer says about
    the member that sent it (:class:`MemberCheck`, the member machine's rules 9
    and 11).  ``ErrorCode.retriable``, the member machine and the lease read it;
-   none keeps a set of codes of its own (:func:`codes_where` derives one).
+   none keeps a set of codes of its own: the sets below (:func:`codes_where`
+   derives them) are the only ones.
 2. Every :class:`ErrorCode` has a row (a unit test checks it).
 """
 
@@ -197,6 +198,19 @@ ERROR_MEANINGS: Mapping[ErrorCode, CodeMeaning] = MappingProxyType(
 def codes_where(test: Callable[[CodeMeaning], bool]) -> frozenset[ErrorCode]:
     """The codes whose meaning passes ``test`` (e.g. ``lambda m: m.fatal``)."""
     return frozenset(code for code, meaning in ERROR_MEANINGS.items() if test(meaning))
+
+
+#: The codes that end a group member for good (``MemberAction.FATAL``: the member
+#: machine's rule 3); each gets a :class:`~workgroup.member.errors.MemberFatalError`.
+MEMBER_FATAL_CODES = codes_where(lambda meaning: meaning.fatal)
+#: Answers to a lease's commit that mean the member itself is gone: the lease can
+#: never be used again (``LeaseAction.FENCE``).
+LEASE_FENCING_CODES = codes_where(lambda meaning: meaning.lease is LeaseAction.FENCE)
+#: Answers to a lease's commit during a rebalance: the lease may still be held once
+#: it completes (``LeaseAction.WAIT_FOR_REBALANCE``).
+LEASE_REBALANCING_CODES = codes_where(
+    lambda meaning: meaning.lease is LeaseAction.WAIT_FOR_REBALANCE
+)
 
 
 class WorkgroupError(Exception):

@@ -10,7 +10,7 @@ from rich.console import Console
 from workgroup.admin import GroupDescription, MemberDescription, decode_warming
 from workgroup.cli.describe import render, warming_cell
 from workgroup.cli.top import Watch
-from workgroup.member.leader import DRAINING_TAG, LEAVING_TAG
+from workgroup.member.round_plan import DRAINING_TAG, LEAVING_TAG
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
 
 CODEC = BinaryCodec()

@@ -6,6 +6,9 @@ import pytest
 
 from workgroup.errors import (
     ERROR_MEANINGS,
+    LEASE_FENCING_CODES,
+    LEASE_REBALANCING_CODES,
+    MEMBER_FATAL_CODES,
     CoordinatorError,
     ErrorCode,
     LeaseAction,
@@ -13,7 +16,6 @@ from workgroup.errors import (
     codes_where,
 )
 from workgroup.member import errors as member_errors
-from workgroup.runtime import lease
 
 
 def test_every_error_code_has_a_meaning() -> None:
@@ -43,10 +45,10 @@ def test_a_fatal_code_is_never_retriable_and_a_coordinator_move_always_is() -> N
 
 
 def test_the_member_reads_its_fatal_codes_from_the_table() -> None:
-    assert codes_where(lambda m: m.fatal) == member_errors.FATAL_CODES
+    assert codes_where(lambda m: m.fatal) == MEMBER_FATAL_CODES
     # Every code with an error class of its own is fatal.
-    assert set(member_errors._FATAL_CLASSES) <= member_errors.FATAL_CODES
-    assert ErrorCode.FENCED_INSTANCE_ID in member_errors.FATAL_CODES
+    assert set(member_errors._FATAL_CLASSES) <= MEMBER_FATAL_CODES
+    assert ErrorCode.FENCED_INSTANCE_ID in MEMBER_FATAL_CODES
 
 
 def test_the_lease_reads_fencing_and_rebalancing_codes_from_the_table() -> None:
@@ -54,12 +56,12 @@ def test_the_lease_reads_fencing_and_rebalancing_codes_from_the_table() -> None:
         ErrorCode.UNKNOWN_MEMBER_ID,
         ErrorCode.FENCED_INSTANCE_ID,
         ErrorCode.GROUP_ID_NOT_FOUND,
-    } == lease.FENCING_ERRORS
+    } == LEASE_FENCING_CODES
     assert {
         ErrorCode.ILLEGAL_GENERATION,
         ErrorCode.REBALANCE_IN_PROGRESS,
-    } == lease.REBALANCING_ERRORS
-    assert all(ERROR_MEANINGS[code].ends_lease for code in lease.FENCING_ERRORS)
+    } == LEASE_REBALANCING_CODES
+    assert all(ERROR_MEANINGS[code].ends_lease for code in LEASE_FENCING_CODES)
 
 
 def test_the_member_actions_of_rule_3() -> None:

@@ -769,7 +769,7 @@ class LoadBalancing:
     The live leader and ``workgroup assign`` wrap their assignor in one for each
     round (:mod:`workgroup.member.pipeline`).  ``carry`` is what an earlier
     round of the same rebalance decided, whose premises the leader found still
-    hold (:class:`~workgroup.member.leader.RoundPlan`): the round carries it out
+    hold (:class:`~workgroup.member.round_plan.RoundPlan`): the round carries it out
     (neither the assignor nor the stage decides again; ``carry_stopped_early``
     is whether the deciding round was stopped early).  :attr:`decided` says
     whether the stage changed the assignor's target (or carried a decision).

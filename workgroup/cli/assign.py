@@ -16,7 +16,7 @@ too, as for a live member), ``owned`` to nothing, ``generation`` to -1,
 
 Each member is turned into the metadata a live member would send, encoded and
 decoded with the protocol's codec, and handed to the same functions the live
-leader uses (:mod:`workgroup.member.leader`): the output's ``assignment`` is
+leader uses (:mod:`workgroup.member.round_plan`): the output's ``assignment`` is
 what the leader hands out this round, ``target`` what the group owns once the
 follow-up rounds are done.  Kinds and owned resources the catalog does not have
 are ignored, as the leader ignores them, and listed under ``stats.ignored``.
@@ -46,9 +46,9 @@ from workgroup.assignors.registry import get_assignor
 from workgroup.assignors.stats import assignment_stats
 from workgroup.errors import ConfigError
 from workgroup.kafka.messages import JoinedMember
-from workgroup.member.balancing import BalanceSettings, check_load
-from workgroup.member.leader import read_members
+from workgroup.member.load_balancing import BalanceSettings, check_load
 from workgroup.member.pipeline import Rebalance, simulate_rebalance
+from workgroup.member.round_plan import read_members
 from workgroup.protocol.catalog import Catalog, CatalogEntry, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import MemberMetadata
 from workgroup.protocol.protocol import Protocol, RebalanceMode

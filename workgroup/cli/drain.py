@@ -40,7 +40,7 @@ from workgroup.admin import GroupDescription, MemberDescription, describe_group
 from workgroup.cli.connection import connect, coordinator_options
 from workgroup.cli.options import option_with_alias
 from workgroup.errors import WorkgroupError
-from workgroup.member.leader import DRAINING_TAG
+from workgroup.member.round_plan import DRAINING_TAG
 from workgroup.runtime.drains import DrainRequests, DrainTarget, is_drained, targets_of
 from workgroup.security import Security
 

@@ -94,7 +94,7 @@ class MemberDescription:
     @property
     def draining(self) -> bool:
         """It drains: it stays in the group and hands everything over."""
-        from workgroup.member.leader import DRAINING_TAG  # the leader's; loaded on use
+        from workgroup.member.round_plan import DRAINING_TAG  # the leader's; loaded on use
 
         meta = self.workgroup_metadata()
         return meta is not None and DRAINING_TAG in dict(meta.tags)
@@ -102,7 +102,7 @@ class MemberDescription:
     @property
     def leaving(self) -> bool:
         """It is closing: it hands everything over before it leaves."""
-        from workgroup.member.leader import LEAVING_TAG  # the leader's; loaded on use
+        from workgroup.member.round_plan import LEAVING_TAG  # the leader's; loaded on use
 
         meta = self.workgroup_metadata()
         return meta is not None and LEAVING_TAG in dict(meta.tags)

@@ -6,9 +6,11 @@ What each module owns:
   parts, all sans-I/O: ``transitions`` (states and legal moves), ``lookup``
   (finding the coordinator), ``requests`` (requests in flight), ``generation``,
   ``heartbeat`` (heartbeat and session timing), ``ownership`` (what is owned
-  and releasing), ``commits`` (commits in flight), ``leader`` (the leader's
-  round), ``delay`` (reassignment delay); ``config``, ``actions`` (its outputs)
-  and ``errors``.
+  and releasing), ``commits`` (commits in flight), ``round_plan`` (the leader's
+  round), ``delay`` (reassignment delay), ``leading`` (when the leader's round
+  runs), ``application`` (the application's requests), ``parts`` (where they
+  are built), ``views`` (what the machine shows of them); ``config``,
+  ``actions`` (its outputs) and ``errors``.
 * ``transport`` — bootstrap addresses, the coordinator connection, and the one
   place aiokafka's errors become workgroup's; ``wire`` — the requests' codec.
 * ``driver`` — :class:`GroupMember`: feeds the machine its events and carries

@@ -19,7 +19,7 @@ from typing import TypedDict
 
 from workgroup.assignors.balance import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from workgroup.errors import ConfigError
-from workgroup.member.balancing import DEFAULT_BALANCE_INTERVAL_MS, BalanceSettings
+from workgroup.member.load_balancing import DEFAULT_BALANCE_INTERVAL_MS, BalanceSettings
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
 
 #: Warm-ups running in a group at once, by default: a few planned moves at a
@@ -143,7 +143,7 @@ class MemberConfig:
     session_margin_ms: int | None = None
     #: Time limit of a lookup, OffsetCommit and OffsetFetch (rule 2); ``None``: default.
     request_timeout_ms: int | None = None
-    #: As leader, load balancing after the assignor (:mod:`workgroup.member.balancing`):
+    #: As leader, load balancing after the assignor (:mod:`workgroup.member.load_balancing`):
     #: at most ``max_moves`` moves (0: off) bring the busiest member within
     #: ``imbalance_tolerance`` of the mean load; while a round ends above it, a
     #: probing rebalance follows every ``balance_interval_ms``.

@@ -16,7 +16,7 @@ Rules:
    :class:`~workgroup.member.errors.IllegalTransitionError`.  Closing again
    while departing changes nothing (the machine asks :attr:`Departure.closing`).
 4. A member that hands over is *departing*: its metadata carries
-   :data:`~workgroup.member.leader.LEAVING_TAG`, so the leader gives it nothing.
+   :data:`~workgroup.member.round_plan.LEAVING_TAG`, so the leader gives it nothing.
 5. The only deadline is the hand-over's (rule 7), and only while the member is
    not finishing a round of its own: then the round's answer wakes it.
 6. Whether closing sends LeaveGroup at all is a choice, not a stage: dynamic

@@ -3,13 +3,16 @@ carries out its actions.
 
 All decisions are the state machine's (``state.py``): when to send which
 request, under which generation a commit goes, the order of callbacks and what
-a failing one does.  This module only carries them out: it sends the machine's
-requests over the member's :class:`~workgroup.member.transport.CoordinatorConnection`
-(which also maps aiokafka's errors), runs callbacks one at a time (coroutine
-functions in the event loop, plain functions in a worker thread, so heartbeats
-keep flowing while a long revocation runs), runs the leader's assignor in a
-worker thread, polls the resource source and wakes the machine at its
-deadlines.
+a failing one does.  This module only routes its actions to the parts that
+carry them out, each a module with its rules: the requests
+(:mod:`~workgroup.member.request_sender`, over the member's
+:class:`~workgroup.member.transport.CoordinatorConnection`, which also maps
+aiokafka's errors), the callbacks (:mod:`~workgroup.member.callback_runner`),
+the leader's assignor (:mod:`~workgroup.member.assignor_runner`), the machine's
+deadlines (:mod:`~workgroup.member.wakeups`) and the resource source
+(:mod:`~workgroup.member.resource_source`).  It keeps the application's side:
+waiting for a state, commits awaited, a fatal error interrupting the
+``async with`` block, closing.
 
 Example::
 
@@ -24,35 +27,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import itertools
 import os
 import socket
-import traceback
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Unpack, get_args
+from typing import Unpack, get_args
 
-from workgroup.assignors.base import Assignment
-from workgroup.clock import SYSTEM_CLOCK, Clock, SystemClock, wait_within
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import ConfigError, ProtocolError, WorkgroupError
 from workgroup.kafka.messages import (
     CommitTopic,
     FetchedGroup,
     FetchTopic,
-    OffsetCommit,
     OffsetCommitResult,
     OffsetFetch,
     OffsetFetchGroup,
     OffsetFetchResult,
 )
-from workgroup.log import describe_error, get_logger, user_frames
+from workgroup.log import get_logger
 from workgroup.member.actions import (
     Action,
     CallbackErrorPolicy,
     Closed,
     CommitDone,
-    CommitOutcome,
     Failed,
     FindCoordinator,
     InvokeCallback,
@@ -60,31 +58,31 @@ from workgroup.member.actions import (
     RunAssignor,
     SendRequest,
 )
-from workgroup.member.balancing import check_load
+from workgroup.member.assignor_runner import assign
+from workgroup.member.background import BackgroundTasks
+from workgroup.member.callback_runner import Callback, CallbackRunner
+from workgroup.member.commit_waiters import CommitWaiters
 from workgroup.member.commits import commit_result
 from workgroup.member.config import MemberSettings, member_config
 from workgroup.member.errors import InconsistentProtocolError, MemberClosedError
+from workgroup.member.interruption import OwnerInterruption
+from workgroup.member.load_balancing import check_load
+from workgroup.member.request_sender import RequestSender
+from workgroup.member.resource_source import ResourceSource, poll_source, read_source
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
 from workgroup.member.transport import (
     CoordinatorConnection,
-    kafka_errors,
     map_kafka_error,
     parse_bootstrap,
 )
-from workgroup.protocol.catalog import Catalog
+from workgroup.member.wakeups import run_wakeups
 from workgroup.protocol.process import PROCESS_TAG
 from workgroup.protocol.protocol import Protocol
 from workgroup.security import PLAINTEXT, Security
 from workgroup.types import Resource
 
 log = get_logger(__name__)
-
-#: ``callback(resources, generation)``: a coroutine function (run in the event
-#: loop) or a plain function (run in a worker thread).
-Callback = Callable[[tuple[Resource, ...], int], Awaitable[None] | None]
-#: A fixed catalog, or a (possibly async) function returning the current one.
-ResourceSource = Catalog | Callable[[], Catalog | Awaitable[Catalog]]
 
 _ids = itertools.count(1)
 
@@ -93,10 +91,6 @@ def this_process() -> str:
     """``HOST-PID`` of the running process (:data:`PROCESS_TAG`), as the daemons'
     logs name it."""
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-#: How long the DescribeGroups that explains an INCONSISTENT_GROUP_PROTOCOL may take.
-DESCRIBE_TIMEOUT_S = 5.0
 
 
 class GroupMember:
@@ -201,7 +195,7 @@ class GroupMember:
         clock: The clock every machine event's ``now`` is read from
             (:class:`~workgroup.clock.Clock`; the runtime shares its own).
         imbalance_tolerance, max_moves, balance_interval_ms: As the leader, load
-            balancing after the assignor (:mod:`workgroup.member.balancing`): at
+            balancing after the assignor (:mod:`workgroup.member.load_balancing`): at
             most ``max_moves`` moves (0: off) bring the busiest member within
             ``imbalance_tolerance`` of the mean load; while a round ends above
             it, a probing rebalance follows every ``balance_interval_ms``.
@@ -265,7 +259,7 @@ class GroupMember:
         )
         self._lookup_timeout_s = self.config.effective_request_timeout_ms / 1000
         self._source = resources
-        self._callbacks: dict[str, Callback | None] = {
+        callbacks = {
             "on_assigned": on_assigned,
             "on_revoked": on_revoked,
             "on_lost": on_lost,
@@ -278,39 +272,36 @@ class GroupMember:
                 "ready() then reports"
             )
         self._on_callback_error = on_callback_error
-        self._log_tracebacks = log_tracebacks
+        self._callbacks = CallbackRunner(callbacks, log_tracebacks=log_tracebacks)
         self._poll_s = resource_poll_interval_ms / 1000
         self._close_timeout_s = close_timeout_ms / 1000
         self._confirm_release = confirm_release
         #: The clock every machine event's ``now`` is read from.
         self._clock = clock
+        self._sender = RequestSender(
+            self._connection,
+            self.config.group_id,
+            lookup_timeout_s=self._lookup_timeout_s,
+            feed=self._feed,
+            now=self._now,
+        )
         self._machine: MemberMachine | None = None
         #: ``drain()`` before ``start()``: the first JoinGroup already drains.
         self._drain_at_start = False
-        self._tasks: set[asyncio.Task[None]] = set()
-        #: Loops that run until cancelled (callbacks, resource polling).
-        self._services: set[asyncio.Task[None]] = set()
+        self._background = BackgroundTasks()
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
-        self._callback_queue: asyncio.Queue[InvokeCallback] = asyncio.Queue()
-        #: The callback running now (its ``owned`` is :attr:`assignment` meanwhile).
-        self._running_callback: InvokeCallback | None = None
         #: The fatal error, once the application may see it (after the describe
         #: that completes an InconsistentProtocolError).
         self._fatal: WorkgroupError | None = None
-        #: The task inside ``async with`` (interrupted by a fatal error).
-        self._owner: asyncio.Task[Any] | None = None
-        self._in_context = False
-        self._interrupted = False
-        #: How many of the owner's waits (wait_for, wait_closed) are under way.
-        self._owner_waits = 0
+        #: The task inside ``async with``, interrupted by a fatal error.
+        self._interruption = OwnerInterruption()
         self._main: asyncio.Task[None] | None = None
         self._started = False
         self._listeners: list[Callable[[GroupMember], None]] = []
-        self._commit_ids = itertools.count(1)
         #: Callers of :meth:`commit_offsets` waiting for the machine's answer.
-        self._commits: dict[int, asyncio.Future[Mapping[Partition, CommitOutcome]]] = {}
+        self._commits = CommitWaiters()
 
     # --- public API ---------------------------------------------------------
 
@@ -321,7 +312,7 @@ class GroupMember:
         While a callback runs: everything owned right after the change that the
         callback reports (callbacks for later changes may be queued behind it).
         """
-        running = self._running_callback
+        running = self._callbacks.running
         if running is not None:
             return running.owned
         return self._machine.owned if self._machine else frozenset()
@@ -367,31 +358,18 @@ class GroupMember:
         return bool(self._machine and self._machine.settled)
 
     async def __aenter__(self) -> GroupMember:
-        self._owner = asyncio.current_task()
+        self._interruption.entering()
         await self.start()
-        self._in_context = True
+        self._interruption.entered()
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        self._in_context = False
-        owner, interrupted = self._owner, self._interrupted
-        if interrupted and owner is not None:
-            if not isinstance(exc, asyncio.CancelledError):
-                # The block ended before our cancellation reached it: take it now.
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.sleep(0)
-            owner.uncancel()
+        interrupted = await self._interruption.leaving(exc)
         await self.close()
         error = self._fatal
-        if (
-            interrupted
-            and error is not None
-            and owner is not None
-            and owner.cancelling() == 0  # nobody else cancelled the task
-            and (exc is None or isinstance(exc, asyncio.CancelledError))
-        ):
+        if error is not None and self._interruption.ends_with_error(interrupted, exc):
             error.__suppress_context__ = True  # the cancellation was only the messenger
             raise error
 
@@ -400,7 +378,7 @@ class GroupMember:
         if self._started:
             raise WorkgroupError("the member was already started")
         self._started = True
-        catalog = await self._read_source()
+        catalog = await read_source(self._source)
         # The metadata names this process (workgroup.protocol.process): which one
         # holds the member's place now, whatever client id the coordinator kept.
         tags = {PROCESS_TAG: this_process(), **self.config.tags}
@@ -412,11 +390,19 @@ class GroupMember:
         )
         if self._drain_at_start:
             self._machine.drain(self._now(), True)
-        self._services.add(self._spawn(self._run_callbacks(), "callbacks"))
+        machine = self._machine
+        runner = self._callbacks.run(machine, self._feed, self._now)
+        self._background.spawn(runner, "callbacks", service=True)
         if self._source is not None and callable(self._source):
-            self._services.add(self._spawn(self._poll_source(), "resources"))
-        self._feed(self._machine.start(self._now()))
-        self._main = asyncio.create_task(self._run(), name=f"workgroup-member-{self._client_id}")
+            polling = poll_source(
+                self._poll_s, self.refresh_resources, group_id=self.config.group_id
+            )
+            self._background.spawn(polling, "resources", service=True)
+        self._feed(machine.start(self._now()))
+        wakeups = run_wakeups(
+            machine, self._clock, wake=self._wake, closed=self._closed, feed=self._feed
+        )
+        self._main = asyncio.create_task(wakeups, name=f"workgroup-member-{self._client_id}")
 
     async def wait_stable(self) -> None:
         """Wait until the member is settled: STABLE in the current generation with
@@ -459,14 +445,7 @@ class GroupMember:
 
     async def _next_change(self) -> None:
         self._changed.clear()
-        # The task inside ``async with`` waiting here hears of a fatal error from
-        # the wait itself: it needs no interruption.
-        owner_waits = asyncio.current_task() is self._owner
-        self._owner_waits += owner_waits
-        try:
-            await self._changed.wait()
-        finally:
-            self._owner_waits -= owner_waits
+        await self._interruption.wait(self._changed)
 
     def add_listener(self, listener: Callable[[GroupMember], None]) -> None:
         """Call ``listener(member)`` after every change of the member's state
@@ -545,7 +524,7 @@ class GroupMember:
     def report_load(self, resource: Resource, value: float) -> None:
         """Record ``value`` (finite, >= 0: records/s, bytes/s, ...) as the current
         load of ``resource``; the member publishes its smoothed load the next time
-        it joins (:mod:`workgroup.member.balancing`).  Safe from any thread.
+        it joins (:mod:`workgroup.member.load_balancing`).  Safe from any thread.
         A bad value is a :class:`~workgroup.errors.ConfigError`."""
         load = check_load(value)
         machine = self._machine
@@ -570,7 +549,7 @@ class GroupMember:
         """Read the resource source now (the leader rebalances if it changed)."""
         if self._machine is None:
             return
-        catalog = await self._read_source()
+        catalog = await read_source(self._source)
         self._feed(self._machine.resources_changed(self._now(), catalog))
 
     async def commit_offsets(
@@ -602,16 +581,12 @@ class GroupMember:
         self._require_started()
         machine = self._machine
         assert machine is not None
-        commit_id = next(self._commit_ids)
-        answer: asyncio.Future[Mapping[Partition, CommitOutcome]] = (
-            asyncio.get_running_loop().create_future()
-        )
-        self._commits[commit_id] = answer
+        commit_id, answer = self._commits.open()
         try:
             self._feed(machine.commit(self._now(), commit_id, tuple(topics), resources))
             outcomes = await answer
         finally:
-            self._commits.pop(commit_id, None)
+            self._commits.done(commit_id)
         return commit_result(topics, outcomes)
 
     async def fetch_offsets(self, topics: Sequence[FetchTopic]) -> FetchedGroup:
@@ -649,7 +624,7 @@ class GroupMember:
                 async with asyncio.timeout(self._close_timeout_s):
                     await self._closed.wait()
                     # A FATAL member closes at once; its on_lost may still be queued.
-                    await self._callback_queue.join()
+                    await self._callbacks.join()
             except TimeoutError:
                 log.error(
                     "member.close_timed_out",
@@ -665,17 +640,8 @@ class GroupMember:
         if self._main is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
-        # The service loops never end by themselves: waiting for them took the full second.
-        pending = [t for t in self._tasks if not t.done() and t not in self._services]
-        if pending:
-            # A LeaveGroup sent on a fatal error gets a moment to go out.
-            await asyncio.wait(pending, timeout=1.0)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        for waiter in self._commits.values():  # their requests were cancelled
-            if not waiter.done():
-                waiter.set_exception(MemberClosedError("the member closed before the commit"))
+        await self._background.stop(grace_s=1.0)  # a LeaveGroup gets a moment to go out
+        self._commits.closed()
         await self._connection.close()
 
     def _now(self) -> int:
@@ -686,46 +652,27 @@ class GroupMember:
         if not self._started:
             raise WorkgroupError("the member is not started (use async with, or start())")
 
-    # --- the loop -----------------------------------------------------------
-
-    async def _run(self) -> None:
-        machine = self._machine
-        assert machine is not None
-        while not self._closed.is_set():
-            deadline = machine.next_deadline()
-            delay = None if deadline is None else max(0.0, (deadline - self._now()) / 1000)
-            self._wake.clear()
-            if delay is None or isinstance(self._clock, SystemClock):
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay):  # the loop's own timer
-                        await self._wake.wait()
-            else:  # another clock (a test's FakeClock) times the machine's deadlines
-                woken = asyncio.ensure_future(self._wake.wait())
-                try:
-                    await wait_within(self._clock, woken, delay)
-                finally:
-                    woken.cancel()
-            if not self._closed.is_set():
-                self._feed(machine.tick(self._now()))
+    # --- the actions ------------------------------------------------------
 
     def _feed(self, actions: list[Action]) -> None:
+        machine, spawn = self._machine, self._background.spawn
+        assert machine is not None
         for action in actions:
             if isinstance(action, FindCoordinator):
-                self._spawn(self._find_coordinator(), "find-coordinator")
+                spawn(self._sender.find_coordinator(machine), "find-coordinator")
             elif isinstance(action, SendRequest):
-                self._spawn(self._send(action), f"request-{action.request_id}")
+                spawn(self._sender.send(machine, action), f"request-{action.request_id}")
             elif isinstance(action, InvokeCallback):
-                self._callback_queue.put_nowait(action)
+                self._callbacks.put(action)
             elif isinstance(action, RunAssignor):
-                self._spawn(self._assign(action), f"assignor-{action.run_id}")
+                spawn(assign(machine, action, self._feed, self._now), f"assignor-{action.run_id}")
             elif isinstance(action, CommitDone):
-                waiter = self._commits.get(action.commit_id)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(action.outcomes)
+                self._commits.answer(action)
             elif isinstance(action, Failed):
                 # The machine has logged it (member.fatal).
                 if isinstance(action.error, InconsistentProtocolError):
-                    self._spawn(self._explain_and_report(action.error), "describe-group")
+                    explaining = self._sender.explain(action.error, self._report_failure)
+                    spawn(explaining, "describe-group")
                 else:
                     self._report_failure(action.error)
             elif isinstance(action, Closed):
@@ -739,202 +686,12 @@ class GroupMember:
         """Let the application see the fatal error; interrupt its ``async with``."""
         self._fatal = error
         self._changed.set()
-        owner = self._owner
-        if (
-            self._in_context
-            and owner is not None
-            and not owner.done()
-            and not self._owner_waits
-            and not self._interrupted
-        ):
-            self._interrupted = True
-            owner.cancel(msg=f"the group member failed: {error}")
-
-    def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
-        task = asyncio.create_task(coro, name=f"workgroup-{name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    # --- actions ------------------------------------------------------------
-
-    async def _find_coordinator(self) -> None:
-        """One lookup per FindCoordinator: the machine's back-off is the retry policy."""
-        machine = self._machine
-        assert machine is not None
-        try:
-            await self._lookup()
-        except WorkgroupError as exc:
-            self._feed(machine.find_coordinator_failed(self._now(), exc))
-            return
-        self._feed(machine.coordinator_found(self._now()))
-
-    async def _lookup(self) -> int:
-        # Anything unexpected (not a network error) is fatal rather than a lookup
-        # that never answers.
-        with kafka_errors(f"finding the coordinator of group {self.config.group_id!r}"):
-            node_id = await self._connection.find(self.config.group_id, self._lookup_timeout_s)
-        log.debug("member.coordinator", node=node_id, group=self.config.group_id)
-        return node_id
-
-    async def _send(self, action: SendRequest) -> None:
-        machine = self._machine
-        assert machine is not None
-        try:
-            result = await self._connection.request(
-                action.request,
-                action.timeout_ms / 1000,
-                beside_held=action.beside_held,
-                may_wait_behind_held=action.may_wait_behind_held,
-            )
-        except WorkgroupError as exc:
-            if isinstance(action.request, OffsetCommit):
-                self._feed(machine.commit_answered(self._now(), action.request_id, exc))
-            else:
-                self._feed(machine.request_failed(self._now(), action.request_id, exc))
-            return
-        if isinstance(action.request, OffsetCommit):
-            assert isinstance(result, OffsetCommitResult)
-            self._feed(machine.commit_answered(self._now(), action.request_id, result))
-        else:
-            self._feed(machine.response(self._now(), action.request_id, result))
-
-    async def _explain_and_report(self, error: InconsistentProtocolError) -> None:
-        """Add what the group speaks to the error (one DescribeGroups), then report it."""
-        try:
-            summary = await self._connection.describe(self.config.group_id, DESCRIBE_TIMEOUT_S)
-            if summary:
-                error.args = (f"{error}; {summary}",)
-        except Exception as exc:  # the error stands as it is
-            log.debug("member.describe_failed", error=f"{type(exc).__name__}: {exc}")
-        finally:
-            self._report_failure(error)
-
-    async def _assign(self, action: RunAssignor) -> None:
-        machine = self._machine
-        assert machine is not None
-        try:
-            target: Assignment | WorkgroupError = await asyncio.to_thread(
-                action.assignor.assign, action.input
-            )
-        except WorkgroupError as exc:
-            target = exc
-        except Exception as exc:
-            log.exception("member.assignor_failed", assignor=action.assignor.name)
-            target = WorkgroupError(f"{type(exc).__name__}: {exc}")
-        self._feed(machine.assignment_done(self._now(), action.run_id, target))
-
-    async def _run_callbacks(self) -> None:
-        machine = self._machine
-        assert machine is not None
-        while True:
-            action = await self._callback_queue.get()
-            try:
-                failure = await self._invoke(action)
-                if failure is None:
-                    self._feed(machine.callback_done(self._now(), action.callback_id))
-                else:  # the machine applies on_callback_error (its rule 12)
-                    details = (
-                        "".join(traceback.format_exception(failure)).rstrip()
-                        if self._log_tracebacks
-                        else None
-                    )
-                    self._feed(
-                        machine.callback_failed(
-                            self._now(),
-                            action.callback_id,
-                            failure,
-                            traceback=details,
-                        )
-                    )
-            finally:
-                self._callback_queue.task_done()
-
-    async def _invoke(self, action: InvokeCallback) -> Exception | None:
-        """Run the application's callback for ``action``; what it raised, if anything."""
-        callback = self._callbacks.get(action.kind)
-        if callback is None:
-            return None
-        self._running_callback = action
-        try:
-            if inspect.iscoroutinefunction(callback):
-                await callback(action.resources, action.generation)
-            else:
-                # A thread: a plain callback that blocks must not stop heartbeats.
-                outcome = await asyncio.to_thread(callback, action.resources, action.generation)
-                if inspect.isawaitable(outcome):
-                    await outcome
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            return exc
-        finally:
-            self._running_callback = None
-        return None
-
-    async def _read_source(self) -> Catalog:
-        source = self._source
-        if source is None:
-            return {}
-        if callable(source):
-            value = source()
-            if inspect.isawaitable(value):
-                value = await value
-            catalog: Catalog = value
-        else:
-            catalog = source
-        # Not validated here: the machine freezes (and validates) every catalog it
-        # is given, so a bad source is still a ConfigError at start.
-        return catalog
-
-    async def _poll_source(self) -> None:
-        """Re-read the resource source every poll interval.  A failure is logged
-        once in full (the user's frames, never local variables), then as one
-        line with the count at the 2nd, 4th, 8th... failure in a row, again in
-        full when the error changes, and ``member.resource_source_recovered``
-        once it reads again; the member keeps its last list meanwhile."""
-        failures = 0
-        last_error: str | None = None
-        while True:
-            await asyncio.sleep(self._poll_s)
-            try:
-                await self.refresh_resources()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                failures += 1
-                error = getattr(exc, "summary", None) or describe_error(exc)
-                if error != last_error:
-                    last_error = error
-                    frames = getattr(exc, "frames", None) or user_frames(exc)
-                    log.error(
-                        "member.resource_source_failed",
-                        group=self.config.group_id,
-                        error=error,
-                        failures=failures,
-                        hint="the member keeps its last list of resources",
-                        **({"exception": frames} if frames else {}),
-                    )
-                elif failures & (failures - 1) == 0:  # 2, 4, 8, ...
-                    log.error(
-                        "member.resource_source_failing",
-                        group=self.config.group_id,
-                        error=error,
-                        failures=failures,
-                    )
-            else:
-                if failures:
-                    log.info(
-                        "member.resource_source_recovered",
-                        group=self.config.group_id,
-                        failures=failures,
-                    )
-                failures = 0
-                last_error = None
+        self._interruption.interrupt(error)
 
 
 # CoordinatorConnection, map_kafka_error and parse_bootstrap are the transport's,
-# importable from here as before it had its own module.
+# Callback the callback runner's, ResourceSource the resource source's: importable
+# from here as before they had modules of their own.
 __all__ = [
     "Callback",
     "CallbackErrorPolicy",

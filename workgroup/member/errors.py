@@ -10,7 +10,7 @@ from workgroup.client.errors import (
 )
 from workgroup.client.errors import NothingAnswersError as NothingAnswersError
 from workgroup.client.errors import connect_failure_reason as connect_failure_reason
-from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError, codes_where
+from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
 from workgroup.kafka.messages import DescribeGroupsResult
 
 
@@ -70,11 +70,6 @@ _FATAL_HINTS: dict[ErrorCode, str] = {
     ErrorCode.GROUP_AUTHORIZATION_FAILED: "this client is not authorized to join the group",
 }
 
-#: The codes that end a member for good (``MemberAction.FATAL`` in
-#: :data:`~workgroup.errors.ERROR_MEANINGS`); the others get a plain
-#: :class:`MemberFatalError`.
-FATAL_CODES = codes_where(lambda meaning: meaning.fatal)
-
 
 def fatal_error(
     code: ErrorCode,
@@ -85,8 +80,9 @@ def fatal_error(
     protocol_names: Sequence[str],
     instance_id: str | None,
 ) -> MemberFatalError:
-    """The error for a refusal in :data:`FATAL_CODES`, saying what the coordinator
-    expected of this member (whose settings are passed in)."""
+    """The error for a refusal in :data:`~workgroup.errors.MEMBER_FATAL_CODES`,
+    saying what the coordinator expected of this member (whose settings are
+    passed in)."""
     cls = _FATAL_CLASSES.get(code, MemberFatalError)
     if code is ErrorCode.INVALID_SESSION_TIMEOUT:
         hint = (

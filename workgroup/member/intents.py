@@ -8,9 +8,9 @@ asks for the rounds that follow.
 Rules:
 
 1. Refusal: a refused resource is named in the tag
-   :data:`~workgroup.member.leader.REFUSES_TAG` until its refusal ends; an
+   :data:`~workgroup.member.round_plan.REFUSES_TAG` until its refusal ends; an
    ended refusal is forgotten when the tags are next written.
-2. Draining: the tag :data:`~workgroup.member.leader.DRAINING_TAG`, and a
+2. Draining: the tag :data:`~workgroup.member.round_plan.DRAINING_TAG`, and a
    draining member warms nothing up (it takes nothing).
 3. Warm-ups: an assignment's ``warming`` that it does not assign is warmed up
    (unless the member is draining or hands everything over); a warm-up the
@@ -20,7 +20,7 @@ Rules:
 4. Static-restart probe: a static member's first assignment in a process that
    is empty, withholds nothing and warms nothing, while its catalog lists work
    of its kinds, asks for one round: the count of such asks is the tag
-   :data:`~workgroup.member.leader.ASKS_TAG` (new metadata makes the coordinator
+   :data:`~workgroup.member.round_plan.ASKS_TAG` (new metadata makes the coordinator
    rebalance).
 5. No intent keeps a timer: refusals end by the clock when the tags are written,
    so :meth:`Intents.next_deadline` is always ``None`` (the machine asks anyway).
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from workgroup.member.leader import ASKS_TAG, DRAINING_TAG, REFUSES_TAG, encode_refusals
+from workgroup.member.round_plan import ASKS_TAG, DRAINING_TAG, REFUSES_TAG, encode_refusals
 from workgroup.protocol.metadata import AssignmentData
 from workgroup.types import Resource, sorted_resources
 

@@ -30,7 +30,10 @@ Rules:
    callback returned and the last release came, before the LeaveGroup.
 5. The session is bounded as :class:`~workgroup.member.heartbeat.HeartbeatTimer`
    says, while the member has a valid generation and, beside a held request,
-   holds something; LEAVING keeps it only as long as it heartbeats.
+   holds something; LEAVING keeps it only as long as it heartbeats.  Its end
+   (:meth:`Membership.session_check`) loses what is owned; outside a held
+   JoinGroup/SyncGroup it also ends the generation and the coordinator is
+   looked for again.
 6. :meth:`Membership.next_deadline` is the earliest of the coordinator lookup's
    retry, the connect deadline, the next JoinGroup, the next heartbeat, the
    session's end and, with a JoinGroup/SyncGroup in flight, the starvation
@@ -56,7 +59,7 @@ from workgroup.member.generation import NO_GENERATION, Generation
 from workgroup.member.heartbeat import HeartbeatTimer
 from workgroup.member.holdings import Holdings
 from workgroup.member.lookup import CoordinatorLookup
-from workgroup.member.outcomes import Fail, Outcome, Rejoin, Reset
+from workgroup.member.outcomes import CoordinatorLost, Fail, Lose, Outcome, Rejoin, Reset
 from workgroup.member.requests import InFlight
 from workgroup.member.transitions import State, check_transition
 from workgroup.protocol.protocol import RebalanceMode
@@ -333,6 +336,26 @@ class Membership:
         """The session may have ended by ``now`` (rule 5)."""
         session_end = self.session_end()
         return session_end is not None and now >= session_end
+
+    def session_check(self, now: int) -> list[Outcome]:
+        """What the session's end by ``now`` calls for (rule 5; the machine's rule 4)."""
+        if not self.session_over(now):
+            return []
+        if self.pending.rebalancing:
+            # Unanswered for a session (held, or lost on its way), or starved
+            # meanwhile: what we own is no longer safe.  The request goes on; the
+            # new assignment hands resources out again.
+            return [Lose("no answer proved the session in time")]
+        log.warning(
+            "member.session_lost",
+            group=self._config.group_id,
+            member_id=self.generation.member_id,
+            generation=self.generation.generation_id,
+        )
+        return [
+            Lose("no heartbeat succeeded within the session timeout, less the margin"),
+            CoordinatorLost("session timed out", void_generation=True),
+        ]
 
     def connect_deadline(self) -> int | None:
         """When to give up finding the first coordinator (``connect_timeout_ms``)."""

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Literal, get_args
 
-from workgroup.member.leader import DRAINING_TAG, LEAVING_TAG, RoundPlan
+from workgroup.member.round_plan import DRAINING_TAG, LEAVING_TAG, RoundPlan
 from workgroup.protocol.metadata import MemberMetadata
 from workgroup.types import Resource
 

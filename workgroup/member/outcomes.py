@@ -64,9 +64,12 @@ class Rejoin:
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorLost:
-    """Find the coordinator again (a STABLE member keeps its assignment)."""
+    """Find the coordinator again (a STABLE member keeps its assignment);
+    ``void_generation``: the session ended, the generation with it (the member id
+    is kept)."""
 
     reason: str
+    void_generation: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +92,11 @@ class Lead:
 
 @dataclass(frozen=True, slots=True)
 class Sync:
-    """Send SyncGroup without assignments (``follow``: as a follower)."""
+    """Send SyncGroup (``follow``: as a follower) with the leader's ``assignments``
+    (none from a follower)."""
 
     follow: bool
+    assignments: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,16 +33,16 @@ from workgroup.errors import WorkgroupError
 from workgroup.kafka.messages import Heartbeat, JoinGroup, LeaveGroup, LeavingMember, SyncGroup
 from workgroup.log import get_logger
 from workgroup.member.actions import Action, FindCoordinator, SendRequest
-from workgroup.member.balancing import LoadMeter
 from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
 from workgroup.member.generation import NO_GENERATION_ID
 from workgroup.member.holdings import Holdings
 from workgroup.member.intents import Intents
-from workgroup.member.leader import LEAVING_TAG
+from workgroup.member.load_balancing import LoadMeter
 from workgroup.member.membership import Membership
 from workgroup.member.outcomes import Fail, Lose, Outcome
 from workgroup.member.requests import Pending, RequestIds, RequestKind
+from workgroup.member.round_plan import LEAVING_TAG
 from workgroup.protocol.metadata import MemberMetadata
 from workgroup.protocol.protocol import Protocol
 

@@ -21,18 +21,18 @@ Rules:
      :class:`~workgroup.member.delay.Delayed`;
    - refusals: :func:`refusal_stage` gives an ``Assignment``;
    - the round's plan (what is withheld): :func:`plan_stage` gives a
-     :class:`~workgroup.member.leader.RoundPlan`;
+     :class:`~workgroup.member.round_plan.RoundPlan`;
    - balancing's decision: :func:`decision_stage` gives the plan with what
      was decided and its premises;
    - warm-up staging: :func:`warmup_stage` gives a :class:`Warmed`;
    - the moves: :class:`~workgroup.member.moves.MoveCounter` counts them.
 
    The balancing stage runs with the assignor (wrapped:
-   :mod:`~workgroup.member.balancing`), off the event loop with it; the
+   :mod:`~workgroup.member.load_balancing`), off the event loop with it; the
    pipeline records what it did.  The plan is encoded
    (:func:`encode_assignments`).
 3. **One plan.**  What a round decided is one
-   :class:`~workgroup.member.leader.RoundPlan`.  When the balancing stage
+   :class:`~workgroup.member.round_plan.RoundPlan`.  When the balancing stage
    changed the assignor's target and the plan withholds resources, the
    leader keeps it: the follow-up rounds carry it out (the assignor does not
    decide again) while its premises hold (the same members with the same
@@ -55,9 +55,10 @@ from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, Memb
 from workgroup.kafka.messages import JoinedMember
 from workgroup.log import get_logger
 from workgroup.member.actions import RunAssignor
-from workgroup.member.balancing import BalanceOutcome, BalanceSettings, LeaderBalancing
 from workgroup.member.delay import Delayed, DelayMemory, ReassignDelay, delay_target
-from workgroup.member.leader import (
+from workgroup.member.load_balancing import BalanceOutcome, BalanceSettings, LeaderBalancing
+from workgroup.member.moves import Move, MoveCounter, count_moves
+from workgroup.member.round_plan import (
     MAX_ROUNDS,
     Ignored,
     LeaderInput,
@@ -72,7 +73,6 @@ from workgroup.member.leader import (
     read_members,
     withholding_claims,
 )
-from workgroup.member.moves import Move, MoveCounter, count_moves
 from workgroup.member.warmup import Staged, stage_warmups
 from workgroup.protocol.catalog import FrozenCatalog
 from workgroup.protocol.metadata import MemberMetadata

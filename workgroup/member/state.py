@@ -33,10 +33,15 @@ probe (:mod:`~workgroup.member.intents`), the generation each commit goes
 under (:mod:`~workgroup.member.commits`) and the leader's round
 (:mod:`~workgroup.member.pipeline`: the assignor, reassignment delay,
 refusals, balancing, warm-up staging and moves; shared stages in
-:mod:`~workgroup.member.leader`).  The parts never call the machine: they
+:mod:`~workgroup.member.round_plan`; when the round starts, what its answer
+leads to and what a STABLE leader watches: :mod:`~workgroup.member.leading`),
+and the application's requests (:mod:`~workgroup.member.application`: rounds,
+catalogs, drain, refusals, warm-ups ready, releases).  The parts are built in
+one place (:mod:`~workgroup.member.parts`), and what the machine shows of them
+is :mod:`~workgroup.member.views`'.  The parts never call the machine: they
 return typed :mod:`~workgroup.member.outcomes` (lose, fail, rejoin, find the
 coordinator again, leave, lead, sync, take an assignment), which the machine
-routes in order; the machine alone drives the leader's round.
+routes in order; the machine only routes between them.
 :meth:`MemberMachine.next_deadline` is the earliest of its parts' deadlines.
 Its settings are a :class:`~workgroup.member.config.MemberConfig`, its outputs
 the :mod:`~workgroup.member.actions`.
@@ -96,7 +101,7 @@ Rules:
    them in their metadata; the leader withholds any resource another member
    still owns, the owner revokes it when it sees its new assignment and then
    rejoins (the follow-up round), and the resource is handed out in that round.
-   The leader's round is computed by :mod:`~workgroup.member.leader` (shared
+   The leader's round is computed by :mod:`~workgroup.member.round_plan` (shared
    with ``workgroup assign``); every assignment of a round that withheld
    something carries the ``pending`` flag, and a member is *settled* only once
    it holds an assignment without it.
@@ -196,7 +201,7 @@ Rules:
    already; otherwise the machine logs ``member.callback_failed`` and, with
    ``"release"``, gives the resources of a failed ``on_assigned`` back as
    :meth:`MemberMachine.release` does (rule 8); ``"log"`` keeps the change.
-13. Load balancing (:mod:`~workgroup.member.balancing`): the member's
+13. Load balancing (:mod:`~workgroup.member.load_balancing`): the member's
    metadata carries the smoothed loads of what it owns; as leader, the
    assignor runs followed by the balancing stage, and while a round ends over
    the tolerance a probing rebalance is requested ``balance_interval_ms``
@@ -243,17 +248,9 @@ from workgroup.kafka.messages import (
 )
 from workgroup.log import get_logger
 from workgroup.member.actions import Action, CallbackErrorPolicy, Partition
-from workgroup.member.assignment import AssignmentTaker
-from workgroup.member.balancing import LoadMeter
-from workgroup.member.catalog import MemberCatalog
-from workgroup.member.closing import Closing
-from workgroup.member.commits import CommitRouter
 from workgroup.member.config import MemberConfig
-from workgroup.member.departure import Departure
-from workgroup.member.errors import AssignorError, CallbackError
-from workgroup.member.holdings import GiveBack, Holdings
-from workgroup.member.intents import Intents
-from workgroup.member.membership import Membership
+from workgroup.member.errors import CallbackError
+from workgroup.member.holdings import GiveBack
 from workgroup.member.outcomes import (
     CoordinatorLost,
     Fail,
@@ -266,19 +263,16 @@ from workgroup.member.outcomes import (
     Sync,
     Take,
 )
-from workgroup.member.outgoing import Outgoing
-from workgroup.member.pipeline import LeaderPipeline
-from workgroup.member.requests import RequestIds
-from workgroup.member.responses import Responses
+from workgroup.member.parts import build_parts
 from workgroup.member.transitions import State
+from workgroup.member.views import MemberViews
 from workgroup.protocol.catalog import Catalog
-from workgroup.protocol.protocol import Protocol
 from workgroup.types import Resource
 
 log = get_logger(__name__)
 
 
-class MemberMachine:
+class MemberMachine(MemberViews):
     """One member's view of its group (see the module docstring for the rules)."""
 
     def __init__(
@@ -289,180 +283,20 @@ class MemberMachine:
         confirm_release: bool = False,
         on_callback_error: CallbackErrorPolicy = "log",
     ) -> None:
-        self.config = config
+        parts = build_parts(
+            config, catalog, confirm_release=confirm_release, on_callback_error=on_callback_error
+        )
+        super().__init__(config, parts)
         self.error: WorkgroupError | None = None
-        #: The catalog read, its digest, and the one the assignment was led with.
-        self._catalog = MemberCatalog(catalog)
-        self._out: list[Action] = []
-        self._ids = RequestIds()
-        #: What the member owns and the callbacks reporting it (rules 8, 9, 12).
-        self._holdings = Holdings(
-            config.group_id,
-            self._ids,
-            self._out,
-            confirm_release=confirm_release,
-            on_callback_error=on_callback_error,
-        )
-        #: Which generation each commit goes under, and their answers (rule 11).
-        self._commit_router = CommitRouter(
-            config.group_id, config.instance_id, config.effective_request_timeout_ms
-        )
-        #: As leader: the round's stages, the delays and balancing memory (rule 13).
-        self._pipeline = LeaderPipeline(
-            config.group_id,
-            reassign_delay_ms=config.reassign_delay_ms,
-            balance=config.balance,
-            max_warmups=config.max_warmups,
-        )
-        #: How far closing has come (rules 7 and 9; member/departure.py).
-        self._departure = Departure(dynamic=config.instance_id is None)
-        #: State, generation, requests, coordinator, session, next round (rules 1-6).
-        self._membership = Membership(config, self._holdings, self._departure)
-        #: Load balancing: what this member measures, and as leader its memory.
-        self.loads = LoadMeter(config.balance.smoothing_ms)
-        #: Drain, refusals, warm-ups and the restart probe (rules 10, 14, 15).
-        self._intents = Intents()
+        self._out = parts.out
+        self._ids = parts.ids
+        self._responses = parts.responses
+        self._outgoing = parts.outgoing
+        self._taker = parts.taker
+        self._commit_router = parts.commit_router
+        self._requests = parts.requests
         #: The newest ``now`` seen (refusals end by it).
         self._now = 0
-        #: Reads the answers to JoinGroup, SyncGroup and Heartbeat (rules 1, 3).
-        self._responses = Responses(config, self._membership)
-        #: Takes the assignments SyncGroup answers with (rules 5, 6, 8, 9, 14, 15).
-        self._taker = AssignmentTaker(
-            config, self._membership, self._holdings, self._intents, self._departure
-        )
-        #: Builds and sends JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
-        self._outgoing = Outgoing(
-            config,
-            self._ids,
-            self._out,
-            self._membership,
-            self._holdings,
-            self._intents,
-            self._departure,
-            self.loads,
-        )
-        #: Closing: hand-over, revoking, heartbeats while LEAVING, LeaveGroup (rules 7, 9).
-        self._closing = Closing(
-            config,
-            self._out,
-            self._membership,
-            self._holdings,
-            self._intents,
-            self._departure,
-            self._outgoing,
-        )
-
-    # --- read-only views ----------------------------------------------------
-
-    @property
-    def state(self) -> State:
-        return self._membership.state
-
-    @property
-    def leader_id(self) -> str:
-        return self._membership.leader_id
-
-    @property
-    def rebalances(self) -> int:
-        """Generations joined so far."""
-        return self._membership.rebalances
-
-    @property
-    def generation(self) -> int:
-        """The current generation's id (``-1``: none)."""
-        return self._membership.generation.generation_id
-
-    @property
-    def member_id(self) -> str:
-        return self._membership.generation.member_id
-
-    @property
-    def protocol(self) -> Protocol | None:
-        """The protocol the coordinator chose for the current generation."""
-        return self._membership.generation.protocol
-
-    @property
-    def owned(self) -> frozenset[Resource]:
-        """The resources this member owns."""
-        return self._holdings.ownership.resources
-
-    @property
-    def releasing(self) -> frozenset[Resource]:
-        """Revoked resources whose work has not stopped yet (rule 9)."""
-        return self._holdings.ownership.releasing
-
-    @property
-    def owned_generation(self) -> int:
-        """The generation :attr:`owned` was assigned in (``-1``: nothing owned)."""
-        return self._holdings.ownership.generation
-
-    @property
-    def alive_since(self) -> int | None:
-        """Send time (ms) of the newest request that proved the session alive."""
-        return self._membership.heartbeat.alive_since
-
-    @property
-    def warming(self) -> frozenset[Resource]:
-        """Resources warming up here (rule 14)."""
-        return self._intents.warming
-
-    @property
-    def draining(self) -> bool:
-        """The member takes nothing until undrained (rule 15)."""
-        return self._intents.draining
-
-    @property
-    def moves_total(self) -> Mapping[tuple[str, str], int]:
-        """``(reason, how) -> moves begun`` while this member led (member/moves.py)."""
-        return self._pipeline.moves_total
-
-    @property
-    def is_leader(self) -> bool:
-        return self._membership.is_leader
-
-    @property
-    def settled(self) -> bool:
-        """Settled for the group: STABLE with no callback running, no rejoin pending,
-        and no follow-up round due (the leader withheld resources from some member
-        until their owner revokes them: the group's rebalance is not over)."""
-        return (
-            self.state is State.STABLE
-            and not self._holdings.callbacks_running
-            and not self._membership.round_due
-            and not self._holdings.ownership.releasing
-            and not self._intents.warming
-        )
-
-    @property
-    def catalog_hash(self) -> bytes:
-        """Digest of the catalog this member reads (sent in its metadata)."""
-        return self._catalog.digest
-
-    @property
-    def catalog(self) -> Mapping[str, tuple[str | int, ...]]:
-        return self._catalog.keys
-
-    @property
-    def used_versions(self) -> Mapping[str, int]:
-        return dict(self._membership.used_versions)
-
-    def next_deadline(self) -> int | None:
-        """When :meth:`tick` must be called next (``None``: only on events): the
-        earliest of its parts' deadlines."""
-        if self.state in (State.CLOSED, State.FATAL, State.UNJOINED):
-            return None
-        leader_due = self._pipeline.next_deadline()
-        candidates = (
-            self._membership.next_deadline(),
-            self._holdings.next_deadline(),
-            self._intents.next_deadline(),
-            # Out of time, the hand-over still waits for the JoinGroup or SyncGroup
-            # in flight (rule 7): its answer, not the clock, wakes the member.
-            self._departure.next_deadline(finishing_round=self._closing.awaiting_round()),
-            leader_due if self.state is State.STABLE and self.is_leader else None,
-        )
-        due = [deadline for deadline in candidates if deadline is not None]
-        return min(due) if due else None
 
     # --- events -------------------------------------------------------------
 
@@ -524,46 +358,25 @@ class MemberMachine:
         """The application stopped working on revoked ``resources`` (rule 9): they
         may go to another member now.  Others are ignored."""
         self._observe(now)
-        if self.state not in (State.CLOSED, State.FATAL):
-            self._membership.released(self._holdings.released(resources))
-            if self.state is State.LEAVING:
-                self._closing.maybe_finish(now)
+        self._requests.released(now, resources)
         return self._drain(now)
 
     def assignment_done(
         self, now: int, run_id: int, result: Assignment | WorkgroupError
     ) -> list[Action]:
         self._observe(now)
-        round_ = self._pipeline.take(run_id) if self.state is State.ASSIGNING else None
-        if round_ is None:
-            return self._drain(now)
-        if isinstance(result, WorkgroupError):
-            self._fail(
-                now,
-                AssignorError(f"assignor {round_.protocol.assignor.name!r} failed: {result}"),
-                leave=True,
-            )
-            return self._drain(now)
-        try:
-            assignments = self._pipeline.finish(now, round_, result)
-        except WorkgroupError as exc:
-            self._fail(now, exc, leave=True)
-            return self._drain(now)
-        self._send_sync(now, assignments)
+        self._route(now, self._leading.assigned(now, run_id, result))
         return self._drain(now)
 
     def resources_changed(self, now: int, catalog: Catalog) -> list[Action]:
         self._observe(now)
-        changed = self._catalog.change(catalog)
-        if changed and self.is_leader and self.state is State.STABLE:
-            self._membership.ask_rejoin("resources changed")
+        self._requests.catalog_read(catalog)
         return self._drain(now)
 
     def request_rejoin(self, now: int, reason: str) -> list[Action]:
         """Ask for a rebalance (e.g. the member's metadata changed)."""
         self._observe(now)
-        if self.state is State.STABLE:
-            self._membership.ask_rejoin(reason)
+        self._requests.rejoin(reason)
         return self._drain(now)
 
     def ready(self, now: int, resources: Iterable[Resource]) -> list[Action]:
@@ -572,28 +385,13 @@ class MemberMachine:
         too (a standby holder ready to take over: the leader's assignor sees it
         in ``MemberInfo.ready``).  Other resources are ignored."""
         self._observe(now)
-        fresh = self._intents.mark_ready(resources, self.owned)
-        if fresh:
-            log.info(
-                "member.warmup_ready",
-                group=self.config.group_id,
-                count=len(fresh),
-                warming=len(self._intents.warming),
-            )
-            self._membership.metadata_changed(f"{len(fresh)} warm-ups ready")
+        self._requests.ready(resources)
         return self._drain(now)
 
     def drain(self, now: int, draining: bool = True) -> list[Action]:
         """Start (or end) draining (rule 15); a round follows the change."""
         self._observe(now)
-        if self.state not in (State.CLOSED, State.FATAL) and self._intents.drain(draining):
-            log.info(
-                "member.draining" if draining else "member.undrained",
-                group=self.config.group_id,
-                member_id=self.member_id,
-                owned=len(self.owned),
-            )
-            self._membership.metadata_changed("draining" if draining else "undrained")
+        self._requests.drain(draining)
         return self._drain(now)
 
     def release(self, now: int, resources: Iterable[Resource], reason: str) -> list[Action]:
@@ -601,13 +399,8 @@ class MemberMachine:
         up, e.g. its ``on_assigned`` failed) and rejoin so that the assignor hands
         them to another member.  Resources this member does not own are ignored."""
         self._observe(now)
-        self._give_up(resources, reason)
+        self._requests.give_up(resources, reason)
         return self._drain(now)
-
-    def _give_up(self, resources: Iterable[Resource], reason: str) -> None:
-        released = self._holdings.give_up(resources, reason, self.member_id)
-        if released:
-            self._membership.ask_rejoin(f"released {len(released)} resources: {reason}")
 
     def refuse(
         self, now: int, resources: Iterable[Resource], for_ms: int, reason: str
@@ -616,7 +409,7 @@ class MemberMachine:
         ``for_ms`` (rule 10): the leader hands them to another member."""
         self._observe(now)
         resources = tuple(resources)
-        self._intents.refuse(resources, now + for_ms)
+        self._requests.refuse(resources, now + for_ms)
         return self.release(now, resources, reason)
 
     @property
@@ -652,7 +445,7 @@ class MemberMachine:
         if isinstance(verdict, CallbackError):
             self._fail(now, verdict, leave=True)  # logged as member.fatal
         elif isinstance(verdict, GiveBack):
-            self._give_up(verdict.resources, verdict.reason)
+            self._requests.give_up(verdict.resources, verdict.reason)
         return self.callback_done(now, callback_id)
 
     # --- commits (rule 11) ----------------------------------------------------
@@ -731,48 +524,16 @@ class MemberMachine:
             return
         if self.state in (State.CLOSED, State.FATAL, State.UNJOINED):
             return
-        membership = self._membership
-        if membership.session_over(now) and membership.pending.rebalancing:
-            # Unanswered for a session (held, or lost on its way: rule 4), or starved
-            # meanwhile: what we own is no longer safe.  The request goes on; the
-            # new assignment hands resources out again.
-            self._lose("no answer proved the session in time")
-        elif membership.session_over(now):
-            log.warning(
-                "member.session_lost",
-                group=self.config.group_id,
-                member_id=self.member_id,
-                generation=self.generation,
-            )
-            self._lose("no heartbeat succeeded within the session timeout, less the margin")
-            self._membership.generation = self._membership.generation.reset()
-            self._coordinator_lost(now, "session timed out")
+        session = self._membership.session_check(now)
+        self._route(now, session)
+        if any(isinstance(outcome, CoordinatorLost) for outcome in session):
             return
-        if (
-            self.state is State.STABLE
-            and self.is_leader
-            and self._catalog.changed_since_assignment
-            and not self._membership.rejoin_asked
-        ):
-            self._membership.ask_rejoin("resources changed")
+        self._leading.catalog_check()
         if self._closing.handed_over(now):
             # Handed over (or out of time: revoke what is left), or all released.
             self._leave_now(now)
             return
-        if (
-            self.state is State.STABLE
-            and self.is_leader
-            and self._pipeline.delay_over(now)
-            and not self._membership.rejoin_asked
-        ):
-            self._membership.ask_rejoin("reassignment delay over")
-        if (
-            self.state is State.STABLE
-            and self.is_leader
-            and not self._membership.rejoin_asked
-            and self._pipeline.probe_due(now)
-        ):
-            self._membership.ask_rejoin("load over the imbalance tolerance: probing rebalance")
+        self._leading.round_check(now)
         if (
             self.state is State.STABLE
             and not self._membership.rejoin_asked
@@ -833,35 +594,22 @@ class MemberMachine:
                 case Rejoin(reason, immediately, reset):
                     self._membership.forget(reset)
                     self._to_joining(now, reason, immediately=immediately)
-                case CoordinatorLost(reason):
+                case CoordinatorLost(reason, void_generation):
+                    if void_generation:
+                        self._membership.generation = self._membership.generation.reset()
                     self._coordinator_lost(now, reason)
                 case LostWhileLeaving():
                     self._closing.session_ended(now)
                 case Leave():
                     self._leave_now(now)
                 case Lead(protocol, result):
-                    self._start_assignment(now, protocol, result)
-                case Sync(follow):
+                    self._leading.lead(now, protocol, result)
+                case Sync(follow, assignments):
                     if follow:
                         self._pipeline.follow()
-                    self._send_sync(now, ())
+                    self._send_sync(now, assignments)
                 case Take(protocol, data):
                     self._taker.take(now, protocol, data, self._catalog)
-
-    # --- the leader's part ----------------------------------------------------
-
-    def _start_assignment(self, now: int, protocol: Protocol, result: JoinGroupResult) -> None:
-        run = self._pipeline.begin(
-            now,
-            self._ids.take(),
-            protocol,
-            result.members,
-            generation=self.generation,
-            catalog=self._catalog.frozen,
-            catalog_hash=self._catalog.digest,
-        )
-        self._enter(State.ASSIGNING)
-        self._out.append(run)
 
 
 __all__ = ["MemberMachine"]

@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from workgroup.assignors.standby import is_standby_kind, standby_kind
-from workgroup.member.leader import RoundPlan
+from workgroup.member.round_plan import RoundPlan
 from workgroup.protocol.metadata import MemberMetadata
 from workgroup.types import Resource, sorted_resources
 

@@ -36,8 +36,8 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from workgroup.assignors.balance import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from workgroup.errors import ConfigError
 from workgroup.log import get_logger
-from workgroup.member.balancing import DEFAULT_BALANCE_INTERVAL_MS, BalanceSettings
 from workgroup.member.config import DEFAULT_MAX_WARMUPS, check_session_margin
+from workgroup.member.load_balancing import DEFAULT_BALANCE_INTERVAL_MS, BalanceSettings
 from workgroup.protocol.endpoint import check_endpoint
 from workgroup.runtime.handlers import DEFAULT_MAX_FAILURES, ON_FAILURE_CHOICES
 from workgroup.security import PLAINTEXT, Security

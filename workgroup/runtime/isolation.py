@@ -54,7 +54,7 @@ import cloudpickle
 from workgroup.errors import WorkgroupError
 from workgroup.fence import Fence
 from workgroup.log import get_logger, user_frames
-from workgroup.member.balancing import check_load
+from workgroup.member.load_balancing import check_load
 from workgroup.runtime.errors import LeaseLostError
 from workgroup.runtime.lease import Lease, Role
 from workgroup.types import Key

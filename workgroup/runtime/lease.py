@@ -37,7 +37,7 @@ Rules:
    lease's :class:`~workgroup.clock.Clock`.
 6. ``report_load(value)`` records the resource's current load (any finite,
    non-negative number: records/s, bytes/s) for load balancing; the member
-   smooths it and publishes it when it next joins (:mod:`workgroup.member.balancing`).
+   smooths it and publishes it when it next joins (:mod:`workgroup.member.load_balancing`).
    It never sends anything by itself, and a bad value is a ``ConfigError``.
 7. Warm-ups (planned moves, ``warm_up=True``): a lease handed over with a
    warm-up starts with ``role == "warming"`` while another member still holds
@@ -64,9 +64,15 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
 from workgroup.clock import SYSTEM_CLOCK, Clock
-from workgroup.errors import CoordinatorError, ErrorCode, LeaseAction, WorkgroupError, codes_where
+from workgroup.errors import (
+    LEASE_FENCING_CODES,
+    LEASE_REBALANCING_CODES,
+    CoordinatorError,
+    ErrorCode,
+    WorkgroupError,
+)
 from workgroup.log import get_logger
-from workgroup.member.balancing import check_load
+from workgroup.member.load_balancing import check_load
 from workgroup.runtime.errors import CheckpointError, LeaseLostError, SlotMismatchError
 from workgroup.runtime.lease_states import (
     HELD_STATES,
@@ -100,11 +106,6 @@ _FIRST_STATES: dict[str, LeaseState] = {
     "warming": LeaseState.WARMING,
 }
 T = TypeVar("T")
-
-#: Answers that mean the member itself is gone: the lease can never be used again.
-FENCING_ERRORS = codes_where(lambda meaning: meaning.lease is LeaseAction.FENCE)
-#: Answers during a rebalance: the lease may still be held once it completes.
-REBALANCING_ERRORS = codes_where(lambda meaning: meaning.lease is LeaseAction.WAIT_FOR_REBALANCE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -596,7 +597,7 @@ class Lease:
         if error is ErrorCode.NONE:
             self._last_commit_s = self._clock.monotonic()
             return
-        if error in FENCING_ERRORS:
+        if error in LEASE_FENCING_CODES:
             self._fence(error)
             log.warning(
                 "lease.fenced", group=self.group_id, kind=self.kind, key=self.key, error=error.name
@@ -630,7 +631,7 @@ class Lease:
             usable = self.can_commit if until_grace_ends else not self.revoked
             if isinstance(exc, LeaseLostError) or not usable:
                 return False
-            if isinstance(exc, CoordinatorError) and exc.code in REBALANCING_ERRORS:
+            if isinstance(exc, CoordinatorError) and exc.code in LEASE_REBALANCING_CODES:
                 return True
             return isinstance(exc, WorkgroupError) and exc.retriable
 

@@ -16,9 +16,9 @@ from workgroup.assignors.balance import balance
 from workgroup.assignors.sticky import CooperativeStickyAssignor
 from workgroup.cli.assign import run
 from workgroup.kafka.messages import JoinedMember
-from workgroup.member.balancing import BalanceSettings
-from workgroup.member.leader import read_members
+from workgroup.member.load_balancing import BalanceSettings
 from workgroup.member.pipeline import simulate_rebalance
+from workgroup.member.round_plan import read_members
 from workgroup.protocol import BinaryCodec, MemberMetadata
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.types import Resource

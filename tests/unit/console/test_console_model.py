@@ -5,7 +5,7 @@ from __future__ import annotations
 from workgroup.admin import GroupDescription, LeaseSlot, MemberDescription
 from workgroup.assignors.standby import standby_kind
 from workgroup.console.model import TIMELINE_LIMIT, ConsoleModel, GroupRead
-from workgroup.member.leader import DRAINING_TAG
+from workgroup.member.round_plan import DRAINING_TAG
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.metadata import BinaryCodec, MemberMetadata
 

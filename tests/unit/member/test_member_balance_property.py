@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from member_sim import EmbeddedCoordinator, Simulation
 
 from workgroup.assignors.balance import balance
-from workgroup.member.balancing import DEFAULT_PINNED_INTERVALS
 from workgroup.member.config import MemberConfig
+from workgroup.member.load_balancing import DEFAULT_PINNED_INTERVALS
 from workgroup.protocol import Protocol
 from workgroup.types import Resource
 

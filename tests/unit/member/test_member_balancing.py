@@ -20,10 +20,10 @@ from workgroup.kafka.messages import (
     SyncGroupResult,
 )
 from workgroup.member.actions import Action, RunAssignor, SendRequest
-from workgroup.member.balancing import BalanceSettings, LeaderBalancing, LoadMeter, check_load
 from workgroup.member.config import MemberConfig
-from workgroup.member.leader import read_members
+from workgroup.member.load_balancing import BalanceSettings, LeaderBalancing, LoadMeter, check_load
 from workgroup.member.pipeline import simulate_rebalance
+from workgroup.member.round_plan import read_members
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
 from workgroup.protocol import BinaryCodec, MemberMetadata, Protocol

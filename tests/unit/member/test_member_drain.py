@@ -7,7 +7,7 @@ from tests.unit.member.machine_steps import ack_callbacks, sent
 from tests.unit.member.test_member_machine import CODEC, make, to_stable
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import JoinGroup, JoinGroupResult, SyncGroup, SyncGroupResult
-from workgroup.member.leader import DRAINING_TAG
+from workgroup.member.round_plan import DRAINING_TAG
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
 from workgroup.protocol import AssignmentData

@@ -1,4 +1,4 @@
-"""The leader's part of a rebalance (member/leader.py): input, round, what-if."""
+"""The leader's part of a rebalance (member/round_plan.py): input, round, what-if."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from workgroup.assignors.base import Assignment
 from workgroup.assignors.registry import get_assignor
 from workgroup.kafka.messages import JoinedMember
 from workgroup.member.errors import AssignorError
-from workgroup.member.leader import (
+from workgroup.member.pipeline import simulate_rebalance
+from workgroup.member.round_plan import (
     MAX_ROUNDS,
     Ignored,
     build_input,
@@ -21,7 +22,6 @@ from workgroup.member.leader import (
     read_members,
     withholding_claims,
 )
-from workgroup.member.pipeline import simulate_rebalance
 from workgroup.protocol import LATEST_VERSION, BinaryCodec, MemberMetadata
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.testing.assignors import RotatingAssignor

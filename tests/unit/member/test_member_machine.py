@@ -37,7 +37,7 @@ from workgroup.member.errors import (
     InvalidSessionTimeoutError,
 )
 from workgroup.member.heartbeat import EXPEDITED_INTERVAL_MS
-from workgroup.member.leader import LEAVING_TAG
+from workgroup.member.round_plan import LEAVING_TAG
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
 from workgroup.protocol import LATEST_VERSION, AssignmentData, BinaryCodec, MemberMetadata, Protocol

@@ -8,7 +8,6 @@ from member_sim import StickyTestAssignor
 from workgroup.errors import CoordinatorError, ErrorCode
 from workgroup.kafka.messages import JoinGroupResult
 from workgroup.member.actions import Action, FindCoordinator
-from workgroup.member.balancing import LoadMeter
 from workgroup.member.catalog import MemberCatalog
 from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
@@ -16,6 +15,7 @@ from workgroup.member.errors import CoordinatorUnavailableError, FencedInstanceE
 from workgroup.member.generation import NO_GENERATION, Generation
 from workgroup.member.holdings import Holdings
 from workgroup.member.intents import Intents
+from workgroup.member.load_balancing import LoadMeter
 from workgroup.member.membership import Membership
 from workgroup.member.outcomes import CoordinatorLost, Fail, Lead, Lose, Rejoin, Reset, Sync
 from workgroup.member.outgoing import Outgoing

@@ -9,7 +9,7 @@ from workgroup.assignors.base import MemberInfo
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import JoinedMember, JoinGroup, JoinGroupResult
 from workgroup.member.actions import RunAssignor
-from workgroup.member.leader import (
+from workgroup.member.round_plan import (
     REFUSES_TAG,
     apply_refusals,
     decode_refusals,

@@ -23,7 +23,7 @@ from workgroup.kafka.messages import (
 from workgroup.member.actions import Action, Closed, InvokeCallback, SendRequest
 from workgroup.member.config import MemberConfig
 from workgroup.member.holdings import RELEASE_WINDOW_MS
-from workgroup.member.leader import LEAVING_TAG, plan_round, withholding_claims
+from workgroup.member.round_plan import LEAVING_TAG, plan_round, withholding_claims
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
 from workgroup.protocol import AssignmentData, BinaryCodec, MemberMetadata, Protocol

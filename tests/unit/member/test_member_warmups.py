@@ -10,7 +10,7 @@ from member_coordinator_double import CoordinatorDouble
 from member_sim import EmbeddedCoordinator, Simulation
 
 from workgroup.member.config import MemberConfig
-from workgroup.member.leader import RoundPlan, plan_round
+from workgroup.member.round_plan import RoundPlan, plan_round
 from workgroup.member.warmup import WARMUP_VERSION, stage_warmups
 from workgroup.protocol import MemberMetadata, Protocol
 from workgroup.types import Resource

@@ -11,8 +11,8 @@ from tests.unit.member.test_member_machine import CODEC, make, only, sent
 from workgroup.errors import ErrorCode
 from workgroup.kafka.messages import JoinedMember, JoinGroupResult
 from workgroup.member.actions import RunAssignor
-from workgroup.member.leader import DRAINING_TAG, LEAVING_TAG, RoundPlan, plan_round
 from workgroup.member.moves import Move, MoveCounter, classify_moves, count_moves
+from workgroup.member.round_plan import DRAINING_TAG, LEAVING_TAG, RoundPlan, plan_round
 from workgroup.member.warmup import WARMUP_VERSION, stage_warmups
 from workgroup.protocol import MemberMetadata
 from workgroup.testing import capture_logs

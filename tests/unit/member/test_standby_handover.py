@@ -11,7 +11,7 @@ from dataclasses import replace
 from workgroup.assignors.base import AssignmentInput, MemberInfo
 from workgroup.assignors.registry import get_assignor
 from workgroup.assignors.standby import StandbyAssignor, standby_kind
-from workgroup.member.leader import RoundPlan, plan_round
+from workgroup.member.round_plan import RoundPlan, plan_round
 from workgroup.member.warmup import WARMUP_VERSION, Staged, stage_warmups
 from workgroup.protocol.metadata import MemberMetadata
 from workgroup.types import Resource

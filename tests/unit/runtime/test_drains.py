@@ -27,7 +27,7 @@ from workgroup.cli.drain import (
 from workgroup.coordinator.acl import DRAIN_GROUP_PREFIX, drained_group_of
 from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
 from workgroup.kafka.messages import FetchedGroup, FetchedPartition, FetchedTopic
-from workgroup.member.leader import DRAINING_TAG
+from workgroup.member.round_plan import DRAINING_TAG
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
 from workgroup.runtime.drains import (
     DRAINED,

@@ -40,7 +40,7 @@ from workgroup.kafka.messages import (
     SyncGroup,
     SyncGroupResult,
 )
-from workgroup.member.leader import DRAINING_TAG
+from workgroup.member.round_plan import DRAINING_TAG
 from workgroup.member.transport import CoordinatorConnection
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata

@@ -28,7 +28,7 @@ Rules:
    (the stage's rule 1).  Resources the stage moved are *pinned* for
    ``pinned_intervals`` balancing intervals (not moved again meanwhile).  What
    a round decided is kept in the round's plan
-   (:class:`~workgroup.member.leader.RoundPlan`, kept by
+   (:class:`~workgroup.member.round_plan.RoundPlan`, kept by
    :class:`~workgroup.member.pipeline.LeaderPipeline`) while it withholds
    resources: the follow-up rounds of a cooperative rebalance carry it out
    instead of deciding again, until nothing is withheld or its premises change

@@ -10,7 +10,7 @@ A round, as the leader plays it:
    metadata, and returned in an :class:`Ignored` record so that a typo stays
    visible;
 3. the assignor computes the *target* assignment (followed, when members
-   report loads, by the load balancing stage: :mod:`~workgroup.member.balancing`);
+   report loads, by the load balancing stage: :mod:`~workgroup.member.load_balancing`);
 4. :func:`plan_round` decides what each member is handed now and what it must
    revoke: a resource still owned by a member that must give it up is withheld
    until that member has revoked it (KIP-429, Kafka's

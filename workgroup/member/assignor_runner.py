@@ -1,0 +1,50 @@
+"""Runs the leader's assignor off the event loop (asyncio).
+
+Rules:
+
+1. The assignor (wrapped in the balancing stage by the leader's pipeline) runs
+   in a worker thread: a slow assignor holds up no heartbeat.
+2. What it returns, or its failure as a :class:`~workgroup.errors.WorkgroupError`,
+   goes to the machine (``assignment_done``), whose to judge it is (it fails
+   the member on an error).  An exception
+   that is not a ``WorkgroupError`` is a bug of the assignor: it is logged
+   with its traceback (``member.assignor_failed``) and wrapped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from workgroup.assignors.base import Assignment
+from workgroup.errors import WorkgroupError
+from workgroup.log import get_logger
+from workgroup.member.actions import Action, RunAssignor
+from workgroup.member.state import MemberMachine
+
+log = get_logger(__name__)
+
+
+async def run_assignor(action: RunAssignor) -> Assignment | WorkgroupError:
+    """The assignor's answer to ``action``'s input, or its failure."""
+    try:
+        return await asyncio.to_thread(action.assignor.assign, action.input)
+    except WorkgroupError as exc:
+        return exc
+    except Exception as exc:
+        log.exception("member.assignor_failed", assignor=action.assignor.name)
+        return WorkgroupError(f"{type(exc).__name__}: {exc}")
+
+
+async def assign(
+    machine: MemberMachine,
+    action: RunAssignor,
+    feed: Callable[[list[Action]], None],
+    now: Callable[[], int],
+) -> None:
+    """Run ``action``'s assignor and feed ``machine`` its answer (rule 2)."""
+    result = await run_assignor(action)
+    feed(machine.assignment_done(now(), action.run_id, result))
+
+
+__all__ = ["assign", "run_assignor"]
