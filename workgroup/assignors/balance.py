@@ -27,9 +27,15 @@ Rules:
    When no swap does either, room is made: the busiest member's resource goes
    to a light member that gives its own, largest first, to members that stay
    within the target (a chain of moves, as many as ``max_moves`` leaves).
-   Never more than ``max_moves`` moves; a move never makes the most utilised
-   member busier, so the largest utilisation never rises and the total load
-   is unchanged.
+   When the chain needs more moves than are left, the room is made this round
+   (the light member's resources go to members that stay within the target)
+   and the busiest member's resource moves in the next (the leader probes):
+   a balance that exists is reached over rounds.  When no chain helps either
+   (a few large resources), every movable resource is placed afresh, largest
+   first, and the moves head for that placement if it is within the
+   tolerance (over rounds, ``max_moves`` at a time).  Never more than
+   ``max_moves`` moves; a move never makes the most utilised member busier,
+   so the largest utilisation never rises and the total load is unchanged.
 4. **The assignor's guarantees.**  A resource moves only to a member that takes
    its kind, that does not hold it or its standby twin already, and, when the
    resource sits on its holder's rack (rack matching as in
@@ -357,6 +363,20 @@ def balance(
                     settled,
                     max_moves - len(moves),
                 )
+            if chain_moves is None and len(moves) < max_moves:
+                # A resource moves once per round at most.
+                moved = frozen.union(move.resource for move in moves)
+                repacked = _toward_repartition(
+                    members, out, util, member_load, capacity, shared, moved,
+                    load_of, may_take, settled, trigger, max_moves - len(moves),
+                )  # fmt: skip
+                if repacked is not None:
+                    steps, reached = repacked
+                    for step in steps:
+                        shift(step.resource, step.giver, step.taker, step.load)
+                        moves.append(step)
+                    blocked = not reached
+                    break
             if chain_moves is None:
                 # Nothing the busiest member holds can go anywhere useful with
                 # the moves left and the pins as they are.  A later round, with
@@ -389,6 +409,21 @@ def balance(
                             load_of,
                             may_take,
                             settled,
+                            max_moves,
+                        )
+                        is not None
+                        or _toward_repartition(
+                            members,
+                            out,
+                            util,
+                            member_load,
+                            capacity,
+                            shared,
+                            frozenset(),
+                            load_of,
+                            may_take,
+                            settled,
+                            trigger,
                             max_moves,
                         )
                         is not None
@@ -560,7 +595,10 @@ def _best_repack(
     light ``taker``, which gives its own resources, largest first, to members
     that stay within the target (``giver`` included), until it is within the
     target too.  The chain that lowers the largest utilisation among the members
-    it touches most, in at most ``budget`` moves (fewest moves on a tie), or None."""
+    it touches most, in at most ``budget`` moves (fewest moves on a tie); when
+    every such chain is longer than ``budget``, the room-making part of one
+    (:func:`_room_for`; the fewest moves), so that a later round finishes it;
+    or None."""
 
     def movable(resource: Resource) -> bool:
         return (
@@ -573,6 +611,8 @@ def _best_repack(
         key=lambda item: (-item[0], item[1]),
     )[:_REPACK_CANDIDATES]
     best: tuple[float, int, tuple[object, ...], tuple[Move, ...]] | None = None
+    #: When no whole chain fits ``budget``: the room-making part of one (rule 3).
+    first_room: tuple[Move, ...] | None = None
     for load_r, order_r, r in mine:
         if load_r <= 0:
             continue
@@ -604,15 +644,282 @@ def _best_repack(
                 load[taker] -= load_s
                 load[receiver] += load_s
                 chain.append(Move(s, taker, receiver, load_s))
-            if len(chain) > budget:
-                continue
             worst = max(load[m] / capacity[m] for m in {move.taker for move in chain} | {giver})
-            if worst >= peak:
-                continue
-            key = (worst, len(chain), order_r)
-            if best is None or key < best[:3]:
-                best = (worst, len(chain), order_r, tuple(chain))
-    return best[3] if best is not None else None
+            if len(chain) <= budget and worst < peak:
+                key = (worst, len(chain), order_r)
+                if best is None or key < best[:3]:
+                    best = (worst, len(chain), order_r, tuple(chain))
+            elif best is None:
+                room = _room_for(
+                    r, load_r, giver, taker, out, by_utilisation, member_load, capacity,
+                    movable, load_of, may_take, settled, budget,
+                )  # fmt: skip
+                if room is not None and (first_room is None or len(room) < len(first_room)):
+                    first_room = room
+    if best is not None:
+        return best[3]
+    return first_room
+
+
+def _room_for(
+    r: Resource,
+    load_r: float,
+    giver: str,
+    taker: str,
+    out: Assignment,
+    by_utilisation: list[str],
+    member_load: dict[str, float],
+    capacity: dict[str, float],
+    movable: Callable[[Resource], bool],
+    load_of: Callable[[Resource], float],
+    may_take: Callable[[str, Resource, str], bool],
+    settled: float,
+    budget: int,
+) -> tuple[Move, ...] | None:
+    """The room-making part of a chain too long for ``budget``: ``taker`` gives
+    its own resources, largest first, to members other than ``giver`` that stay
+    within the target, until ``r`` fits on it within the target; ``r`` itself
+    moves in a later round (a single move then).  No member rises above the
+    target, so the busiest member is no busier; None when the room cannot be
+    made in ``budget`` moves."""
+    load = dict(member_load)
+    room: list[Move] = []
+    receivers = [m for m in by_utilisation if m not in (taker, giver)]
+    theirs = sorted(
+        ((load_of(s), resource_sort_key(s), s) for s in out[taker] if movable(s)),
+        key=lambda item: (-item[0], item[1]),
+    )
+    for load_s, _, s in theirs:
+        if (load[taker] + load_r) / capacity[taker] <= settled or len(room) >= budget:
+            break
+        if load_s <= 0:
+            continue
+        fits = [
+            m
+            for m in receivers
+            if (load[m] + load_s) / capacity[m] <= settled and may_take(m, s, taker)
+        ]
+        if not fits:
+            continue
+        receiver = min(fits, key=lambda m: (load[m] / capacity[m], m))
+        load[taker] -= load_s
+        load[receiver] += load_s
+        room.append(Move(s, taker, receiver, load_s))
+    if not room or (load[taker] + load_r) / capacity[taker] > settled:
+        return None
+    return tuple(room)
+
+
+#: Above this many movable resources, :func:`_toward_repartition` is not tried:
+#: its placement walks them all, and with that many the moves, swaps and chains
+#: have small resources to work with.
+_REPARTITION_MAX = 5_000
+
+
+def _toward_repartition(
+    members: list[str],
+    out: Assignment,
+    util: dict[str, float],
+    member_load: dict[str, float],
+    capacity: dict[str, float],
+    shared: set[Resource],
+    pinned: frozenset[Resource],
+    load_of: Callable[[Resource], float],
+    may_take: Callable[[str, Resource, str], bool],
+    settled: float,
+    trigger: float,
+    budget: int,
+) -> tuple[tuple[Move, ...], bool] | None:
+    """When no move, swap or chain lowers the busiest member, place every movable
+    resource afresh, largest first (rule 3): on its holder while that stays
+    within the target, else on the member it leaves least utilised.  When that
+    placement is within the tolerance, the moves toward it, busiest giver first,
+    each keeping its taker at or below the busiest member's utilisation, at most
+    ``budget`` (a later round goes on: the placement depends only on the loads,
+    so each round heads for the same one); with whether they reach it.  None
+    when the placement is not within the tolerance or nothing can move."""
+    movable: list[tuple[float, tuple[object, ...], Resource, str]] = []
+    placed = {m: 0.0 for m in members}
+    for mid in members:
+        for resource in out[mid]:
+            load = load_of(resource)
+            if resource in pinned or resource in shared or is_standby_kind(resource[0]):
+                placed[mid] += load
+            else:
+                movable.append((load, resource_sort_key(resource), resource, mid))
+            if len(movable) > _REPARTITION_MAX:
+                return None
+    movable.sort(key=lambda item: (-item[0], item[1]))
+
+    def place(sticky: bool) -> tuple[dict[Resource, str], float]:
+        """Largest first: on its holder while that stays within the target
+        (``sticky``), else where it leaves the member least utilised."""
+        total = dict(placed)
+        target: dict[Resource, str] = {}
+        for load, _, resource, holder in movable:
+            if sticky and (total[holder] + load) / capacity[holder] <= settled:
+                home = holder
+            else:
+                fits = [m for m in members if may_take(m, resource, holder)]
+                home = min(fits, key=lambda m: ((total[m] + load) / capacity[m], m != holder, m))
+            total[home] += load
+            if home != holder:
+                target[resource] = home
+        return target, max(total[m] / capacity[m] for m in members)
+
+    # The sticky placement moves less; the plain one (LPT) balances better; a
+    # search finds what both miss where there are few enough resources.
+    placements = [place(sticky=True), place(sticky=False)]
+    if len(movable) <= _SEARCH_MAX:
+        found = _search_placement(members, movable, placed, capacity, may_take, settled)
+        if found is not None:
+            placements.append(found)
+    within = [
+        (len(target), peak, target) for target, peak in placements if target and peak <= trigger
+    ]
+    if not within:
+        return None
+    target = min(within, key=itemgetter(0, 1))[2]
+    load_now = dict(member_load)
+    pending = [
+        (load, resource, holder, target[resource])
+        for load, _, resource, holder in movable
+        if resource in target
+    ]
+    if len(pending) <= budget:
+        # A round's moves happen together: only where it ends counts.
+        return tuple(Move(r, giver, taker, load) for load, r, giver, taker in pending), True
+    steps: list[Move] = []
+    start_peak = max(load_now[m] / capacity[m] for m in members)
+
+    def peak_after(*items: tuple[float, Resource, str, str]) -> float:
+        after = dict(load_now)
+        for load, _, giver, taker in items:
+            after[giver] -= load
+            after[taker] += load
+        return max(after[m] / capacity[m] for m in members)
+
+    while pending and len(steps) < budget:
+        peak = max(load_now[m] / capacity[m] for m in members)
+        feasible = [
+            item for item in pending if (load_now[item[3]] + item[0]) / capacity[item[3]] < peak
+        ]
+        chosen: tuple[tuple[float, Resource, str, str], ...]
+        if feasible:
+            # The busiest giver first, its largest resource first (``pending`` is in that order).
+            chosen = (max(feasible, key=lambda item: load_now[item[2]] / capacity[item[2]]),)
+        elif len(steps) + 2 <= budget and len(pending) <= _PAIRS_FROM:
+            # Two moves that only help together (a swap): the first pair, in
+            # ``pending``'s order, that leaves nobody above the peak.
+            pairs = (
+                (first, second)
+                for i, first in enumerate(pending)
+                for second in pending[i + 1 :]
+                if peak_after(first, second) < peak
+            )
+            chosen = next(pairs, ())
+        else:
+            chosen = ()
+        if not chosen:
+            break
+        for item in chosen:
+            load, resource, giver, taker = item
+            pending.remove(item)
+            load_now[giver] -= load
+            load_now[taker] += load
+            steps.append(Move(resource, giver, taker, load))
+    if not steps:
+        return None
+    if pending and peak_after() >= start_peak * (1 - 1e-9):
+        return None  # moves that do not lower the peak yet cost and gain nothing
+    return tuple(steps), not pending
+
+
+#: :func:`_search_placement` is tried for at most this many movable resources
+#: (its depth), and visits at most ``_SEARCH_NODES`` placements.
+_SEARCH_MAX = 64
+_SEARCH_NODES = 20_000
+
+
+def _search_placement(
+    members: list[str],
+    movable: list[tuple[float, tuple[object, ...], Resource, str]],
+    placed: dict[str, float],
+    capacity: dict[str, float],
+    may_take: Callable[[str, Resource, str], bool],
+    settled: float,
+) -> tuple[dict[Resource, str], float] | None:
+    """Branch and bound over ``movable`` (largest first), each on its holder
+    first, then on the members it leaves least utilised, in two passes of at
+    most ``_SEARCH_NODES`` placements each: the lowest peak that can be
+    reached (the first placement within the target ends the pass), then the
+    placement reaching it (or the target) with the fewest moves.
+    ``(resource -> its new member, peak)``, or None."""
+    start = max(placed[m] / capacity[m] for m in members)
+
+    def run(limit: float | None) -> tuple[float, int, list[str]] | None:
+        """``limit`` None: the lowest peak; else the fewest moves within ``limit``."""
+        total = dict(placed)
+        homes: list[str] = []
+        best: tuple[float, int, list[str]] | None = None
+        visited = 0
+
+        def search(index: int, worst: float, moves: int) -> bool:
+            nonlocal best, visited
+            if limit is None:
+                if best is not None and worst >= best[0]:
+                    return False
+            elif worst > limit or (best is not None and moves >= best[1]):
+                return False
+            if index == len(movable):
+                best = (worst, moves, list(homes))
+                return worst <= settled if limit is None else moves == 0
+            visited += 1
+            if visited > _SEARCH_NODES:
+                return True
+            load, _, resource, holder = movable[index]
+            options = sorted(
+                (m for m in members if may_take(m, resource, holder)),
+                key=lambda m: ((total[m] + load) / capacity[m], m),
+            )
+            if holder in options and (
+                limit is not None or (total[holder] + load) / capacity[holder] <= settled
+            ):
+                options.remove(holder)
+                options.insert(0, holder)
+            tried: set[tuple[float, float]] = set()
+            for m in options:
+                shape = (total[m], capacity[m])
+                if m != holder and shape in tried:
+                    continue  # a member like one tried: the same placements
+                tried.add(shape)
+                total[m] += load
+                homes.append(m)
+                over = search(index + 1, max(worst, total[m] / capacity[m]), moves + (m != holder))
+                homes.pop()
+                total[m] -= load
+                if over:
+                    return True
+            return False
+
+        search(0, start, 0)
+        return best
+
+    lowest = run(None)
+    if lowest is None:
+        return None
+    fewest = run(max(lowest[0], settled) * (1 + 1e-12))
+    peak, _, chosen = fewest if fewest is not None else lowest
+    target = {
+        resource: home
+        for (_, _, resource, holder), home in zip(movable, chosen, strict=True)
+        if home != holder
+    }
+    return target, peak
+
+
+#: :func:`_toward_repartition` looks for pairs of moves among at most this many.
+_PAIRS_FROM = 200
 
 
 def _changes(
