@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -259,7 +258,9 @@ class Fence:
             except CoordinatorUnavailableError as exc:
                 last = str(exc)
             left = deadline - time.monotonic()
-            pause = backoff * random.uniform(0.5, 1.0)
+            from random import uniform  # only when trying again: not with the module
+
+            pause = backoff * uniform(0.5, 1.0)
             if pause >= left:
                 # A try with no time left could only say "timed out": the error
                 # keeps why the last real try failed (e.g. Connection refused).

@@ -9,9 +9,10 @@ the fence's first use.
 from __future__ import annotations
 
 import json
-import re
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 HEAVY = ("aiokafka", "workgroup.member", "workgroup.member.state", "workgroup.member.driver",
          "structlog", "hypothesis")  # fmt: skip
@@ -26,11 +27,12 @@ def loaded_after(statement: str) -> set[str]:
     return set(json.loads(out))
 
 
-#: What ``import workgroup.fence`` may cost, in the interpreter's own import
-#: accounting (``-X importtime``: the cumulative time of the ``workgroup.fence``
-#: line, i.e. the self-times of every module it loads, the interpreter's start
-#: excluded).  About 20 ms on an idle machine.
-FENCE_IMPORT_BUDGET_US = 50_000
+#: What ``import workgroup.fence`` may cost: CPU time (``time.process_time``,
+#: less sensitive to a busy machine than wall time) of the import in a fresh
+#: interpreter, its bytecode cached as in an installed package.  About 20 ms on
+#: an idle machine, just under 40 ms on one running ten times as many
+#: processes as it has cores; 160 ms when it loaded kio and the Kafka records.
+FENCE_IMPORT_BUDGET_S = 0.050
 
 
 def test_importing_the_fence_loads_neither_aiokafka_nor_the_member() -> None:
@@ -59,21 +61,33 @@ def test_a_fence_used_once_loads_its_wire_path_but_neither_aiokafka_nor_the_memb
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 
-def fence_import_us() -> int:
-    """``import workgroup.fence`` in a fresh interpreter, as ``-X importtime`` counts it."""
-    err = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import workgroup.fence"],
-        capture_output=True, text=True, check=True, timeout=60,
-    ).stderr  # fmt: skip
-    found = re.search(r"^import time:\s+\d+ \|\s+(\d+) \| workgroup\.fence$", err, re.MULTILINE)
-    assert found is not None, err[-2000:]
-    return int(found.group(1))
+def fence_import_cpu_s(pycache: Path) -> float:
+    """CPU seconds of ``import workgroup.fence`` in a fresh interpreter whose
+    bytecode is cached under ``pycache``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    code = (
+        "import time\n"
+        "started = time.process_time()\n"
+        "import workgroup.fence\n"
+        "print(time.process_time() - started)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=env,
+    ).stdout
+    return float(out)
 
 
-def test_importing_the_fence_takes_at_most_its_budget() -> None:
+def test_importing_the_fence_takes_at_most_its_budget(tmp_path: Path) -> None:
+    fence_import_cpu_s(tmp_path)  # writes the bytecode
     # The best of three: a machine busy with other work slows a run, never speeds one.
-    best = min(fence_import_us() for _ in range(3))
-    assert best <= FENCE_IMPORT_BUDGET_US, f"import workgroup.fence took {best / 1000:.1f} ms"
+    best = min(fence_import_cpu_s(tmp_path) for _ in range(3))
+    assert best <= FENCE_IMPORT_BUDGET_S, f"import workgroup.fence took {best * 1000:.1f} ms of CPU"
 
 
 def test_parsing_a_bootstrap_address_loads_no_client() -> None:
