@@ -42,6 +42,7 @@ from types import TracebackType
 from typing import Any
 
 from workgroup.client.connection import ClientConnection
+from workgroup.client.owners import ResourceOwner
 from workgroup.client.reader import GroupReader, GroupSnapshot
 from workgroup.clock import SYSTEM_CLOCK, Clock, wait_within
 from workgroup.errors import ConfigError, WorkgroupError
@@ -116,6 +117,8 @@ class Directory:
         )
         #: ``(kind, key type, key) -> Owner`` with its token: what :meth:`owner` reads.
         self._answers: dict[tuple[str, type, Key], Owner] = {}
+        #: The reading's resources :attr:`_answers` were made from.
+        self._answered: list[ResourceOwner] | None = None
         self._poller: asyncio.Task[None] | None = None
         self._refreshed = asyncio.Event()
         #: How many times the map changed (a new generation or assignment).
@@ -181,15 +184,16 @@ class Directory:
         if snapshot.changed:
             self.changes += 1
             log.debug("directory.changed", group=self.group, generation=snapshot.generation)
-        answers: dict[tuple[str, type, Key], Owner] = {}
-        for r in snapshot.resources:
-            if r.owner is None or r.kind is None:
-                continue
-            m = r.owner
-            answers[r.kind, type(r.key), r.key] = Owner(
-                m.member_id, m.instance_id, m.endpoint, r.token, m.generation
-            )
-        self._answers = answers
+        if snapshot.resources is not self._answered:  # the same list: nothing changed
+            answers: dict[tuple[str, type, Key], Owner] = {}
+            for r in snapshot.resources:
+                if r.owner is None or r.kind is None:
+                    continue
+                m = r.owner
+                answers[r.kind, type(r.key), r.key] = Owner(
+                    m.member_id, m.instance_id, m.endpoint, r.token, m.generation
+                )
+            self._answers, self._answered = answers, snapshot.resources
         self.error = None
         self._refreshed.set()
 

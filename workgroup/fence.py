@@ -65,16 +65,13 @@ from __future__ import annotations
 
 import atexit
 import os
-import random
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from workgroup.client.blocking import BlockingCoordinator
 from workgroup.client.bootstrap import format_address, parse_bootstrap
-from workgroup.client.describe import decode_description
 from workgroup.client.errors import CoordinatorUnavailableError
 from workgroup.client.security import (
     PASSWORD_ENV,
@@ -82,22 +79,17 @@ from workgroup.client.security import (
     Security,
     deprecated_security_name,
 )
-from workgroup.client.slots import fetch_request
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
-from workgroup.kafka.messages import (
-    CommitPartition,
-    CommitTopic,
-    DescribeGroups,
-    DescribeGroupsResult,
-    Heartbeat,
-    HeartbeatResult,
-    OffsetCommit,
-    OffsetCommitResult,
-    OffsetFetchResult,
-)
 from workgroup.runtime.errors import LeaseLostError
 from workgroup.runtime.slots import Slot, check_value, decode_metadata, same_key, slot_header
 from workgroup.types import Key
+
+if TYPE_CHECKING:
+    from workgroup.client.blocking import BlockingCoordinator
+
+# The wire path (the blocking connection, the Kafka records and their codec) is
+# imported on a fence's first use, not with this module: a process that only
+# unpickles fences, or imports this module for its names, does not pay for it.
 
 #: The member is gone: the fence can never be used again.
 _ENDED = frozenset(
@@ -167,6 +159,13 @@ class Fence:
         :class:`~workgroup.runtime.errors.CheckpointError` for a value that
         cannot be stored (nothing sent).
         """
+        from workgroup.kafka.messages import (
+            CommitPartition,
+            CommitTopic,
+            OffsetCommit,
+            OffsetCommitResult,
+        )
+
         check_value(value, self.key)
         metadata = slot_header(self.key) + value
 
@@ -199,6 +198,7 @@ class Fence:
     def check(self, *, timeout_s: float = 10.0) -> None:
         """Return if the lease still holds, writing nothing (rule 4); else
         :class:`LeaseLostError` (or :class:`FenceTimeoutError`)."""
+        from workgroup.kafka.messages import Heartbeat, HeartbeatResult
 
         def send(conn: BlockingCoordinator, generation: int, deadline: float) -> ErrorCode:
             result = conn.request(
@@ -258,7 +258,9 @@ class Fence:
             except CoordinatorUnavailableError as exc:
                 last = str(exc)
             left = deadline - time.monotonic()
-            pause = backoff * random.uniform(0.5, 1.0)
+            from random import uniform  # only when trying again: not with the module
+
+            pause = backoff * uniform(0.5, 1.0)
             if pause >= left:
                 # A try with no time left could only say "timed out": the error
                 # keeps why the last real try failed (e.g. Connection refused).
@@ -277,6 +279,9 @@ class Fence:
     def _look_again(self, conn: BlockingCoordinator, generation: int, deadline: float) -> bool:
         """Rule 2: True if the lease holds in a newer generation (now remembered),
         False to try again later (the group is rebalancing); else LeaseLostError."""
+        from workgroup.client.describe import decode_description
+        from workgroup.kafka.messages import DescribeGroups, DescribeGroupsResult
+
         result = conn.request(DescribeGroups((self.group_id,)), deadline)
         assert isinstance(result, DescribeGroupsResult)
         group = result.groups[0]
@@ -324,6 +329,9 @@ class Fence:
 
     def _check_slot(self, conn: BlockingCoordinator, deadline: float) -> None:
         """LeaseLostError unless the slot is still at this token and names this key."""
+        from workgroup.client.slots import fetch_request
+        from workgroup.kafka.messages import OffsetFetchResult
+
         result = conn.request(
             fetch_request(self.group_id, (Slot(self.topic, self.partition),)), deadline
         )
@@ -430,6 +438,8 @@ class _connection:
             free = _pool.get(self._key)
             self._conn = free.pop() if free else None
         if self._conn is None:
+            from workgroup.client.blocking import BlockingCoordinator
+
             self._conn = BlockingCoordinator(
                 parse_bootstrap(self._fence.bootstrap),
                 self._fence.group_id,

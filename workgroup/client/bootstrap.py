@@ -6,7 +6,6 @@ or aiokafka.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Sequence
 
@@ -40,6 +39,8 @@ def _parse_address(entry: str, text: str) -> tuple[str, int]:
         address, sep, port_text = entry[1:].partition("]:")
         if not sep:
             raise bad("expected [IPV6]:PORT")
+        import ipaddress  # only for [IPV6]:PORT: the fence's import stays small
+
         try:
             host = str(ipaddress.IPv6Address(address))
         except ValueError as exc:

@@ -67,9 +67,10 @@ class MemberDescription:
         except WorkgroupError:
             return None
 
-    @property
+    @cached_property
     def endpoint(self) -> str | None:
-        """The ``HOST:PORT`` the member advertised (``--advertise``), if any."""
+        """The ``HOST:PORT`` the member advertised (``--advertise``), if any (kept:
+        a reader asks it once per resource the member owns)."""
         meta = self.workgroup_metadata()
         return None if meta is None else dict(meta.tags).get(ENDPOINT_TAG)
 

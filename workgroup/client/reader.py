@@ -119,17 +119,16 @@ class GroupSnapshot:
         default_factory=dict, repr=False, compare=False
     )
 
-    def __post_init__(self) -> None:
-        self._index.update(
-            ((r.kind, typed(r.key)), r) for r in self.resources if r.kind is not None
-        )
-
     @property
     def generation(self) -> int | None:
         return None if self.description is None else self.description.generation
 
     def resource(self, kind: str, key: Key) -> ResourceOwner | None:
         """``kind``/``key`` as this reading shows it (``None``: no assignment names it)."""
+        if not self._index and self.resources:  # built on first use: most readers never ask
+            self._index.update(
+                ((r.kind, typed(r.key)), r) for r in self.resources if r.kind is not None
+            )
         return self._index.get((kind, typed(key)))
 
 
@@ -174,6 +173,8 @@ class GroupReader:
         self._changed_at = 0.0
         self._pending: set[TypedKey] = set()
         self._memory: Memory | None = None
+        #: ``self._slots`` in key order (``None``: to sort again).
+        self._sorted_slots: list[LeaseSlot] | None = None
         #: Slots fetched by the last read (what rule 2 keeps low).
         self.slots_fetched: int | None = None
 
@@ -193,15 +194,18 @@ class GroupReader:
         if changed:
             self._changed_at = now
         slots_error = None
+        slots_read = True
         try:
             wanted = self._wanted(now, changed, description)
             if wanted is None:
                 fetched = await read_slots(self.connection, self.group)
                 self._slots = {typed(s.key): s for s in fetched if s.key is not None}
+                self._sorted_slots = None
                 self._full_at = now
                 self._full_took = self._clock() - now
                 self.slots_fetched = len(fetched)
             else:
+                slots_read = bool(wanted)
                 fetched = await read_slots(self.connection, self.group, wanted.values())
                 found = {typed(s.key): s for s in fetched if s.key is not None}
                 for tkey in wanted:
@@ -209,12 +213,23 @@ class GroupReader:
                         self._slots[tkey] = found[tkey]
                     else:
                         self._slots.pop(tkey, None)
+                if wanted:
+                    self._sorted_slots = None
                 self.slots_fetched = len(wanted)
         except WorkgroupError as exc:
             slots_error = str(exc)
-        resources = join_owners(description, self._slots.values(), before=self._memory)
-        self._memory = memory_of(resources, self._memory)
-        self._pending = {typed(r.key) for r in resources if r.token_pending}
+            slots_read = False
+        last = self._last
+        if last is not None and not changed and not slots_read:
+            # Rule 2's common case: the same members and generation, no slot read
+            # again: who owns what is as last read (a big group's join is seconds).
+            resources = last.resources
+        else:
+            resources = join_owners(description, self._slots.values(), before=self._memory)
+            self._memory = memory_of(resources, self._memory)
+            self._pending = {typed(r.key) for r in resources if r.token_pending}
+        if self._sorted_slots is None:
+            self._sorted_slots = [self._slots[k] for k in sorted(self._slots, key=_slot_order)]
         loads: dict[str, float] = {}
         if self._loads and description is not None and description.members:
             try:
@@ -225,7 +240,7 @@ class GroupReader:
         snapshot = GroupSnapshot(
             self.group,
             description,
-            [self._slots[k] for k in sorted(self._slots, key=_slot_order)],
+            self._sorted_slots,
             resources,
             loads,
             slots_error,
@@ -245,16 +260,16 @@ class GroupReader:
             if now - self._full_at >= every:
                 return None
         keys: dict[TypedKey, Key] = {}
-        if changed and self._last is not None:
-            previous = {
-                (r.kind, typed(r.key)): None if r.owner is None else r.owner.member_id
-                for r in self._last.resources
-            }
+        if changed and self._memory is not None:
+            # Who held each resource, as remembered (a resource whose token is still
+            # pending is remembered with its last holder: its slot is read again).
+            previous = self._memory
             for m in description.members if description is not None else ():
                 for kind, member_keys in (m.assignment or {}).items():
                     for key in member_keys:
-                        tkey = typed(key)
-                        if previous.get((kind, tkey)) != m.member_id:
+                        tkey = (type(key), key)
+                        seen = previous.get((kind, tkey))
+                        if seen is None or seen[0] != m.member_id:
                             keys[tkey] = key
         if now - self._changed_at <= self._settle_s:
             for tkey in self._pending:

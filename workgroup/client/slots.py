@@ -21,7 +21,13 @@ from workgroup.kafka.messages import (
     OffsetFetchGroup,
     OffsetFetchResult,
 )
-from workgroup.runtime.slots import LEASE_TOPIC_PREFIX, Slot, decode_metadata, encode_key, slot_of
+from workgroup.runtime.slots import (
+    LEASE_TOPIC_PREFIX,
+    Slot,
+    decode_metadata,
+    encode_key,
+    key_digest,
+)
 from workgroup.types import Key
 
 
@@ -93,7 +99,8 @@ def decode_slots(result: OffsetFetchResult, group: str) -> list[LeaseSlot]:
                 slots.append(LeaseSlot(topic.name, None, p.offset, None, str(exc)))
                 continue
             error = None
-            if contents.key is not None and slot_of(group, contents.key).topic != topic.name:
+            # The topic of the key's slot (slot_of's, without checking the group per slot).
+            if contents.key is not None and topic.name != prefix + key_digest(contents.key):
                 error = "its header names a key whose slot is another one"
             slots.append(LeaseSlot(topic.name, contents.key, p.offset, contents.checkpoint, error))
     return sorted(slots, key=lambda s: (s.key is None, encode_key(s.key or ""), s.topic))

@@ -33,15 +33,22 @@ Rules:
    reported ready), while its owner keeps it, and for how long
    (``warming_for_s``: since the console first saw it, a lower bound
    ``warming_at_least`` for a warm-up seen in the group's first reading).
+7. Rows are built when read: a group's ``resources`` in the view is a
+   :class:`ResourceRows` sequence that makes a resource's row when it is read
+   (the page asks for one page of one group), so a refresh of a group of
+   100,000 resources builds none of their rows.  Owners are compared with the
+   last refresh (the timeline) only for a new reading (the client layer's
+   reader gives the same resources again when nothing changed), and checkpoint
+   ages only for the slots read again.
 """
 
 from __future__ import annotations
 
 import functools
-from collections import deque
-from collections.abc import Mapping
+from collections import Counter, deque
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from workgroup.assignors.standby import STANDBY_SUFFIX, is_standby_kind
 from workgroup.client.describe import GroupDescription
@@ -60,6 +67,8 @@ class _SlotSeen:
     since: float
     #: Seen as it is at the console's first read: its age is a lower bound.
     at_start: bool
+    #: The slot last read (the same object again: nothing to compare).
+    slot: LeaseSlot | None = None
 
 
 @dataclass
@@ -71,6 +80,12 @@ class _GroupMemory:
     slots: dict[TypedKey, _SlotSeen] = field(default_factory=dict)
     #: ``(kind, typed key, member) -> (first seen warming, seen at the group's first read)``.
     warming: dict[tuple[str, TypedKey, str], tuple[float, bool]] = field(default_factory=dict)
+    #: The last reading's resources and slots (the same lists again: nothing changed).
+    resources: list[ResourceOwner] | None = None
+    slot_list: list[LeaseSlot] | None = None
+    #: member id -> how many resources it owns, and how many nobody owns, in ``resources``.
+    owns: dict[str, int] = field(default_factory=dict)
+    unowned: int = 0
 
 
 @dataclass(frozen=True)
@@ -149,14 +164,11 @@ class ConsoleModel:
         first = read.group not in self._groups
         memory = self._groups.setdefault(read.group, _GroupMemory())
         d = read.description
-        members_out = []
-        owners: dict[tuple[str, TypedKey], str] = {}
-        names: dict[str, str] = {}
-        resources: list[dict[str, Any]] = []
-        slots = {typed(s.key): s for s in read.slots if s.key is not None}
-        ages = self._ages(memory, slots, now, first)
+        members = d.members if d is not None else []
+        names = {m.member_id: m.instance_id or m.member_id for m in members}
+        self._ages(memory, read.slots, now, first)
         warming_by: dict[tuple[str, TypedKey], tuple[str, bool]] = {}
-        for m in d.members if d is not None else []:
+        for m in members:
             ready = m.ready
             for kind, keys in m.warming.items():
                 for key in keys:
@@ -164,16 +176,41 @@ class ConsoleModel:
                         m.instance_id or m.member_id,
                         key in ready.get(kind, ()),
                     )
-        for m in d.members if d is not None else []:
-            names[m.member_id] = m.instance_id or m.member_id
         joined = read.resources if read.resources is not None else join_owners(d, read.slots)
-        owns: dict[str, int] = {}
-        for owned in joined:
-            if owned.kind is not None and owned.owner is not None:
-                owners[owned.kind, typed(owned.key)] = owned.owner.member_id
-                owns[owned.owner.member_id] = owns.get(owned.owner.member_id, 0) + 1
-            resources.append(self._resource(owned, names, ages))
-        for m in d.members if d is not None else []:
+        if joined is not memory.resources:  # rule 7: a new reading
+            owners = {
+                (r.kind, (type(r.key), r.key)): r.owner.member_id
+                for r in joined
+                if r.owner is not None and r.kind is not None
+            }
+            memory.resources, memory.owns = joined, dict(Counter(owners.values()))
+            memory.unowned = sum(1 for r in joined if r.owner is None)
+        else:
+            owners = memory.owners
+        if first:
+            self._timeline.append(
+                {
+                    "time": now,
+                    "source": "coordinator",
+                    "group": read.group,
+                    "what": "appeared",
+                    "generation": None if d is None else d.generation,
+                    "members": sorted(names.values()),
+                }
+            )
+        elif (owners is not memory.owners and owners != memory.owners) or (
+            set(names) != set(memory.members)
+        ):
+            self._timeline.append(self._rebalance(read.group, memory, owners, names, d, now))
+        memory.owners, memory.members = owners, names
+        memory.generation = None if d is None else d.generation
+        warming_seen: dict[tuple[str, TypedKey, str], tuple[float, bool]] = {}
+        for (warm_kind, warm_key), (warmer, _) in warming_by.items():
+            seen = (warm_kind, warm_key, warmer)
+            warming_seen[seen] = memory.warming.get(seen, (now, first))
+        memory.warming = warming_seen
+        members_out = []
+        for m in members:
             meta = m.workgroup_metadata()
             members_out.append(
                 {
@@ -187,48 +224,13 @@ class ConsoleModel:
                     # What it reports now, else what it reported as it joined.
                     "load": current_load(read.group, m.assignment, meta, read.loads),
                     "capacity": 1.0 if meta is None else meta.capacity,
-                    "owns": owns.get(m.member_id, 0),
+                    "owns": memory.owns.get(m.member_id, 0),
                     "status": m.status,
                     "warming": sum(len(keys) for keys in m.warming.values()),
                     "ready": sum(len(keys) for keys in m.ready.values()),
                     "assignment_error": m.assignment_error,
                 }
             )
-        if first:
-            self._timeline.append(
-                {
-                    "time": now,
-                    "source": "coordinator",
-                    "group": read.group,
-                    "what": "appeared",
-                    "generation": None if d is None else d.generation,
-                    "members": sorted(names.values()),
-                }
-            )
-        elif owners != memory.owners or set(names) != set(memory.members):
-            self._timeline.append(self._rebalance(read.group, memory, owners, names, d, now))
-        memory.owners, memory.members = owners, names
-        memory.generation = None if d is None else d.generation
-        warming_seen: dict[tuple[str, TypedKey, str], tuple[float, bool]] = {}
-        for (warm_kind, warm_key), (warmer, _) in warming_by.items():
-            seen = (warm_kind, warm_key, warmer)
-            warming_seen[seen] = memory.warming.get(seen, (now, first))
-        memory.warming = warming_seen
-        for r in resources:
-            r["warming_by"], r["warming_ready"] = None, False
-            r["warming_for_s"], r["warming_at_least"] = None, False
-        if warming_by:  # planned moves under way: name each warm-up on its resource
-            for r in resources:
-                if r["kind"] is None:
-                    continue
-                kind = r["kind"] if r["role"] == "active" else r["kind"] + STANDBY_SUFFIX
-                encoded = typed(r["key"])
-                found = warming_by.get((kind, encoded))
-                if found is not None:
-                    by, is_ready = found
-                    since, at_least = warming_seen[kind, encoded, by]
-                    r["warming_by"], r["warming_ready"] = by, is_ready
-                    r["warming_for_s"], r["warming_at_least"] = now - since, at_least
         return {
             "group": read.group,
             "state": "Empty" if d is None else d.state,
@@ -236,47 +238,40 @@ class ConsoleModel:
             "protocol": None if d is None else d.protocol,
             "generation": None if d is None else d.generation,
             "members": members_out,
-            "resources": resources,
-            "unowned": sum(1 for r in resources if r["owner"] is None),
+            "resources": ResourceRows(
+                joined, names, dict(memory.slots), warming_by, warming_seen, now
+            ),
+            "resource_count": len(joined),
+            "unowned": memory.unowned,
             "error": read.error,
         }
 
-    def _ages(
-        self, memory: _GroupMemory, slots: dict[TypedKey, LeaseSlot], now: float, first: bool
-    ) -> dict[TypedKey, tuple[float, bool]]:
-        """Rule 2: ``typed key -> (age in seconds, whether it is a lower bound)``."""
-        out = {}
-        for encoded, slot in slots.items():
-            seen = memory.slots.get(encoded)
+    def _ages(self, memory: _GroupMemory, slots: list[LeaseSlot], now: float, first: bool) -> None:
+        """Rule 2: when each slot was first seen as it is (rule 7: a slot read
+        again is compared; the same slots as last time are not looked at)."""
+        if slots is memory.slot_list:
+            return
+        memory.slot_list = slots
+        remembered = memory.slots
+        present = 0
+        for slot in slots:
+            if slot.key is None:
+                continue
+            present += 1
+            tkey = (type(slot.key), slot.key)
+            seen = remembered.get(tkey)
+            if seen is not None and seen.slot is slot:
+                continue
             if seen is None or (seen.token, seen.checkpoint) != (slot.token, slot.checkpoint):
                 # In the group's first reading a slot may be any age: at least this old.
-                seen = _SlotSeen(slot.token, slot.checkpoint, now, seen is None and first)
-                memory.slots[encoded] = seen
-            out[encoded] = (now - seen.since, seen.at_start)
-        for encoded in set(memory.slots) - set(slots):
-            del memory.slots[encoded]
-        return out
-
-    def _resource(
-        self, r: ResourceOwner, names: dict[str, str], ages: dict[TypedKey, tuple[float, bool]]
-    ) -> dict[str, Any]:
-        role, shown_kind = _role(r.kind)
-        age: float | None
-        age, at_least = ages.get(typed(r.key), (None, False))
-        owner = None if r.owner is None else r.owner.member_id
-        return {
-            "kind": shown_kind,
-            "key": r.key,
-            "role": role,
-            "owner": owner,
-            "owner_name": None if owner is None else names.get(owner, owner),
-            "releasing": [names.get(m.member_id, m.member_id) for m in r.releasing],
-            "token": r.token,
-            "token_pending": r.token_pending,
-            "checkpoint": r.checkpoint,
-            "checkpoint_age_s": age,
-            "age_at_least": at_least,
-        }
+                remembered[tkey] = _SlotSeen(
+                    slot.token, slot.checkpoint, now, seen is None and first, slot
+                )
+            else:
+                seen.slot = slot
+        if present != len(remembered):  # slots gone (a slot list names each key once)
+            for tkey in set(remembered) - {(type(s.key), s.key) for s in slots}:
+                del remembered[tkey]
 
     def _rebalance(
         self,
@@ -289,9 +284,7 @@ class ConsoleModel:
     ) -> dict[str, Any]:
         everyone = {**memory.members, **names}
         moved = []
-        changed = [
-            w for w in set(owners) | set(memory.owners) if memory.owners.get(w) != owners.get(w)
-        ]
+        changed = {where for where, _ in owners.items() ^ memory.owners.items()}
         for where in sorted(changed, key=lambda w: (w[0], encode_key(w[1][1]))):
             before, after = memory.owners.get(where), owners.get(where)
             if before != after:
@@ -315,6 +308,79 @@ class ConsoleModel:
         }
 
 
+class ResourceRows(Sequence[dict[str, Any]]):
+    """A group's resources as the page shows them, each row made when read (rule 7).
+
+    What a row shows is fixed when the sequence is made (the slots' ages, the
+    warm-ups, the time of the refresh): a row read later is that refresh's.
+    """
+
+    def __init__(
+        self,
+        resources: list[ResourceOwner],
+        names: dict[str, str],
+        slots: dict[TypedKey, _SlotSeen],
+        warming_by: dict[tuple[str, TypedKey], tuple[str, bool]],
+        warming_seen: dict[tuple[str, TypedKey, str], tuple[float, bool]],
+        now: float,
+    ) -> None:
+        self._resources = resources
+        self._names = names
+        self._slots = slots
+        self._warming_by = warming_by
+        self._warming_seen = warming_seen
+        self._now = now
+
+    def __len__(self) -> int:
+        return len(self._resources)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self._row(r) for r in self._resources[index]]
+        return self._row(self._resources[index])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return map(self._row, self._resources)
+
+    def _row(self, r: ResourceOwner) -> dict[str, Any]:
+        role, shown_kind = _role(r.kind)
+        tkey = (type(r.key), r.key)
+        seen = self._slots.get(tkey)
+        names = self._names
+        owner = None if r.owner is None else r.owner.member_id
+        row = {
+            "kind": shown_kind,
+            "key": r.key,
+            "role": role,
+            "owner": owner,
+            "owner_name": None if owner is None else names.get(owner, owner),
+            "releasing": [names.get(m.member_id, m.member_id) for m in r.releasing],
+            "token": r.token,
+            "token_pending": r.token_pending,
+            "checkpoint": r.checkpoint,
+            "checkpoint_age_s": None if seen is None else self._now - seen.since,
+            "age_at_least": False if seen is None else seen.at_start,
+            "warming_by": None,
+            "warming_ready": False,
+            "warming_for_s": None,
+            "warming_at_least": False,
+        }
+        if r.kind is not None and self._warming_by:
+            # Rule 6: a warm-up names the kind as assigned (a standby kind included).
+            found = self._warming_by.get((r.kind, tkey))
+            if found is not None:
+                by, is_ready = found
+                since, at_least = self._warming_seen[r.kind, tkey, by]
+                row["warming_by"], row["warming_ready"] = by, is_ready
+                row["warming_for_s"], row["warming_at_least"] = self._now - since, at_least
+        return row
+
+
 @functools.cache
 def _role(kind: str | None) -> tuple[str, str | None]:
     """Rule 5: a kind's role and the kind it is shown as."""
@@ -325,4 +391,4 @@ def _role(kind: str | None) -> tuple[str, str | None]:
     return "active", kind
 
 
-__all__ = ["TIMELINE_LIMIT", "ConsoleModel", "GroupRead"]
+__all__ = ["TIMELINE_LIMIT", "ConsoleModel", "GroupRead", "ResourceRows"]

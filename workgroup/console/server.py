@@ -257,11 +257,7 @@ class ConsoleServer:
     def summary(self) -> dict[str, Any]:
         """Rule 2's stream document: every group without its resource list."""
         view = self.model.view
-        groups = [
-            {k: v for k, v in g.items() if k != "resources"}
-            | {"resource_count": len(g["resources"])}
-            for g in view.get("groups", [])
-        ]
+        groups = [{k: v for k, v in g.items() if k != "resources"} for g in view.get("groups", [])]
         return {
             "coordinator": self.bootstrap,
             "time": view.get("time"),
@@ -301,6 +297,8 @@ class ConsoleServer:
         except ValueError:
             raise web.HTTPBadRequest(text="limit must be an integer") from None
         needle = request.query.get("q", "").lower()
+        # The view's rows are made when read (the model's rule 7): only this page's,
+        # or every row for a search.
         rows = group["resources"]
         if needle:
             rows = [r for r in rows if needle in _searchable(r)]

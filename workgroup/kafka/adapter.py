@@ -12,7 +12,9 @@ versions).  So a member encodes with the codec of :mod:`workgroup.kafka.apis`
   ``parse_response_header(buffer)`` and ``RESPONSE_TYPE.decode(buffer)``, which
   returns kio's response entity; :func:`to_result` turns it into the result
   record (outside aiokafka's reader task, so that a surprise there reaches the
-  caller rather than the connection).
+  caller rather than the connection).  A response the codec reads without kio
+  (:mod:`workgroup.kafka.direct`, e.g. OffsetFetch v8) is decoded straight
+  into its result record, which :func:`to_result` passes through.
 
 Rules:
 
@@ -32,6 +34,7 @@ from workgroup.errors import ProtocolError, UnsupportedVersionError
 from workgroup.kafka import messages as m
 from workgroup.kafka.apis import API_OF, response_schema
 from workgroup.kafka.codec import read_entity, write_entity
+from workgroup.kafka.direct import DIRECT_READERS
 
 _REQUEST_PREFIX = struct.Struct(">hhih")  # api key, version, correlation id, client id size
 
@@ -132,8 +135,12 @@ class KafkaRequest:
         return _ResponseHeader(int(header.correlation_id))
 
     def decode(self, buffer: io.BytesIO | bytes) -> Any:
-        """kio's response entity (aiokafka calls this as ``RESPONSE_TYPE.decode``)."""
+        """kio's response entity, or the result record itself for a response read
+        without kio (aiokafka calls this as ``RESPONSE_TYPE.decode``)."""
         data = buffer.read() if isinstance(buffer, io.BytesIO) else buffer
+        direct = DIRECT_READERS.get((self.API_KEY, self.API_VERSION))
+        if direct is not None:
+            return direct(data)  # its errors are one-line ProtocolErrors already
         cls = self._response_type()
         try:
             entity, _end = read_entity(cls, data, 0)
@@ -155,7 +162,10 @@ def to_result(request: m.GroupRequest, response: Any) -> m.GroupResult: ...
 
 
 def to_result(request: m.GroupRequest, response: Any) -> m.GroupResult:
-    """The result record in kio's response entity ``response`` to ``request``."""
+    """The result record in kio's response entity ``response`` to ``request``
+    (a response read without kio is its result record already)."""
     api = API_OF[type(request)]
+    if isinstance(response, api.result):
+        return cast(m.GroupResult, response)
     result = api.result_record(int(response.__version__), response, request)
     return cast(m.GroupResult, result)  # the codec of a group request answers with its result

@@ -88,6 +88,8 @@ def check_group_id(group_id: str) -> str:
 
 def encode_key(key: Key) -> str:
     """The key's typed encoding: its JSON (``1`` and ``"1"`` differ), on one line."""
+    if type(key) is int:  # an int's JSON is its decimal form (no json call per key)
+        return str(key)
     if isinstance(key, bool) or not isinstance(key, int | str):
         raise TypeError(f"a key is a str or an int, got {type(key).__name__}")
     return json.dumps(key, ensure_ascii=False, separators=(",", ":"))
@@ -135,8 +137,12 @@ def decode_metadata(metadata: str | None) -> SlotContents:
     end = metadata.find("\n", len(HEADER_MAGIC))
     if end < 0:
         raise ValueError("slot header not terminated")
+    text = metadata[len(HEADER_MAGIC) : end]
+    if text.isdigit() and text.isascii() and (text[0] != "0" or text == "0"):
+        # An int key in JSON's own form (most slots): no JSON parser per slot.
+        return SlotContents(int(text), metadata[end + 1 :] or None)
     try:
-        key = json.loads(metadata[len(HEADER_MAGIC) : end])
+        key = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"slot header is not JSON: {exc.msg}") from None
     if isinstance(key, bool) or not isinstance(key, int | str):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from workgroup.client.describe import GroupDescription, MemberDescription
-from workgroup.client.owners import ResourceOwner, join_owners, memory_of
+from workgroup.client.owners import ResourceOwner, _in_order, _order, join_owners, memory_of
 from workgroup.client.slots import LeaseSlot
 
 
@@ -72,3 +75,21 @@ def test_a_resource_that_was_nobodys_shows_a_new_token_only() -> None:
     assert (row.token, row.token_pending) == (None, True)
     [row] = join_owners(group(member("b", [1], 8)), [slot(1, 6)], before=before)
     assert (row.token, row.token_pending) == (6, False)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),
+            st.none() | st.sampled_from(["a", "b", ""]),
+            st.integers(-5, 5) | st.text(max_size=2),
+        ),
+        max_size=40,
+    )
+)
+def test_resources_come_owned_first_then_by_kind_and_key(
+    rows: list[tuple[bool, str | None, int | str]],
+) -> None:
+    someone = MemberDescription("m", None, "c", "/h", {})
+    resources = [ResourceOwner(kind, key, someone if owned else None) for owned, kind, key in rows]
+    assert _in_order(resources) == sorted(resources, key=_order)

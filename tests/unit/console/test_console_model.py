@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from workgroup.admin import GroupDescription, LeaseSlot, MemberDescription
 from workgroup.assignors.standby import standby_kind
-from workgroup.console.model import TIMELINE_LIMIT, ConsoleModel, GroupRead
+from workgroup.client.owners import ResourceOwner, join_owners
+from workgroup.console.model import TIMELINE_LIMIT, ConsoleModel, GroupRead, ResourceRows
 from workgroup.member.round_plan import DRAINING_TAG
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.metadata import BinaryCodec, MemberMetadata
@@ -168,3 +173,34 @@ def test_the_view_shows_warm_ups_at_their_resource_and_draining_members() -> Non
     rows = {r["key"]: r for r in view["groups"][0]["resources"]}
     assert (rows[0]["warming_for_s"], rows[0]["warming_at_least"]) == (4.0, True)
     assert (rows[2]["warming_for_s"], rows[2]["warming_at_least"]) == (0.0, False)
+
+
+def test_rows_are_made_when_read_and_a_reading_seen_before_is_not_compared_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[object] = []
+    make_row = ResourceRows._row
+
+    def counted(rows: ResourceRows, r: ResourceOwner) -> dict[str, Any]:
+        made.append(r.key)
+        return make_row(rows, r)
+
+    monkeypatch.setattr(ResourceRows, "_row", counted)
+    model = ConsoleModel("c", started=0.0)
+    members = described(member("a", list(range(10))), member("b", list(range(10, 20))))
+    resources = join_owners(members, [slot(3, 4, "x")])
+    view = model.update([GroupRead("g", members, [slot(3, 4, "x")], None, {}, resources)], now=1.0)
+    [group] = view["groups"]
+    assert (group["resource_count"], group["unowned"], made) == (20, 0, [])
+    assert [r["key"] for r in group["resources"][:5]] == [0, 1, 2, 3, 4]
+    assert made == [0, 1, 2, 3, 4]  # that page's rows only
+    assert group["resources"][3]["token"] == 4
+    # The same reading again (the client layer's reader when nothing changed).
+    again = model.update([GroupRead("g", members, [slot(3, 4, "x")], None, {}, resources)], 31.0)
+    [group] = again["groups"]
+    assert [e["what"] for e in again["timeline"]] == ["appeared"]
+    assert [m["owns"] for m in group["members"]] == [10, 10]
+    assert (group["resources"][3]["checkpoint_age_s"], group["resources"][3]["age_at_least"]) == (
+        30.0,
+        True,
+    )

@@ -22,6 +22,7 @@ from workgroup.runtime.metrics import RuntimeMetrics
 from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.runner import GroupRunner
 from workgroup.runtime.slots import (
+    HEADER_MAGIC,
     MAX_GROUP_ID_LENGTH,
     MAX_TOPIC_LENGTH,
     check_group_id,
@@ -345,3 +346,16 @@ async def test_a_runner_times_its_members_leases_and_handlers_on_one_clock() -> 
     assert cancelled.is_set()
     assert resource not in runner.stopping
     assert run.lease.state is LeaseState.REVOKED
+
+
+@given(st.integers(min_value=-(10**30), max_value=10**30) | st.text(max_size=12))
+def test_a_header_reads_back_its_key_with_its_type(key: int | str) -> None:
+    contents = decode_metadata(slot_header(key) + "cp")
+    assert (type(contents.key), contents.key, contents.checkpoint) == (type(key), key, "cp")
+
+
+@pytest.mark.parametrize("text", ["007", "-0x1", "\u0661", "1e3", "+1", "", "true"])
+def test_a_header_whose_key_is_not_an_int_or_str_in_json_is_refused(text: str) -> None:
+    # Leading zeros, other digits than ASCII ones, floats: not JSON ints, not keys.
+    with pytest.raises(ValueError, match="slot header"):
+        decode_metadata(f"{HEADER_MAGIC}{text}\ncp")

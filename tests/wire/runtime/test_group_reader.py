@@ -44,6 +44,9 @@ async def test_readers_keep_one_connection_and_read_only_the_slots_that_moved(
             for _ in range(3):
                 again = await reader.read()
                 assert (again.changed, reader.slots_fetched) == (False, 0)
+                # Nothing to join again: the last reading's owners and slots, as they were.
+                assert again.resources is first.resources
+                assert again.slots is first.slots
             # Key 1 moves to b: only its slot is read, again until b takes its token.
             await rebalance([a, b], {"a": ((0,), None), "b": ((1, 2, 3), None)})
             moved = await reader.read()
