@@ -203,6 +203,13 @@ def codes_where(test: Callable[[CodeMeaning], bool]) -> frozenset[ErrorCode]:
 #: The codes that end a group member for good (``MemberAction.FATAL``: the member
 #: machine's rule 3); each gets a :class:`~workgroup.member.errors.MemberFatalError`.
 MEMBER_FATAL_CODES = codes_where(lambda meaning: meaning.fatal)
+#: The coordinator moved or is not ready: ask where it is again
+#: (``MemberAction.FIND_COORDINATOR``).
+COORDINATOR_MOVED_CODES = codes_where(
+    lambda meaning: meaning.member is MemberAction.FIND_COORDINATOR
+)
+#: The codes whose request may succeed if sent again (``CodeMeaning.retriable``).
+RETRIABLE_CODES = codes_where(lambda meaning: meaning.retriable)
 #: Answers to a lease's commit that mean the member itself is gone: the lease can
 #: never be used again (``LeaseAction.FENCE``).
 LEASE_FENCING_CODES = codes_where(lambda meaning: meaning.lease is LeaseAction.FENCE)

@@ -32,9 +32,10 @@ Rules:
    another rebalance followed, no other holder committed a token meanwhile, and
    the daemon's new lease is still taking its token when the fence looks.
 3. While the group rebalances (REBALANCE_IN_PROGRESS, a group that is not
-   Stable when described) and while the coordinator cannot be reached, the
-   fence tries again with back-off until ``timeout_s``, then raises a
-   one-line :class:`FenceTimeoutError` (retriable) naming the address.
+   Stable when described), on any other retriable code (``RETRIABLE_CODES``)
+   and while the coordinator cannot be reached, the fence tries again with
+   back-off until ``timeout_s``, then raises a one-line
+   :class:`FenceTimeoutError` (retriable) naming the address.
 4. **check** proves the lease still holds without writing: a Heartbeat under
    the fence's member id, instance id and generation (the coordinator validates
    it exactly as it validates a commit), then OffsetFetch (the slot is still at
@@ -79,7 +80,13 @@ from workgroup.client.security import (
     Security,
     deprecated_security_name,
 )
-from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
+from workgroup.errors import (
+    LEASE_FENCING_CODES,
+    RETRIABLE_CODES,
+    CoordinatorError,
+    ErrorCode,
+    WorkgroupError,
+)
 from workgroup.runtime.errors import LeaseLostError
 from workgroup.runtime.slots import Slot, check_value, decode_metadata, same_key, slot_header
 from workgroup.types import Key
@@ -91,20 +98,6 @@ if TYPE_CHECKING:
 # imported on a fence's first use, not with this module: a process that only
 # unpickles fences, or imports this module for its names, does not pay for it.
 
-#: The member is gone: the fence can never be used again.
-_ENDED = frozenset(
-    {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID, ErrorCode.GROUP_ID_NOT_FOUND}
-)
-#: Try again (rule 3).
-_AGAIN = frozenset(
-    {
-        ErrorCode.REBALANCE_IN_PROGRESS,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.NOT_COORDINATOR,
-        ErrorCode.REQUEST_TIMED_OUT,
-    }
-)
 _BACKOFF_S = 0.05
 _MAX_BACKOFF_S = 1.0
 
@@ -240,7 +233,7 @@ class Fence:
                     error = send(conn, generation, deadline)
                     if error is ErrorCode.NONE:
                         return
-                    if error in _ENDED:
+                    if error in LEASE_FENCING_CODES:  # the member is gone: never again
                         raise LeaseLostError(
                             f"{self._name} was refused: {error.name} (member {self.member_id!r} "
                             "is no longer in the group: its lease ended)"
@@ -249,7 +242,7 @@ class Fence:
                         if self._look_again(conn, generation, deadline):
                             continue
                         last = "the group was rebalancing"
-                    elif error in _AGAIN:
+                    elif error in RETRIABLE_CODES:  # rule 3
                         if error is ErrorCode.NOT_COORDINATOR:
                             conn.close()
                         last = error.name

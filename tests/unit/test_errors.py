@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from workgroup.errors import (
+    COORDINATOR_MOVED_CODES,
     ERROR_MEANINGS,
     LEASE_FENCING_CODES,
     LEASE_REBALANCING_CODES,
     MEMBER_FATAL_CODES,
+    RETRIABLE_CODES,
     CoordinatorError,
     ErrorCode,
     LeaseAction,
@@ -51,6 +53,16 @@ def test_the_member_reads_its_fatal_codes_from_the_table() -> None:
     assert ErrorCode.FENCED_INSTANCE_ID in MEMBER_FATAL_CODES
 
 
+def test_the_coordinator_moved_and_retriable_codes_come_from_the_table() -> None:
+    assert {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    } == COORDINATOR_MOVED_CODES
+    assert COORDINATOR_MOVED_CODES | {ErrorCode.REBALANCE_IN_PROGRESS} <= RETRIABLE_CODES
+    assert all(code.retriable for code in RETRIABLE_CODES)
+
+
 def test_the_lease_reads_fencing_and_rebalancing_codes_from_the_table() -> None:
     assert {
         ErrorCode.UNKNOWN_MEMBER_ID,
@@ -76,3 +88,33 @@ def test_the_member_actions_of_rule_3() -> None:
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     }
+
+
+def test_no_module_but_errors_keeps_a_set_of_codes() -> None:
+    """errors.py is the only source of sets of codes: a name bound at module level
+    to a display of two or more ``ErrorCode`` members anywhere else is one of
+    its own (a check such as ``error in (NONE, GROUP_ID_NOT_FOUND)`` is not)."""
+    import ast
+    from pathlib import Path
+
+    import workgroup
+
+    root = Path(workgroup.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path == root / "errors.py":
+            continue
+        module = ast.parse(path.read_text(), str(path))
+        bound = [n.value for n in module.body if isinstance(n, ast.Assign | ast.AnnAssign)]
+        for node in (inner for value in bound if value for inner in ast.walk(value)):
+            if isinstance(node, ast.Set | ast.Tuple | ast.List):
+                codes = [
+                    e
+                    for e in node.elts
+                    if isinstance(e, ast.Attribute)
+                    and isinstance(e.value, ast.Name)
+                    and e.value.id in ("ErrorCode", "_C")
+                ]
+                if len(codes) >= 2:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not found, found

@@ -31,19 +31,10 @@ from aiokafka.protocol.coordination import FindCoordinatorRequest
 
 from workgroup.client.bootstrap import format_address, parse_bootstrap
 from workgroup.client.security import PLAINTEXT, Security
-from workgroup.errors import ErrorCode, WorkgroupError
+from workgroup.errors import COORDINATOR_MOVED_CODES, WorkgroupError
 from workgroup.kafka.adapter import KafkaRequest, to_result
 from workgroup.kafka.messages import GroupRequest, GroupResult
 from workgroup.member.transport import CoordinatorConnection, map_kafka_error
-
-#: Answers that mean "ask the coordinator again" (rule 2).
-MOVED = frozenset(
-    {
-        ErrorCode.NOT_COORDINATOR,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    }
-)
 
 
 class ClientConnection:
@@ -165,13 +156,15 @@ class ClientConnection:
 
 def _moved(result: GroupResult) -> bool:
     """Whether an answer says the group's coordinator is elsewhere now."""
-    if getattr(result, "error", None) in MOVED:
+    if getattr(result, "error", None) in COORDINATOR_MOVED_CODES:
         return True
     groups = getattr(result, "groups", None) or ()
-    if any(getattr(g, "error", None) in MOVED for g in groups):
+    if any(getattr(g, "error", None) in COORDINATOR_MOVED_CODES for g in groups):
         return True
     topics = getattr(result, "topics", None) or ()  # OffsetCommit: per partition
-    return any(p.error in MOVED for t in topics for p in getattr(t, "partitions", ()))
+    return any(
+        p.error in COORDINATOR_MOVED_CODES for t in topics for p in getattr(t, "partitions", ())
+    )
 
 
-__all__ = ["MOVED", "ClientConnection"]
+__all__ = ["ClientConnection"]

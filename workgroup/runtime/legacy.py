@@ -65,8 +65,6 @@ HOW_TO_MIGRATE = (
     "stop every daemon of the group, then start one with --migrate-lease-layout "
     "(or WORKGROUP_MIGRATE_LEASE_LAYOUT=1)"
 )
-#: Answers that are not legacy state: nothing committed, no such topic.
-_NOTHING = frozenset({ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 
 
 class GroupOffsets(Protocol):
@@ -196,7 +194,8 @@ async def check_lease_layout(
 
 
 def _raise_unless_fine(error: ErrorCode, what: str) -> None:
-    if error not in _NOTHING:
+    # Nothing committed, or no such topic: no legacy state.
+    if error not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
         raise WorkgroupError(f"{what}: {error.name}", retriable=error.retriable)
 
 
