@@ -1115,6 +1115,10 @@ class LoadBalancing:
         self.decided = False
         #: The loads the last round used (remembered ones and the input's).
         self.loads_seen: Mapping[Resource, float] = self.remembered
+        #: The last round's stage moved resources while some resource's load
+        #: was not measured (counted as the average): a round with every load
+        #: measured may decide otherwise.
+        self.guessed = False
 
     @property
     def exclusive(self) -> bool:
@@ -1128,6 +1132,7 @@ class LoadBalancing:
             loads = {**self.remembered, **loads} if loads else self.remembered
         self.loads_seen = loads
         self.decided = False
+        self.guessed = False
         capacities = {mid: m.capacity for mid, m in data.members.items()}
         kinds = {mid: m.kinds for mid, m in data.members.items()}
         if self.carry is not None:
@@ -1165,6 +1170,10 @@ class LoadBalancing:
             owned_loads=owned_loads,
         )
         self.decided = bool(self.last.moves or self.last.returned)
+        # Scanned only after moves (rare; at a million resources, a tenth of a second).
+        self.guessed = bool(self.last.moves) and any(
+            r not in loads for resources in target.values() for r in resources
+        )
         return self.last.assignment
 
 

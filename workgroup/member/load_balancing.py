@@ -37,7 +37,10 @@ Rules:
    ``max_moves`` or pinned resources stopped it (the moves left too few, or
    pins held anywhere in the way, for the swap or chain that would help; not
    when no move could help, as with one resource above the mean: then only
-   changed loads can, and the next rebalance brings them), the leader asks for a rebalance
+   changed loads can, and the next rebalance brings them), or when its stage
+   moved resources while some load was not measured (a new leader that never
+   saw a departed member's loads counts them as the average; their new owners
+   measure them meanwhile), the leader asks for a rebalance
    ``balance_interval_ms`` later (Kafka Streams' probing rebalance): members
    rejoin with fresh loads and the stage goes on.  A round that ends within the
    tolerance schedules nothing; the next rebalance, whatever its cause, brings
@@ -222,6 +225,8 @@ class LeaderBalancing:
         self._round: tuple[int, LoadBalancing] | None = None
         #: What the last round's stage did (``None``: it did not run).
         self.last: Balanced | None = None
+        #: The plan being carried out was decided on guessed loads (rule 4).
+        self._guessed = False
 
     @property
     def enabled(self) -> bool:
@@ -274,7 +279,11 @@ class LeaderBalancing:
         for move in self.last.moves:
             self.moved_at[move.resource] = now
         unfinished = self.last.unfinished(self.settings.imbalance_tolerance)
-        self.probe_at = now + self.settings.balance_interval_ms if unfinished else None
+        # Rule 4: moves decided on guessed loads are looked at again once measured
+        # (the follow-up rounds that carry them out keep that).
+        self._guessed = wrapper.guessed or (wrapper.carry is not None and self._guessed)
+        again = unfinished or self._guessed
+        self.probe_at = now + self.settings.balance_interval_ms if again else None
         return BalanceOutcome(self.last, decided=wrapper.decided)
 
     def due(self, now: int) -> bool:

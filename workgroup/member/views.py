@@ -107,6 +107,12 @@ class MemberViews:
         return self._membership.is_leader
 
     @property
+    def balance_probe_at(self) -> int | None:
+        """When this leader's balancing probe asks for a round (``None``: none
+        planned; a round ended above the tolerance that a later one may fix)."""
+        return self._pipeline.probe_at
+
+    @property
     def settled(self) -> bool:
         """Settled for the group: STABLE with no callback running, no rejoin pending,
         and no follow-up round due (the leader withheld resources from some member

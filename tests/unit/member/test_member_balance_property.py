@@ -183,7 +183,18 @@ def reach_balance_then_stay_quiet(case: Case, note: Callable[[str], None] = even
     bound = case.bound_intervals()
 
     def balanced() -> bool:
-        return sim.stable() and max_over_mean(sim, loads, active) <= 1 + TOLERANCE + EPSILON
+        # The leader sees loads as the metadata carries them (two bytes): at the
+        # tolerance itself it may see the group just above and probe once more.
+        probing = any(
+            m.machine.balance_probe_at is not None
+            for m in sim.members.values()
+            if not m.closed and m.machine.is_leader
+        )
+        return (
+            sim.stable()
+            and not probing
+            and max_over_mean(sim, loads, active) <= 1 + TOLERANCE + EPSILON
+        )
 
     reached = sim.run_until(balanced, limit_ms=bound * INTERVAL)
     assert reached, (
@@ -211,8 +222,11 @@ def test_the_group_reaches_balance_when_it_exists_then_stays_quiet(case: Case) -
         Case((12, 8, 14, 14, 8), (1.0, 1.0, 2.0), "one_joins", 0, 16),
         Case((1, 15, 10, 1, 7, 15, 20), (1.0, 2.0, 1.0), "rolling", 0, 16),
         Case((9, 12, 4, 4, 4, 9, 1, 19, 18, 17), (1.0, 2.0, 2.0, 2.0), "rolling", 1, 16),
+        # The leader leaves: the new one never saw its loads, moves on guesses,
+        # and looks again once their new owners measured them.
+        Case((13, 18, 12, 3), (2.0, 1.0, 2.0), "one_leaves", 0, 16),
     ],
-    ids=["one-joins", "rolling", "rolling-capacities"],
+    ids=["one-joins", "rolling", "rolling-capacities", "the-leader-leaves"],
 )
 def test_balance_that_needs_a_placement_afresh_is_reached(case: Case) -> None:
     reach_balance_then_stay_quiet(case, note=lambda _: None)
