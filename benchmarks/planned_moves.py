@@ -33,7 +33,8 @@ Best of ``--repetitions`` (the lowest unowned per move, per mode and move
 type); the load average is printed with the table.
 
 **Spark shards** (``--spark``): ``workgroup run`` daemons of
-``examples/sharded_etl`` (a JVM each, the Spark plugin), a coordinator and input
+``examples/sharded_etl`` (the Spark plugin; ``--spark-layouts``: a JVM each,
+and thin daemons on one Spark Connect server), a coordinator and input
 arriving, all on loopback.  Daemon A owns ``--spark-shards`` shards; daemon B
 joins (half move to B: with warm-up, B's SparkSession starts and runs a warm-up
 query before it joins, and each moved shard's checkpoint is read before the
@@ -42,7 +43,7 @@ worker warms up).  Plain moves are the same daemons with
 ``WORKGROUP_MAX_WARMUPS=0``.  Per planned move: **query gap** (the old owner's
 ``spark.query_stopped`` to the new owner's ``spark.query_started``), **write gap**
 (the shard's last batch written by the old owner to the first by the new one,
-from the output files' modification times) and **lease gap** (event log).
+from the output files' modification times; mean and max) and **lease gap** (event log).
 
 **Rolling restart of Spark daemons** (``--spark-rolling``): ``--rolling-daemons``
 JVM daemons with ``--drain-on-stop``; each in turn gets SIGTERM (it drains: its
@@ -74,7 +75,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -408,6 +409,8 @@ class SparkRow:
     double_owned: int
     warmup_median_s: float | None
     load: float
+    layout: str = "jvm"
+    write_gap_max_s: float | None = None
 
 
 def _log_events(path: Path, *names: str) -> list[dict[str, Any]]:
@@ -430,25 +433,48 @@ def _stamp(event: dict[str, Any]) -> float:
 
 def spark_section(args: Any, directory: Path) -> list[SparkRow]:
     rows: list[SparkRow] = []
-    for repetition in range(args.spark_repetitions):
-        for mode in args.modes if repetition % 2 == 0 else args.modes[::-1]:
-            data = directory / f"spark-{mode}-{repetition}"
-            data.mkdir(parents=True, exist_ok=True)
-            rows.extend(spark_run(args, data, mode))
+    for layout in args.spark_layouts:
+        with contextlib.ExitStack() as stack:
+            remote = None
+            if layout == "connect":
+                remote = stack.enter_context(connect_server(args, directory / "connect"))
+            for repetition in range(args.spark_repetitions):
+                for mode in args.modes if repetition % 2 == 0 else args.modes[::-1]:
+                    data = directory / f"spark-{layout}-{mode}-{repetition}"
+                    data.mkdir(parents=True, exist_ok=True)
+                    rows.extend(spark_run(args, data, mode, remote))
     return best_spark_rows(rows)
 
 
-def spark_run(args: Any, data: Path, mode: str) -> list[SparkRow]:
+@contextlib.contextmanager
+def connect_server(args: Any, logs: Path) -> Iterator[str]:
+    """One Spark Connect server for the thin daemons of ``--spark-layouts connect``:
+    its ``remote`` URL.  ``--cold-workers``: without its warm worker pool."""
+    from workgroup_spark.connect_server import run_connect_server
+
+    path = os.pathsep.join(
+        filter(None, [str(REPO_ROOT), str(REPO_ROOT / "plugins" / "spark"),
+                      os.environ.get("PYTHONPATH")])
+    )  # fmt: skip
+    options = {} if not args.cold_workers else {"warm_workers": False}
+    with run_connect_server(
+        logs / "spark-connect.log", env={"PYTHONPATH": path}, **options
+    ) as server:
+        yield server.remote
+
+
+def spark_run(args: Any, data: Path, mode: str, remote: str | None = None) -> list[SparkRow]:
     """Daemon A owns every shard; B joins (half move to B); B stops with
-    --leave-on-stop (they move back)."""
+    --leave-on-stop (they move back).  JVM daemons, or thin daemons on the
+    Connect server ``remote``."""
     from examples.sharded_etl.cluster import EtlCluster
     from examples.sharded_etl.feed import Feeder
 
-    env = {
-        # Two daemons share this machine's cores: one each.
-        "WORKGROUP_SPARK_MASTER": "local[1]",
-        "WORKGROUP_SPARK_WARM_UP": "1" if mode == "warm-up" else "0",
-    }
+    env = {"WORKGROUP_SPARK_WARM_UP": "1" if mode == "warm-up" else "0"}
+    if remote:
+        env["WORKGROUP_SPARK_REMOTE"] = remote
+    else:
+        env["WORKGROUP_SPARK_MASTER"] = "local[1]"  # two daemons, two cores: one each
     half = args.spark_shards // 2
     windows: dict[str, tuple[float, float]] = {}
     with run_coordinator(log=data / "coordinator.log") as coordinator:
@@ -533,6 +559,8 @@ def spark_run(args: Any, data: Path, mode: str) -> list[SparkRow]:
                 moves=len(acquired),
                 query_gap_per_move_s=sum(query_gaps) / max(len(query_gaps), 1),
                 write_gap_per_move_s=sum(write_gaps) / len(write_gaps) if write_gaps else None,
+                write_gap_max_s=max(write_gaps, default=None),
+                layout="connect" if remote else "jvm",
                 lease_gap_per_move_s=lease_gap / max(lease_moves, 1),
                 double_owned=double,
                 warmup_median_s=statistics.median(warmups) if warmups else None,
@@ -664,12 +692,13 @@ def print_rolling(rows: list[RollingRow], args: Any) -> None:
 
 def best_spark_rows(rows: Iterable[SparkRow]) -> list[SparkRow]:
     """Per (move, mode): the lowest query gap; double ownership as the worst."""
-    grouped: dict[tuple[str, str], list[SparkRow]] = {}
+    grouped: dict[tuple[str, str, str], list[SparkRow]] = {}
     for row in rows:
-        grouped.setdefault((row.move, row.mode), []).append(row)
+        grouped.setdefault((row.layout, row.move, row.mode), []).append(row)
     best = []
-    for (_, _), group in sorted(
-        grouped.items(), key=lambda item: (item[0][0] != "join", MODES.index(item[0][1]))
+    for (_, _, _), group in sorted(
+        grouped.items(),
+        key=lambda item: (item[0][0], item[0][1] != "join", MODES.index(item[0][2])),
     ):
         chosen = min(group, key=lambda r: r.query_gap_per_move_s)
         best.append(
@@ -681,23 +710,26 @@ def best_spark_rows(rows: Iterable[SparkRow]) -> list[SparkRow]:
 def print_spark(rows: list[SparkRow], args: Any) -> None:
     load = max(r.load for r in rows)
     print(
-        f"\nPlanned moves, Spark shards ({args.spark_shards} shards, `workgroup run` daemons "
-        f"with a JVM each, input arriving); best of {args.spark_repetitions}, load average "
-        f"up to {load:.2f}"
+        f"\nPlanned moves, Spark shards ({args.spark_shards} shards, `workgroup run` daemons: "
+        f"jvm = a JVM each, connect = thin, one Connect server"
+        f"{' without its warm workers' if args.cold_workers else ''}; input arriving); "
+        f"best of {args.spark_repetitions}, load average up to {load:.2f}"
     )
     header = (
-        f"{'move':<14} {'mode':<8} {'moves':>5} {'query gap s/move':>17} "
-        f"{'write gap s/move':>17} {'lease gap s/move':>17} {'double owned':>12} "
-        f"{'warm-up s (median)':>18}"
+        f"{'layout':<8} {'move':<14} {'mode':<8} {'moves':>5} {'query gap s/move':>17} "
+        f"{'write gap s/move':>17} {'write gap max s':>16} {'lease gap s/move':>17} "
+        f"{'double owned':>12} {'warm-up s (median)':>18}"
     )
     print(header)
     print("-" * len(header))
     for r in rows:
         write = "-" if r.write_gap_per_move_s is None else f"{r.write_gap_per_move_s:.2f}"
+        write_max = "-" if r.write_gap_max_s is None else f"{r.write_gap_max_s:.2f}"
         warm = "-" if r.warmup_median_s is None else f"{r.warmup_median_s:.1f}"
         print(
-            f"{r.move:<14} {r.mode:<8} {r.moves:>5} {r.query_gap_per_move_s:>17.2f} "
-            f"{write:>17} {r.lease_gap_per_move_s:>17.2f} {r.double_owned:>12} {warm:>18}"
+            f"{r.layout:<8} {r.move:<14} {r.mode:<8} {r.moves:>5} {r.query_gap_per_move_s:>17.2f} "
+            f"{write:>17} {write_max:>16} {r.lease_gap_per_move_s:>17.2f} {r.double_owned:>12} "
+            f"{warm:>18}"
         )
 
 
@@ -716,6 +748,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--spark-shards", type=int, default=4)
     parser.add_argument("--spark-repetitions", type=int, default=1)
     parser.add_argument(
+        "--spark-layouts",
+        default="jvm,connect",
+        help="jvm (a JVM per daemon), connect (thin daemons, one Connect server) or both",
+    )
+    parser.add_argument(
+        "--cold-workers",
+        action="store_true",
+        help="the Connect server without its warm worker pool (to compare)",
+    )
+    parser.add_argument(
         "--spark-rolling", action="store_true", help="a rolling restart of JVM daemons via drain"
     )
     parser.add_argument("--rolling-daemons", type=int, default=3)
@@ -727,6 +769,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keep", type=Path, help="work in this directory and keep it (logs)")
     args = parser.parse_args(argv)
     args.modes = tuple(m for m in args.modes.split(",") if m)
+    args.spark_layouts = tuple(x for x in args.spark_layouts.split(",") if x)
+    if not args.spark_layouts or set(args.spark_layouts) - {"jvm", "connect"}:
+        parser.error("--spark-layouts: one or both of jvm, connect")
     if not args.modes or set(args.modes) - set(MODES):
         parser.error(f"--modes: one or both of {', '.join(MODES)}")
     if args.shards < 2 or args.shards % 2:

@@ -40,7 +40,7 @@ from rich.table import Table
 
 from examples.sharded_etl.cluster import ROOT, EtlCluster
 from examples.sharded_etl.feed import Feeder
-from examples.sharded_etl.report import figures, table_rows, write_html
+from examples.sharded_etl.report import MOVE_COLUMNS, figures, move_rows, table_rows, write_html
 from examples.sharded_etl.verify import verify
 from workgroup.testing.signals import interrupt_on_termination
 
@@ -207,6 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in table_rows(numbers, result):
         table.add_row(name, value)
     console.print(table)
+    moves = Table(title="moves: the new owner's first output")
+    for column in MOVE_COLUMNS:
+        words = column in ("shard", "from", "to", "how")
+        moves.add_column(column, justify="left" if words else "right")
+    for row in move_rows(numbers.moves, started):
+        moves.add_row(*row)
+    console.print(moves)
     report = output / "report.html"
     write_html(report, cluster, numbers, result, started, ended)
     console.print(f"report: {report}")

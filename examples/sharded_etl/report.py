@@ -15,8 +15,9 @@ from __future__ import annotations
 import base64
 import html
 import io
+import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ class Figures:
     warmups_cut_over: int = 0
     warmups_called_off: int = 0
     warmup_mean_s: float = 0.0
+    #: Every move of a shard, with when its new owner's first output came.
+    moves: list[MoveGap] = field(default_factory=list)
 
 
 def with_kills(events: list[dict[str, Any]], marks: list[Mark]) -> list[dict[str, Any]]:
@@ -108,6 +111,74 @@ def warmup_intervals(
     return spans
 
 
+@dataclass(frozen=True)
+class MoveGap:
+    """One shard's move to another daemon and how long its output paused.
+
+    ``how``: ``SIGKILL`` (its owner was killed: the shard moves once the
+    session times out), ``warm-up`` (a planned move, the new owner warmed up
+    first) or ``plain`` (a move without warm-up: a SIGTERM, a rebalance).
+    ``output_gap_s``: the old owner's last output batch to the new owner's
+    first; ``since_kill_s``: the kill to the new owner's first output (SIGKILL
+    only).  ``None``: the new owner wrote nothing (yet)."""
+
+    time: float
+    shard: str
+    source: str
+    target: str
+    how: str
+    output_gap_s: float | None
+    since_kill_s: float | None = None
+
+
+def move_gaps(
+    events: list[dict[str, Any]],
+    batches: list[dict[str, Any]],
+    marks: list[Mark],
+    warmups: dict[str, list[WarmupSpan]],
+) -> list[MoveGap]:
+    """Each move of a shard (its lease acquired by another daemon) from the merged
+    events (:func:`with_kills`) and the output batches."""
+    kills = [m for m in marks if m.what == "kill"]
+    holder: dict[str, dict[str, Any]] = {}
+    moves = []
+    for e in events:
+        if e["group"] != SHARD_GROUP or e["event"] != "acquired":
+            continue
+        key = str(e["key"])
+        previous, holder[key] = holder.get(key), e
+        if previous is None or previous["member"] == e["member"]:
+            continue
+        kill = next(
+            (m for m in kills
+             if m.pid == previous.get("pid") and previous["time"] <= m.time <= e["time"]),
+            None,
+        )  # fmt: skip
+        warmed = any(
+            w.member == e["member"] and w.outcome == "cut_over" and abs(w.end - e["time"]) < 1e-6
+            for w in warmups.get(key, [])
+        )
+        how = "SIGKILL" if kill else "warm-up" if warmed else "plain"
+        first_new = min(
+            (b["time"] for b in batches if b["shard"] == key and b["token"] == e["token"]),
+            default=None,
+        )
+        last_old = max(
+            (b["time"] for b in batches
+             if b["shard"] == key and b["token"] < e["token"]
+             and (first_new is None or b["time"] <= first_new)),
+            default=None,
+        )  # fmt: skip
+        gap = None if first_new is None or last_old is None else max(first_new - last_old, 0.0)
+        since_kill = None if kill is None or first_new is None else first_new - kill.time
+        moves.append(MoveGap(e["time"], key, previous["member"], e["member"], how, gap, since_kill))
+    return moves
+
+
+def median_max(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} / {max(values):.2f} s" if values else "-"
+
+
 def figures(cluster: EtlCluster, started: float, ended: float) -> Figures:
     events = with_kills(cluster.events(), cluster.marks)
     generations = {
@@ -132,7 +203,8 @@ def figures(cluster: EtlCluster, started: float, ended: float) -> Figures:
     records = sum(b["events"] for b in batches)
     busy = (batches[-1]["time"] - batches[0]["time"]) if len(batches) > 1 else 0.0
     total_unowned = sum(unowned.values())
-    warmups = [w for ws in warmup_intervals(events, SHARD_GROUP, ended).values() for w in ws]
+    spans = warmup_intervals(events, SHARD_GROUP, ended)
+    warmups = [w for ws in spans.values() for w in ws]
     cut_over = [w.end - w.start for w in warmups if w.outcome == "cut_over"]
     return Figures(
         rebalances=rebalances,
@@ -146,6 +218,7 @@ def figures(cluster: EtlCluster, started: float, ended: float) -> Figures:
         warmups_cut_over=len(cut_over),
         warmups_called_off=sum(1 for w in warmups if w.outcome == "called_off"),
         warmup_mean_s=sum(cut_over) / len(cut_over) if cut_over else 0.0,
+        moves=move_gaps(events, batches, cluster.marks, spans),
     )
 
 
@@ -308,6 +381,11 @@ def write_html(
         f"<li>{m.time - started:6.1f} s: {m.what} {html.escape(m.daemon)} (pid {m.pid})</li>"
         for m in cluster.marks
     )
+    moves = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+        for row in move_rows(figures_.moves, started)
+    )
+    moves_head = "".join(f"<th>{html.escape(name)}</th>" for name in MOVE_COLUMNS)
     status = "passed" if verification.ok else "FAILED: " + "; ".join(verification.problems)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
@@ -319,13 +397,44 @@ td{{padding:2px 12px}} tr:nth-child(odd){{background:#f3f3f3}}</style></head><bo
 <table>{rows}</table>
 <h2>Ownership and throughput</h2>
 <img alt="ownership timeline" src="data:image/png;base64,{png}" style="width:100%">
+<h2>Moves: the new owner's first output</h2>
+<table><tr>{moves_head}</tr>{moves}</table>
 <h2>What the demo did</h2><ul>{marks}</ul>
 </body></html>
 """
     )
 
 
+#: The columns of :func:`move_rows`.
+MOVE_COLUMNS = (
+    "at",
+    "shard",
+    "from",
+    "to",
+    "how",
+    "old owner's last output -> new owner's first",
+    "kill -> first output",
+)
+
+
+def move_rows(moves: list[MoveGap], started: float) -> list[tuple[str, ...]]:
+    """One row per move (:data:`MOVE_COLUMNS`)."""
+
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f} s"
+
+    return [
+        (f"{m.time - started:.1f} s", m.shard, m.source, m.target, m.how,
+         seconds(m.output_gap_s), seconds(m.since_kill_s))
+        for m in moves
+    ]  # fmt: skip
+
+
 def table_rows(f: Figures, v: Verification) -> list[tuple[str, str]]:
+    after_move = [
+        m.output_gap_s for m in f.moves if m.how != "SIGKILL" and m.output_gap_s is not None
+    ]
+    after_kill = [m.since_kill_s for m in f.moves if m.since_kill_s is not None]
     return [
         ("rebalances (shard group generations)", str(f.rebalances)),
         ("unowned shard-seconds, total", f"{f.unowned_s:.1f}"),
@@ -337,6 +446,9 @@ def table_rows(f: Figures, v: Verification) -> list[tuple[str, str]]:
             f"{f.warmups_cut_over} / {f.warmups_called_off}",
         ),
         ("warm-up to cut-over, mean", f"{f.warmup_mean_s:.1f} s"),
+        # Planned and plain moves: the old owner's last output to the new owner's first.
+        ("first output after a move, median / max", median_max(after_move)),
+        ("first output after the SIGKILL, median / max", median_max(after_kill)),
         ("records processed", f"{f.records:,}"),
         ("records/s while processing", f"{f.records_per_s:,.0f}"),
         ("input records", f"{v.input_events:,}"),

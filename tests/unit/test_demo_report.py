@@ -146,3 +146,50 @@ def test_the_report_counts_and_draws_warm_ups(tmp_path: Path) -> None:
     plain.events = lambda: [e for e in WARM_EVENTS if e["event"] not in ("warming", "warmup_ended")]  # type: ignore[method-assign]
     # The hatched warm-up bars change the picture.
     assert chart_png(cluster, 0.0, 20.0) != chart_png(plain, 0.0, 20.0)
+
+
+def test_each_move_gives_the_pause_in_its_shards_output(tmp_path: Path) -> None:
+    from examples.sharded_etl.report import MoveGap, figures, move_rows, table_rows
+
+    events = [
+        *WARM_EVENTS[:8],  # shard-0 moves to etl-2 with a warm-up (cut over at 14.1)
+        event(16.0, "etl-1", 11, "shard-1", "revoked", 1),
+        event(16.5, "etl-2", 22, "shard-1", "acquired", 2),  # a plain move
+        event(25.0, "etl-1", 11, "shard-2", "acquired", 2),  # etl-2 killed at 18: back
+        event(25.0, "etl-1", 11, "shard-0", "acquired", 3),
+    ]
+    batches = [
+        {"shard": "shard-0", "batch": 5, "token": 1, "time": 13.9, "events": 1},
+        {"shard": "shard-0", "batch": 6, "token": 2, "time": 15.2, "events": 1},  # 1.3 s
+        {"shard": "shard-0", "batch": 7, "token": 2, "time": 17.5, "events": 1},
+        # etl-2's query goes on writing after the kill (Connect, until fenced).
+        {"shard": "shard-0", "batch": 8, "token": 2, "time": 20.0, "events": 1},
+        {"shard": "shard-0", "batch": 9, "token": 3, "time": 26.0, "events": 1},
+        {"shard": "shard-1", "batch": 3, "token": 1, "time": 15.5, "events": 1},
+        {"shard": "shard-1", "batch": 4, "token": 2, "time": 18.5, "events": 1},  # 3.0 s
+    ]
+
+    class Recorded(EtlCluster):
+        def events(self) -> list[dict[str, Any]]:
+            return events
+
+        def batches(self) -> list[dict[str, Any]]:
+            return batches
+
+    marks = [Mark(18.0, "kill", "etl-2", 22)]
+    cluster = Recorded(tmp_path, "127.0.0.1:1", shards=3, marks=marks)
+    numbers = figures(cluster, started=0.0, ended=30.0)
+    assert numbers.moves == [
+        MoveGap(14.1, "shard-0", "etl-1", "etl-2", "warm-up", pytest.approx(1.3)),
+        MoveGap(16.5, "shard-1", "etl-1", "etl-2", "plain", pytest.approx(3.0)),
+        MoveGap(25.0, "shard-0", "etl-2", "etl-1", "SIGKILL", pytest.approx(6.0), 8.0),
+    ]  # shard-2 went back to etl-1, which held it before: no move
+    rows = dict(table_rows(numbers, Verification(input_events=7)))
+    assert rows["first output after a move, median / max"] == "2.15 / 3.00 s"
+    assert rows["first output after the SIGKILL, median / max"] == "8.00 / 8.00 s"
+    assert move_rows(numbers.moves, started=0.0)[2] == (
+        "25.0 s", "shard-0", "etl-2", "etl-1", "SIGKILL", "6.00 s", "8.00 s",
+    )  # fmt: skip
+    report = tmp_path / "report.html"
+    write_html(report, cluster, numbers, Verification(input_events=7), 0.0, 30.0)
+    assert "<td>warm-up</td><td>1.30 s</td>" in report.read_text()

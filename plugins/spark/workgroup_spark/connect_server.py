@@ -21,22 +21,34 @@ Rules:
 4. It is ready once its gRPC port accepts connections; a server that exits or
    stays closed past the timeout raises :class:`ConnectServerError` with the
    tail of its log.
+5. With ``warm_workers`` (the default), a pool of warm Python workers runs
+   beside it (:mod:`workgroup_spark.worker_pool`, its log ``worker-pool.log``
+   next to the server's): each query's ``foreachBatch`` worker is a fork of a
+   process that imported pyspark's Connect client and the fence path once
+   (plus ``preload``: e.g. the module of the batch function), instead of a
+   new interpreter importing them, so a moved shard's first batch does not
+   wait for them.  A pool that is not ready yet, or gone, only makes workers
+   cold again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from workgroup.errors import WorkgroupError
+from workgroup_spark import worker_pool
+from workgroup_spark.worker_launcher import POOL_SOCKET_ENV
 
 #: Settings for a small server shared by a few thin daemons on one machine.
 DEFAULT_SERVER_CONF: Mapping[str, str] = {
@@ -106,9 +118,12 @@ def run_connect_server(
     conf: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
     start_timeout_s: float = 180.0,
+    warm_workers: bool = True,
+    preload: Sequence[str] = (),
 ) -> Iterator[ConnectServer]:
     """Start a Connect server on ``127.0.0.1:port`` (a free one by default), yield it
-    once it accepts connections, stop it on the way out."""
+    once it accepts connections, stop it on the way out.  ``warm_workers``: its
+    Python workers fork from a warm pool that imported ``preload`` too (rule 5)."""
     package = spark_home()
     port = port or free_port()
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -132,20 +147,64 @@ def run_connect_server(
         "SPARK_PID_DIR": str(log.parent),
         **(env or {}),
     }
-    with log.open("ab") as sink:
+    with contextlib.ExitStack() as stack:
+        if warm_workers:
+            socket_path = stack.enter_context(_worker_pool(log.parent, python, server_env, preload))
+            server_env[POOL_SOCKET_ENV] = str(socket_path)
+            server_env["PYSPARK_PYTHON"] = str(
+                worker_pool.launcher_script(log.parent / "worker-python", python)
+            )
+        with log.open("ab") as sink:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env=server_env,
+                start_new_session=True,
+            )
+        stack.callback(_stop, process)
+        _wait_listening(process, port, log, start_timeout_s)
+        if warm_workers:
+            # Started first, the pool imports while the JVM starts; a pool not ready
+            # by now costs nothing but cold workers until it is.
+            worker_pool.wait_ready(socket_path, POOL_READY_TIMEOUT_S)
+        yield ConnectServer(port, process.pid, log)
+
+
+#: How long the server's start waits for its worker pool beyond its own listening.
+POOL_READY_TIMEOUT_S = 60.0
+
+
+@contextlib.contextmanager
+def _worker_pool(
+    logs: Path, python: str, env: Mapping[str, str], preload: Sequence[str]
+) -> Iterator[Path]:
+    """The warm worker pool (rule 5), in a process group of its own with its forks;
+    yields its socket's path (under /tmp: a Unix socket's path is short)."""
+    directory = Path(tempfile.mkdtemp(prefix="wg-spark-pool-"))
+    socket_path = directory / "pool.sock"
+    argv = [python, "-m", "workgroup_spark.worker_pool", str(socket_path), *preload]
+    with (logs / "worker-pool.log").open("ab") as sink:
         process = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=subprocess.STDOUT,
-            env=server_env,
+            env={**env, "PYTHONPATH": _pool_path(env)},
             start_new_session=True,
         )
     try:
-        _wait_listening(process, port, log, start_timeout_s)
-        yield ConnectServer(port, process.pid, log)
+        yield socket_path
     finally:
         _stop(process)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _pool_path(env: Mapping[str, str]) -> str:
+    """The server's ``PYTHONPATH`` plus where this package is (the pool imports it)."""
+    here = str(Path(__file__).resolve().parents[1])
+    return os.pathsep.join(filter(None, [env.get("PYTHONPATH"), here]))
 
 
 def _wait_listening(
@@ -167,8 +226,8 @@ def _wait_listening(
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the server's process group (the script and its JVM), SIGKILL if
-    it is still there after 30 s."""
+    """SIGTERM to the process group (the server's script and its JVM; the worker
+    pool and its forks), SIGKILL if it is still there after 30 s."""
     for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(process.pid, sig)

@@ -40,13 +40,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from workgroup.errors import WorkgroupError
-from workgroup.log import get_logger
-from workgroup.runtime.lease import Lease
 
 if TYPE_CHECKING:
     from workgroup.fence import Fence
+    from workgroup.runtime.lease import Lease
 
-log = get_logger("workgroup.spark.sinks")  # under workgroup's root logger
+# This module is what a Spark Connect server's Python worker imports to run a
+# fenced batch: only the fence's path at import; logging (structlog) when used.
 
 #: ``write(batch_df, batch_id)``: what ``DataStreamWriter.foreachBatch`` calls.
 BatchWriter = Callable[[Any, int], None]
@@ -121,7 +121,9 @@ class FencedWriter:
             else:  # not reachable through pickling; a hand-made copy
                 raise WorkgroupError("a fenced writer without its lease or fence")
         except Exception as exc:
-            log.warning(
+            from workgroup.log import get_logger
+
+            get_logger("workgroup.spark.sinks").warning(  # under workgroup's root logger
                 event,
                 kind=self.kind,
                 key=self.key,

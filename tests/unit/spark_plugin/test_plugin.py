@@ -8,6 +8,8 @@ import asyncio
 import math
 import os
 import pickle
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -739,3 +741,36 @@ def test_a_session_is_warmed_up_once_and_a_failed_warm_up_is_only_logged(
     monkeypatch.setattr(remote, "_make", lambda: "connect-session")
     remote.warm_up()  # the server runs queries already: nothing to warm
     assert runs == ["first", "second"]
+
+
+def test_a_shipped_fenced_writer_loads_the_fence_path_only(tmp_path: Path) -> None:
+    """What a Spark Connect worker imports to run a fenced batch: the sinks and the
+    fence, not the daemon's runtime (the app, the lease, logging)."""
+    from pyspark import cloudpickle
+
+    from workgroup.fence import make_fence
+    from workgroup.security import Security
+
+    fence = make_fence(
+        bootstrap="127.0.0.1:9", security=Security(), group_id="etl.shard", member_id="m-1",
+        instance_id=None, generation=2, topic="t", partition=0, kind="shard", key="s-0", token=5,
+    )  # fmt: skip
+    shipped = tmp_path / "writer.pickle"
+    shipped.write_bytes(cloudpickle.dumps(fenced(fence, _write_parquet_to(tmp_path))))
+    plugin = Path(fenced.__code__.co_filename).resolve().parents[1]
+    root = plugin.parents[1]
+    probe = (
+        "import pickle, sys; "
+        f"writer = pickle.loads(open({str(shipped)!r}, 'rb').read()); "
+        "print(writer.fence.token, *sorted(m for m in sys.modules if m.startswith(("
+        "'workgroup.runtime.app', 'workgroup.runtime.lease', 'workgroup.log', "
+        "'workgroup_spark.plugin', 'workgroup_spark.query', 'structlog'))))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(plugin)])},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.split() == ["5"]
