@@ -41,7 +41,6 @@ see :mod:`workgroup.runtime.legacy`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -97,6 +96,8 @@ def encode_key(key: Key) -> str:
 
 def key_digest(key: Key) -> str:
     """The first :data:`DIGEST_CHARS` hex digits of SHA-256 over the key's encoding."""
+    import hashlib  # on first use: it costs the fence's import 9 ms
+
     return hashlib.sha256(encode_key(key).encode("utf-8")).hexdigest()[:DIGEST_CHARS]
 
 

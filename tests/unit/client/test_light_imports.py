@@ -85,8 +85,8 @@ def fence_import_cpu_s(pycache: Path) -> float:
 
 def test_importing_the_fence_takes_at_most_its_budget(tmp_path: Path) -> None:
     fence_import_cpu_s(tmp_path)  # writes the bytecode
-    # The best of three: a machine busy with other work slows a run, never speeds one.
-    best = min(fence_import_cpu_s(tmp_path) for _ in range(3))
+    # The best of five: a machine busy with other work slows a run, never speeds one.
+    best = min(fence_import_cpu_s(tmp_path) for _ in range(5))
     assert best <= FENCE_IMPORT_BUDGET_S, f"import workgroup.fence took {best * 1000:.1f} ms of CPU"
 
 
