@@ -66,9 +66,15 @@ def bootstrap(tmp_path: Path) -> Iterator[str]:
 
 
 async def owned_by(directory: workgroup.Directory, endpoints: set[str]) -> bool:
+    """Every shard owned by one of ``endpoints``, each owner's token read (the
+    test compares it with what the owner answers)."""
     await directory.refresh()
     owners = directory.owners()
-    return len(owners) == SHARDS and {o.endpoint for o in owners.values()} == endpoints
+    return (
+        len(owners) == SHARDS
+        and {o.endpoint for o in owners.values()} == endpoints
+        and all(o.token is not None for o in owners.values())
+    )
 
 
 async def wait_owned(directory: workgroup.Directory, endpoints: set[str]) -> None:

@@ -9,8 +9,10 @@ Rules:
 2. Incremental: every :meth:`GroupReader.read` describes the group (one
    request).  The first read fetches every slot.  After that slots are read
    only when the group's generation or members changed, and then only the slots
-   of the resources whose owner changed, again while their new owners' tokens
-   are pending (``settle_s`` at most after the change).  ``full_every_s``
+   of the resources whose owner changed, again on every read while their new
+   owners' tokens are pending (``settle_s`` after the change), then once every
+   ``settle_s`` while any still is (a handler that takes long to start commits
+   its token late: it is seen then, not never).  ``full_every_s``
    (the console's checkpoint ages) re-reads every slot that often, and no more
    often than keeps full reads within ``full_share`` of the time (a big group's
    full read takes seconds of the coordinator's time).
@@ -171,6 +173,8 @@ class GroupReader:
         self._slots: dict[TypedKey, LeaseSlot] = {}
         self._full_at: float | None = None
         self._changed_at = 0.0
+        #: When pending slots were last read after the settling time (rule 2).
+        self._pending_read_at = 0.0
         self._pending: set[TypedKey] = set()
         self._memory: Memory | None = None
         #: ``self._slots`` in key order (``None``: to sort again).
@@ -271,7 +275,10 @@ class GroupReader:
                         seen = previous.get((kind, tkey))
                         if seen is None or seen[0] != m.member_id:
                             keys[tkey] = key
-        if now - self._changed_at <= self._settle_s:
+        settling = now - self._changed_at <= self._settle_s
+        if self._pending and (settling or now - self._pending_read_at >= self._settle_s):
+            if not settling:
+                self._pending_read_at = now
             for tkey in self._pending:
                 keys[tkey] = tkey[1]
         return keys

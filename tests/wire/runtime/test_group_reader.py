@@ -74,3 +74,44 @@ async def test_readers_keep_one_connection_and_read_only_the_slots_that_moved(
     finally:
         await a.connection.close()
         await b.connection.close()
+
+
+async def test_a_token_committed_after_the_settling_time_is_still_seen(
+    coordinator: CoordinatorServer,
+) -> None:
+    """A new owner whose handler starts slowly commits its token after the
+    settling time: the reader reads its slot once per settling time from then
+    on, not every read, and not never."""
+    bootstrap = coordinator.bootstrap
+    group = f"reader-{uuid.uuid4().hex[:8]}"
+    a, b = RawMember(bootstrap, group, "a"), RawMember(bootstrap, group, "b")
+    now = [0.0]
+    try:
+        async with asyncio.timeout(TIMEOUT_S), ClientConnection(bootstrap) as connection:
+            await rebalance([a, b], {"a": ((0, 1), None), "b": ((2, 3), None)})
+            for member, keys in ((a, (0, 1)), (b, (2, 3))):
+                for key in keys:
+                    await member.take(key, 1)
+            reader = GroupReader(connection, group, settle_s=5.0, clock=lambda: now[0])
+            await reader.read()
+            await rebalance([a, b], {"a": ((0,), None), "b": ((1, 2, 3), None)})
+            await reader.read()  # the change: key 1's slot is read, its token pending
+            assert reader.slots_fetched == 1
+            now[0] = 6.0  # past the settling time: read once more, then every 5 s
+            await reader.read()
+            assert reader.slots_fetched == 1
+            now[0] = 7.0
+            await reader.read()
+            assert reader.slots_fetched == 0
+            await b.take(1, 2)  # the slow handler's token, late
+            now[0] = 11.5
+            taken = (await reader.read()).resource("shard", 1)
+            assert reader.slots_fetched == 1
+            assert taken is not None
+            assert (taken.token, taken.token_pending) == (2, False)
+            now[0] = 30.0
+            await reader.read()
+            assert reader.slots_fetched == 0  # nothing pending any more
+    finally:
+        await a.connection.close()
+        await b.connection.close()
