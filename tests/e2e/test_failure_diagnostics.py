@@ -57,7 +57,9 @@ class Lines:
 
     def events(self) -> list[dict[str, Any]]:
         text = self.path.read_text(encoding="utf-8") if self.path.exists() else ""
-        return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        # Whole lines only: the daemon may be writing the last one as we read.
+        whole = text.split("\n")[:-1]
+        return [json.loads(line) for line in whole if line.startswith("{")]
 
     def named(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.events() if e["event"] == name]

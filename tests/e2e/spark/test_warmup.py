@@ -51,18 +51,24 @@ def check_warm_ups(cluster: EtlCluster, feeder: Feeder) -> None:
     cluster.wait_for("every shard to commit", lambda: cluster.all_committing(0), STEP_S)
     joined_at = time.time()
     cluster.start("etl-b")
-    cluster.wait_for(
-        "etl-b to commit the shards it took",
-        lambda: (
-            [m for m, *_ in cluster.owners().values()].count("etl-b") == cluster.shards // 2
-            and all(
-                cluster.committing(key, joined_at, token)
-                for key, (member, token, _) in cluster.owners().items()
-                if member == "etl-b"
-            )
-        ),
-        STEP_S,
-    )
+
+    def taken_over() -> bool:
+        """etl-b commits half the shards, and etl-a's event log has recorded
+        handing each over (it writes that when its query has stopped)."""
+        owners = cluster.owners()
+        of_b = [key for key, (member, *_) in owners.items() if member == "etl-b"]
+        handed = {
+            str(e["key"])
+            for e in cluster.events()
+            if e["group"] == "etl.shard" and e["event"] == "revoked" and e["member"] == "etl-a"
+        }
+        return (
+            len(of_b) == cluster.shards // 2
+            and all(cluster.committing(key, joined_at, owners[key][1]) for key in of_b)
+            and set(of_b) <= handed
+        )
+
+    cluster.wait_for("etl-b to commit the shards it took", taken_over, STEP_S)
     feeder.stop()
     events = cluster.events()
     moved = sorted(k for k, (m, *_) in cluster.owners().items() if m == "etl-b")
