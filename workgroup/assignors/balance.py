@@ -732,12 +732,15 @@ def _toward_repartition(
 ) -> tuple[tuple[Move, ...], bool] | None:
     """When no move, swap or chain lowers the busiest member, place every movable
     resource afresh, largest first (rule 3): on its holder while that stays
-    within the target, else on the member it leaves least utilised.  When that
-    placement is within the tolerance, the moves toward it, busiest giver first,
-    each keeping its taker at or below the busiest member's utilisation, at most
-    ``budget`` (a later round goes on: the placement depends only on the loads,
-    so each round heads for the same one); with whether they reach it.  None
-    when the placement is not within the tolerance or nothing can move."""
+    within the target, else on the member it leaves least utilised; or on the
+    least utilised member (LPT); or as :func:`_search_placement` finds.  Of
+    those within the tolerance, the one with the fewest moves: all of them when
+    ``budget`` allows (a round's moves happen together), else those that each
+    keep their taker below the busiest member's utilisation (or a pair that
+    together does), busiest giver first, only if together they lower the peak
+    (a later round goes on: the placements depend only on the loads); with
+    whether they reach it.  None when no placement is within the tolerance or
+    nothing can move."""
     movable: list[tuple[float, tuple[object, ...], Resource, str]] = []
     placed = {m: 0.0 for m in members}
     for mid in members:
@@ -760,7 +763,8 @@ def _toward_repartition(
             if sticky and (total[holder] + load) / capacity[holder] <= settled:
                 home = holder
             else:
-                fits = [m for m in members if may_take(m, resource, holder)]
+                # Nobody may take it (its kind is no longer taken): it stays.
+                fits = [m for m in members if may_take(m, resource, holder)] or [holder]
                 home = min(fits, key=lambda m: ((total[m] + load) / capacity[m], m != holder, m))
             total[home] += load
             if home != holder:
@@ -881,7 +885,7 @@ def _search_placement(
             options = sorted(
                 (m for m in members if may_take(m, resource, holder)),
                 key=lambda m: ((total[m] + load) / capacity[m], m),
-            )
+            ) or [holder]  # nobody may take it: it stays
             if holder in options and (
                 limit is not None or (total[holder] + load) / capacity[holder] <= settled
             ):

@@ -377,3 +377,13 @@ def test_remembered_loads_balance_a_fresh_group_and_are_read_in_place() -> None:
     )
     assert wrapper.loads_seen == {**remembered, **reported}
     assert remembered[("s", 0)] != 1.0  # the remembered loads are never modified
+
+
+def test_a_resource_nobody_may_take_stays_where_it_is() -> None:
+    # a holds a kind nobody takes any more: no move, swap or chain helps, and the
+    # placement afresh leaves it on its holder (it used to find no member at all).
+    start = {"a": [("y", 0)], "b": [("x", 1)]}
+    loads = {("y", 0): 10.0, ("x", 1): 1.0}
+    result = balance(start, loads, {"a": 1.0, "b": 1.0}, kinds={"a": ["x"], "b": ["x"]})
+    assert result.moves == ()
+    assert result.assignment == start
