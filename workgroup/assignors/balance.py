@@ -623,27 +623,11 @@ def _best_repack(
             load[giver] -= load_r
             load[taker] += load_r
             chain = [Move(r, giver, taker, load_r)]
-            theirs = sorted(
-                ((load_of(s), resource_sort_key(s), s) for s in out[taker] if movable(s)),
-                key=lambda item: (-item[0], item[1]),
-            )
             receivers = [m for m in (giver, *by_utilisation) if m != taker]
-            for load_s, _, s in theirs:
-                if load[taker] <= settled * capacity[taker] or len(chain) >= budget:
-                    break
-                if load_s <= 0:
-                    continue
-                fits = [
-                    m
-                    for m in receivers
-                    if (load[m] + load_s) / capacity[m] <= settled and may_take(m, s, taker)
-                ]
-                if not fits:
-                    continue
-                receiver = min(fits, key=lambda m: (load[m] / capacity[m], m))
-                load[taker] -= load_s
-                load[receiver] += load_s
-                chain.append(Move(s, taker, receiver, load_s))
+            chain += _give_away(
+                taker, out, receivers, load, capacity, movable, load_of, may_take,
+                settled, extra=0.0, limit=budget - 1,
+            )  # fmt: skip
             worst = max(load[m] / capacity[m] for m in {move.taker for move in chain} | {giver})
             if len(chain) <= budget and worst < peak:
                 key = (worst, len(chain), order_r)
@@ -683,14 +667,40 @@ def _room_for(
     target, so the busiest member is no busier; None when the room cannot be
     made in ``budget`` moves."""
     load = dict(member_load)
-    room: list[Move] = []
     receivers = [m for m in by_utilisation if m not in (taker, giver)]
+    room = _give_away(
+        taker, out, receivers, load, capacity, movable, load_of, may_take,
+        settled, extra=load_r, limit=budget,
+    )  # fmt: skip
+    if not room or (load[taker] + load_r) / capacity[taker] > settled:
+        return None
+    return tuple(room)
+
+
+def _give_away(
+    taker: str,
+    out: Assignment,
+    receivers: list[str],
+    load: dict[str, float],
+    capacity: dict[str, float],
+    movable: Callable[[Resource], bool],
+    load_of: Callable[[Resource], float],
+    may_take: Callable[[str, Resource, str], bool],
+    settled: float,
+    *,
+    extra: float,
+    limit: int,
+) -> list[Move]:
+    """``taker``'s own resources, largest first, each to the least utilised of
+    ``receivers`` that stays within the target, until ``taker`` with ``extra``
+    more is within it, at most ``limit`` moves; ``load`` is updated."""
+    moves: list[Move] = []
     theirs = sorted(
         ((load_of(s), resource_sort_key(s), s) for s in out[taker] if movable(s)),
         key=lambda item: (-item[0], item[1]),
     )
     for load_s, _, s in theirs:
-        if (load[taker] + load_r) / capacity[taker] <= settled or len(room) >= budget:
+        if load[taker] + extra <= settled * capacity[taker] or len(moves) >= limit:
             break
         if load_s <= 0:
             continue
@@ -704,10 +714,8 @@ def _room_for(
         receiver = min(fits, key=lambda m: (load[m] / capacity[m], m))
         load[taker] -= load_s
         load[receiver] += load_s
-        room.append(Move(s, taker, receiver, load_s))
-    if not room or (load[taker] + load_r) / capacity[taker] > settled:
-        return None
-    return tuple(room)
+        moves.append(Move(s, taker, receiver, load_s))
+    return moves
 
 
 #: Above this many movable resources, :func:`_toward_repartition` is not tried:
