@@ -8,8 +8,9 @@ name (built-in or a plugin's entry point), :func:`get_assignor`.  See
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from workgroup.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, MemberInfo
@@ -27,10 +28,4 @@ _LAZY: dict[str, str] = {
 __all__ = ["Assignment", "AssignmentInput", "Assignor", "MemberInfo", "get_assignor"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())

@@ -6,12 +6,12 @@ loop) with a :class:`CoordinatorConfig`; both load on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # The wire modules import kio: it is loaded first the package's way (without
 # hypothesis, see workgroup.kafka.kio_loading).
 import workgroup.kafka  # noqa: F401
+from workgroup.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from workgroup.coordinator.config import CoordinatorConfig
@@ -26,10 +26,4 @@ _LAZY: dict[str, str] = {
 __all__ = ["CoordinatorConfig", "CoordinatorServer"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())
