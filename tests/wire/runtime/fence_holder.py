@@ -41,12 +41,16 @@ def main() -> None:
                 n += 1
                 for row in ROWS:
                     value = f"{os.getpid()}:{n}"
+                    # A freeze can fall between the write and its record: the
+                    # record names when the write began, so a write made before
+                    # the freeze is never mistaken for one made after it.
+                    started = time.time()
                     applied = sink.upsert(conn, {"id": row, "value": value}, lease.token)
                     with open(out / f"writes-{os.getpid()}.jsonl", "a", encoding="utf-8") as log:
                         log.write(
                             json.dumps(
                                 {
-                                    "time": time.time(),
+                                    "time": started,
                                     "row": row,
                                     "value": value,
                                     "token": lease.token,
