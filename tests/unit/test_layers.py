@@ -4,6 +4,8 @@
   coordinator; the coordinator never imports the member.  Both speak the shared
   vocabulary (``workgroup.kafka``, ``workgroup.types``, ``workgroup.errors``).
 - The shared vocabulary imports neither side.
+- Keyspaces (hash, slice map, planner) are pure values and functions: they
+  import neither the member, the coordinator, the assignors nor the clients.
 - Nothing below the runtime (the member, the coordinator, the protocol codecs,
   the assignors, the shared vocabulary) imports ``workgroup.runtime``.
 - Sans-I/O modules import neither asyncio nor a network library, so they run
@@ -50,6 +52,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         RUNTIME,
     ),
     "workgroup.kafka": ("workgroup.coordinator", "workgroup.member", RUNTIME),
+    "workgroup.keyspaces": (
+        "workgroup.coordinator",
+        "workgroup.member",
+        "workgroup.assignors",
+        "workgroup.client",
+        RUNTIME,
+    ),
     "workgroup.types": ("workgroup.",),
     "workgroup.errors": ("workgroup.",),
 }
@@ -57,6 +66,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 #: Modules that must stay sans-I/O.
 SANS_IO = (
     "workgroup.kafka",
+    "workgroup.keyspaces",
     "workgroup.types",
     "workgroup.protocol",
     "workgroup.assignors",

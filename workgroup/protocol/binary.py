@@ -50,6 +50,17 @@ class Writer:
         """Unsigned 16-bit integers, without a length (the caller writes it)."""
         self._parts.append(struct.pack(f">{len(values)}H", *values))
 
+    def uvarint(self, value: int) -> None:
+        """An unsigned integer below 2**64 in LEB128 (7 bits a byte, low first)."""
+        if not 0 <= value < 1 << 64:
+            raise ValueError(f"uvarint {value} is outside [0, 2**64)")
+        out = bytearray()
+        while value > 0x7F:
+            out.append((value & 0x7F) | 0x80)
+            value >>= 7
+        out.append(value)
+        self._parts.append(bytes(out))
+
     def bytes_(self, value: bytes) -> None:
         self.i32(len(value))
         self._parts.append(value)
@@ -134,6 +145,24 @@ class Reader:
         """``n`` unsigned 16-bit integers (see :meth:`Writer.u16s`)."""
         values: tuple[int, ...] = struct.unpack(f">{n}H", self._take(2 * n))
         return values
+
+    def uvarint(self) -> int:
+        """An unsigned LEB128 integer (see :meth:`Writer.uvarint`): at most 10 bytes,
+        below 2**64, in its shortest form."""
+        data, pos = self._data, self._pos
+        value = shift = 0
+        for offset in range(10):
+            if pos + offset >= len(data):
+                break
+            byte = data[pos + offset]
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                if (byte == 0 and offset > 0) or value >= 1 << 64:
+                    raise ProtocolError(f"{self._what} is corrupt: bad varint at offset {pos}")
+                self._pos = pos + offset + 1
+                return value
+            shift += 7
+        raise ProtocolError(f"{self._what} is truncated or corrupt: unended varint at offset {pos}")
 
     def skip(self, size: int) -> None:
         self._take(size)

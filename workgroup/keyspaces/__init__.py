@@ -1,0 +1,46 @@
+"""Keyspaces: a space of str/int keys hashed into 64 bits and cut into slices.
+
+Slices are the resources a group assigns for a keyspace; the leader splits hot
+ones (down to one hot key in a slice of its own) and merges cold neighbours
+within a churn budget.  This package is pure: the hash
+(:func:`key_hash`), the immutable :class:`SliceMap` and its codec.  See ``docs/keyspaces.md``.  The names
+load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from workgroup.lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from workgroup.keyspaces.codec import decode_slice_map, encode_slice_map
+    from workgroup.keyspaces.errors import InvalidSliceMapError, KeyspaceError
+    from workgroup.keyspaces.hashing import HASH_SPACE, key_hash
+    from workgroup.keyspaces.slices import Slice, SliceMap
+
+#: Public name -> the module that defines it, imported on first access.
+_LAZY: dict[str, str] = {
+    "HASH_SPACE": "workgroup.keyspaces.hashing",
+    "InvalidSliceMapError": "workgroup.keyspaces.errors",
+    "KeyspaceError": "workgroup.keyspaces.errors",
+    "Slice": "workgroup.keyspaces.slices",
+    "SliceMap": "workgroup.keyspaces.slices",
+    "decode_slice_map": "workgroup.keyspaces.codec",
+    "encode_slice_map": "workgroup.keyspaces.codec",
+    "key_hash": "workgroup.keyspaces.hashing",
+}
+
+__all__ = [
+    "HASH_SPACE",
+    "InvalidSliceMapError",
+    "KeyspaceError",
+    "Slice",
+    "SliceMap",
+    "decode_slice_map",
+    "encode_slice_map",
+    "key_hash",
+]
+
+
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())

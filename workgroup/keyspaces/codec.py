@@ -1,0 +1,110 @@
+"""The slice map's binary encoding, compact enough for JoinGroup metadata.
+
+Members carry the latest map they know in their metadata, so that a new leader
+(or a whole group restarted) takes the map up where it was, fencing tokens
+included.  Layout (version 1), with the readers and writers of
+``workgroup.protocol.binary`` (LEB128 varints for every number):
+
+- ``u8`` format version, ``u8`` hash scheme (``workgroup.keyspaces.hashing``);
+- the keyspace name (``string``), ``epoch``, ``max_token``;
+- the owners, once each: a count, then their names (``string``);
+- the slice count, then per slice in hash order: its start as the distance from
+  the previous start (the first slice starts at 0 and writes none), its id, its
+  token, and its owner as an index into the owners plus one (0: unowned).
+
+10,000 slices take about 170 kB (``benchmarks/keyspace_lookup.py`` prints it).
+Whatever the bytes, decoding either returns a valid :class:`SliceMap` or raises
+:class:`~workgroup.errors.ProtocolError` with one line saying what is wrong.
+"""
+
+from __future__ import annotations
+
+from workgroup.errors import ProtocolError, UnsupportedVersionError
+from workgroup.keyspaces.errors import InvalidSliceMapError
+from workgroup.keyspaces.hashing import HASH_SCHEME, HASH_SPACE
+from workgroup.keyspaces.slices import Slice, SliceMap
+from workgroup.protocol.binary import Reader, Writer
+
+#: The format version :func:`encode_slice_map` writes.
+SLICE_MAP_VERSION = 1
+_WHAT = "slice map"
+#: The fewest bytes one encoded slice takes (start, id, token, owner).
+_MIN_SLICE_BYTES = 4
+
+
+def encode_slice_map(smap: SliceMap) -> bytes:
+    owners = sorted({piece.owner for piece in smap.slices if piece.owner is not None})
+    owner_index = {owner: i + 1 for i, owner in enumerate(owners)}
+    out = Writer()
+    out.u8(SLICE_MAP_VERSION)
+    out.u8(HASH_SCHEME)
+    out.string(smap.keyspace)
+    out.uvarint(smap.epoch)
+    out.uvarint(smap.max_token)
+    out.uvarint(len(owners))
+    for owner in owners:
+        out.string(owner)
+    out.uvarint(len(smap.slices))
+    previous = 0
+    for position, piece in enumerate(smap.slices):
+        if position:
+            out.uvarint(piece.start - previous)
+        previous = piece.start
+        out.uvarint(piece.id)
+        out.uvarint(piece.token)
+        out.uvarint(0 if piece.owner is None else owner_index[piece.owner])
+    return out.getvalue()
+
+
+def decode_slice_map(data: bytes) -> SliceMap:
+    """The map ``data`` encodes; :class:`ProtocolError` (one line) if it encodes none."""
+    r = Reader(data, _WHAT)
+    version = r.u8()
+    if version != SLICE_MAP_VERSION:
+        raise UnsupportedVersionError(
+            f"{_WHAT} version {version} is not supported (this side reads {SLICE_MAP_VERSION})"
+        )
+    scheme = r.u8()
+    if scheme != HASH_SCHEME:
+        raise UnsupportedVersionError(
+            f"{_WHAT} hashes keys with scheme {scheme}; this side knows scheme {HASH_SCHEME}"
+        )
+    keyspace = r.string()
+    epoch = r.uvarint()
+    max_token = r.uvarint()
+    owner_count = r.uvarint()
+    if owner_count * 4 > r.remaining:
+        raise ProtocolError(f"{_WHAT} is corrupt: {owner_count} owners in {r.remaining} bytes")
+    owners: list[str | None] = [None]
+    owners.extend(r.string() for _ in range(owner_count))
+    count = r.uvarint()
+    if count < 1 or (count - 1) * _MIN_SLICE_BYTES + 3 > r.remaining:
+        raise ProtocolError(f"{_WHAT} is corrupt: {count} slices in {r.remaining} bytes")
+    starts = [0]
+    fields: list[tuple[int, int, int]] = []
+    for position in range(count):
+        if position:
+            step = r.uvarint()
+            if step == 0:
+                raise ProtocolError(f"{_WHAT} is corrupt: slice {position} is empty")
+            starts.append(starts[-1] + step)
+        piece_id, token, owner = r.uvarint(), r.uvarint(), r.uvarint()
+        if owner > owner_count:
+            raise ProtocolError(f"{_WHAT} is corrupt: slice {position} names owner {owner}")
+        fields.append((piece_id, token, owner))
+    if r.remaining:
+        raise ProtocolError(f"{_WHAT} is corrupt: {r.remaining} unexpected trailing bytes")
+    if starts[-1] >= HASH_SPACE:
+        raise ProtocolError(f"{_WHAT} is corrupt: a slice starts past the hash space")
+    starts.append(HASH_SPACE)
+    slices = tuple(
+        Slice(piece_id, starts[i], starts[i + 1], token, owners[owner])
+        for i, (piece_id, token, owner) in enumerate(fields)
+    )
+    try:
+        return SliceMap(keyspace, slices, max_token=max_token, epoch=epoch)
+    except InvalidSliceMapError as exc:
+        raise ProtocolError(f"{_WHAT} is corrupt: {exc}") from exc
+
+
+__all__ = ["SLICE_MAP_VERSION", "decode_slice_map", "encode_slice_map"]
