@@ -33,6 +33,7 @@ from workgroup.types import Key
 class Slice:
     """One contiguous range ``[start, end)`` of a keyspace's hash space."""
 
+    #: The token it was born with: its name as a resource of the group.
     id: int
     start: int
     end: int
@@ -160,9 +161,13 @@ def _check(keyspace: str, slices: Iterable[Slice], max_token: int, epoch: int) -
             raise InvalidSliceMapError(
                 f"slice map of {keyspace!r}: slice {piece.id} is empty or reversed"
             )
-        if piece.id < 0 or piece.id in ids:
-            what = "is negative" if piece.id < 0 else "repeats"
-            raise InvalidSliceMapError(f"slice map of {keyspace!r}: slice id {piece.id} {what}")
+        if piece.id in ids:
+            raise InvalidSliceMapError(f"slice map of {keyspace!r}: slice id {piece.id} repeats")
+        if not 1 <= piece.id <= piece.token:
+            raise InvalidSliceMapError(
+                f"slice map of {keyspace!r}: slice id {piece.id} is not a token it held "
+                f"(1..{piece.token})"
+            )
         if not 1 <= piece.token <= max_token:
             raise InvalidSliceMapError(
                 f"slice map of {keyspace!r}: slice {piece.id} has token {piece.token}, "
