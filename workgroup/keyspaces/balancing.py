@@ -1,0 +1,98 @@
+"""Who owns which piece: orphans placed, then moves from the busiest member.
+
+Weights are the pieces' loads, or their widths while the keyspace reports no
+load at all (a new keyspace is spread by share of the hash space).
+
+1. A piece with no live owner goes to the member with the least weight per
+   capacity (ties: fewer pieces, then name).  It costs no budget.
+2. While the busiest member (weight per capacity) is above ``1 + tolerance``
+   times its share, or the idlest below ``1 - tolerance`` times its share, one of
+   the busiest member's pieces moves to the idlest: of the pieces whose range
+   the budget still covers and whose move leaves the idlest below the busiest
+   (and within its band), the one with the most weight per hash point (the most
+   load moved for the fewest keys: a hot key's one-point piece first).  A member
+   none of whose pieces can move is left as it is for the rest of the round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from workgroup.keyspaces.pieces import ChurnBudget, Piece
+
+
+def balance(
+    pieces: list[Piece],
+    capacities: Mapping[str, float],
+    tolerance: float,
+    budget: ChurnBudget,
+) -> int:
+    """Sets the pieces' owners; returns how many pieces changed owner between members."""
+    if not capacities:
+        for piece in pieces:
+            piece.owner = None
+        return 0
+    by_load = any(piece.load > 0 for piece in pieces)
+
+    def weight(piece: Piece) -> float:
+        return piece.load if by_load else float(piece.width)
+
+    total = sum(weight(piece) for piece in pieces)
+    capacity = sum(capacities.values())
+    share = {member: total * cap / capacity for member, cap in capacities.items()}
+    held: dict[str, list[Piece]] = {member: [] for member in sorted(capacities)}
+    carried = dict.fromkeys(held, 0.0)
+    orphans = []
+    for piece in pieces:
+        if piece.owner in held:
+            held[piece.owner].append(piece)
+            carried[piece.owner] += weight(piece)
+        else:
+            orphans.append(piece)
+    for piece in orphans:
+        member = min(held, key=lambda m: (carried[m] / capacities[m], len(held[m]), m))
+        budget.spend(piece, member)
+        piece.owner = member
+        held[member].append(piece)
+        carried[member] += weight(piece)
+
+    moves = 0
+    stuck: set[str] = set()
+    # Every move lowers the spread of weight per capacity; the cap only bounds the round.
+    while len(stuck) < len(held) and moves < len(pieces):
+        donor = max(
+            (m for m in held if m not in stuck),
+            key=lambda m: (carried[m] / capacities[m], m),
+        )
+        receiver = min(held, key=lambda m: (carried[m] / capacities[m], m))
+        over = carried[donor] > share[donor] * (1 + tolerance)
+        under = carried[receiver] < share[receiver] * (1 - tolerance)
+        if donor == receiver or not (over or under):
+            break
+        donor_ratio = carried[donor] / capacities[donor]
+        room = share[receiver] * (1 + tolerance) - carried[receiver]
+        best: Piece | None = None
+        best_score = (0.0, 0.0, 0)
+        for piece in held[donor]:
+            w = weight(piece)
+            if w <= 0 or w > room or piece.width > budget.remaining:
+                continue
+            if (carried[receiver] + w) / capacities[receiver] >= donor_ratio:
+                continue
+            score = (w / piece.width, w, -piece.start)
+            if best is None or score > best_score:
+                best, best_score = piece, score
+        if best is None:
+            stuck.add(donor)
+            continue
+        budget.spend(best, receiver)
+        held[donor].remove(best)
+        held[receiver].append(best)
+        carried[donor] -= weight(best)
+        carried[receiver] += weight(best)
+        best.owner = receiver
+        moves += 1
+    return moves
+
+
+__all__ = ["balance"]

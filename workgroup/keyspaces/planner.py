@@ -1,0 +1,142 @@
+"""The leader's round for a keyspace: the next slice map from the current one.
+
+:func:`plan_next_map` is pure and deterministic (the same inputs give the same
+map, byte for byte).  One round, in order (``reshaping``, then ``balancing``):
+
+1. slices whose owner left the group lose it;
+2. hot slices split (a hot key ends in a one-point slice of its own), and
+   slices split until the group has its lower bound of slices;
+3. cold neighbours merge;
+4. slices with no owner are placed, then slices move from the busiest members
+   to the idlest while the budget lasts;
+5. every slice born in 2 or 3, and every slice whose owner changed, takes a new
+   token above every token the keyspace issued (``SliceMap.max_token``, or the
+   ``max_token`` given if higher): tokens are fencing tokens, and a key's token
+   never goes down.
+
+The share of the hash space whose owner changed from one live member to another
+is at most ``churn_budget`` (:func:`moved_share` measures it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from workgroup.keyspaces.balancing import balance
+from workgroup.keyspaces.errors import KeyspaceError
+from workgroup.keyspaces.hashing import HASH_SPACE
+from workgroup.keyspaces.loads import KeyspaceLoads
+from workgroup.keyspaces.pieces import ChurnBudget, Piece, TokenCounter
+from workgroup.keyspaces.reshaping import merge_pieces, split_pieces
+from workgroup.keyspaces.settings import PlannerSettings
+from workgroup.keyspaces.slices import Slice, SliceMap
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A round's outcome: the next map, and what changed to make it."""
+
+    map: SliceMap
+    splits: int
+    merges: int
+    #: Slices that moved from one member to another (placing an orphan is not one).
+    moves: int
+    #: The share of the hash space whose owner changed between live members.
+    moved: float
+
+    @property
+    def changed(self) -> bool:
+        return self.map.epoch > 0 and (self.splits or self.merges or self.moves) > 0
+
+
+def plan_next_map(
+    current: SliceMap,
+    loads: KeyspaceLoads,
+    members: Mapping[str, float],
+    settings: PlannerSettings | None = None,
+    *,
+    max_token: int = 0,
+) -> Plan:
+    """The next map of ``current``'s keyspace for ``members`` (name -> capacity > 0)."""
+    settings = settings or PlannerSettings()
+    for member, capacity in members.items():
+        if not member:
+            raise KeyspaceError("a member of a keyspace needs a name")
+        if not (capacity > 0 and capacity < float("inf")):
+            raise KeyspaceError(f"capacity of member {member!r} must be above 0, not {capacity}")
+    live = frozenset(members)
+    tokens = TokenCounter(max(current.max_token, max_token))
+    budget = ChurnBudget(int(settings.churn_budget * HASH_SPACE), live)
+    pieces = _pieces(current, loads, live)
+    total = sum(piece.load for piece in pieces)
+    n_members = max(len(members), 1)
+    low = settings.min_slices_per_member * n_members
+    high = settings.max_slices_per_member * n_members
+    split_load = settings.imbalance_tolerance * total / n_members if total > 0 else float("inf")
+    pieces, splits = split_pieces(pieces, split_load, low, high, tokens)
+    pieces, merges = merge_pieces(pieces, split_load / 4, low, high, tokens, budget)
+    moves = balance(pieces, members, settings.imbalance_tolerance, budget)
+    old = current.by_id()
+    slices = []
+    for piece in pieces:
+        before = old.get(piece.id)
+        token = piece.token
+        if not piece.born and before is not None and before.owner != piece.owner:
+            token = tokens.next()
+        slices.append(Slice(piece.id, piece.start, piece.end, token, piece.owner))
+    changed = tuple(slices) != current.slices
+    next_map = SliceMap(
+        current.keyspace,
+        tuple(slices),
+        max_token=tokens.max_token,
+        epoch=current.epoch + 1 if changed else current.epoch,
+    )
+    return Plan(next_map, splits, merges, moves, moved_share(current, next_map, live))
+
+
+def _pieces(current: SliceMap, loads: KeyspaceLoads, live: frozenset[str]) -> list[Piece]:
+    points = sorted(loads.keys.items())
+    pieces = []
+    position = 0
+    for piece in current.slices:
+        keys = []
+        while position < len(points) and points[position][0] < piece.end:
+            keys.append(points[position])
+            position += 1
+        sampled = sum(load for _, load in keys)
+        pieces.append(
+            Piece(
+                piece.start,
+                piece.end,
+                piece.id,
+                piece.token,
+                piece.owner if piece.owner in live else None,
+                max(loads.slices.get(piece.id, 0.0), sampled),
+                keys,
+            )
+        )
+    return pieces
+
+
+def moved_share(before: SliceMap, after: SliceMap, members: frozenset[str]) -> float:
+    """The share of the hash space owned by one of ``members`` in ``before`` and by
+    someone else (or no one) in ``after``."""
+    moved = 0
+    i = j = 0
+    position = 0
+    old, new = before.slices, after.slices
+    while position < HASH_SPACE:
+        end = min(old[i].end, new[j].end)
+        owner = old[i].owner
+        if owner is not None and owner in members and new[j].owner != owner:
+            moved += end - position
+        position = end
+        if old[i].end == end:
+            i += 1
+        if new[j].end == end:
+            j += 1
+    return moved / HASH_SPACE
+
+
+__all__ = ["Plan", "moved_share", "plan_next_map"]
