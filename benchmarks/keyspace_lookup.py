@@ -1,0 +1,152 @@
+"""Keyspaces: key -> slice lookups per second, the slice map's size, the planner's round.
+
+Three tables (one process, one core):
+
+* **lookups**: keys per second through ``SliceMap.slice_for_key`` for str keys
+  (``"user-<n>"``) and int keys, at several slice counts, next to the hash alone
+  (``key_hash``) and the bisection alone (``SliceMap.slice_of`` on a hash).
+  The Directory's target is 1,000,000 lookups/s for any key.
+* **encoding**: the encoded slice map's bytes and encode/decode times, owned
+  by 100 members.
+* **planner**: the leader's round (``plan_next_map``) at 100 members and 10,000
+  slices with skewed loads and hot keys: a steady round, a round after a member
+  joins, and one after a member leaves (best of ``--repeat``; target <= 1 s).
+
+    .venv/bin/python benchmarks/keyspace_lookup.py [--keys N] [--repeat N]
+        [--only lookups|encoding|planner]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import time
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from workgroup.keyspaces import (
+    KeyspaceLoads,
+    PlannerSettings,
+    SliceMap,
+    decode_slice_map,
+    encode_slice_map,
+    key_hash,
+    plan_next_map,
+)
+from workgroup.types import Key
+
+
+def best_seconds(run: Callable[[], object], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def owned(smap: SliceMap, members: int) -> SliceMap:
+    slices = tuple(
+        dataclasses.replace(piece, owner=f"member-{i % members:03d}")
+        for i, piece in enumerate(smap.slices)
+    )
+    return SliceMap(smap.keyspace, slices, smap.max_token, smap.epoch)
+
+
+def lookups(keys: int, repeat: int) -> Table:
+    table = Table(title=f"key -> slice lookups per second ({keys:,} keys, best of {repeat})")
+    for column in ("slices", "keys", "lookup/s", "hash only/s", "bisect only/s"):
+        table.add_column(column, justify="right")
+    kinds: list[tuple[str, Sequence[Key]]] = [
+        ("str", [f"user-{n}" for n in range(keys)]),
+        ("int", list(range(keys))),
+    ]
+    for count in (100, 10_000, 100_000):
+        smap = SliceMap.uniform("bench", count)
+        for kind, sample in kinds:
+            points = [key_hash(key) for key in sample]
+            find, slice_of = smap.slice_for_key, smap.slice_of
+            whole = best_seconds(lambda f=find, s=sample: [f(k) for k in s], repeat)
+            hashing = best_seconds(lambda s=sample: [key_hash(k) for k in s], repeat)
+            bisect = best_seconds(lambda f=slice_of, p=points: [f(x) for x in p], repeat)
+            table.add_row(
+                f"{count:,}",
+                kind,
+                f"{keys / whole:,.0f}",
+                f"{keys / hashing:,.0f}",
+                f"{keys / bisect:,.0f}",
+            )
+    return table
+
+
+def encoding(repeat: int) -> Table:
+    table = Table(title="slice map encoding (100 owners)")
+    for column in ("slices", "bytes", "bytes/slice", "encode ms", "decode ms"):
+        table.add_column(column, justify="right")
+    for count in (1_000, 10_000, 100_000):
+        smap = owned(SliceMap.uniform("bench", count), 100)
+        blob = encode_slice_map(smap)
+        encode = best_seconds(lambda m=smap: encode_slice_map(m), repeat)
+        decode = best_seconds(lambda b=blob: decode_slice_map(b), repeat)
+        table.add_row(
+            f"{count:,}",
+            f"{len(blob):,}",
+            f"{len(blob) / count:.1f}",
+            f"{encode * 1e3:.1f}",
+            f"{decode * 1e3:.1f}",
+        )
+    return table
+
+
+def planner(repeat: int) -> Table:
+    table = Table(title=f"planner round, 100 members, 10,000 slices (best of {repeat})")
+    for column in ("round", "seconds", "slices after", "splits", "merges", "moves", "moved"):
+        table.add_column(column, justify="right")
+    rng = random.Random(29)
+    smap = owned(SliceMap.uniform("bench", 10_000), 100)
+    # Zipf-like slice loads, and 20 sampled hot keys.
+    slice_loads = {piece.id: 1.0 / (rng.randrange(1, 10_000) ** 0.5) for piece in smap}
+    hot = {rng.getrandbits(64): 5.0 * (k + 1) for k in range(20)}
+    loads = KeyspaceLoads(slice_loads, hot)
+    members = {f"member-{i:03d}": 1.0 for i in range(100)}
+    settings = PlannerSettings(min_slices_per_member=100, max_slices_per_member=150)
+    scenarios = [
+        ("steady", members),
+        ("one joins", {**members, "member-100": 1.0}),
+        ("one leaves", {m: c for m, c in members.items() if m != "member-042"}),
+    ]
+    for name, group in scenarios:
+        seconds = best_seconds(lambda g=group: plan_next_map(smap, loads, g, settings), repeat)
+        plan = plan_next_map(smap, loads, group, settings)
+        table.add_row(
+            name,
+            f"{seconds:.3f}",
+            f"{len(plan.map):,}",
+            str(plan.splits),
+            str(plan.merges),
+            str(plan.moves),
+            f"{plan.moved:.2%}",
+        )
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", choices=["lookups", "encoding", "planner"])
+    args = parser.parse_args()
+    console = Console()
+    if args.only in (None, "lookups"):
+        console.print(lookups(args.keys, args.repeat))
+    if args.only in (None, "encoding"):
+        console.print(encoding(args.repeat))
+    if args.only in (None, "planner"):
+        console.print(planner(args.repeat))
+
+
+if __name__ == "__main__":
+    main()
