@@ -76,7 +76,11 @@ def decode_slice_map(data: bytes) -> SliceMap:
     if owner_count * 4 > r.remaining:
         raise ProtocolError(f"{_WHAT} is corrupt: {owner_count} owners in {r.remaining} bytes")
     owners: list[str | None] = [None]
-    owners.extend(r.string() for _ in range(owner_count))
+    for _ in range(owner_count):
+        name = r.string()
+        if name in owners:
+            raise ProtocolError(f"{_WHAT} is corrupt: owner {name!r} is listed twice")
+        owners.append(name)
     count = r.uvarint()
     if count < 1 or (count - 1) * _MIN_SLICE_BYTES + 3 > r.remaining:
         raise ProtocolError(f"{_WHAT} is corrupt: {count} slices in {r.remaining} bytes")

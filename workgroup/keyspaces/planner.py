@@ -44,10 +44,8 @@ class Plan:
     moves: int
     #: The share of the hash space whose owner changed between live members.
     moved: float
-
-    @property
-    def changed(self) -> bool:
-        return self.map.epoch > 0 and (self.splits or self.merges or self.moves) > 0
+    #: The map differs from the current one (its epoch is one higher).
+    changed: bool
 
 
 def plan_next_map(
@@ -92,7 +90,7 @@ def plan_next_map(
         max_token=tokens.max_token,
         epoch=current.epoch + 1 if changed else current.epoch,
     )
-    return Plan(next_map, splits, merges, moves, moved_share(current, next_map, live))
+    return Plan(next_map, splits, merges, moves, moved_share(current, next_map, live), changed)
 
 
 def _pieces(current: SliceMap, loads: KeyspaceLoads, live: frozenset[str]) -> list[Piece]:

@@ -106,6 +106,7 @@ def _check_round(before: SliceMap, plan: Plan, members: Mapping[str, float], bud
     assert moved == pytest.approx(plan.moved, abs=1e-12)
     assert moved <= budget + 1e-12
     assert after.epoch == before.epoch + (after.slices != before.slices)
+    assert plan.changed == (after.slices != before.slices)
 
 
 members_strategy = st.dictionaries(

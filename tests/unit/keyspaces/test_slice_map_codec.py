@@ -126,6 +126,7 @@ def test_a_valid_handmade_blob_decodes() -> None:
         (_with_slices(_header(), [], [(1, 9, 0)]), "token 9, outside 1..5"),
         (_with_slices(_header(), [], [(1, 1, 0), (5, 1, 2, 0)]), "slice id 1 repeats"),
         (_with_slices(_header(), [""], [(1, 1, 1)]), "empty owner name"),
+        (_with_slices(_header(), ["a", "a"], [(1, 1, 2)]), "owner 'a' is listed twice"),
         (_with_slices(_header(), [], [(1, 1, 0)]) + b"\x00", "1 unexpected trailing bytes"),
         (_header().getvalue() + b"\xff" * 11, "varint"),
         (_header().getvalue() + b"\x80\x00", "bad varint"),
