@@ -29,7 +29,6 @@ stays); 6 the coordinator's ACL does not allow this principal to drain the group
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ import click
 from workgroup.admin import GroupDescription, MemberDescription, describe_group
 from workgroup.cli.connection import connect, coordinator_options
 from workgroup.cli.options import option_with_alias
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import WorkgroupError
 from workgroup.member.round_plan import DRAINING_TAG
 from workgroup.runtime.drains import DrainRequests, DrainTarget, is_drained, targets_of
@@ -202,13 +202,15 @@ async def wait_for(
     poll_s: float = POLL_S,
     instance_id: str | None = None,
     wanted: bool | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Progress:
     """Describe until ``done(progress)``; say each change; :class:`DrainTimeoutError`.
     A member named by ``instance_id`` is followed across restarts (absent meanwhile:
-    waited for); one named by member id that leaves is :class:`UnknownMemberError`."""
+    waited for); one named by member id that leaves is :class:`UnknownMemberError`.
+    The polls wait, and the time said is measured, on ``clock``."""
     last: Progress | None = None
     absent_said = False
-    started = time.monotonic()
+    started = clock.monotonic()
     try:
         async with asyncio.timeout(timeout_s):
             while True:
@@ -222,14 +224,14 @@ async def wait_for(
                     if not absent_said:
                         say(f"instance {instance_id} is not in the group now: waiting for it")
                         absent_said = True
-                    await asyncio.sleep(poll_s)
+                    await clock.sleep(poll_s)
                     continue
                 if progress != last:
-                    say(f"{time.monotonic() - started:6.1f}s  {progress}")
+                    say(f"{clock.monotonic() - started:6.1f}s  {progress}")
                     last = progress
                 if done(progress):
                     return progress
-                await asyncio.sleep(poll_s)
+                await clock.sleep(poll_s)
     except TimeoutError:
         raise DrainTimeoutError(
             f"timed out after {timeout_s:g}s: {last or 'no answer'} (the request stays; "

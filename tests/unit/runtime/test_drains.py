@@ -370,3 +370,25 @@ async def test_waiting_on_an_instance_follows_it_across_a_restart() -> None:
         await wait_for(
             describe, "a-1", lambda p: p.undrained, timeout_s=5, say=said.append, poll_s=0
         )
+
+
+async def test_waiting_polls_and_says_the_time_on_its_clock() -> None:
+    """Two polls of 30 s on the fake clock, in no time; the lines say the clock's time."""
+    answers = [
+        group_of(described("a-1", "a", draining=True, owns=2)),
+        group_of(described("a-1", "a", draining=True, owns=2)),
+        group_of(described("a-1", "a")),
+    ]
+    said: list[str] = []
+
+    async def describe() -> GroupDescription:
+        return answers.pop(0)
+
+    clock = FakeClock(autojump_threshold_s=0)
+    progress = await wait_for(
+        describe, "a-1", lambda p: p.undrained, timeout_s=5, say=said.append, poll_s=30,
+        clock=clock,
+    )  # fmt: skip
+    assert progress == Progress("Stable", False, 0, 0)
+    assert [line.split()[0] for line in said] == ["0.0s", "60.0s"]
+    assert clock.monotonic() == 60.0
