@@ -13,6 +13,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
+from tests.unit.runtime.test_lease import FakeStore, lease
 from workgroup import fence as fence_module
 from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
 from workgroup.fence import (
@@ -41,6 +42,7 @@ from workgroup.kafka.messages import (
 )
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
 from workgroup.runtime.errors import CheckpointError, LeaseLostError
+from workgroup.runtime.lease import FenceOrigin
 from workgroup.security import PLAINTEXT, Security
 from workgroup.testing import FakeClock
 
@@ -177,6 +179,22 @@ def test_the_expiry_follows_the_wall_time_of_the_clock_it_is_made_and_used_with(
     with pytest.raises(LeaseLostError, match="expired"):
         made.commit("late", clock=clock)
     assert len(conn.sent) == sent  # an expired fence sends nothing
+
+
+async def test_a_leases_fence_expires_on_the_leases_clock() -> None:
+    class OriginStore(FakeStore):
+        def fence_origin(self) -> FenceOrigin:
+            return FenceOrigin(("127.0.0.1:1",), PLAINTEXT, "g", "m-1", None, 3)
+
+    clock = FakeClock(wall_start_s=7_000.0)
+    held = lease(OriginStore(), clock=clock)
+    await held.acquire()
+    clock.advance(2)
+    made = held.fence(ttl_s=60)
+    assert made.expires_at == 7_062.0
+    clock.advance(60.5)
+    with pytest.raises(LeaseLostError, match=r"expired 0\.5 s ago"):
+        made.check(clock=clock)  # nothing listens at port 1: no request was tried
 
 
 def test_setting_the_wall_time_back_revives_a_fence_and_forward_expires_it(
