@@ -1,5 +1,6 @@
 """The one clock: the asyncio drivers feed it to the sans-I/O machines as ``now``,
-and the runtime measures its deadlines with it.
+the runtime measures its deadlines with it, and timestamps (events, a fence's
+expiry, the console's and ``workgroup top``'s views) are read from it.
 
 Rules:
 
@@ -10,20 +11,30 @@ Rules:
    sleeping.
 2. A clock is monotonic: it never goes back.  Its seconds and its milliseconds
    are the same time.
-3. Waiting for work (a task to finish) up to a deadline goes through
+3. Its wall time (:meth:`Clock.wall`, seconds since the epoch) is for timestamps
+   that other processes or people read; it may jump (the system's clock is set),
+   so nothing measures a duration or a deadline on it.
+4. No module but this one reads the system's time (``time.time``,
+   ``time.monotonic``, ``datetime.now``...): a test checks it.
+5. Waiting for work (a task to finish) up to a deadline goes through
    :func:`wait_within`, so that the deadline is measured on the clock.  Polling
    for something the clock cannot see (a thread's flag) sleeps on the event loop.
+
+This module does not import asyncio until a sleep: ``workgroup.fence`` reads
+the clock in processes that never start an event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 class Clock(Protocol):
-    """A monotonic clock and a sleep measured on it."""
+    """A monotonic clock, a sleep measured on it, and the wall time."""
 
     def monotonic(self) -> float:
         """Seconds since an arbitrary point."""
@@ -33,13 +44,17 @@ class Clock(Protocol):
         """The same time in whole milliseconds (the ``now`` of machine events)."""
         ...
 
+    def wall(self) -> float:
+        """Seconds since the epoch, for timestamps (rule 3)."""
+        ...
+
     async def sleep(self, seconds: float) -> None:
         """Return once ``seconds`` have passed on this clock."""
         ...
 
 
 class SystemClock:
-    """The process's monotonic clock; sleeps on the event loop."""
+    """The process's monotonic and wall clocks; sleeps on the event loop."""
 
     def monotonic(self) -> float:
         return time.monotonic()
@@ -49,7 +64,12 @@ class SystemClock:
         # monotonic() * 1000 loses sub-millisecond digits to floats.
         return time.monotonic_ns() // 1_000_000
 
+    def wall(self) -> float:
+        return time.time()
+
     async def sleep(self, seconds: float) -> None:
+        import asyncio
+
         await asyncio.sleep(seconds)
 
     def __repr__(self) -> str:
@@ -66,8 +86,10 @@ def monotonic_ms() -> int:
 
 
 async def wait_within(clock: Clock, future: asyncio.Future[Any], timeout_s: float) -> bool:
-    """Wait up to ``timeout_s`` seconds of ``clock`` for ``future`` (rule 3);
+    """Wait up to ``timeout_s`` seconds of ``clock`` for ``future`` (rule 5);
     ``True`` if it is done.  The future is neither cancelled nor awaited for its result."""
+    import asyncio
+
     if future.done():
         return True
     if isinstance(clock, SystemClock):  # the loop's own timer: no task for the deadline

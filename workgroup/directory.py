@@ -112,9 +112,7 @@ class Directory:
         self._connection = ClientConnection(
             bootstrap, security=security, timeout_s=timeout_s, client_id="workgroup-directory"
         )
-        self._reader = GroupReader(
-            self._connection, group, settle_s=settle_ms / 1000, clock=clock.monotonic
-        )
+        self._reader = GroupReader(self._connection, group, settle_s=settle_ms / 1000, clock=clock)
         #: ``(kind, key type, key) -> Owner`` with its token: what :meth:`owner` reads.
         self._answers: dict[tuple[str, type, Key], Owner] = {}
         #: The reading's resources :attr:`_answers` were made from.

@@ -51,7 +51,11 @@ Rules:
    the fence does, and the fence's next use raises :class:`LeaseLostError`.
    On Kafka (and Tansu) give fences a lifetime instead: ``lease.fence(ttl_s=...)``
    makes a fence that refuses itself after ``ttl_s`` seconds (wall clock, so
-   keep clocks in step), and the daemon hands out fresh ones.
+   keep clocks in step), and the daemon hands out fresh ones.  The expiry is
+   read from a :class:`~workgroup.clock.Clock`'s wall time (``clock=``, the
+   system's by default; the lease's when it makes the fence).  The deadline of
+   ``timeout_s`` bounds blocking socket calls and pauses, which the system
+   times, so it is measured on the system's monotonic clock whatever ``clock`` is.
 6. **Credentials are not pickled** unless ``include_secrets=True``: a fence
    holds the security protocol, the SASL mechanism and user name, and the
    paths of the TLS files.  The process that uses it takes the SASL password
@@ -80,6 +84,7 @@ from workgroup.client.security import (
     Security,
     deprecated_security_name,
 )
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import (
     LEASE_FENCING_CODES,
     RETRIABLE_CODES,
@@ -128,7 +133,8 @@ class Fence:
     kind: str
     key: Key
     token: int
-    #: Wall-clock time (``time.time()``) after which the fence refuses itself
+    #: Wall-clock time (seconds since the epoch, :meth:`Clock.wall
+    #: <workgroup.clock.Clock.wall>`) after which the fence refuses itself
     #: (``lease.fence(ttl_s=...)``, rule 5); ``None``: no expiry.
     expires_at: float | None = None
 
@@ -144,8 +150,9 @@ class Fence:
 
     # --- public API ---------------------------------------------------------------
 
-    def commit(self, value: str, *, timeout_s: float = 10.0) -> None:
-        """Store ``value`` as the resource's checkpoint, fenced (rules 1-3).
+    def commit(self, value: str, *, timeout_s: float = 10.0, clock: Clock = SYSTEM_CLOCK) -> None:
+        """Store ``value`` as the resource's checkpoint, fenced (rules 1-3); an
+        expired fence (rule 5, on ``clock``'s wall time) sends nothing.
 
         Raises :class:`LeaseLostError` once the lease ended,
         :class:`FenceTimeoutError` if no verdict came within ``timeout_s``,
@@ -186,11 +193,12 @@ class Fence:
                 ErrorCode.UNKNOWN_SERVER_ERROR, f"{self._name}: OffsetCommit answered without it"
             )
 
-        self._run("commit", send, timeout_s)
+        self._run("commit", send, timeout_s, clock)
 
-    def check(self, *, timeout_s: float = 10.0) -> None:
+    def check(self, *, timeout_s: float = 10.0, clock: Clock = SYSTEM_CLOCK) -> None:
         """Return if the lease still holds, writing nothing (rule 4); else
-        :class:`LeaseLostError` (or :class:`FenceTimeoutError`)."""
+        :class:`LeaseLostError` (or :class:`FenceTimeoutError`); an expired
+        fence (rule 5, on ``clock``'s wall time) sends nothing."""
         from workgroup.kafka.messages import Heartbeat, HeartbeatResult
 
         def send(conn: BlockingCoordinator, generation: int, deadline: float) -> ErrorCode:
@@ -208,7 +216,7 @@ class Fence:
                 return ErrorCode.ILLEGAL_GENERATION
             return result.error
 
-        self._run("check", send, timeout_s)
+        self._run("check", send, timeout_s, clock)
 
     # --- internals ------------------------------------------------------------------
 
@@ -217,13 +225,16 @@ class Fence:
         what: str,
         send: Callable[[BlockingCoordinator, int, float], ErrorCode],
         timeout_s: float,
+        clock: Clock,
     ) -> None:
-        if self.expires_at is not None and time.time() > self.expires_at:
+        now = clock.wall()
+        if self.expires_at is not None and now > self.expires_at:
             raise LeaseLostError(
-                f"{self._name} expired {time.time() - self.expires_at:.1f} s ago "
+                f"{self._name} expired {now - self.expires_at:.1f} s ago "
                 "(made with a ttl): ask the lease for a new one"
             )
-        deadline = time.monotonic() + timeout_s
+        # Rule 5: the socket timeouts and pauses below are the system's.
+        deadline = SYSTEM_CLOCK.monotonic() + timeout_s
         backoff = _BACKOFF_S
         last = "no answer yet"
         while True:
@@ -250,7 +261,7 @@ class Fence:
                         raise CoordinatorError(error, f"{self._name}: {what} refused: {error.name}")
             except CoordinatorUnavailableError as exc:
                 last = str(exc)
-            left = deadline - time.monotonic()
+            left = deadline - SYSTEM_CLOCK.monotonic()
             from random import uniform  # only when trying again: not with the module
 
             pause = backoff * uniform(0.5, 1.0)
@@ -373,8 +384,10 @@ def make_fence(
     token: int,
     include_secrets: bool = False,
     ttl_s: float | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Fence:
-    """A :class:`Fence` (``lease.fence()`` calls this); bootstrap addresses are checked."""
+    """A :class:`Fence` (``lease.fence()`` calls this); bootstrap addresses are
+    checked.  ``ttl_s`` counts from ``clock``'s wall time."""
     addresses = parse_bootstrap(bootstrap)
     if ttl_s is not None and ttl_s <= 0:
         raise WorkgroupError(f"a fence's ttl_s must be > 0, got {ttl_s}")
@@ -390,7 +403,7 @@ def make_fence(
         kind=kind,
         key=key,
         token=token,
-        expires_at=None if ttl_s is None else time.time() + ttl_s,
+        expires_at=None if ttl_s is None else clock.wall() + ttl_s,
     )
 
 

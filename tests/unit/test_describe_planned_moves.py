@@ -12,6 +12,7 @@ from workgroup.cli.describe import render, warming_cell
 from workgroup.cli.top import Watch
 from workgroup.member.round_plan import DRAINING_TAG, LEAVING_TAG
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
+from workgroup.testing import FakeClock
 
 CODEC = BinaryCodec()
 
@@ -129,3 +130,17 @@ def test_top_shows_how_long_each_warm_up_has_been_under_way() -> None:
     watch.observe(group(member("a", [2]), member("b", [0, 1])), None, 106.0)
     assert watch.warmups(now=106.0) is None
     assert watch.warming_since == {}
+
+
+def test_top_reads_how_long_a_warm_up_has_been_under_way_from_its_clock() -> None:
+    clock = FakeClock(wall_start_s=100.0)
+    watch = Watch(clock=clock)
+    watch.observe(group(member("a", [0, 1, 2])), None, clock.wall())
+    clock.advance(2.0)
+    watch.observe(group(member("a", [0, 1, 2]), member("b", [], warming=[1])), None, clock.wall())
+    clock.advance(7.5)
+    out = Console(width=200, record=True)
+    out.print(watch.view())  # no ``now``: the clock's
+    row = next(line for line in out.export_text().splitlines() if "shard/1" in line)
+    assert "7.5 s" in row
+    assert "≥" not in row

@@ -13,6 +13,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
+from tests.unit.runtime.test_lease import FakeStore, lease
 from workgroup import fence as fence_module
 from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
 from workgroup.fence import (
@@ -41,7 +42,9 @@ from workgroup.kafka.messages import (
 )
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
 from workgroup.runtime.errors import CheckpointError, LeaseLostError
+from workgroup.runtime.lease import FenceOrigin
 from workgroup.security import PLAINTEXT, Security
+from workgroup.testing import FakeClock
 
 SECRET = "unit-Secret-9"
 
@@ -156,6 +159,58 @@ def test_a_ttl_sets_the_expiry_and_an_expired_fence_sends_nothing() -> None:
     with pytest.raises(LeaseLostError, match="expired"):
         expired.check()
     assert time.monotonic() - started < 1.0
+
+
+def test_the_expiry_follows_the_wall_time_of_the_clock_it_is_made_and_used_with(
+    scripted: list[Scripted],
+) -> None:
+    clock = FakeClock(wall_start_s=1_000.0)
+    made = fence(ttl_s=30, clock=clock)
+    assert made.expires_at == 1_030.0
+    conn = Scripted(beats=[ErrorCode.NONE], commits=[ErrorCode.NONE], group=described())
+    scripted.append(conn)
+    clock.advance(30)  # at the expiry: still good
+    made.check(clock=clock)
+    made.commit("v", clock=clock)
+    sent = len(conn.sent)
+    clock.advance(0.5)  # past it, without sleeping
+    with pytest.raises(LeaseLostError, match=r"expired 0\.5 s ago"):
+        made.check(clock=clock)
+    with pytest.raises(LeaseLostError, match="expired"):
+        made.commit("late", clock=clock)
+    assert len(conn.sent) == sent  # an expired fence sends nothing
+
+
+async def test_a_leases_fence_expires_on_the_leases_clock() -> None:
+    class OriginStore(FakeStore):
+        def fence_origin(self) -> FenceOrigin:
+            return FenceOrigin(("127.0.0.1:1",), PLAINTEXT, "g", "m-1", None, 3)
+
+    clock = FakeClock(wall_start_s=7_000.0)
+    held = lease(OriginStore(), clock=clock)
+    await held.acquire()
+    clock.advance(2)
+    made = held.fence(ttl_s=60)
+    assert made.expires_at == 7_062.0
+    clock.advance(60.5)
+    with pytest.raises(LeaseLostError, match=r"expired 0\.5 s ago"):
+        made.check(clock=clock)  # nothing listens at port 1: no request was tried
+
+
+def test_setting_the_wall_time_back_revives_a_fence_and_forward_expires_it(
+    scripted: list[Scripted],
+) -> None:
+    """The expiry reads the wall time, not the monotonic time: a fence made on one
+    machine is judged by another machine's wall clock (rule 5)."""
+    clock = FakeClock(wall_start_s=5_000.0)
+    made = fence(ttl_s=10, clock=clock)
+    clock.set_wall(5_011.0)
+    with pytest.raises(LeaseLostError, match=r"expired 1\.0 s ago"):
+        made.check(clock=clock)
+    clock.set_wall(5_009.0)
+    scripted.append(Scripted(beats=[ErrorCode.NONE], group=described()))
+    made.check(clock=clock)
+    assert clock.monotonic() == 0.0
 
 
 def test_a_value_that_cannot_be_stored_is_refused_before_sending() -> None:

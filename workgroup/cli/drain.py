@@ -29,7 +29,7 @@ stays); 6 the coordinator's ACL does not allow this principal to drain the group
 from __future__ import annotations
 
 import asyncio
-import time
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +39,7 @@ import click
 from workgroup.admin import GroupDescription, MemberDescription, describe_group
 from workgroup.cli.connection import connect, coordinator_options
 from workgroup.cli.options import option_with_alias
+from workgroup.clock import SYSTEM_CLOCK, Clock, wait_within
 from workgroup.errors import WorkgroupError
 from workgroup.member.round_plan import DRAINING_TAG
 from workgroup.runtime.drains import DrainRequests, DrainTarget, is_drained, targets_of
@@ -202,39 +203,53 @@ async def wait_for(
     poll_s: float = POLL_S,
     instance_id: str | None = None,
     wanted: bool | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Progress:
     """Describe until ``done(progress)``; say each change; :class:`DrainTimeoutError`.
     A member named by ``instance_id`` is followed across restarts (absent meanwhile:
-    waited for); one named by member id that leaves is :class:`UnknownMemberError`."""
+    waited for); one named by member id that leaves is :class:`UnknownMemberError`.
+    The polls wait, the time said is measured and the timeout runs on ``clock``."""
     last: Progress | None = None
     absent_said = False
-    started = time.monotonic()
+    started = clock.monotonic()
+
+    async def poll() -> Progress:
+        nonlocal last, absent_said
+        while True:
+            description = await describe()
+            progress = progress_of(description, member_id, instance_id=instance_id, wanted=wanted)
+            if progress is None and instance_id is None:
+                raise UnknownMemberError(f"member {member_id} left group {description.group!r}")
+            if progress is None:
+                if not absent_said:
+                    say(f"instance {instance_id} is not in the group now: waiting for it")
+                    absent_said = True
+                await clock.sleep(poll_s)
+                continue
+            if progress != last:
+                say(f"{clock.monotonic() - started:6.1f}s  {progress}")
+                last = progress
+            if done(progress):
+                return progress
+            await clock.sleep(poll_s)
+
+    polling = asyncio.ensure_future(poll())
     try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                description = await describe()
-                progress = progress_of(
-                    description, member_id, instance_id=instance_id, wanted=wanted
-                )
-                if progress is None and instance_id is None:
-                    raise UnknownMemberError(f"member {member_id} left group {description.group!r}")
-                if progress is None:
-                    if not absent_said:
-                        say(f"instance {instance_id} is not in the group now: waiting for it")
-                        absent_said = True
-                    await asyncio.sleep(poll_s)
-                    continue
-                if progress != last:
-                    say(f"{time.monotonic() - started:6.1f}s  {progress}")
-                    last = progress
-                if done(progress):
-                    return progress
-                await asyncio.sleep(poll_s)
-    except TimeoutError:
-        raise DrainTimeoutError(
-            f"timed out after {timeout_s:g}s: {last or 'no answer'} (the request stays; "
-            "the member goes on draining)"
-        ) from None
+        finished = await wait_within(clock, polling, timeout_s)
+    finally:
+        if not polling.done():
+            polling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await polling
+    if finished:
+        try:
+            return polling.result()
+        except TimeoutError:  # a describe that timed out ends the wait as its timeout does
+            pass
+    raise DrainTimeoutError(
+        f"timed out after {timeout_s:g}s: {last or 'no answer'} (the request stays; "
+        "the member goes on draining)"
+    )
 
 
 def target_of(instance_id: str | None, member_id: str | None) -> DrainTarget:

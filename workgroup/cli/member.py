@@ -41,6 +41,7 @@ import click
 
 from workgroup.assignors.registry import available, get_assignor
 from workgroup.cli.options import configure_logging, log_options
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import ConfigError, CoordinatorError, WorkgroupError
 from workgroup.member.driver import GroupMember
 from workgroup.member.errors import MemberClosedError
@@ -128,10 +129,12 @@ def _resource_list(resources: Iterable[Resource]) -> list[list[Key]]:
 
 
 class EventWriter:
-    """Writes one line per event to stdout and flushes it."""
+    """Writes one line per event to stdout and flushes it, stamped with the
+    wall time of ``clock``."""
 
-    def __init__(self, style: Literal["json", "text"]) -> None:
+    def __init__(self, style: Literal["json", "text"], *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.style = style
+        self._clock = clock
         self._member: GroupMember | None = None
         #: What the application owns: the callbacks run after the member's state
         #: changed, so the member's own view may already be ahead of them.
@@ -182,7 +185,7 @@ class EventWriter:
             "resources": _resource_list(resources),
             "assignment": _resource_list(self.owned),
             "leader": member.is_leader,
-            "t": time.time(),
+            "t": self._clock.wall(),
         }
         record.update(extra)
         line = json.dumps(record, separators=(",", ":")) if self.style == "json" else _text(record)

@@ -5,7 +5,9 @@ start or stop draining, warm-ups that start or end), and the warm-ups under
 way with how long each has been warming.  Ctrl-C ends it.
 
 ``--once`` prints one view and exits: 0, or 1 when the group could not be
-described (the error is in the view), as ``describe`` does."""
+described (the error is in the view), as ``describe`` does.  The times it
+shows and the wait between polls are read from its :class:`~workgroup.clock.Clock`
+(``Watch.clock``)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from workgroup.admin import GroupDescription, describe_group
 from workgroup.cli.connection import connect, coordinator_options
 from workgroup.cli.describe import loads_of, render
 from workgroup.cli.options import console
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import WorkgroupError
 from workgroup.member.errors import NothingAnswersError
 from workgroup.security import Security
@@ -48,6 +51,8 @@ class Watch:
     started: float | None = None
     #: The members' current loads (:func:`~workgroup.admin.read_current_loads`).
     loads: Mapping[str, float] = field(default_factory=dict)
+    #: Stamps what is seen (its wall time) and times the polls.
+    clock: Clock = field(default=SYSTEM_CLOCK, repr=False, compare=False)
 
     def observe(
         self,
@@ -111,7 +116,7 @@ class Watch:
             parts.append(Text(f"error: {self.error}", style="red"))
         if not history:
             return Stack(*parts)
-        warmups = self.warmups(time.time() if now is None else now)
+        warmups = self.warmups(self.clock.wall() if now is None else now)
         if warmups is not None:
             parts.append(warmups)
         if not self.changes:
@@ -162,10 +167,10 @@ async def _poll(
     except WorkgroupError as exc:
         if fail_unreachable and isinstance(exc, NothingAnswersError):
             raise
-        watch.observe(None, str(exc), time.time())
+        watch.observe(None, str(exc), watch.clock.wall())
     else:
         loads = await loads_of(bootstrap, description, security, 5)
-        watch.observe(description, None, time.time(), loads)
+        watch.observe(description, None, watch.clock.wall(), loads)
 
 
 @click.command("top")
@@ -197,7 +202,7 @@ def command(
             while True:
                 await _poll(group, bootstrap, security, watch)
                 live.update(watch.view())
-                await asyncio.sleep(interval)
+                await watch.clock.sleep(interval)
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(loop())

@@ -7,7 +7,9 @@ sends its OffsetCommit, OffsetFetch, Heartbeat and DescribeGroups through it.
 Rules:
 
 1. One request at a time, each bounded by the caller's deadline (connect,
-   TLS and SASL handshakes included): past it, :class:`CoordinatorUnavailableError`
+   TLS and SASL handshakes included; seconds on the monotonic clock of
+   :data:`~workgroup.clock.SYSTEM_CLOCK`, which the sockets' timeouts are
+   measured against): past it, :class:`CoordinatorUnavailableError`
    naming the address and what was under way.  A request that timed out closes
    the connection (its answer could still arrive and be read as the next one's).
 2. ApiVersions first; every group request then uses the highest version both
@@ -24,7 +26,6 @@ import io
 import socket
 import ssl
 import struct
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,6 +49,7 @@ from workgroup.client.errors import (
     connect_failure_reason,
 )
 from workgroup.client.security import PASSWORD_ENV, PASSWORD_FILE_ENV, Security
+from workgroup.clock import SYSTEM_CLOCK
 from workgroup.errors import AuthenticationError, ErrorCode, ProtocolError
 from workgroup.kafka.adapter import KafkaRequest, to_result
 from workgroup.kafka.apis import response_schema
@@ -267,7 +269,7 @@ class BlockingCoordinator:
 
 
 def _left(deadline: float) -> float:
-    left = deadline - time.monotonic()
+    left = deadline - SYSTEM_CLOCK.monotonic()
     if left <= 0:
         raise TimeoutError("timed out")
     return left

@@ -15,7 +15,8 @@ Rules:
    its token late: it is seen then, not never).  ``full_every_s``
    (the console's checkpoint ages) re-reads every slot that often, and no more
    often than keeps full reads within ``full_share`` of the time (a big group's
-   full read takes seconds of the coordinator's time).
+   full read takes seconds of the coordinator's time).  These times are read
+   from ``clock=`` (a :class:`~workgroup.clock.Clock`, the system's by default).
 3. Members' current loads (:mod:`workgroup.runtime.loads`, another group's
    offsets) are read when asked (``loads=True``) and the group has members.
 4. A group the coordinator does not know is read as no description (``None``);
@@ -25,8 +26,7 @@ Rules:
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from workgroup.client.connection import ClientConnection
@@ -40,6 +40,7 @@ from workgroup.client.owners import (
     typed,
 )
 from workgroup.client.slots import LeaseSlot, decode_slots, fetch_request
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import ErrorCode, WorkgroupError
 from workgroup.kafka.messages import (
     DescribeGroups,
@@ -158,7 +159,7 @@ class GroupReader:
         settle_s: float = DEFAULT_SETTLE_S,
         full_every_s: float | None = None,
         full_share: float = 0.05,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.connection = connection
         self.group = group
@@ -192,7 +193,7 @@ class GroupReader:
             description: GroupDescription | None = await describe(self.connection, self.group)
         except GroupNotFoundError:
             description = None
-        now = self._clock()
+        now = self._clock.monotonic()
         shape = _shape(description)
         changed = shape != self._shape
         if changed:
@@ -206,7 +207,7 @@ class GroupReader:
                 self._slots = {typed(s.key): s for s in fetched if s.key is not None}
                 self._sorted_slots = None
                 self._full_at = now
-                self._full_took = self._clock() - now
+                self._full_took = self._clock.monotonic() - now
                 self.slots_fetched = len(fetched)
             else:
                 slots_read = bool(wanted)

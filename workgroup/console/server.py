@@ -29,6 +29,9 @@ Rules:
    and key): like the coordinator, it shows who owns what to whoever connects.
 5. A coordinator that cannot be read is shown, not fatal: the page says so and
    keeps the last view; the console goes on trying.
+6. Its waits between refreshes, the readers' settling times and the view's
+   timestamps are read from ``clock=`` (:mod:`workgroup.clock`, the system's by
+   default).
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ import contextlib
 import ipaddress
 import json
 import ssl
-import time
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -49,6 +51,7 @@ from aiohttp import web
 from workgroup.admin import list_groups_on
 from workgroup.client.connection import ClientConnection
 from workgroup.client.reader import GroupReader
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.console.model import ConsoleModel, GroupRead
 from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.log import get_logger
@@ -103,6 +106,7 @@ class ConsoleServer:
         tls_cert: Path | None = None,
         tls_key: Path | None = None,
         timeout_s: float = 10.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if (tls_cert is None) != (tls_key is None):
             raise ConfigError("give both --tls-cert and --tls-key, or neither")
@@ -117,7 +121,9 @@ class ConsoleServer:
         self._timeout_s = timeout_s
         self._tls = (tls_cert, tls_key) if tls_cert is not None and tls_key is not None else None
         self._logs = {Path(p): 0 for p in event_logs}
-        self.model = ConsoleModel(bootstrap, time.time())
+        #: Times the polls, the readers' settling and the view's timestamps.
+        self._clock = clock
+        self.model = ConsoleModel(bootstrap, clock.wall())
         self._connection = ClientConnection(
             bootstrap, security=security, timeout_s=timeout_s, client_id="workgroup-console"
         )
@@ -176,7 +182,7 @@ class ConsoleServer:
 
     async def refresh(self) -> None:
         """Read the coordinator once and update the view (rules 1 and 5)."""
-        started = time.perf_counter()
+        started = self._clock.monotonic()
         try:
             listed = await list_groups_on(self._connection)
             limit = asyncio.Semaphore(READ_CONCURRENCY)
@@ -195,9 +201,9 @@ class ConsoleServer:
         for gone in set(self._readers) - {g.group for g in listed}:
             del self._readers[gone]
         self.model.add_events(self._new_events())
-        self.model.update(list(reads), time.time())
+        self.model.update(list(reads), self._clock.wall())
         self.refreshes += 1
-        self.last_refresh_s = time.perf_counter() - started
+        self.last_refresh_s = self._clock.monotonic() - started
         self._publish()
 
     async def _read_group(self, group: str) -> GroupRead:
@@ -210,7 +216,7 @@ class ConsoleServer:
                 settle_s=SETTLE_S,
                 full_every_s=SLOTS_EVERY_S,
                 full_share=FULL_READ_SHARE,
-                clock=time.monotonic,
+                clock=self._clock,
             )
         try:
             snapshot = await reader.read()
@@ -244,7 +250,7 @@ class ConsoleServer:
 
     async def _poll(self) -> None:
         while True:
-            await asyncio.sleep(max(self._refresh_s, 2 * self.last_refresh_s))
+            await self._clock.sleep(max(self._refresh_s, 2 * self.last_refresh_s))
             try:
                 await self.refresh()
             except Exception as exc:  # never let the page go stale silently

@@ -358,7 +358,8 @@ class _Connection(asyncio.Protocol):
 
 class _MillisecondClock:
     """A :class:`~workgroup.clock.Clock` over a milliseconds function (the
-    deprecated ``clock_ms=``); it sleeps on the event loop."""
+    deprecated ``clock_ms=``); it sleeps on the event loop, and its wall time is
+    the system's (the function measures only monotonic time)."""
 
     def __init__(self, clock_ms: Callable[[], int]) -> None:
         self._clock_ms = clock_ms
@@ -368,6 +369,9 @@ class _MillisecondClock:
 
     def monotonic_ms(self) -> int:
         return self._clock_ms()
+
+    def wall(self) -> float:
+        return SYSTEM_CLOCK.wall()
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

@@ -2,8 +2,9 @@
 
 Append-only, flushed line by line, so that audits and tests can read what each
 process owned and when, even after the process was killed.  ``time`` is the
-wall clock (seconds since the epoch) for readers comparing logs of several
-processes on one machine.
+wall clock (seconds since the epoch, the wall time of the log's
+:class:`~workgroup.clock.Clock`: the runner's) for readers comparing logs of
+several processes on one machine.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.types import Key
 
 #: ``warming`` / ``warmup_ended``: a warm-up began / was called off (no ownership:
@@ -25,9 +26,12 @@ Event = Literal["acquired", "revoked", "lost", "warming", "warmup_ended"]
 class OwnershipLog:
     """Appends ownership events to a JSON-lines file."""
 
-    def __init__(self, path: str | os.PathLike[str], member: str) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], member: str, *, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.path = Path(path)
         self.member = member
+        self._clock = clock
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: TextIO = self.path.open("a", encoding="utf-8", buffering=1)
         self._lock = threading.Lock()
@@ -35,7 +39,7 @@ class OwnershipLog:
     def record(self, event: Event, group: str, kind: str, key: Key, token: int) -> None:
         line = json.dumps(
             {
-                "time": time.time(),
+                "time": self._clock.wall(),
                 "member": self.member,
                 "pid": os.getpid(),
                 "group": group,

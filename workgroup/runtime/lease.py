@@ -474,7 +474,8 @@ class Lease:
         ``include_secrets``: put the SASL password in it (otherwise the process
         that uses it reads ``$WORKGROUP_SASL_PASSWORD`` or
         ``$WORKGROUP_SASL_PASSWORD_FILE``).  ``ttl_s``: the fence refuses
-        itself that many seconds from now (rule 5 of :mod:`workgroup.fence`).
+        itself that many seconds from now on the lease's clock's wall time (rule 5
+        of :mod:`workgroup.fence`).
         :class:`LeaseLostError` unless the lease is held.
         """
         from workgroup.fence import make_fence
@@ -510,6 +511,7 @@ class Lease:
             token=self.token,
             include_secrets=include_secrets,
             ttl_s=ttl_s,
+            clock=self._clock,
         )
 
     # --- load ---------------------------------------------------------------------

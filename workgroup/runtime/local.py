@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workgroup.clock import SYSTEM_CLOCK
 from workgroup.log import get_logger
 from workgroup.member.errors import CoordinatorUnavailableError, connect_failure_reason
 
@@ -77,13 +78,13 @@ def connect_failure(host: str, port: int, timeout_s: float = 0.5) -> str | None:
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     with path.open("a+") as lock:
-        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        deadline = SYSTEM_CLOCK.monotonic() + LOCK_TIMEOUT_S
         while True:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() > deadline:
+                if SYSTEM_CLOCK.monotonic() > deadline:
                     raise CoordinatorUnavailableError(
                         f"another process holds {path} (starting the local coordinator?)"
                     ) from None
@@ -118,9 +119,9 @@ def ensure_local_coordinator(
                 start_new_session=True,  # not in the daemon's process group
                 close_fds=True,
             )
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        deadline = SYSTEM_CLOCK.monotonic() + STARTUP_TIMEOUT_S
         while not answers(host, port):
-            if process.poll() is not None or time.monotonic() > deadline:
+            if process.poll() is not None or SYSTEM_CLOCK.monotonic() > deadline:
                 tail = log_path.read_text(errors="replace")[-1000:]
                 raise CoordinatorUnavailableError(
                     f"the local coordinator did not start on {host}:{port} "
@@ -134,7 +135,7 @@ def ensure_local_coordinator(
             "data_dir": str(data),
             "log": str(log_path),
             "argv": argv,
-            "started": time.time(),
+            "started": SYSTEM_CLOCK.wall(),
         }
         (directory / "coordinator.json").write_text(json.dumps(record) + "\n")
     log.info(
@@ -221,9 +222,9 @@ def stop_local_coordinator(directory: Path | None = None, timeout_s: float = STO
     if status.pid is None or not status.running:
         return f"local coordinator: not running (state directory {status.directory})"
     os.kill(status.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
+    deadline = SYSTEM_CLOCK.monotonic() + timeout_s
     while _is_local_coordinator(status.pid):
-        if time.monotonic() > deadline:
+        if SYSTEM_CLOCK.monotonic() > deadline:
             return (
                 f"local coordinator (pid {status.pid}): still running {timeout_s:g} s after SIGTERM"
             )

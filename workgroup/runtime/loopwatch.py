@@ -26,10 +26,10 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-import time
 import traceback
 from types import FrameType
 
+from workgroup.clock import SYSTEM_CLOCK
 from workgroup.log import get_logger, is_user_frame
 
 log = get_logger(__name__)
@@ -52,13 +52,16 @@ STARVED_HINT = (
 
 
 class LoopWatch:
-    """Watches the running loop from a thread (rule 1); :meth:`stop` ends it."""
+    """Watches the running loop from a thread (rule 1); :meth:`stop` ends it.
+
+    Its times are the system's (:data:`~workgroup.clock.SYSTEM_CLOCK`), not an
+    injected clock: it measures how long the real loop stood still."""
 
     def __init__(self, *, report_after_ms: int = REPORT_AFTER_MS) -> None:
         self._report_after_s = report_after_ms / 1000
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._touched = time.monotonic()
+        self._touched = SYSTEM_CLOCK.monotonic()
         self._last_lag_s = 0.0
         self._stopped = threading.Event()
         self._timer: asyncio.TimerHandle | None = None
@@ -78,11 +81,11 @@ class LoopWatch:
     def lag_s(self) -> float:
         """How late the loop runs its timers: at its last tick, or now if it is
         late for the next one (``workgroup_event_loop_lag_seconds``)."""
-        overdue = time.monotonic() - self._touched - CHECK_EVERY_S
+        overdue = SYSTEM_CLOCK.monotonic() - self._touched - CHECK_EVERY_S
         return max(self._last_lag_s, overdue, 0.0)
 
     def _touch(self) -> None:
-        now = time.monotonic()
+        now = SYSTEM_CLOCK.monotonic()
         if self._timer is not None:  # a tick: how late after the one before
             self._last_lag_s = max(now - self._touched - CHECK_EVERY_S, 0.0)
         self._touched = now
@@ -93,7 +96,7 @@ class LoopWatch:
         reported_at: float | None = None  # the stall's start, once reported
         while not self._stopped.wait(CHECK_EVERY_S):
             touched = self._touched
-            stalled_s = time.monotonic() - touched
+            stalled_s = SYSTEM_CLOCK.monotonic() - touched
             if reported_at is not None and touched > reported_at:
                 log.info(
                     "app.event_loop_unblocked",

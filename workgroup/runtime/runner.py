@@ -724,7 +724,9 @@ class AppRunner:
         #: The Kafka client id of every group member and admin client of the runner.
         self.client_id = client_id = client_id_of(identity, settings.instance_id)
         self.metrics.identify(identity, app.name, settings.instance_id)
-        self.events = OwnershipLog(settings.event_log, identity) if settings.event_log else None
+        self.events = (
+            OwnershipLog(settings.event_log, identity, clock=clock) if settings.event_log else None
+        )
         grace_s = settings.grace_ms / 1000
         security = settings.security
         self.producers = ProducerFactory(

@@ -11,6 +11,10 @@ runs in no time.  Tests pass it where the code takes ``clock=``
 ``CoordinatorServer``, ``Directory``) and wait for :meth:`FakeClock.sleepers`
 instead of sleeping; the coordinator's harness
 (:mod:`workgroup.testing.coordinator`) moves it by whole milliseconds.
+
+Its wall time (:meth:`FakeClock.wall`) starts at ``wall_start_s`` and moves with
+the monotonic time; :meth:`FakeClock.set_wall` sets it, as when the system's
+clock is set, without moving the monotonic time (nor waking a sleeper).
 """
 
 from __future__ import annotations
@@ -23,14 +27,27 @@ import itertools
 #: jump, and an autojump waits without any change on the clock.
 SETTLE_PASSES = 20
 
+#: Where a :class:`FakeClock`'s wall time starts unless given: a fixed instant
+#: (2023-11-14 22:13:20 UTC), so that timestamps in tests are reproducible.
+WALL_START_S = 1_700_000_000.0
+
 
 class FakeClock:
-    """A monotonic clock for tests, starting at ``start_s`` seconds."""
+    """A monotonic clock for tests, starting at ``start_s`` seconds, whose wall
+    time starts at ``wall_start_s`` seconds since the epoch."""
 
-    def __init__(self, start_s: float = 0.0, *, autojump_threshold_s: float | None = None) -> None:
+    def __init__(
+        self,
+        start_s: float = 0.0,
+        *,
+        autojump_threshold_s: float | None = None,
+        wall_start_s: float = WALL_START_S,
+    ) -> None:
         if autojump_threshold_s is not None and autojump_threshold_s < 0:
             raise ValueError(f"autojump_threshold_s must be >= 0, got {autojump_threshold_s}")
         self._ns = _ns(start_s)
+        #: Wall time minus monotonic time, in nanoseconds: advancing moves both.
+        self._wall_offset_ns = _ns(wall_start_s) - self._ns
         self._sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
         self.autojump_threshold_s = autojump_threshold_s
@@ -48,6 +65,9 @@ class FakeClock:
 
     def monotonic_ms(self) -> int:
         return self._ns // 1_000_000
+
+    def wall(self) -> float:
+        return (self._ns + self._wall_offset_ns) / 1e9
 
     async def sleep(self, seconds: float) -> None:
         if seconds <= 0:
@@ -90,6 +110,11 @@ class FakeClock:
             if not woken.done():
                 woken.set_result(None)
         self._changed(None)
+
+    def set_wall(self, seconds: float) -> None:
+        """Set the wall time to ``seconds`` since the epoch (back or forward, as a
+        system clock may be set); the monotonic time and the sleepers stay."""
+        self._wall_offset_ns = _ns(seconds) - self._ns
 
     async def run_for(self, seconds: float) -> None:
         """Move time forward by ``seconds``, one deadline at a time, letting the
@@ -162,4 +187,4 @@ def _ns(seconds: float) -> int:
     return round(seconds * 1_000_000_000)
 
 
-__all__ = ["FakeClock", "settle"]
+__all__ = ["WALL_START_S", "FakeClock", "settle"]

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from workgroup.clock import SYSTEM_CLOCK
 from workgroup.errors import ConfigError, WorkgroupError
 
 __all__ = [
@@ -174,7 +175,7 @@ def run_tansu(
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
         server = ServerProcess("tansu", LOOPBACK, port, process, log_ref)
         try:
-            _wait_accepting(server, time.monotonic() + startup_timeout_s)
+            _wait_accepting(server, SYSTEM_CLOCK.monotonic() + startup_timeout_s)
             yield server
         finally:
             server.stop()
@@ -209,7 +210,7 @@ def run_coordinator(
         )
         server = ServerProcess("coordinator", "", 0, process, log_ref)
         try:
-            deadline = time.monotonic() + startup_timeout_s
+            deadline = SYSTEM_CLOCK.monotonic() + startup_timeout_s
             line = _read_first_line(server, deadline)
             if not line.startswith(_LISTENING_PREFIX):
                 raise ServerStartError(
@@ -329,10 +330,10 @@ def run_postgres(*, startup_timeout_s: float = 60.0) -> Iterator[PostgresServer]
             )
             server = ServerProcess("postgres", LOOPBACK, port, process, log_ref)
             try:
-                deadline = time.monotonic() + startup_timeout_s
+                deadline = SYSTEM_CLOCK.monotonic() + startup_timeout_s
                 while b"ready to accept connections" not in log_path.read_bytes():
                     server.check_alive()
-                    if time.monotonic() >= deadline:
+                    if SYSTEM_CLOCK.monotonic() >= deadline:
                         raise ServerStartError(
                             f"PostgreSQL did not start within {startup_timeout_s:g} s"
                             f"{_quoted(server.log_tail())}"
@@ -408,7 +409,7 @@ def _read_first_line(server: ServerProcess, deadline: float) -> str:
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
         while not line.endswith(b"\n"):
-            remaining = deadline - time.monotonic()
+            remaining = deadline - SYSTEM_CLOCK.monotonic()
             if remaining <= 0:
                 raise ServerStartError(
                     f"{server.name} did not print its address in time{_quoted(server.log_tail())}"
@@ -439,7 +440,7 @@ def _wait_accepting(server: ServerProcess, deadline: float) -> None:
             socket.create_connection((server.host, server.port), timeout=0.5),
         ):
             return
-        if time.monotonic() >= deadline:
+        if SYSTEM_CLOCK.monotonic() >= deadline:
             raise ServerStartError(
                 f"nothing accepts connections on {server.bootstrap} "
                 f"({server.name}, pid {server.pid}){_quoted(server.log_tail())}"

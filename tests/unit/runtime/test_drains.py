@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from workgroup.admin import GroupDescription, MemberDescription, decode_warming
 from workgroup.cli import main
 from workgroup.cli.drain import (
+    DrainTimeoutError,
     LastMemberError,
     Progress,
     UnknownMemberError,
@@ -370,3 +371,42 @@ async def test_waiting_on_an_instance_follows_it_across_a_restart() -> None:
         await wait_for(
             describe, "a-1", lambda p: p.undrained, timeout_s=5, say=said.append, poll_s=0
         )
+
+
+async def test_waiting_polls_and_says_the_time_on_its_clock() -> None:
+    """Two polls of 30 s on the fake clock, in no time; the lines say the clock's time."""
+    answers = [
+        group_of(described("a-1", "a", draining=True, owns=2)),
+        group_of(described("a-1", "a", draining=True, owns=2)),
+        group_of(described("a-1", "a")),
+    ]
+    said: list[str] = []
+
+    async def describe() -> GroupDescription:
+        return answers.pop(0)
+
+    clock = FakeClock(autojump_threshold_s=0)
+    progress = await wait_for(
+        describe, "a-1", lambda p: p.undrained, timeout_s=120, say=said.append, poll_s=30,
+        clock=clock,
+    )  # fmt: skip
+    assert progress == Progress("Stable", False, 0, 0)
+    assert [line.split()[0] for line in said] == ["0.0s", "60.0s"]
+    assert clock.monotonic() == 60.0
+
+
+async def test_the_wait_times_out_on_its_clock() -> None:
+    """Five minutes of a drain that never ends, on the fake clock, in no time."""
+    said: list[str] = []
+    draining = group_of(described("a-1", "a", draining=True, owns=2))
+
+    async def describe() -> GroupDescription:
+        return draining
+
+    clock = FakeClock(autojump_threshold_s=0)
+    with pytest.raises(DrainTimeoutError, match="timed out after 300s: group Stable"):
+        await wait_for(
+            describe, "a-1", lambda p: p.drained, timeout_s=300, say=said.append, clock=clock
+        )
+    assert clock.monotonic() == 300.0
+    assert len(said) == 1  # no change to say after the first poll

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workgroup.runtime.events import OwnershipLog, read_events, unowned_seconds
+from workgroup.testing import FakeClock
 
 
 def event(time: float, member: str, what: str, token: int, key: str = "s0") -> dict[str, object]:
@@ -63,3 +64,13 @@ def test_the_log_survives_a_torn_last_line(tmp_path: Path) -> None:
         f.write('{"time": 1, "memb')
     [entry] = read_events(tmp_path / "events.jsonl")
     assert (entry["member"], entry["key"], entry["token"]) == ("w1", 3, 7)
+
+
+def test_events_are_stamped_with_the_wall_time_of_the_logs_clock(tmp_path: Path) -> None:
+    clock = FakeClock(wall_start_s=2_000.0)
+    log = OwnershipLog(tmp_path / "events.jsonl", "w1", clock=clock)
+    log.record("acquired", "g", "shard", 3, 7)
+    clock.advance(1.5)
+    log.record("revoked", "g", "shard", 3, 7)
+    log.close()
+    assert [e["time"] for e in read_events(tmp_path / "events.jsonl")] == [2_000.0, 2_001.5]

@@ -8,7 +8,7 @@ import pytest
 
 from workgroup.clock import SYSTEM_CLOCK, Clock, wait_within
 from workgroup.testing import FakeClock
-from workgroup.testing.clock import settle
+from workgroup.testing.clock import WALL_START_S, settle
 
 
 def test_it_is_a_clock_whose_seconds_and_milliseconds_agree() -> None:
@@ -18,6 +18,39 @@ def test_it_is_a_clock_whose_seconds_and_milliseconds_agree() -> None:
     assert isinstance(clock, FakeClock)
     clock.advance(0.0015)
     assert clock.monotonic_ms() == 12_501
+
+
+def test_its_wall_time_moves_with_its_monotonic_time_and_can_be_set() -> None:
+    clock: Clock = FakeClock(3.0, wall_start_s=1_000.0)
+    assert isinstance(clock, FakeClock)
+    assert clock.wall() == 1_000.0
+    assert FakeClock().wall() == WALL_START_S
+    clock.advance(2.5)
+    assert (clock.monotonic(), clock.wall()) == (5.5, 1_002.5)
+    clock.advance_to_ms(6_000)
+    assert clock.wall() == 1_003.0
+    clock.set_wall(900.0)  # a wall clock may be set back; the monotonic time stays
+    assert (clock.monotonic(), clock.wall()) == (6.0, 900.0)
+    clock.advance(1)
+    assert clock.wall() == 901.0
+
+
+async def test_setting_the_wall_time_wakes_no_sleeper() -> None:
+    clock = FakeClock()
+    sleeper = asyncio.create_task(clock.sleep(1))
+    await clock.wait_for_sleepers(1)
+    clock.set_wall(clock.wall() + 3_600)
+    await settle()
+    assert not sleeper.done()
+    clock.advance(1)
+    await sleeper
+
+
+def test_the_system_clock_reads_the_wall_time() -> None:
+    import time
+
+    before = time.time()
+    assert before <= SYSTEM_CLOCK.wall() <= time.time()
 
 
 def test_it_never_goes_back() -> None:

@@ -14,6 +14,7 @@ from workgroup.client.reader import GroupReader
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.server import CoordinatorServer
 from workgroup.directory import Directory
+from workgroup.testing import FakeClock
 
 TIMEOUT_S = 30
 
@@ -36,7 +37,7 @@ async def test_readers_keep_one_connection_and_read_only_the_slots_that_moved(
             for member, keys in ((a, (0, 1)), (b, (2, 3))):
                 for key in keys:
                     await member.take(key, 1)
-            reader = GroupReader(connection, group, settle_s=60.0, clock=lambda: 0.0)
+            reader = GroupReader(connection, group, settle_s=60.0, clock=FakeClock())
             other = GroupReader(connection, f"{group}-empty")
             first = await reader.read()
             assert (first.changed, reader.slots_fetched) == (True, 4)
@@ -85,31 +86,31 @@ async def test_a_token_committed_after_the_settling_time_is_still_seen(
     bootstrap = coordinator.bootstrap
     group = f"reader-{uuid.uuid4().hex[:8]}"
     a, b = RawMember(bootstrap, group, "a"), RawMember(bootstrap, group, "b")
-    now = [0.0]
+    clock = FakeClock()
     try:
         async with asyncio.timeout(TIMEOUT_S), ClientConnection(bootstrap) as connection:
             await rebalance([a, b], {"a": ((0, 1), None), "b": ((2, 3), None)})
             for member, keys in ((a, (0, 1)), (b, (2, 3))):
                 for key in keys:
                     await member.take(key, 1)
-            reader = GroupReader(connection, group, settle_s=5.0, clock=lambda: now[0])
+            reader = GroupReader(connection, group, settle_s=5.0, clock=clock)
             await reader.read()
             await rebalance([a, b], {"a": ((0,), None), "b": ((1, 2, 3), None)})
             await reader.read()  # the change: key 1's slot is read, its token pending
             assert reader.slots_fetched == 1
-            now[0] = 6.0  # past the settling time: read once more, then every 5 s
+            clock.advance(6.0)  # past the settling time: read once more, then every 5 s
             await reader.read()
             assert reader.slots_fetched == 1
-            now[0] = 7.0
+            clock.advance(1.0)
             await reader.read()
             assert reader.slots_fetched == 0
             await b.take(1, 2)  # the slow handler's token, late
-            now[0] = 11.5
+            clock.advance(4.5)
             taken = (await reader.read()).resource("shard", 1)
             assert reader.slots_fetched == 1
             assert taken is not None
             assert (taken.token, taken.token_pending) == (2, False)
-            now[0] = 30.0
+            clock.advance(18.5)
             await reader.read()
             assert reader.slots_fetched == 0  # nothing pending any more
     finally:
