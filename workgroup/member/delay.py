@@ -14,6 +14,9 @@ Rules:
    process is a new member.
 3. Once the earliest deadline passes, the leader asks for a rebalance
    (:attr:`ReassignDelay.next_at`), and expired resources are handed out.
+   Deadlines count from the start of the round that saw the departure; one
+   that passed while the round's stages ran is due when the round is
+   recorded (:meth:`ReassignDelay.record`).
 4. The memory is this leader's: a member that is not the leader of a round
    forgets it, so a new leader starts without delays (as Connect's does).
 """
@@ -21,7 +24,7 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from workgroup.assignors.base import Assignment
 from workgroup.types import Resource
@@ -100,6 +103,13 @@ class ReassignDelay:
         out = delay_target(self.memory, self.delay_ms, now, members, target, claimed)
         self.memory = out.memory
         return out.target
+
+    def record(self, memory: DelayMemory, now: int) -> None:
+        """Keep ``memory``, a round's output recorded at ``now`` (rule 3)."""
+        until = memory.until
+        if until and min(until.values()) < now:
+            memory = replace(memory, until={r: max(at, now) for r, at in until.items()})
+        self.memory = memory
 
     def forget(self) -> None:
         """Not the leader any more (rule 4)."""
