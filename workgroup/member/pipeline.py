@@ -279,7 +279,7 @@ class LeaderPipeline:
             input=prepared.input,
             member_ids=tuple(m.member_id for m in members),
             now=now,
-            claimed=frozenset(r for meta in read.metadata.values() for r in meta.owned),
+            claimed=tuple(meta.owned for meta in read.metadata.values()),
             delay=self._delay.memory,
             delay_ms=self._delay.delay_ms,
             refusals={mid: decode_refusals(meta.tags) for mid, meta in read.metadata.items()},

@@ -53,8 +53,9 @@ class RoundStages:
     member_ids: tuple[str, ...]
     #: When the round began (the delay's deadlines count from it).
     now: int
-    #: What the members report owning (a resource owned is not delayed).
-    claimed: frozenset[Resource] = frozenset()
+    #: What each member reports owning (a resource owned is not delayed); per
+    #: member, so that the event loop does not walk every resource.
+    claimed: tuple[tuple[Resource, ...], ...] = ()
     #: The leader's delay memory and the delay (0: no delay).
     delay: DelayMemory = field(default_factory=DelayMemory)
     delay_ms: int = 0
@@ -82,8 +83,9 @@ class RoundResult:
 
 def delay_stage(stages: RoundStages, target: Assignment) -> Delayed:
     """The target without the resources whose reassignment is delayed."""
+    claimed = (r for owned in stages.claimed for r in owned)
     return delay_target(
-        stages.delay, stages.delay_ms, stages.now, stages.member_ids, target, stages.claimed
+        stages.delay, stages.delay_ms, stages.now, stages.member_ids, target, claimed
     )
 
 
