@@ -23,7 +23,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from workgroup.assignors.base import Assignment
@@ -34,8 +34,9 @@ from workgroup.types import Resource
 class DelayMemory:
     """What the leader remembers between its rounds to delay reassignments."""
 
-    #: ``resource -> member`` it was handed to in the previous round.
-    owners: Mapping[Resource, str] = field(default_factory=dict)
+    #: ``member -> the resources`` it was handed in the previous round (the
+    #: round's target, kept as it is: only departed members' lists are read).
+    handed: Mapping[str, Sequence[Resource]] = field(default_factory=dict)
     #: The previous round's members (``None``: no round yet).
     members: frozenset[str] | None = None
     #: ``resource -> when it may be handed out``.
@@ -68,15 +69,16 @@ def delay_target(
         if current - memory.members:
             until.clear()  # rule 2
         else:
-            owned = set(claimed)
-            for resource, owner in memory.owners.items():
-                if owner not in current and resource not in owned:
-                    until.setdefault(resource, now + delay_ms)
+            departed = [rs for m, rs in memory.handed.items() if m not in current and rs]
+            owned = set(claimed) if departed else set()
+            for resources in departed:
+                for resource in resources:
+                    if resource not in owned:
+                        until.setdefault(resource, now + delay_ms)
     until = {r: at for r, at in until.items() if at > now}
     if until:
         target = {m: [r for r in rs if r not in until] for m, rs in target.items()}
-    owners = {r: m for m, rs in target.items() for r in rs}
-    return Delayed(target, DelayMemory(owners, current, until))
+    return Delayed(target, DelayMemory(target, current, until))
 
 
 class ReassignDelay:

@@ -124,8 +124,10 @@ def run_round_stages(stages: RoundStages, target: Assignment | None = None) -> R
         }
         for mid, rs in final.items():
             decided.setdefault(mid, list(rs))
-    owners = {r: mid for mid, rs in final.items() for r in rs}
-    return RoundResult(final, decided, replace(delayed.memory, owners=owners), balanced)
+    memory = delayed.memory
+    if stages.delay_ms > 0:
+        memory = replace(memory, handed=final)
+    return RoundResult(final, decided, memory, balanced)
 
 
 __all__ = ["RoundResult", "RoundStages", "delay_stage", "refusal_stage", "run_round_stages"]
