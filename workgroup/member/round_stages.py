@@ -96,7 +96,8 @@ def refusal_stage(stages: RoundStages, target: Assignment) -> Assignment:
 
 def run_round_stages(stages: RoundStages, target: Assignment | None = None) -> RoundResult:
     """The round's stages in order (rule 1); ``target``: the assignor's answer,
-    when the caller ran it.  Raises what the assignor raises."""
+    when the caller ran it (unused when the round carries out an earlier
+    decision).  Raises what the assignor raises."""
     data = stages.input
     if stages.carry is not None:
         target = {mid: list(stages.carry.get(mid, ())) for mid in data.members}
