@@ -54,7 +54,12 @@ from rich.table import Table
 from workgroup.assignors.balance import LoadBalancing, balance, fewest_moves
 from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
 from workgroup.assignors.sticky import CooperativeStickyAssignor, StickyAssignor
-from workgroup.member.load_balancing import BalanceSettings, LeaderBalancing, LoadMeter
+from workgroup.member.load_balancing import (
+    BalanceSettings,
+    LeaderBalancing,
+    LoadMeter,
+    balance_stage,
+)
 from workgroup.types import Resource
 
 HERE = Path(__file__).resolve().parent
@@ -187,11 +192,19 @@ def noise_table(interval_s: int = 30, minutes: int = 10) -> Table:
                 owned = tuple(rs)
                 reported.update(zip(owned, meters[m].report(owned), strict=False))
                 members[m] = MemberInfo(m, frozenset({"shard"}), owned=owned, generation=step + 1)
-            wrapper = memory.wrap(step, CooperativeStickyAssignor(), now)
-            target = wrapper.assign(
-                AssignmentInput({"shard": range(64)}, members, resource_loads=reported)
+            stage = memory.stage(now)
+            assert stage is not None
+            data = AssignmentInput({"shard": range(64)}, members, resource_loads=reported)
+            result = balance_stage(
+                stage,
+                CooperativeStickyAssignor().assign(data),
+                data,
+                refused={},
+                carried=False,
+                exclusive=True,
             )
-            memory.finished(step, now, {})
+            target = result.assignment
+            memory.finished(now, result, carried=False)
             made = memory.last.moves if memory.last else ()
             if made:
                 rounds_moved += 1

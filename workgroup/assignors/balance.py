@@ -37,8 +37,9 @@ Rules:
    ``max_moves`` moves; a move never makes the most utilised member busier,
    so the largest utilisation never rises and the total load is unchanged.
 4. **The assignor's guarantees.**  A resource moves only to a member that takes
-   its kind, that does not hold it or its standby twin already, and, when the
-   resource sits on its holder's rack (rack matching as in
+   its kind, that does not refuse it (``refused``), that does not hold it or
+   its standby twin already, and, when the resource sits on its holder's rack
+   (rack matching as in
    :class:`~workgroup.assignors._common.RackInfo`), on that rack too.  Resources
    held by several members (standbys, replicas) and ``pinned`` resources (moved
    recently: the leader's hysteresis) never move.
@@ -161,6 +162,7 @@ def balance(
     racks: RackInfo | None = None,
     exclusive: bool = True,
     owned_loads: Mapping[str, float] | None = None,
+    refused: Mapping[str, Collection[Resource]] | None = None,
 ) -> Balanced:
     """Even out ``assignment`` by load (see the module's rules).
 
@@ -172,8 +174,9 @@ def balance(
     and never moved.  ``owned_loads``: each member's total load over ``owned``
     where known (what it reported): its load is then that, less what it lost
     and plus what it gained, without looking up every resource (at a million
-    resources, those lookups cost more than the assignor).  ``assignment`` is
-    not modified; the result shares the lists of members nothing moved from or to.
+    resources, those lookups cost more than the assignor).  ``refused``: what
+    each member refuses (the leader's refusals); it is never given those.
+    ``assignment`` is not modified; the result shares the lists of members nothing moved from or to.
     """
     check_settings(tolerance, max_moves, target)
     goal = tolerance / 2 if target is None else target
@@ -259,9 +262,13 @@ def balance(
             shared |= seen & mine
             seen |= mine
 
+    refusing = {mid: rs for mid, rs in refused.items() if rs} if refused else {}
+
     def may_take(mid: str, resource: Resource, giver: str) -> bool:
         wanted = takes[mid]
         if wanted is not None and resource[0] not in wanted:
+            return False
+        if refusing and resource in refusing.get(mid, ()):
             return False
         if mid in standby_of.get(resource, ()):
             return False

@@ -22,8 +22,8 @@ follow-up rounds are done.  Kinds and owned resources the catalog does not have
 are ignored, as the leader ignores them, and listed under ``stats.ignored``.
 
 Loads (``"load"``: records/s, bytes/s, any number >= 0) turn on the load
-balancing stage the live leader runs after its assignor
-(:mod:`workgroup.assignors.balance`; ``--imbalance-tolerance``, ``--max-moves``):
+balancing stage the live leader runs after its assignor, reassignment delay and
+refusals (:mod:`workgroup.assignors.balance`; ``--imbalance-tolerance``, ``--max-moves``):
 owners report the loads of what they own in their metadata, and the leader's
 view holds the rest.  The output's ``load`` shows each member's load before
 (what it owns) and after (its target), the largest over the mean, and the

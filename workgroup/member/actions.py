@@ -13,6 +13,7 @@ from typing import Literal
 from workgroup.assignors.base import AssignmentInput, Assignor
 from workgroup.errors import ErrorCode, WorkgroupError
 from workgroup.kafka.messages import Heartbeat, JoinGroup, LeaveGroup, OffsetCommit, SyncGroup
+from workgroup.member.round_stages import RoundStages
 from workgroup.types import Resource
 
 
@@ -78,12 +79,21 @@ class InvokeCallback:
 
 @dataclass(frozen=True, slots=True)
 class RunAssignor:
-    """Run ``assignor.assign(input)`` (the leader); answer with ``assignment_done``."""
+    """Run the leader's round stages, the assignor first, off the event loop
+    (:func:`~workgroup.member.round_stages.run_round_stages` of ``stages``, the
+    leader); answer with ``assignment_done``."""
 
     run_id: int
     protocol: str
-    assignor: Assignor
-    input: AssignmentInput
+    stages: RoundStages
+
+    @property
+    def assignor(self) -> Assignor:
+        return self.stages.assignor
+
+    @property
+    def input(self) -> AssignmentInput:
+        return self.stages.input
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,11 @@
-"""Runs the leader's assignor off the event loop (asyncio).
+"""Runs the stages of the leader's round that decide its target off the event
+loop (asyncio).
 
 Rules:
 
-1. The assignor (wrapped in the balancing stage by the leader's pipeline) runs
-   in a worker thread: a slow assignor holds up no heartbeat.
+1. :func:`~workgroup.member.round_stages.run_round_stages` (the assignor, the
+   reassignment delay, refusals, balancing) runs in a worker thread: a slow
+   assignor or a large balancing holds up no heartbeat.
 2. What it returns, or its failure as a :class:`~workgroup.errors.WorkgroupError`,
    goes to the machine (``assignment_done``), whose to judge it is (it fails
    the member on an error).  An exception
@@ -16,19 +18,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from workgroup.assignors.base import Assignment
 from workgroup.errors import WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.actions import Action, RunAssignor
+from workgroup.member.round_stages import RoundResult, run_round_stages
 from workgroup.member.state import MemberMachine
 
 log = get_logger(__name__)
 
 
-async def run_assignor(action: RunAssignor) -> Assignment | WorkgroupError:
-    """The assignor's answer to ``action``'s input, or its failure."""
+async def run_assignor(action: RunAssignor) -> RoundResult | WorkgroupError:
+    """The result of ``action``'s stages, or the failure of one."""
     try:
-        return await asyncio.to_thread(action.assignor.assign, action.input)
+        return await asyncio.to_thread(run_round_stages, action.stages)
     except WorkgroupError as exc:
         return exc
     except Exception as exc:
@@ -42,7 +44,7 @@ async def assign(
     feed: Callable[[list[Action]], None],
     now: Callable[[], int],
 ) -> None:
-    """Run ``action``'s assignor and feed ``machine`` its answer (rule 2)."""
+    """Run ``action``'s stages and feed ``machine`` their result (rule 2)."""
     result = await run_assignor(action)
     feed(machine.assignment_done(now(), action.run_id, result))
 

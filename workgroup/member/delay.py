@@ -14,14 +14,17 @@ Rules:
    process is a new member.
 3. Once the earliest deadline passes, the leader asks for a rebalance
    (:attr:`ReassignDelay.next_at`), and expired resources are handed out.
+   Deadlines count from the start of the round that saw the departure; one
+   that passed while the round's stages ran is due when the round is
+   recorded (:meth:`ReassignDelay.record`).
 4. The memory is this leader's: a member that is not the leader of a round
    forgets it, so a new leader starts without delays (as Connect's does).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from workgroup.assignors.base import Assignment
 from workgroup.types import Resource
@@ -31,8 +34,9 @@ from workgroup.types import Resource
 class DelayMemory:
     """What the leader remembers between its rounds to delay reassignments."""
 
-    #: ``resource -> member`` it was handed to in the previous round.
-    owners: Mapping[Resource, str] = field(default_factory=dict)
+    #: ``member -> the resources`` it was handed in the previous round (the
+    #: round's target, kept as it is: only departed members' lists are read).
+    handed: Mapping[str, Sequence[Resource]] = field(default_factory=dict)
     #: The previous round's members (``None``: no round yet).
     members: frozenset[str] | None = None
     #: ``resource -> when it may be handed out``.
@@ -65,15 +69,16 @@ def delay_target(
         if current - memory.members:
             until.clear()  # rule 2
         else:
-            owned = set(claimed)
-            for resource, owner in memory.owners.items():
-                if owner not in current and resource not in owned:
-                    until.setdefault(resource, now + delay_ms)
+            departed = [rs for m, rs in memory.handed.items() if m not in current and rs]
+            owned = set(claimed) if departed else set()
+            for resources in departed:
+                for resource in resources:
+                    if resource not in owned:
+                        until.setdefault(resource, now + delay_ms)
     until = {r: at for r, at in until.items() if at > now}
     if until:
         target = {m: [r for r in rs if r not in until] for m, rs in target.items()}
-    owners = {r: m for m, rs in target.items() for r in rs}
-    return Delayed(target, DelayMemory(owners, current, until))
+    return Delayed(target, DelayMemory(target, current, until))
 
 
 class ReassignDelay:
@@ -100,6 +105,13 @@ class ReassignDelay:
         out = delay_target(self.memory, self.delay_ms, now, members, target, claimed)
         self.memory = out.memory
         return out.target
+
+    def record(self, memory: DelayMemory, now: int) -> None:
+        """Keep ``memory``, a round's output recorded at ``now`` (rule 3)."""
+        until = memory.until
+        if until and min(until.values()) < now:
+            memory = replace(memory, until={r: max(at, now) for r, at in until.items()})
+        self.memory = memory
 
     def forget(self) -> None:
         """Not the leader any more (rule 4)."""

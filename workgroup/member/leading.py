@@ -33,6 +33,7 @@ from workgroup.member.membership import Membership
 from workgroup.member.outcomes import Fail, Outcome, Sync
 from workgroup.member.pipeline import LeaderPipeline
 from workgroup.member.requests import RequestIds
+from workgroup.member.round_stages import RoundResult
 from workgroup.member.transitions import State
 from workgroup.protocol.protocol import Protocol
 
@@ -74,8 +75,12 @@ class Leading:
         membership.enter(State.ASSIGNING)
         self._out.append(run)
 
-    def assigned(self, now: int, run_id: int, result: Assignment | WorkgroupError) -> list[Outcome]:
-        """Rule 2: what the assignor's answer to the run ``run_id`` leads to."""
+    def assigned(
+        self, now: int, run_id: int, result: RoundResult | Assignment | WorkgroupError
+    ) -> list[Outcome]:
+        """Rule 2: what the answer to the run ``run_id`` leads to (the round's
+        stages' result, or the assignor's answer alone: see
+        :meth:`~workgroup.member.pipeline.LeaderPipeline.conclude`)."""
         pipeline = self._pipeline
         round_ = pipeline.take(run_id) if self._membership.state is State.ASSIGNING else None
         if round_ is None:

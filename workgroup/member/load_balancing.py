@@ -1,9 +1,11 @@
 """Load balancing, the member's part and the leader's, without I/O.
 
 A member measures its load (:class:`LoadMeter`) and publishes it in its
-metadata; the leader runs the balancing stage after its assignor
-(:class:`~workgroup.assignors.balance.LoadBalancing`) and remembers, between
-rounds, what it needs to keep the stage steady (:class:`LeaderBalancing`).
+metadata; the leader's round runs the balancing stage (:func:`balance_stage`,
+:func:`~workgroup.assignors.balance.balance` on the round's target after the
+reassignment delay and refusals: :mod:`~workgroup.member.round_stages`) and
+the leader remembers, between rounds, what it needs to keep the stage steady
+(:class:`LeaderBalancing`).
 
 Rules:
 
@@ -53,17 +55,18 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
+from workgroup.assignors._common import RackInfo
 from workgroup.assignors.balance import (
     DEFAULT_MAX_MOVES,
     DEFAULT_TOLERANCE,
     Balanced,
-    LoadBalancing,
+    balance,
     check_settings,
 )
-from workgroup.assignors.base import Assignment, Assignor
+from workgroup.assignors.base import Assignment, AssignmentInput
 from workgroup.errors import ConfigError
 from workgroup.types import Resource
 
@@ -202,6 +205,93 @@ class LoadMeter:
 
 
 @dataclass(frozen=True, slots=True)
+class BalanceStage:
+    """The balancing stage of one round as the leader describes it (frozen, so
+    that it runs off the event loop): the settings, the resources pinned now
+    and the loads remembered from earlier rounds (only read)."""
+
+    tolerance: float
+    max_moves: int
+    pinned: frozenset[Resource] = frozenset()
+    remembered: Mapping[Resource, float] = field(default_factory=dict)
+    #: The round carries out an earlier decision that was stopped early.
+    carry_stopped_early: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceResult:
+    """What the balancing stage did to one round's target."""
+
+    assignment: Assignment
+    #: The stage's result (``None``: nothing was measured, it did not run).
+    balanced: Balanced | None
+    #: The target is a decision for the follow-up rounds to carry out: the
+    #: stage changed it, or carried one out.
+    decided: bool
+    #: It moved resources between members holding one whose load was not
+    #: measured (counted as the average): measured loads may decide otherwise.
+    guessed: bool
+    #: The loads it used (the remembered ones and the round's).
+    loads: Mapping[Resource, float]
+
+
+def balance_stage(
+    stage: BalanceStage,
+    target: Assignment,
+    data: AssignmentInput,
+    *,
+    refused: Mapping[str, Collection[Resource]],
+    carried: bool,
+    exclusive: bool,
+) -> BalanceResult:
+    """The balancing stage on ``target`` (the round's target after the
+    reassignment delay and refusals), for the members of ``data``: nothing is
+    given to a member that refuses it.  ``carried``: ``target`` is an earlier
+    round's decision, measured only (no moves).  Pure."""
+    loads: Mapping[Resource, float] = data.resource_loads
+    if stage.remembered:
+        # Only read, so shared when nobody reported (a fresh group): copying a
+        # million loads costs more than summing them.
+        loads = {**stage.remembered, **loads} if loads else stage.remembered
+    if not loads:
+        return BalanceResult(target, None, decided=False, guessed=False, loads=loads)
+    capacities = {mid: m.capacity for mid, m in data.members.items()}
+    kinds = {mid: m.kinds for mid, m in data.members.items()}
+    if carried:
+        # Measured only (max_moves=0), as the plan decided it.
+        measured = balance(
+            target, loads, capacities, tolerance=stage.tolerance, max_moves=0, kinds=kinds
+        )
+        balanced = replace(measured, stopped_early=stage.carry_stopped_early)
+        return BalanceResult(
+            balanced.assignment, balanced, decided=True, guessed=False, loads=loads
+        )
+    owned: dict[str, Collection[Resource]] = {mid: m.owned for mid, m in data.members.items()}
+    owned_loads = {mid: m.owned_load for mid, m in data.members.items() if m.owned_load is not None}
+    balanced = balance(
+        target,
+        loads,
+        capacities,
+        tolerance=stage.tolerance,
+        max_moves=stage.max_moves,
+        kinds=kinds,
+        owned=owned,
+        pinned=stage.pinned,
+        racks=RackInfo.build(data),
+        exclusive=exclusive,
+        owned_loads=owned_loads,
+        refused=refused,
+    )
+    out = balanced.assignment
+    # The members the moves touched are where a guess decided anything (a
+    # million resources over 2,000 members: 500 lookups each, not a million).
+    touched = {mid for move in balanced.moves for mid in (move.giver, move.taker)}
+    guessed = any(r not in loads for mid in touched for r in out.get(mid, ()))
+    decided = bool(balanced.moves or balanced.returned)
+    return BalanceResult(out, balanced, decided=decided, guessed=guessed, loads=loads)
+
+
+@dataclass(frozen=True, slots=True)
 class BalanceOutcome:
     """What the balancing stage did in a round."""
 
@@ -222,7 +312,6 @@ class LeaderBalancing:
         self.moved_at: dict[Resource, int] = {}
         #: When to probe (``None``: nothing scheduled).
         self.probe_at: int | None = None
-        self._round: tuple[int, LoadBalancing] | None = None
         #: What the last round's stage did (``None``: it did not run).
         self.last: Balanced | None = None
         #: The plan being carried out was decided on guessed loads (rule 4).
@@ -238,53 +327,40 @@ class LeaderBalancing:
             del self.moved_at[resource]
         return frozenset(self.moved_at)
 
-    def wrap(
-        self,
-        run_id: int,
-        assignor: Assignor,
-        now: int,
-        *,
-        carry: Assignment | None = None,
-        carry_stopped_early: bool = False,
-    ) -> Assignor:
-        """The assignor the round ``run_id`` runs: ``assignor`` then the stage;
-        with ``carry``, an earlier round's decision carried out instead."""
+    def stage(self, now: int, *, carry_stopped_early: bool = False) -> BalanceStage | None:
+        """The stage a round starting at ``now`` runs (``None``: balancing is off);
+        ``carry_stopped_early``: the round carries out a decision stopped early."""
         if not self.enabled:
-            return assignor
-        wrapper = LoadBalancing(
-            assignor,
+            return None
+        self.probe_at = None  # this round is the probe; it schedules the next
+        return BalanceStage(
             tolerance=self.settings.imbalance_tolerance,
             max_moves=self.settings.max_moves,
-            carry=carry,
-            carry_stopped_early=carry_stopped_early,
             pinned=self.pinned(now),
-            loads=self.loads,
+            remembered=self.loads,
+            carry_stopped_early=carry_stopped_early,
         )
-        self._round = (run_id, wrapper)
-        self.probe_at = None  # this round is the probe; it schedules the next
-        return wrapper
 
-    def finished(self, run_id: int, now: int) -> BalanceOutcome:
-        """Record round ``run_id`` and schedule the next probe; returns what the
-        stage did."""
-        if self._round is None or self._round[0] != run_id:
+    def finished(self, now: int, result: BalanceResult | None, *, carried: bool) -> BalanceOutcome:
+        """Record a round's stage (``result``; ``None``: balancing is off) and
+        schedule the next probe; returns what the stage did.  ``carried``: the
+        round carried out an earlier decision."""
+        if result is None:
             return BalanceOutcome(None, decided=False)
-        wrapper = self._round[1]
-        self._round = None
-        self.last = wrapper.last
-        self.loads = wrapper.loads_seen  # a new mapping each round: no copy needed
+        self.last = result.balanced
+        self.loads = result.loads  # a new mapping each round: no copy needed
         if self.last is None:
             self.probe_at = None
-            return BalanceOutcome(None, decided=wrapper.decided)
+            return BalanceOutcome(None, decided=result.decided)
         for move in self.last.moves:
             self.moved_at[move.resource] = now
         unfinished = self.last.unfinished(self.settings.imbalance_tolerance)
         # Rule 4: moves decided on guessed loads are looked at again once measured
         # (the follow-up rounds that carry them out keep that).
-        self._guessed = wrapper.guessed or (wrapper.carry is not None and self._guessed)
+        self._guessed = result.guessed or (carried and self._guessed)
         again = unfinished or self._guessed
         self.probe_at = now + self.settings.balance_interval_ms if again else None
-        return BalanceOutcome(self.last, decided=wrapper.decided)
+        return BalanceOutcome(self.last, decided=result.decided)
 
     def due(self, now: int) -> bool:
         return self.probe_at is not None and now >= self.probe_at
@@ -298,8 +374,11 @@ __all__ = [
     "DEFAULT_BALANCE_INTERVAL_MS",
     "DEFAULT_PINNED_INTERVALS",
     "BalanceOutcome",
+    "BalanceResult",
     "BalanceSettings",
+    "BalanceStage",
     "LeaderBalancing",
     "LoadMeter",
+    "balance_stage",
     "check_load",
 ]

@@ -15,11 +15,16 @@ Rules:
    round: a rejoin, a lost coordinator, a failure, a close).
 2. The stages, in order, each a function of typed, frozen values:
 
-   - the assignor, then balancing: :class:`RunAssignor` (run by the driver)
-     gives an ``Assignment``;
-   - the reassignment delay: :func:`delay_stage` gives a
-     :class:`~workgroup.member.delay.Delayed`;
-   - refusals: :func:`refusal_stage` gives an ``Assignment``;
+   - the assignor, the reassignment delay, refusals and balancing, which
+     decide the round's target: :class:`RunAssignor` carries their frozen
+     description (:class:`~workgroup.member.round_stages.RoundStages`: the
+     assignor's input, the delay memory, the refusals, the balancing settings,
+     pins and remembered loads, the plan carried out) and the driver runs
+     :func:`~workgroup.member.round_stages.run_round_stages` off the event
+     loop (the assignor and balancing are the expensive stages); it gives a
+     :class:`~workgroup.member.round_stages.RoundResult`.  Balancing comes
+     last of the four: it counts no resource the delay withholds and gives
+     nothing to a member that refuses it, so no later stage undoes its plan;
    - the round's plan (what is withheld): :func:`plan_stage` gives a
      :class:`~workgroup.member.round_plan.RoundPlan`;
    - balancing's decision: :func:`decision_stage` gives the plan with what
@@ -27,10 +32,9 @@ Rules:
    - warm-up staging: :func:`warmup_stage` gives a :class:`Warmed`;
    - the moves: :class:`~workgroup.member.moves.MoveCounter` counts them.
 
-   The balancing stage runs with the assignor (wrapped:
-   :mod:`~workgroup.member.load_balancing`), off the event loop with it; the
-   pipeline records what it did.  The plan is encoded
-   (:func:`encode_assignments`).
+   The machine records the result (:meth:`LeaderPipeline.conclude`: the delay
+   memory, the balancing memory and probe, the plan kept, the moves); the
+   plan is encoded (:func:`encode_assignments`).
 3. **One plan.**  What a round decided is one
    :class:`~workgroup.member.round_plan.RoundPlan`.  When the balancing stage
    changed the assignor's target and the plan withholds resources, the
@@ -38,7 +42,9 @@ Rules:
    decide again) while its premises hold (the same members with the same
    kinds, racks and capacities, the same catalog, nobody owning what the plan
    does not give it).  It is dropped when they change or a round withholds
-   nothing.
+   nothing.  What a follow-up round carries out is the final target with the
+   delayed resources where the assignor put them; the delay and refusals
+   apply anew, balancing only measures.
 4. Deadlines, for a STABLE leader only (the machine asks then): the end of a
    reassignment delay, and the balancing probe; each asks for a round
    (:meth:`LeaderPipeline.delay_over`, :meth:`LeaderPipeline.probe_due`).
@@ -55,7 +61,7 @@ from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, Memb
 from workgroup.kafka.messages import JoinedMember
 from workgroup.log import get_logger
 from workgroup.member.actions import RunAssignor
-from workgroup.member.delay import Delayed, DelayMemory, ReassignDelay, delay_target
+from workgroup.member.delay import ReassignDelay
 from workgroup.member.load_balancing import BalanceOutcome, BalanceSettings, LeaderBalancing
 from workgroup.member.moves import Move, MoveCounter, count_moves
 from workgroup.member.round_plan import (
@@ -65,7 +71,6 @@ from workgroup.member.round_plan import (
     MembersRead,
     Premises,
     RoundPlan,
-    apply_refusals,
     build_input,
     decode_refusals,
     encode_assignments,
@@ -73,6 +78,7 @@ from workgroup.member.round_plan import (
     read_members,
     withholding_claims,
 )
+from workgroup.member.round_stages import RoundResult, RoundStages, run_round_stages
 from workgroup.member.warmup import Staged, stage_warmups
 from workgroup.protocol.catalog import FrozenCatalog
 from workgroup.protocol.metadata import MemberMetadata
@@ -95,6 +101,8 @@ class LeaderRound:
     catalog_hash: bytes
     #: The assignor's input (the members as it saw them: which kinds each takes).
     input: AssignmentInput
+    #: The stages that decide the round's target, as the driver runs them.
+    stages: RoundStages
     #: The plan this round carries out (rule 3; ``None``: the assignor decides).
     carried: RoundPlan | None = None
 
@@ -125,20 +133,6 @@ class RoundOutcome:
 
 
 # --- the stages (rule 2) -------------------------------------------------------------
-
-
-def delay_stage(
-    round_: LeaderRound, memory: DelayMemory, delay_ms: int, now: int, target: Assignment
-) -> Delayed:
-    """The target without the resources whose reassignment is delayed."""
-    claimed = (r for meta in round_.read.metadata.values() for r in meta.owned)
-    return delay_target(memory, delay_ms, now, round_.member_ids, target, claimed)
-
-
-def refusal_stage(round_: LeaderRound, target: Assignment) -> Assignment:
-    """The target with refused resources moved to members that take them."""
-    refusals = {mid: decode_refusals(meta.tags) for mid, meta in round_.read.metadata.items()}
-    return apply_refusals(target, round_.infos, refusals)
 
 
 def plan_stage(round_: LeaderRound, target: Assignment) -> RoundPlan:
@@ -275,6 +269,23 @@ class LeaderPipeline:
         plan = self._plan
         if plan is not None and not plan.carries(prepared.input):
             plan = self._plan = None  # its premises changed (rule 3)
+        carry: dict[str, tuple[Resource, ...]] | None = None
+        stopped_early = False
+        if plan is not None:
+            carry = {mid: tuple(rs) for mid, rs in plan.decided.items()}
+            stopped_early = plan.balanced is not None and plan.balanced.stopped_early
+        stages = RoundStages(
+            assignor=protocol.assignor,
+            input=prepared.input,
+            member_ids=tuple(m.member_id for m in members),
+            now=now,
+            claimed=tuple(meta.owned for meta in read.metadata.values()),
+            delay=self._delay.memory,
+            delay_ms=self._delay.delay_ms,
+            refusals={mid: decode_refusals(meta.tags) for mid, meta in read.metadata.items()},
+            balance=self._balancing.stage(now, carry_stopped_early=stopped_early),
+            carry=carry,
+        )
         self._round = LeaderRound(
             run_id=run_id,
             generation=generation,
@@ -284,17 +295,10 @@ class LeaderPipeline:
             resources=catalog.size,
             catalog_hash=catalog_hash,
             input=prepared.input,
+            stages=stages,
             carried=plan,
         )
-        carry: Assignment | None = None
-        stopped_early = False
-        if plan is not None:
-            carry = {mid: list(rs) for mid, rs in plan.decided.items()}
-            stopped_early = plan.balanced is not None and plan.balanced.stopped_early
-        assignor = self._balancing.wrap(
-            run_id, protocol.assignor, now, carry=carry, carry_stopped_early=stopped_early
-        )
-        return RunAssignor(run_id, protocol.wire_name, assignor, prepared.input), prepared
+        return RunAssignor(run_id, protocol.wire_name, stages), prepared
 
     def take(self, run_id: int) -> LeaderRound | None:
         """The round the assignor's run ``run_id`` answers, no longer under way
@@ -309,16 +313,22 @@ class LeaderPipeline:
         """The member left the round (rule 1): a late answer is ignored."""
         self._round = None
 
-    def conclude(self, now: int, round_: LeaderRound, target: Assignment) -> RoundOutcome:
-        """The stages after the assignor, in order (rule 2), reporting nothing;
-        raises a :class:`~workgroup.errors.WorkgroupError` the member fails with."""
-        decided = target
-        delayed = delay_stage(round_, self._delay.memory, self._delay.delay_ms, now, target)
-        self._delay.memory = delayed.memory
-        refused = refusal_stage(round_, delayed.target)  # rule 10
-        plan = plan_stage(round_, refused)
-        outcome = self._balancing.finished(round_.run_id, now)
-        plan = decision_stage(round_, plan, decided, outcome)
+    def conclude(
+        self, now: int, round_: LeaderRound, result: RoundResult | Assignment
+    ) -> RoundOutcome:
+        """The round's result recorded and the stages after it, in order (rule
+        2), reporting nothing.  ``result``: what the round's stages gave
+        (:func:`~workgroup.member.round_stages.run_round_stages`), or the
+        assignor's answer alone, whose later stages then run here.  Raises a
+        :class:`~workgroup.errors.WorkgroupError` the member fails with."""
+        if not isinstance(result, RoundResult):
+            result = run_round_stages(round_.stages, result)
+        self._delay.record(result.delay, now)
+        plan = plan_stage(round_, result.target)
+        outcome = self._balancing.finished(
+            now, result.balance, carried=round_.stages.carry is not None
+        )
+        plan = decision_stage(round_, plan, result.decided, outcome)
         warmed = warmup_stage(round_, plan, self._max_warmups)
         plan = warmed.plan
         self._plan = plan if plan.premises is not None else None
@@ -331,11 +341,11 @@ class LeaderPipeline:
         return RoundOutcome(plan, warmed.staged, moves)
 
     def finish(
-        self, now: int, round_: LeaderRound, target: Assignment
+        self, now: int, round_: LeaderRound, result: RoundResult | Assignment
     ) -> tuple[tuple[str, bytes], ...]:
-        """The round's SyncGroup assignments from the assignor's ``target``: the
-        stages after the assignor (:meth:`conclude`), reported and encoded."""
-        outcome = self.conclude(now, round_, target)
+        """The round's SyncGroup assignments from its ``result`` (see
+        :meth:`conclude`), reported and encoded."""
+        outcome = self.conclude(now, round_, result)
         plan, staged, moves = outcome.plan, outcome.staged, outcome.moves
         if staged.warming or staged.waiting:
             log.info(
@@ -510,7 +520,7 @@ def simulate_rebalance(
             first = prepared
         round_ = pipeline.take(run.run_id)
         assert round_ is not None
-        plan = pipeline.conclude(0, round_, run.assignor.assign(run.input)).plan
+        plan = pipeline.conclude(0, round_, run_round_stages(run.stages)).plan
         if mode == "eager" and not rounds:
             plan = replace(plan, revoked={mid: owned_before.get(mid, ()) for mid in plan.assigned})
         rounds.append(plan)
@@ -537,9 +547,7 @@ __all__ = [
     "RoundOutcome",
     "Warmed",
     "decision_stage",
-    "delay_stage",
     "plan_stage",
-    "refusal_stage",
     "simulate_rebalance",
     "warmup_stage",
 ]

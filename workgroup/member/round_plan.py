@@ -9,8 +9,9 @@ A round, as the leader plays it:
    are ignored, as Kafka's assignors ignore topics missing from the cluster
    metadata, and returned in an :class:`Ignored` record so that a typo stays
    visible;
-3. the assignor computes the *target* assignment (followed, when members
-   report loads, by the load balancing stage: :mod:`~workgroup.member.load_balancing`);
+3. the assignor computes the *target* assignment, followed by the
+   reassignment delay, refusals and, when members report loads, the load
+   balancing stage (:mod:`~workgroup.member.round_stages`);
 4. :func:`plan_round` decides what each member is handed now and what it must
    revoke: a resource still owned by a member that must give it up is withheld
    until that member has revoked it (KIP-429, Kafka's
@@ -300,8 +301,9 @@ class RoundPlan:
     #: Resources each member warms up while another still owns them
     #: (:mod:`~workgroup.member.warmup`); members without warm-ups are absent.
     warming: dict[str, tuple[Resource, ...]] = field(default_factory=dict)
-    #: What the assignor and the balancing stage decided (before the delay and
-    #: refusals, which each round applies anew): what a follow-up round carries out.
+    #: What the round's stages decided (the final target, with the delayed
+    #: resources where the assignor put them: the delay and refusals apply anew
+    #: each round): what a follow-up round carries out.
     decided: Mapping[str, Sequence[Resource]] = field(default_factory=dict)
     #: What the balancing stage did (``None``: it did not run).
     balanced: Balanced | None = None

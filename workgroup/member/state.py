@@ -203,7 +203,8 @@ Rules:
    :meth:`MemberMachine.release` does (rule 8); ``"log"`` keeps the change.
 13. Load balancing (:mod:`~workgroup.member.load_balancing`): the member's
    metadata carries the smoothed loads of what it owns; as leader, the
-   assignor runs followed by the balancing stage, and while a round ends over
+   balancing stage runs after the assignor, the reassignment delay and
+   refusals (:mod:`~workgroup.member.round_stages`), and while a round ends over
    the tolerance a probing rebalance is requested ``balance_interval_ms``
    later (only while STABLE, with no other rejoin pending).
 14. Warm-ups (``warm_up``; the leader's staging: :mod:`~workgroup.member.warmup`):
@@ -264,6 +265,7 @@ from workgroup.member.outcomes import (
     Take,
 )
 from workgroup.member.parts import build_parts
+from workgroup.member.round_stages import RoundResult
 from workgroup.member.transitions import State
 from workgroup.member.views import MemberViews
 from workgroup.protocol.catalog import Catalog
@@ -362,8 +364,12 @@ class MemberMachine(MemberViews):
         return self._drain(now)
 
     def assignment_done(
-        self, now: int, run_id: int, result: Assignment | WorkgroupError
+        self, now: int, run_id: int, result: RoundResult | Assignment | WorkgroupError
     ) -> list[Action]:
+        """The answer to :class:`~workgroup.member.actions.RunAssignor` ``run_id``:
+        what :func:`~workgroup.member.round_stages.run_round_stages` gave, or the
+        assignor's answer alone (the stages after it then run here), or the
+        failure."""
         self._observe(now)
         self._route(now, self._leading.assigned(now, run_id, result))
         return self._drain(now)

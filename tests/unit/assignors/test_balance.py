@@ -165,6 +165,24 @@ def test_moves_respect_kinds_pins_and_multiple_holders() -> None:
     assert pinned.moves == ()
 
 
+def test_moves_and_returns_respect_refusals() -> None:
+    loads = {("hot", 0): 100.0, ("hot", 1): 100.0, ("cold", 0): 1.0, ("cold", 1): 1.0}
+    start = {"a": [("hot", 0), ("hot", 1)], "b": [("cold", 0)], "c": [("cold", 1)]}
+    refused = {"c": frozenset({("hot", 0), ("hot", 1)})}
+    result = balance(start, loads, dict.fromkeys(start, 1.0), refused=refused)
+    assert result.moves
+    assert not any(m.taker == "c" and m.resource[0] == "hot" for m in result.moves)
+    # A resource the refusals took from its owner is not given back to it.
+    owned = {"a": [("s", 0)], "b": [("s", k) for k in range(1, 8)]}
+    loads = {("s", 0): 70.0, **{("s", k): 10.0 for k in range(1, 8)}}
+    counts = {"a": [("s", 0), ("s", 1)], "b": [("s", k) for k in range(2, 8)]}
+    refusing = balance(
+        counts, loads, {"a": 1.0, "b": 1.0}, owned=owned, refused={"b": frozenset({("s", 1)})}
+    )
+    assert ("s", 1) not in refusing.assignment["b"]
+    assert ("s", 1) not in {m.resource for m in refusing.returned}
+
+
 def test_an_active_never_moves_onto_its_standby_holder() -> None:
     loads = {("s", 0): 100.0, ("s", 1): 100.0, ("s", 2): 1.0}
     start = {

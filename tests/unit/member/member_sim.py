@@ -28,6 +28,7 @@ from workgroup.member.actions import (
 )
 from workgroup.member.config import MemberConfig
 from workgroup.member.errors import CoordinatorUnavailableError
+from workgroup.member.round_stages import RoundResult, run_round_stages
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
 from workgroup.types import Resource
@@ -366,7 +367,7 @@ class Simulation:
                 )
             elif isinstance(action, RunAssignor):
                 try:
-                    result: Assignment | WorkgroupError = action.assignor.assign(action.input)
+                    result: RoundResult | WorkgroupError = run_round_stages(action.stages)
                 except WorkgroupError as exc:
                     result = exc
                 self.at(
@@ -379,7 +380,7 @@ class Simulation:
                 member.closed = True
 
     def _assigned(
-        self, member: SimMember, action: RunAssignor, result: Assignment | WorkgroupError
+        self, member: SimMember, action: RunAssignor, result: RoundResult | WorkgroupError
     ) -> None:
         if member.paused:
             member.deferred.append(lambda: self._assigned(member, action, result))

@@ -7,7 +7,6 @@ import math
 import pytest
 from machine_steps import ack_callbacks, sent
 
-from workgroup.assignors.balance import LoadBalancing
 from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
 from workgroup.assignors.sticky import CooperativeStickyAssignor
 from workgroup.errors import ConfigError, ErrorCode
@@ -21,9 +20,16 @@ from workgroup.kafka.messages import (
 )
 from workgroup.member.actions import Action, RunAssignor, SendRequest
 from workgroup.member.config import MemberConfig
-from workgroup.member.load_balancing import BalanceSettings, LeaderBalancing, LoadMeter, check_load
+from workgroup.member.load_balancing import (
+    BalanceSettings,
+    LeaderBalancing,
+    LoadMeter,
+    balance_stage,
+    check_load,
+)
 from workgroup.member.pipeline import simulate_rebalance
 from workgroup.member.round_plan import read_members
+from workgroup.member.round_stages import run_round_stages
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
 from workgroup.protocol import BinaryCodec, MemberMetadata, Protocol
@@ -81,7 +87,7 @@ def lead_one_round(m: MemberMachine, loads: tuple[float, ...]) -> tuple[int, Run
         JoinGroupResult(ErrorCode.NONE, 5, "workgroup", "all.v1", "me", "me", members),
     )
     run = next(a for a in actions if isinstance(a, RunAssignor))
-    sync = sent(m.assignment_done(3, run.run_id, run.assignor.assign(run.input)))
+    sync = sent(m.assignment_done(3, run.run_id, run_round_stages(run.stages)))
     blob = dict(sync.request.assignments)["me"]
     ack_callbacks(m, m.response(4, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), 4)
     assert m.state is State.STABLE
@@ -111,7 +117,7 @@ def test_the_leader_balances_after_its_assignor_and_probes_while_over() -> None:
     m = leader(max_moves=1)
     with capture_logs() as logs:
         now, run = lead_one_round(m, (10.0,) * 6)
-    assert isinstance(run.assignor, LoadBalancing)
+    assert run.stages.balance is not None
     assert run.input.resource_loads == {("shard", k): pytest.approx(10.0) for k in range(6)}
     # One move (the cap) leaves "other" at 50 of a mean of 30: over the tolerance.
     event = next(e for e in logs if e["event"] == "member.load_balanced")
@@ -135,10 +141,10 @@ def test_the_leader_balances_after_its_assignor_and_probes_while_over() -> None:
 
 def test_a_round_within_the_tolerance_schedules_no_probe() -> None:
     m = leader(max_moves=16)
-    now, run = lead_one_round(m, (10.0,) * 6)
-    assert isinstance(run.assignor, LoadBalancing)
-    assert run.assignor.last is not None
-    assert not run.assignor.last.over(0.10)
+    now, _ = lead_one_round(m, (10.0,) * 6)
+    last = m._pipeline.balancing.last
+    assert last is not None
+    assert not last.over(0.10)
     assert m._pipeline.probe_at is None
     deadline = m.next_deadline()
     assert deadline is not None
@@ -148,6 +154,7 @@ def test_a_round_within_the_tolerance_schedules_no_probe() -> None:
 def test_balancing_off_runs_the_assignor_alone() -> None:
     m = leader(max_moves=0)
     _, run = lead_one_round(m, (10.0,) * 6)
+    assert run.stages.balance is None
     assert isinstance(run.assignor, AllToOther)
 
 
@@ -189,16 +196,17 @@ def test_bad_loads_are_refused_with_a_clear_error(bad: object) -> None:
 def test_moved_resources_stay_pinned_for_the_pinned_intervals() -> None:
     settings = BalanceSettings(max_moves=1, balance_interval_ms=1_000, pinned_intervals=3)
     memory = LeaderBalancing(settings)
-    wrapper = memory.wrap(1, AllToOther(), 0)
-    assert isinstance(wrapper, LoadBalancing)
+    stage = memory.stage(0)
+    assert stage is not None
     members = {m: MemberInfo(m, frozenset({"shard"})) for m in ("me", "other")}
     data = AssignmentInput(
         resources={"shard": range(6)},
         members=members,
         resource_loads={("shard", k): 10.0 for k in range(6)},
     )
-    wrapper.assign(data)
-    balanced = memory.finished(1, 0).balanced
+    target = AllToOther().assign(data)
+    result = balance_stage(stage, target, data, refused={}, carried=False, exclusive=True)
+    balanced = memory.finished(0, result, carried=False).balanced
     assert balanced is not None
     moved = balanced.moves[0].resource
     assert memory.pinned(2_999) == {moved}
@@ -254,9 +262,9 @@ def test_no_probe_when_no_move_can_help() -> None:
     # Shard 0 alone is far above the mean: after the best moves the group is
     # still over the tolerance, but probing again could not change that.
     m = leader(max_moves=16)
-    _, run = lead_one_round(m, (100.0, 1.0, 1.0, 1.0, 1.0, 1.0))
-    assert isinstance(run.assignor, LoadBalancing)
-    assert run.assignor.last is not None
-    assert run.assignor.last.over(0.10)
-    assert not run.assignor.last.unfinished(0.10)
+    lead_one_round(m, (100.0, 1.0, 1.0, 1.0, 1.0, 1.0))
+    last = m._pipeline.balancing.last
+    assert last is not None
+    assert last.over(0.10)
+    assert not last.unfinished(0.10)
     assert m._pipeline.probe_at is None

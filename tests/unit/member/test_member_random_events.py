@@ -44,6 +44,7 @@ from workgroup.member.actions import (
 )
 from workgroup.member.config import MemberConfig
 from workgroup.member.errors import CoordinatorUnavailableError
+from workgroup.member.round_stages import run_round_stages
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
 from workgroup.protocol import AssignmentData, BinaryCodec, Protocol
@@ -230,7 +231,7 @@ def step(run: Run, data: st.DataObject, policy: CallbackErrorPolicy) -> None:
     elif op == "assignor":
         run_id = data.draw(st.sampled_from(sorted(run.runs)))
         action = run.runs.pop(run_id)
-        run.apply(m.assignment_done(now, run_id, action.assignor.assign(action.input)))
+        run.apply(m.assignment_done(now, run_id, run_round_stages(action.stages)))
     elif op == "close":
         run.apply(m.close(now))
     elif op == "fail":

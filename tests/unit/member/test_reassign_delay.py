@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workgroup.member.delay import ReassignDelay
+from workgroup.member.delay import ReassignDelay, delay_target
 
 A = [("shard", 0), ("shard", 1)]
 B = [("shard", 2), ("shard", 3)]
@@ -54,3 +54,20 @@ def test_no_delay_changes_nothing_and_forgetting_starts_afresh() -> None:
     first_round(delay)
     delay.forget()
     assert delay.apply(1_000, ["a", "b"], target, claimed=A + B) == target
+
+
+def test_a_deadline_that_passed_while_the_stages_ran_is_due_when_recorded() -> None:
+    delay = ReassignDelay(5_000)
+    first_round(delay)
+    # The round that saw c leave began at 1_000; its stages answered at 7_000.
+    target = {"a": A + C[:1], "b": B + C[1:]}
+    out = delay_target(delay.memory, 5_000, 1_000, ["a", "b"], target, A + B)
+    assert out.target == {"a": A, "b": B}
+    delay.record(out.memory, 7_000)
+    assert delay.next_at == 7_000  # due now: the leader asks for a round at once
+    assert delay.delayed == frozenset(C)
+    # Recorded in time, the deadline stands.
+    on_time = ReassignDelay(5_000)
+    first_round(on_time)
+    on_time.record(out.memory, 2_000)
+    assert on_time.next_at == 6_000
