@@ -532,12 +532,16 @@ class MemberMachine(MemberViews):
             return
         session = self._membership.session_check(now)
         self._route(now, session)
-        if any(isinstance(outcome, CoordinatorLost) for outcome in session):
-            return
-        self._leading.catalog_check()
+        lost = any(isinstance(outcome, CoordinatorLost) for outcome in session)
+        if not lost:
+            self._leading.catalog_check()
+        # A hand-over out of time ends now, even in the tick that lost the
+        # coordinator: its deadline is past and nothing else would wake it.
         if self._closing.handed_over(now):
             # Handed over (or out of time: revoke what is left), or all released.
             self._leave_now(now)
+            return
+        if lost:
             return
         self._leading.round_check(now)
         if (

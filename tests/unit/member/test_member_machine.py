@@ -503,6 +503,35 @@ def test_a_hand_over_out_of_time_waits_for_its_join_and_syncs_as_leader_before_l
     assert isinstance(leave.request, LeaveGroup)
 
 
+def test_a_hand_over_that_loses_its_coordinator_while_leading_leaves_at_once() -> None:
+    # Found by the random-events property: a closing leader whose assignor still
+    # ran lost its coordinator after the hand-over's deadline had passed; the
+    # member then asked for a tick at that past deadline.
+    m = make(heartbeat_interval_ms=1_000)
+    now = to_stable(m)
+    join = sent(m.close(now + 1))
+    members = (
+        JoinedMember("me-1", None, join.request.protocols[0][1]),
+        JoinedMember("other", None, CODEC.encode_metadata(MemberMetadata(owned_generation=5))),
+    )
+    actions = m.response(
+        now + 2,
+        join.request_id,
+        JoinGroupResult(ErrorCode.NONE, 6, "workgroup", "sticky.v1", "me-1", "me-1", members),
+    )
+    assert only(actions, RunAssignor)  # the assignor runs, and never answers
+    t = now + 2
+    while m.state is State.ASSIGNING:
+        next_at = m.next_deadline()
+        assert next_at is not None
+        t = max(t, next_at)
+        m.tick(t)
+    assert t > now + 1 + 3 * 1_000 + 1_000  # past the hand-over's deadline
+    assert m.state is State.LEAVING
+    next_at = m.next_deadline()
+    assert next_at is None or next_at >= t
+
+
 def test_a_hand_over_whose_join_is_never_answered_loses_and_leaves() -> None:
     m = make(heartbeat_interval_ms=1_000)
     now = to_stable(m)  # the session is proven alive since t=2
