@@ -47,6 +47,10 @@ Rules:
    fresh loads.  Together with the stage's target (half the tolerance) and the
    pins, noise cannot start a storm of moves: at most one round per interval,
    and a resource never moves back within ``pinned_intervals`` intervals.
+5. **Heading over rounds.**  When the stage heads for a placement over rounds
+   (:mod:`~workgroup.assignors.balance_rounds`), the leader keeps it between
+   rounds and gives it to the next; the round is unfinished meanwhile, so the
+   leader probes an interval later (rule 4).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from workgroup.assignors.balance import (
     LoadBalancing,
     check_settings,
 )
+from workgroup.assignors.balance_rounds import Heading
 from workgroup.assignors.base import Assignment, Assignor
 from workgroup.errors import ConfigError
 from workgroup.types import Resource
@@ -227,6 +232,8 @@ class LeaderBalancing:
         self.last: Balanced | None = None
         #: The plan being carried out was decided on guessed loads (rule 4).
         self._guessed = False
+        #: The placement the stage heads for over rounds (rule 5).
+        self.heading: Heading | None = None
 
     @property
     def enabled(self) -> bool:
@@ -259,6 +266,7 @@ class LeaderBalancing:
             carry_stopped_early=carry_stopped_early,
             pinned=self.pinned(now),
             loads=self.loads,
+            heading=self.heading,
         )
         self._round = (run_id, wrapper)
         self.probe_at = None  # this round is the probe; it schedules the next
@@ -273,6 +281,8 @@ class LeaderBalancing:
         self._round = None
         self.last = wrapper.last
         self.loads = wrapper.loads_seen  # a new mapping each round: no copy needed
+        if wrapper.carry is None:  # a carried round decides nothing: the heading stays
+            self.heading = self.last.heading if self.last is not None else None
         if self.last is None:
             self.probe_at = None
             return BalanceOutcome(None, decided=wrapper.decided)
