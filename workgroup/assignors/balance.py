@@ -33,9 +33,13 @@ Rules:
    a balance that exists is reached over rounds.  When no chain helps either
    (a few large resources), every movable resource is placed afresh, largest
    first, and the moves head for that placement if it is within the
-   tolerance (over rounds, ``max_moves`` at a time).  Never more than
+   tolerance (over rounds, ``max_moves`` at a time).  When no round's worth
+   of those moves lowers the peak by itself, the stage holds the placement as
+   a target (:mod:`~workgroup.assignors.balance_rounds`): each round moves
+   toward it, none ending above the peak it was made from.  Never more than
    ``max_moves`` moves; a move never makes the most utilised member busier,
-   so the largest utilisation never rises and the total load is unchanged.
+   so the largest utilisation never rises (but for a held target's bound) and
+   the total load is unchanged.
 4. **The assignor's guarantees.**  A resource moves only to a member that takes
    its kind, that does not hold it or its standby twin already, and, when the
    resource sits on its holder's rack (rack matching as in
