@@ -33,9 +33,13 @@ Rules:
    a balance that exists is reached over rounds.  When no chain helps either
    (a few large resources), every movable resource is placed afresh, largest
    first, and the moves head for that placement if it is within the
-   tolerance (over rounds, ``max_moves`` at a time).  Never more than
+   tolerance (over rounds, ``max_moves`` at a time).  When no round's worth
+   of those moves lowers the peak by itself, the stage holds the placement as
+   a target (:mod:`~workgroup.assignors.balance_rounds`): each round moves
+   toward it, none ending above the peak it was made from.  Never more than
    ``max_moves`` moves; a move never makes the most utilised member busier,
-   so the largest utilisation never rises and the total load is unchanged.
+   so the largest utilisation never rises (but for a held target's bound) and
+   the total load is unchanged.
 4. **The assignor's guarantees.**  A resource moves only to a member that takes
    its kind, that does not refuse it (``refused``), that does not hold it or
    its standby twin already, and, when the resource sits on its holder's rack
@@ -67,6 +71,7 @@ from itertools import chain, filterfalse, repeat
 from operator import itemgetter
 
 from workgroup.assignors._common import RackInfo, collector_paused
+from workgroup.assignors.balance_rounds import Heading, PendingMove, schedule
 from workgroup.assignors.base import Assignment, AssignmentInput, Assignor
 from workgroup.assignors.standby import (
     STANDBY_SUFFIX,
@@ -112,6 +117,8 @@ class Balanced:
     #: ``max_moves`` ran out (or what it left was too few for the swap or chain
     #: that would help), or pinned resources were in the way.
     stopped_early: bool = False
+    #: The placement the next rounds head for (:mod:`~workgroup.assignors.balance_rounds`).
+    heading: Heading | None = None
 
     def ratio(self, loads: Mapping[str, float] | None = None) -> float:
         """Largest utilisation over the mean (1.0 when there is no load)."""
@@ -163,6 +170,7 @@ def balance(
     exclusive: bool = True,
     owned_loads: Mapping[str, float] | None = None,
     refused: Mapping[str, Collection[Resource]] | None = None,
+    heading: Heading | None = None,
 ) -> Balanced:
     """Even out ``assignment`` by load (see the module's rules).
 
@@ -176,7 +184,10 @@ def balance(
     and plus what it gained, without looking up every resource (at a million
     resources, those lookups cost more than the assignor).  ``refused``: what
     each member refuses (the leader's refusals); it is never given those.
-    ``assignment`` is not modified; the result shares the lists of members nothing moved from or to.
+    ``assignment`` is not modified; the result shares the lists of members
+    nothing moved from or to.  ``heading``: the placement earlier rounds headed
+    for (:mod:`~workgroup.assignors.balance_rounds`); while its premises hold,
+    this round moves only toward it.
     """
     check_settings(tolerance, max_moves, target)
     goal = tolerance / 2 if target is None else target
@@ -288,6 +299,17 @@ def balance(
         util[giver] = member_load[giver] / capacity[giver]
         util[taker] = member_load[taker] / capacity[taker]
 
+    if heading is not None and not heading.holds(out, loads, capacity, takes, default):
+        heading = None  # its premises changed
+    if heading is not None and any(
+        heading.placement.get(r) == mid for mid, rs in refusing.items() for r in rs
+    ):
+        heading = None  # a member now refuses what the target gives it
+    if heading is not None:
+        # Rule 3 of balance_rounds: what reached the target stays there, even
+        # where the assignor's count balance took it (rule 5 gives it back).
+        pinned = frozenset(pinned) | heading.at_home(owned if owned else out)
+
     returned: list[Move] = []
     # Count balance stands while the target is within the tolerance (a tolerance
     # that large turns balancing off); only resources moved recently go back then,
@@ -316,6 +338,55 @@ def balance(
     #: The moves left were too few, or pinned resources in the way, for the
     #: swap or chain that would help.
     blocked = False
+
+    def heads_for(
+        aims: list[dict[Resource, str]], pins: frozenset[Resource], budget: int
+    ) -> tuple[Heading | None, tuple[Move, ...]]:
+        """A heading for the first of ``aims`` whose moves can be scheduled
+        in rounds of ``budget`` from here, and its first round of moves."""
+        for aim in aims:
+            made = _make_heading(aim, members, out, util, capacity, takes, load_of, mean,
+                                 tolerance, pins)  # fmt: skip
+            if made is None:
+                continue
+            first = _toward_heading(made, out, member_load, capacity, pins, load_of, mean, budget)
+            if first:
+                return made, first
+        return None, ()
+
+    def repartition_helps(
+        found: tuple[tuple[Move, ...], bool, list[dict[Resource, str]]] | None,
+    ) -> bool:
+        """A placement afresh gives a round of moves (or a heading's first)."""
+        if found is None:
+            return False
+        steps, _, aims = found
+        return bool(steps) or bool(heads_for(aims, frozenset(), max_moves)[1])
+
+    if heading is not None and max(util.values()) > trigger:
+        toward = _toward_heading(
+            heading, out, member_load, capacity, pinned, load_of, mean, max_moves
+        )
+        if toward is None:
+            heading = None  # no schedule from here: the stage decides afresh
+        else:
+            for step in toward:
+                shift(step.resource, step.giver, step.taker, step.load)
+                moves.append(step)
+            if max(util.values()) <= trigger or not heading.pending(out, load_of):
+                heading = None
+            return Balanced(
+                out,
+                tuple(moves),
+                tuple(returned),
+                before=before,
+                after=dict(member_load),
+                mean=mean,
+                capacities=counted,
+                stopped_early=heading is not None,
+                heading=heading,
+            )
+    heading = None
     if max(util.values()) > trigger:
         frozen = frozenset(pinned)
         while len(moves) < max_moves:
@@ -377,8 +448,15 @@ def balance(
                     members, out, util, member_load, capacity, shared, moved,
                     load_of, may_take, settled, trigger, max_moves - len(moves),
                 )  # fmt: skip
+                steps: tuple[Move, ...] = ()
                 if repacked is not None:
-                    steps, reached = repacked
+                    steps, reached, aims = repacked
+                    if aims:
+                        # No round's worth of moves lowers the peak: head for
+                        # a placement over rounds, if they can be scheduled.
+                        heading, steps = heads_for(aims, moved, max_moves - len(moves))
+                        reached = False
+                if steps:
                     for step in steps:
                         shift(step.resource, step.giver, step.taker, step.load)
                         moves.append(step)
@@ -419,21 +497,22 @@ def balance(
                             max_moves,
                         )
                         is not None
-                        or _toward_repartition(
-                            members,
-                            out,
-                            util,
-                            member_load,
-                            capacity,
-                            shared,
-                            frozenset(),
-                            load_of,
-                            may_take,
-                            settled,
-                            trigger,
-                            max_moves,
+                        or repartition_helps(
+                            _toward_repartition(
+                                members,
+                                out,
+                                util,
+                                member_load,
+                                capacity,
+                                shared,
+                                frozenset(),
+                                load_of,
+                                may_take,
+                                settled,
+                                trigger,
+                                max_moves,
+                            )
                         )
-                        is not None
                     )
                 break
             for step in chain_moves:
@@ -445,6 +524,8 @@ def balance(
             or blocked
             or (bool(frozen) and not frozen.isdisjoint(out[busiest]))
         )
+        if heading is not None and (util[busiest] <= trigger or not heading.pending(out, load_of)):
+            heading = None  # reached (or near enough) in this round
     return Balanced(
         out,
         tuple(moves),
@@ -454,7 +535,63 @@ def balance(
         mean=mean,
         capacities=counted,
         stopped_early=stopped_early,
+        heading=heading,
     )
+
+
+def _make_heading(
+    aim: Mapping[Resource, str],
+    members: list[str],
+    out: Assignment,
+    util: dict[str, float],
+    capacity: dict[str, float],
+    takes: Mapping[str, frozenset[str] | None],
+    load_of: Callable[[Resource], float],
+    mean: float,
+    tolerance: float,
+    pinned: frozenset[Resource],
+) -> Heading | None:
+    """A :class:`Heading` for the placement ``aim`` (``resource -> member``
+    for those it moves) from where ``out`` is now, bounded by the peak now;
+    None when a moving resource is pinned (a later round looks again)."""
+    if not pinned.isdisjoint(aim):
+        return None
+    placement = {r: aim.get(r, mid) for mid in members for r in out[mid]}
+    return Heading(
+        placement=placement,
+        moving=frozenset(aim),
+        loads={r: load_of(r) for r in placement},
+        capacities={m: capacity[m] for m in members},
+        kinds=dict(takes),
+        bound=max(util.values()) / mean,
+        tolerance=tolerance,
+    )
+
+
+def _toward_heading(
+    heading: Heading,
+    out: Assignment,
+    member_load: dict[str, float],
+    capacity: dict[str, float],
+    pinned: Collection[Resource],
+    load_of: Callable[[Resource], float],
+    mean: float,
+    budget: int,
+) -> tuple[Move, ...] | None:
+    """This round's moves toward ``heading``: the first round of a schedule
+    (:func:`~workgroup.assignors.balance_rounds.schedule`) that keeps every
+    round's end at or below its bound; () while a resource it moves is pinned
+    (the moves wait for the pin); None when no schedule is found."""
+    pending: list[PendingMove] = heading.pending(out, load_of)
+    if not pending:
+        return ()
+    if any(p.resource in pinned for p in pending):
+        return ()
+    limit = heading.bound * mean * (1 + 1e-12)
+    first = schedule(pending, member_load, capacity, limit, budget)
+    if first is None:
+        return None
+    return tuple(Move(p.resource, p.giver, p.taker, p.load) for p in first)
 
 
 def _best_move(
@@ -744,7 +881,7 @@ def _toward_repartition(
     settled: float,
     trigger: float,
     budget: int,
-) -> tuple[tuple[Move, ...], bool] | None:
+) -> tuple[tuple[Move, ...], bool, list[dict[Resource, str]]] | None:
     """When no move, swap or chain lowers the busiest member, place every movable
     resource afresh, largest first (rule 3): on its holder while that stays
     within the target, else on the member it leaves least utilised; or on the
@@ -754,8 +891,11 @@ def _toward_repartition(
     keep their taker below the busiest member's utilisation (or a pair that
     together does), busiest giver first, only if together they lower the peak
     (a later round goes on: the placements depend only on the loads); with
-    whether they reach it.  None when no placement is within the tolerance or
-    nothing can move."""
+    whether they reach it.  When no such moves lower the peak: no moves and the
+    placements within the tolerance (``resource -> member`` for those each
+    moves; fewest moves first, then the search's fewest within the tolerance),
+    for the stage to head for over rounds.  None when no placement is within
+    the tolerance or nothing can move."""
     movable: list[tuple[float, tuple[object, ...], Resource, str]] = []
     placed = {m: 0.0 for m in members}
     for mid in members:
@@ -793,12 +933,14 @@ def _toward_repartition(
         found = _search_placement(members, movable, placed, capacity, may_take, settled)
         if found is not None:
             placements.append(found)
-    within = [
-        (len(target), peak, target) for target, peak in placements if target and peak <= trigger
-    ]
+    within = sorted(
+        ((len(target), peak, i, target) for i, (target, peak) in enumerate(placements)
+         if target and peak <= trigger),
+        key=itemgetter(0, 1, 2),
+    )  # fmt: skip
     if not within:
         return None
-    target = min(within, key=itemgetter(0, 1))[2]
+    target = within[0][3]
     load_now = dict(member_load)
     pending = [
         (load, resource, holder, target[resource])
@@ -807,7 +949,7 @@ def _toward_repartition(
     ]
     if len(pending) <= budget:
         # A round's moves happen together: only where it ends counts.
-        return tuple(Move(r, giver, taker, load) for load, r, giver, taker in pending), True
+        return tuple(Move(r, giver, taker, load) for load, r, giver, taker in pending), True, []
     steps: list[Move] = []
     start_peak = max(load_now[m] / capacity[m] for m in members)
 
@@ -847,11 +989,16 @@ def _toward_repartition(
             load_now[giver] -= load
             load_now[taker] += load
             steps.append(Move(resource, giver, taker, load))
-    if not steps:
-        return None
-    if pending and peak_after() >= start_peak * (1 - 1e-9):
-        return None  # moves that do not lower the peak yet cost and gain nothing
-    return tuple(steps), not pending
+    if not steps or (pending and peak_after() >= start_peak * (1 - 1e-9)):
+        # Moves that do not lower the peak yet cost and gain nothing by themselves.
+        aims = [aim for _, _, _, aim in within]
+        if len(movable) <= _SEARCH_MAX:
+            # Fewer moves than the lowest peak needs: easier to split into rounds.
+            near = _search_placement(members, movable, placed, capacity, may_take, trigger)
+            if near is not None and near[0] and near[1] <= trigger and near[0] not in aims:
+                aims.append(near[0])
+        return (), False, aims
+    return tuple(steps), not pending, []
 
 
 #: :func:`_search_placement` is tried for at most this many movable resources
@@ -1099,8 +1246,9 @@ class LoadBalancing:
     (neither the assignor nor the stage decides again; ``carry_stopped_early``
     is whether the deciding round was stopped early).  :attr:`decided` says
     whether the stage changed the assignor's target (or carried a decision).
-    ``pinned`` lists recently moved resources.  The last result is kept in
-    :attr:`last`.
+    ``pinned`` lists recently moved resources; ``heading`` is the placement
+    earlier rounds headed for (:mod:`~workgroup.assignors.balance_rounds`).
+    The last result is kept in :attr:`last`.
     """
 
     def __init__(
@@ -1114,6 +1262,7 @@ class LoadBalancing:
         carry_stopped_early: bool = False,
         pinned: Collection[Resource] = frozenset(),
         loads: Mapping[Resource, float] | None = None,
+        heading: Heading | None = None,
     ) -> None:
         check_settings(tolerance, max_moves, target)
         self.base = base
@@ -1125,6 +1274,7 @@ class LoadBalancing:
         self.carry = carry
         self.carry_stopped_early = carry_stopped_early
         self.pinned = frozenset(pinned)
+        self.heading = heading
         #: Loads the leader remembers from earlier rounds (the input's win); only
         #: read, so not copied (the leader's event loop builds this object).
         self.remembered: Mapping[Resource, float] = loads or {}
@@ -1187,6 +1337,7 @@ class LoadBalancing:
             racks=RackInfo.build(data),
             exclusive=self.exclusive or isinstance(self.base, StandbyAssignor),
             owned_loads=owned_loads,
+            heading=self.heading,
         )
         self.decided = bool(self.last.moves or self.last.returned)
         # The members the moves touched are where a guess decided anything (a

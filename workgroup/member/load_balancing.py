@@ -49,6 +49,10 @@ Rules:
    fresh loads.  Together with the stage's target (half the tolerance) and the
    pins, noise cannot start a storm of moves: at most one round per interval,
    and a resource never moves back within ``pinned_intervals`` intervals.
+5. **Heading over rounds.**  When the stage heads for a placement over rounds
+   (:mod:`~workgroup.assignors.balance_rounds`), the leader keeps it between
+   rounds and gives it to the next; the round is unfinished meanwhile, so the
+   leader probes an interval later (rule 4).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ from workgroup.assignors.balance import (
     balance,
     check_settings,
 )
+from workgroup.assignors.balance_rounds import Heading
 from workgroup.assignors.base import Assignment, AssignmentInput
 from workgroup.errors import ConfigError
 from workgroup.types import Resource
@@ -216,6 +221,8 @@ class BalanceStage:
     remembered: Mapping[Resource, float] = field(default_factory=dict)
     #: The round carries out an earlier decision that was stopped early.
     carry_stopped_early: bool = False
+    #: The placement earlier rounds head for (rule 5).
+    heading: Heading | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +288,7 @@ def balance_stage(
         exclusive=exclusive,
         owned_loads=owned_loads,
         refused=refused,
+        heading=stage.heading,
     )
     out = balanced.assignment
     # The members the moves touched are where a guess decided anything (a
@@ -316,6 +324,8 @@ class LeaderBalancing:
         self.last: Balanced | None = None
         #: The plan being carried out was decided on guessed loads (rule 4).
         self._guessed = False
+        #: The placement the stage heads for over rounds (rule 5).
+        self.heading: Heading | None = None
 
     @property
     def enabled(self) -> bool:
@@ -339,6 +349,7 @@ class LeaderBalancing:
             pinned=self.pinned(now),
             remembered=self.loads,
             carry_stopped_early=carry_stopped_early,
+            heading=self.heading,
         )
 
     def finished(self, now: int, result: BalanceResult | None, *, carried: bool) -> BalanceOutcome:
@@ -349,6 +360,8 @@ class LeaderBalancing:
             return BalanceOutcome(None, decided=False)
         self.last = result.balanced
         self.loads = result.loads  # a new mapping each round: no copy needed
+        if not carried:  # a carried round decides nothing: the heading stays
+            self.heading = self.last.heading if self.last is not None else None
         if self.last is None:
             self.probe_at = None
             return BalanceOutcome(None, decided=result.decided)

@@ -192,8 +192,8 @@ def test_a_round_with_too_few_moves_left_for_the_swap_says_it_stopped_early() ->
 
 def test_a_round_that_pinned_resources_stopped_says_so_wherever_they_are() -> None:
     # d (6) can only swap shard 3 for shard 6, which a holds and which was moved
-    # recently (pinned): the round stopped early, so that the leader probes and
-    # a round after the pin swaps; no later rebalance would come otherwise.
+    # recently (pinned): the round stopped early, so that the leader probes; it
+    # heads, around the pin, for a balance three moves away (two this round).
     loads = {("s", k): x for k, x in enumerate((1.0, 3.0, 5.0, 3.0, 1.0, 1.0, 2.0, 3.0))}
     owned = {
         "a": [("s", 0), ("s", 4), ("s", 6)],
@@ -202,9 +202,16 @@ def test_a_round_that_pinned_resources_stopped_says_so_wherever_they_are() -> No
         "d": [("s", 3), ("s", 7)],
     }
     capacities = dict.fromkeys(owned, 1.0)
-    pinned = balance(owned, loads, capacities, max_moves=2, pinned={("s", 6)})
-    assert pinned.moves == ()
+    pins = {("s", 6)}
+    pinned = balance(owned, loads, capacities, max_moves=2, pinned=pins)
     assert pinned.unfinished(0.10)
+    assert pinned.heading is not None
+    assert ("s", 6) not in {m.resource for m in pinned.moves}
+    after = balance(
+        pinned.assignment, loads, capacities, max_moves=2, pinned=pins, heading=pinned.heading
+    )
+    assert not after.over(0.10)
+    assert ("s", 6) not in {m.resource for m in after.moves}
     free = balance(owned, loads, capacities, max_moves=2)
     assert not free.over(0.10)
 
