@@ -107,6 +107,28 @@ def test_a_heading_is_dropped_when_its_premises_change() -> None:
     assert all(heading.placement[m.resource] == m.taker for m in kept.moves)
 
 
+def test_a_heading_is_dropped_when_a_member_refuses_what_it_gives() -> None:
+    first = next_round(THREE_AWAY, THREE_AWAY_LOADS, EQUAL, None)
+    heading = first.heading
+    assert heading is not None
+    after = first.assignment
+    pending = heading.pending(after, lambda r: THREE_AWAY_LOADS[r])
+    assert pending
+    refused_resource, refuser = pending[0].resource, heading.placement[pending[0].resource]
+    result = balance(
+        {m: list(rs) for m, rs in after.items()},
+        THREE_AWAY_LOADS,
+        EQUAL,
+        tolerance=TOLERANCE,
+        max_moves=2,
+        owned=after,
+        heading=heading,
+        refused={refuser: [refused_resource]},
+    )
+    assert result.heading is None or result.heading.placement.get(refused_resource) != refuser
+    assert refused_resource not in result.assignment[refuser]
+
+
 def test_a_resource_already_where_the_target_puts_it_is_given_back_to_it() -> None:
     """The assignor's count balance takes a resource the heading put in place:
     rule 5 gives it back (it counts as pinned while the heading is held)."""
