@@ -158,10 +158,32 @@ class OffsetStore:
         """OffsetFetch for one group (``group_known`` False: missing or Dead group)."""
         offsets = self._by_group.get(group_id, {}) if group_known else {}
         if topics is None:
-            by_topic: dict[str, list[FetchedPartition]] = {}
-            for (topic, partition), stored in sorted(offsets.items()):
-                by_topic.setdefault(topic, []).append(_fetched(partition, stored))
-            return tuple(FetchedTopic(name, tuple(parts)) for name, parts in by_topic.items())
+            # By topic, then partition: sorted by name, not as (topic, partition)
+            # tuples (a big group's 100,000 slots took 0.9 s to sort that way).
+            by_topic: dict[str, list[tuple[int, StoredOffset]]] = {}
+            for (topic, partition), stored in offsets.items():
+                found = by_topic.get(topic)
+                if found is None:
+                    by_topic[topic] = [(partition, stored)]
+                else:
+                    found.append((partition, stored))
+            fetched = []
+            for name in sorted(by_topic):
+                parts = by_topic[name]
+                if len(parts) > 1:  # a lease slot's topic has one
+                    parts.sort(key=_partition_index)
+                fetched.append(
+                    FetchedTopic(
+                        name,
+                        tuple(
+                            [
+                                FetchedPartition(p, o.offset, o.metadata, o.leader_epoch)
+                                for p, o in parts
+                            ]
+                        ),
+                    )
+                )
+            return tuple(fetched)
         return tuple(
             FetchedTopic(
                 topic.name,
@@ -172,6 +194,10 @@ class OffsetStore:
             )
             for topic in topics
         )
+
+
+def _partition_index(entry: tuple[int, StoredOffset]) -> int:
+    return entry[0]
 
 
 def _fetched(partition: int, stored: StoredOffset | None) -> FetchedPartition:
