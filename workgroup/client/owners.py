@@ -33,9 +33,13 @@ from workgroup.types import Key
 
 #: A key with its type (``1`` and ``"1"`` are different keys), for joining.
 TypedKey = tuple[type, Key]
-#: What rule 3 remembers: ``(kind, typed key) -> (owner's member id, slot token)``
-#: (kind ``None``: a slot no assignment named).
-Memory = Mapping[tuple[str | None, TypedKey], tuple[str | None, int | None]]
+#: What rule 3 remembers: ``kind -> key -> (owner's member id, slot token)`` (kind
+#: ``None``: a slot no assignment named).  By kind, then by the key itself (a key
+#: is a str or an int, never a bool, so ``1`` and ``"1"`` stay apart): a big
+#: group's 100,000 lookups make no tuple each.
+Memory = Mapping[str | None, Mapping[Key, tuple[str | None, int | None]]]
+
+_NOTHING: Mapping[Key, tuple[str | None, int | None]] = {}
 
 
 def typed(key: Key) -> TypedKey:
@@ -74,45 +78,57 @@ def join_owners(
     ``before``: what a reader remembered of its last reading (:func:`memory_of`,
     rule 3); ``None`` for a first reading.
     """
-    by_key: dict[TypedKey, LeaseSlot] = {
-        (type(s.key), s.key): s for s in slots if s.key is not None
-    }
-    # One claimant is the rule; the few resources two assignments name are kept apart.
-    # A big group's join is 100,000 resources: each member's keys go in at once,
-    # one at a time only for a member whose keys overlap another's.
-    first: dict[tuple[str, TypedKey], MemberDescription] = {}
-    more: dict[tuple[str, TypedKey], list[MemberDescription]] = {}
+    # A big group's join is 100,000 resources: claims are kept by kind and then by
+    # the key itself (no tuple per key), each member's keys go in at once, one at a
+    # time only for a member whose keys overlap another's; the few resources two
+    # assignments name are kept apart.
+    by_key: dict[Key, LeaseSlot] = {s.key: s for s in slots if s.key is not None}
+    claims: dict[str, dict[Key, MemberDescription]] = {}
+    more: dict[tuple[str, Key], list[MemberDescription]] = {}
     for m in description.members if description is not None else ():
         for kind, member_keys in (m.assignment or {}).items():
-            claimed = {(kind, (type(key), key)): m for key in member_keys}
-            if first.keys().isdisjoint(claimed):
-                first.update(claimed)
+            claimed = claims.get(kind)
+            if claimed is None:
+                claimed = claims[kind] = {}
+            if claimed.keys().isdisjoint(member_keys):
+                claimed.update(dict.fromkeys(member_keys, m))
                 continue
-            for where in claimed:
-                if where in first:
-                    more.setdefault(where, [first[where]]).append(m)
+            for key in dict.fromkeys(member_keys):
+                first = claimed.get(key)
+                if first is None:
+                    claimed[key] = m
                 else:
-                    first[where] = m
+                    more.setdefault((kind, key), [first]).append(m)
     out: list[ResourceOwner] = []
     append = out.append
-    for where, claimant in first.items():
-        kind, tkey = where
-        owner, releasing = (claimant, ()) if where not in more else _settle(more[where])
-        slot = by_key.get(tkey)
-        token = None if slot is None else slot.token
-        pending = False
-        if before is not None and owner is not None:
-            seen = before.get(where) or before.get((None, tkey))
-            if seen is not None and seen[0] != owner.member_id and seen[1] is not None:
-                # Rule 3: a hand-over; the slot is the old holder's until it moves on.
-                pending = token is None or token <= seen[1]
-                if pending:
-                    token = None
-        append(ResourceOwner(kind, tkey[1], owner, releasing, slot, token, pending))
-    named = {tkey for _, tkey in first}
-    for tkey, slot in by_key.items():
-        if tkey not in named:
-            append(ResourceOwner(None, tkey[1], None, (), slot, slot.token))
+    new = tuple.__new__
+    slot_of_key = by_key.get
+    unnamed_before = _NOTHING if before is None else before.get(None, _NOTHING)
+    for kind, claimed in claims.items():
+        kind_before = _NOTHING if before is None else before.get(kind, _NOTHING)
+        remembered = kind_before or unnamed_before
+        for key, claimant in claimed.items():
+            owner: MemberDescription | None = claimant
+            releasing: tuple[MemberDescription, ...] = ()
+            if more and (kind, key) in more:
+                owner, releasing = _settle(more[kind, key])
+            slot = slot_of_key(key)
+            token = None if slot is None else slot.token
+            pending = False
+            if remembered and owner is not None:
+                seen = kind_before.get(key) or unnamed_before.get(key)
+                if seen is not None and seen[0] != owner.member_id and seen[1] is not None:
+                    # Rule 3: a hand-over; the slot is the old holder's until it moves on.
+                    pending = token is None or token <= seen[1]
+                    if pending:
+                        token = None
+            # The named tuple's own __new__ is Python code: a tuple of all seven
+            # fields is made directly (100,000 of them in a big group's join).
+            append(new(ResourceOwner, (kind, key, owner, releasing, slot, token, pending)))
+    named = list(claims.values())
+    for key, slot in by_key.items():
+        if not any(key in claimed for claimed in named):
+            append(ResourceOwner(None, key, None, (), slot, slot.token))
     return _in_order(out)
 
 
@@ -120,17 +136,25 @@ def memory_of(resources: Iterable[ResourceOwner], before: Memory | None = None) 
     """What rule 3 remembers of a reading: each resource's owner and its slot's
     token; for a resource whose token is pending, what was remembered before
     (the baseline the new owner's token must pass)."""
-    remembered: dict[tuple[str | None, TypedKey], tuple[str | None, int | None]] = {}
+    remembered: dict[str | None, dict[Key, tuple[str | None, int | None]]] = {}
+    unnamed_before = _NOTHING if before is None else before.get(None, _NOTHING)
+    kind: str | None = None
+    of_kind: dict[Key, tuple[str | None, int | None]] = {}
+    kind_before = _NOTHING
     for r in resources:
-        where = (r.kind, typed(r.key))
-        if r.token_pending and before is not None:
-            kept = before.get(where) or before.get((None, where[1]))
+        if r.kind != kind or not remembered:
+            kind = r.kind
+            of_kind = remembered.setdefault(kind, {})
+            kind_before = _NOTHING if before is None else before.get(kind, _NOTHING)
+        if r.token_pending:
+            kept = kind_before.get(r.key) or unnamed_before.get(r.key)
             if kept is not None:
-                remembered[where] = kept
+                of_kind[r.key] = kept
                 continue
-        remembered[where] = (
-            None if r.owner is None else r.owner.member_id,
-            None if r.slot is None else r.slot.token,
+        owner, slot = r.owner, r.slot
+        of_kind[r.key] = (
+            None if owner is None else owner.member_id,
+            None if slot is None else slot.token,
         )
     return remembered
 

@@ -53,6 +53,8 @@ from workgroup.types import Key
 
 DEFAULT_SETTLE_S = 5.0
 
+_NOTHING: Mapping[Key, tuple[str | None, int | None]] = {}
+
 
 async def describe(connection: ClientConnection, group: str) -> GroupDescription:
     """DescribeGroups of ``group``; :class:`GroupNotFoundError` if unknown."""
@@ -134,9 +136,18 @@ class GroupSnapshot:
         return self._index.get((kind, typed(key)))
 
 
-def _slot_order(tkey: TypedKey) -> tuple[bool, int, str]:
-    key = tkey[1]
-    return (False, key, "") if isinstance(key, int) else (True, 0, key)
+def _in_key_order(keys: Iterable[Key]) -> list[Key]:
+    """Int keys in order, then str keys in order (no key function per key)."""
+    ints: list[int] = []
+    strs: list[str] = []
+    for key in keys:
+        if isinstance(key, str):
+            strs.append(key)
+        else:
+            ints.append(key)
+    ints.sort()
+    strs.sort()
+    return [*ints, *strs]
 
 
 def _shape(description: GroupDescription | None) -> object:
@@ -170,15 +181,17 @@ class GroupReader:
         self._clock = clock
         self._last: GroupSnapshot | None = None
         self._shape: object = ()
-        self._slots: dict[TypedKey, LeaseSlot] = {}
+        self._slots: dict[Key, LeaseSlot] = {}
         self._full_at: float | None = None
         self._changed_at = 0.0
         #: When pending slots were last read after the settling time (rule 2).
         self._pending_read_at = 0.0
-        self._pending: set[TypedKey] = set()
+        self._pending: set[Key] = set()
         self._memory: Memory | None = None
-        #: ``self._slots`` in key order (``None``: to sort again).
+        #: ``self._slots`` in key order (``None``: to sort again), and where each
+        #: key is in it (a few slots read again replace theirs in a copy).
         self._sorted_slots: list[LeaseSlot] | None = None
+        self._slot_at: dict[Key, int] = {}
         #: Slots fetched by the last read (what rule 2 keeps low).
         self.slots_fetched: int | None = None
 
@@ -203,22 +216,16 @@ class GroupReader:
             wanted = self._wanted(now, changed, description)
             if wanted is None:
                 fetched = await read_slots(self.connection, self.group)
-                self._slots = {typed(s.key): s for s in fetched if s.key is not None}
+                self._slots = {s.key: s for s in fetched if s.key is not None}
                 self._sorted_slots = None
                 self._full_at = now
                 self._full_took = self._clock() - now
                 self.slots_fetched = len(fetched)
             else:
                 slots_read = bool(wanted)
-                fetched = await read_slots(self.connection, self.group, wanted.values())
-                found = {typed(s.key): s for s in fetched if s.key is not None}
-                for tkey in wanted:
-                    if tkey in found:
-                        self._slots[tkey] = found[tkey]
-                    else:
-                        self._slots.pop(tkey, None)
-                if wanted:
-                    self._sorted_slots = None
+                fetched = await read_slots(self.connection, self.group, wanted)
+                found = {s.key: s for s in fetched if s.key is not None}
+                self._update_slots(wanted, found)
                 self.slots_fetched = len(wanted)
         except WorkgroupError as exc:
             slots_error = str(exc)
@@ -231,9 +238,11 @@ class GroupReader:
         else:
             resources = join_owners(description, self._slots.values(), before=self._memory)
             self._memory = memory_of(resources, self._memory)
-            self._pending = {typed(r.key) for r in resources if r.token_pending}
+            self._pending = {r.key for r in resources if r.token_pending}
         if self._sorted_slots is None:
-            self._sorted_slots = [self._slots[k] for k in sorted(self._slots, key=_slot_order)]
+            order = _in_key_order(self._slots)
+            self._sorted_slots = [self._slots[k] for k in order]
+            self._slot_at = {k: at for at, k in enumerate(order)}
         loads: dict[str, float] = {}
         if self._loads and description is not None and description.members:
             try:
@@ -253,9 +262,32 @@ class GroupReader:
         self._last = snapshot
         return snapshot
 
+    def _update_slots(self, wanted: set[Key], found: dict[Key, LeaseSlot]) -> None:
+        """The slots of ``wanted`` as read again (``found``; a key not in it has no
+        slot now).  Slots that only changed are replaced in a copy of the sorted
+        list (the last snapshot keeps its own); a slot come or gone sorts again."""
+        if not wanted:
+            return
+        replaced = []
+        for key in wanted:
+            slot = found.get(key)
+            if slot is None:
+                if self._slots.pop(key, None) is not None:
+                    self._sorted_slots = None
+            else:
+                if key not in self._slots:
+                    self._sorted_slots = None
+                self._slots[key] = slot
+                replaced.append(key)
+        if self._sorted_slots is not None:
+            sorted_slots = list(self._sorted_slots)
+            for key in replaced:
+                sorted_slots[self._slot_at[key]] = self._slots[key]
+            self._sorted_slots = sorted_slots
+
     def _wanted(
         self, now: float, changed: bool, description: GroupDescription | None
-    ) -> dict[TypedKey, Key] | None:
+    ) -> set[Key] | None:
         """Rule 2: ``None`` to read every slot, else the resources' keys to read."""
         if self._full_at is None:
             return None
@@ -263,24 +295,24 @@ class GroupReader:
             every = max(self._full_every_s, self._full_took / self._full_share)
             if now - self._full_at >= every:
                 return None
-        keys: dict[TypedKey, Key] = {}
+        keys: set[Key] = set()
         if changed and self._memory is not None:
             # Who held each resource, as remembered (a resource whose token is still
             # pending is remembered with its last holder: its slot is read again).
             previous = self._memory
             for m in description.members if description is not None else ():
+                member_id = m.member_id
                 for kind, member_keys in (m.assignment or {}).items():
+                    seen_of_kind = previous.get(kind, _NOTHING)
                     for key in member_keys:
-                        tkey = (type(key), key)
-                        seen = previous.get((kind, tkey))
-                        if seen is None or seen[0] != m.member_id:
-                            keys[tkey] = key
+                        seen = seen_of_kind.get(key)
+                        if seen is None or seen[0] != member_id:
+                            keys.add(key)
         settling = now - self._changed_at <= self._settle_s
         if self._pending and (settling or now - self._pending_read_at >= self._settle_s):
             if not settling:
                 self._pending_read_at = now
-            for tkey in self._pending:
-                keys[tkey] = tkey[1]
+            keys.update(self._pending)
         return keys
 
 
