@@ -40,6 +40,7 @@ from workgroup.client.owners import (
     typed,
 )
 from workgroup.client.slots import LeaseSlot, decode_slots, fetch_request
+from workgroup.collector import collector_paused
 from workgroup.errors import ErrorCode, WorkgroupError
 from workgroup.kafka.messages import (
     DescribeGroups,
@@ -62,7 +63,8 @@ async def describe(connection: ClientConnection, group: str) -> GroupDescription
         group, DescribeGroups((group,)), what=f"describing group {group!r}"
     )
     assert isinstance(result, DescribeGroupsResult)
-    return decode_description(result, group)
+    with collector_paused():  # a big group's assignments: 100,000 keys
+        return decode_description(result, group)
 
 
 async def read_slots(
@@ -76,7 +78,8 @@ async def read_slots(
         group, fetch_request(group, slots), what=f"reading the lease slots of group {group!r}"
     )
     assert isinstance(result, OffsetFetchResult)
-    return decode_slots(result, group)
+    with collector_paused():  # a big group's 100,000 slots
+        return decode_slots(result, group)
 
 
 async def read_loads(connection: ClientConnection, group: str) -> dict[str, float]:
@@ -236,9 +239,10 @@ class GroupReader:
             # again: who owns what is as last read (a big group's join is seconds).
             resources = last.resources
         else:
-            resources = join_owners(description, self._slots.values(), before=self._memory)
-            self._memory = memory_of(resources, self._memory)
-            self._pending = {r.key for r in resources if r.token_pending}
+            with collector_paused():  # a big group's join: 100,000 resources, no cycles
+                resources = join_owners(description, self._slots.values(), before=self._memory)
+                self._memory = memory_of(resources, self._memory)
+                self._pending = {r.key for r in resources if r.token_pending}
         if self._sorted_slots is None:
             order = _in_key_order(self._slots)
             self._sorted_slots = [self._slots[k] for k in order]

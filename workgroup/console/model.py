@@ -54,6 +54,7 @@ from workgroup.assignors.standby import STANDBY_SUFFIX, is_standby_kind
 from workgroup.client.describe import GroupDescription
 from workgroup.client.owners import ResourceOwner, TypedKey, join_owners, typed
 from workgroup.client.slots import LeaseSlot
+from workgroup.collector import collector_paused
 from workgroup.runtime.loads import current_load
 from workgroup.runtime.slots import encode_key
 from workgroup.types import Key
@@ -146,7 +147,8 @@ class ConsoleModel:
             self._timeline.append(
                 {"time": now, "source": "coordinator", "group": gone, "what": "gone"}
             )
-        groups = [self._group_view(read, now) for read in sorted(reads, key=lambda r: r.group)]
+        with collector_paused():  # a big group's owners: 100,000 entries, no cycles
+            groups = [self._group_view(read, now) for read in sorted(reads, key=lambda r: r.group)]
         self._sort_timeline()
         self._view = {
             "coordinator": self.coordinator,

@@ -30,6 +30,7 @@ import struct
 from collections.abc import Callable
 from typing import Final
 
+from workgroup.collector import collector_paused
 from workgroup.errors import ErrorCode, ProtocolError
 from workgroup.kafka import messages as m
 from workgroup.kafka.apis import OFFSET_FETCH
@@ -127,7 +128,8 @@ def read_offset_fetch_v8(data: bytes) -> m.OffsetFetchResult:
         groups = []
         for _ in range(reader.compact_array_size()):
             group_id = reader.compact_string()
-            topics = _read_fetched_topics(reader)
+            with collector_paused():  # 100,000 records of a big group's slots
+                topics = _read_fetched_topics(reader)
             error = reader.error()
             reader.skip_tagged_fields()
             groups.append(m.FetchedGroup(group_id, tuple(topics), error))
