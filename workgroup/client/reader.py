@@ -68,9 +68,14 @@ async def describe(connection: ClientConnection, group: str) -> GroupDescription
 
 
 async def read_slots(
-    connection: ClientConnection, group: str, keys: Iterable[Key] | None = None
+    connection: ClientConnection,
+    group: str,
+    keys: Iterable[Key] | None = None,
+    *,
+    in_order: bool = True,
 ) -> list[LeaseSlot]:
-    """``group``'s committed lease slots (of ``keys`` only, if given), by key."""
+    """``group``'s committed lease slots (of ``keys`` only, if given), by key
+    (``in_order`` false: as the coordinator answered them)."""
     slots = None if keys is None else {slot_of(group, key) for key in keys}
     if slots is not None and not slots:
         return []
@@ -79,7 +84,7 @@ async def read_slots(
     )
     assert isinstance(result, OffsetFetchResult)
     with collector_paused():  # a big group's 100,000 slots
-        return decode_slots(result, group)
+        return decode_slots(result, group, in_order=in_order)
 
 
 async def read_loads(connection: ClientConnection, group: str) -> dict[str, float]:
@@ -137,6 +142,20 @@ class GroupSnapshot:
                 ((r.kind, typed(r.key)), r) for r in self.resources if r.kind is not None
             )
         return self._index.get((kind, typed(key)))
+
+
+def _by_key(slots: list[LeaseSlot]) -> dict[Key, LeaseSlot]:
+    """The slots by the key each names; of two naming one key (a header naming
+    another key's slot), the one of the later topic, as in key order."""
+    by_key: dict[Key, LeaseSlot] = {}
+    for slot in slots:
+        key = slot.key
+        if key is None:
+            continue
+        seen = by_key.get(key)
+        if seen is None or seen.topic <= slot.topic:
+            by_key[key] = slot
+    return by_key
 
 
 def _in_key_order(keys: Iterable[Key]) -> list[Key]:
@@ -218,16 +237,17 @@ class GroupReader:
         try:
             wanted = self._wanted(now, changed, description)
             if wanted is None:
-                fetched = await read_slots(self.connection, self.group)
-                self._slots = {s.key: s for s in fetched if s.key is not None}
+                # In the reader's own key order below: not sorted twice.
+                fetched = await read_slots(self.connection, self.group, in_order=False)
+                self._slots = _by_key(fetched)
                 self._sorted_slots = None
                 self._full_at = now
                 self._full_took = self._clock() - now
                 self.slots_fetched = len(fetched)
             else:
                 slots_read = bool(wanted)
-                fetched = await read_slots(self.connection, self.group, wanted)
-                found = {s.key: s for s in fetched if s.key is not None}
+                fetched = await read_slots(self.connection, self.group, wanted, in_order=False)
+                found = _by_key(fetched)
                 self._update_slots(wanted, found)
                 self.slots_fetched = len(wanted)
         except WorkgroupError as exc:
