@@ -67,6 +67,16 @@ class ResourceOwner(NamedTuple):
         return None if self.slot is None else self.slot.checkpoint
 
 
+class Joined(NamedTuple):
+    """A reading joined (:func:`join_and_remember`)."""
+
+    resources: list[ResourceOwner]
+    #: :func:`memory_of` the resources.
+    memory: Memory
+    #: The keys of the resources whose token is pending.
+    pending: set[Key]
+
+
 def join_owners(
     description: GroupDescription | None,
     slots: Iterable[LeaseSlot],
@@ -78,6 +88,17 @@ def join_owners(
     ``before``: what a reader remembered of its last reading (:func:`memory_of`,
     rule 3); ``None`` for a first reading.
     """
+    return join_and_remember(description, slots, before=before).resources
+
+
+def join_and_remember(
+    description: GroupDescription | None,
+    slots: Iterable[LeaseSlot],
+    *,
+    before: Memory | None = None,
+) -> Joined:
+    """:func:`join_owners`, with what a reader remembers of it (:func:`memory_of`)
+    and the keys whose token is pending, made in the same pass."""
     # A big group's join is 100,000 resources: claims are kept by kind and then by
     # the key itself (no tuple per key), each member's keys go in at once, one at a
     # time only for a member whose keys overlap another's; the few resources two
@@ -103,10 +124,13 @@ def join_owners(
     append = out.append
     new = tuple.__new__
     slot_of_key = by_key.get
+    memory: dict[str | None, dict[Key, tuple[str | None, int | None]]] = {}
+    pending_keys: set[Key] = set()
     unnamed_before = _NOTHING if before is None else before.get(None, _NOTHING)
     for kind, claimed in claims.items():
         kind_before = _NOTHING if before is None else before.get(kind, _NOTHING)
         remembered = kind_before or unnamed_before
+        of_kind = memory[kind] = {}
         for key, claimant in claimed.items():
             owner: MemberDescription | None = claimant
             releasing: tuple[MemberDescription, ...] = ()
@@ -122,16 +146,27 @@ def join_owners(
                     pending = token is None or token <= seen[1]
                     if pending:
                         token = None
+                        # Remembered as before: the baseline the new token must pass.
+                        of_kind[key] = seen
+                        pending_keys.add(key)
+            if not pending:
+                of_kind[key] = (
+                    None if owner is None else owner.member_id,
+                    None if slot is None else slot.token,
+                )
             # The named tuple's own __new__ is Python code: a tuple of all seven
             # fields is made directly (100,000 of them in a big group's join).
             append(new(ResourceOwner, (kind, key, owner, releasing, slot, token, pending)))
     unnamed = set(by_key)  # a set difference per kind: no lookup per key here
     for claimed in claims.values():
         unnamed.difference_update(claimed)
-    for key in unnamed:  # in any order: sorted below
-        slot = by_key[key]
-        append(ResourceOwner(None, key, None, (), slot, slot.token))
-    return _in_order(out)
+    if unnamed:
+        of_no_kind = memory.setdefault(None, {})
+        for key in unnamed:  # in any order: sorted below
+            slot = by_key[key]
+            append(ResourceOwner(None, key, None, (), slot, slot.token))
+            of_no_kind[key] = (None, slot.token)
+    return Joined(_in_order(out), memory, pending_keys)
 
 
 def memory_of(resources: Iterable[ResourceOwner], before: Memory | None = None) -> Memory:
@@ -202,4 +237,13 @@ def _order(r: ResourceOwner) -> tuple[bool, str, bool, int, str]:
     return (r.owner is None, r.kind or "", True, 0, key)
 
 
-__all__ = ["Memory", "ResourceOwner", "TypedKey", "join_owners", "memory_of", "typed"]
+__all__ = [
+    "Joined",
+    "Memory",
+    "ResourceOwner",
+    "TypedKey",
+    "join_and_remember",
+    "join_owners",
+    "memory_of",
+    "typed",
+]

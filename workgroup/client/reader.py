@@ -35,8 +35,7 @@ from workgroup.client.owners import (
     Memory,
     ResourceOwner,
     TypedKey,
-    join_owners,
-    memory_of,
+    join_and_remember,
     typed,
 )
 from workgroup.client.slots import LeaseSlot, decode_slots, fetch_request
@@ -260,9 +259,8 @@ class GroupReader:
             resources = last.resources
         else:
             with collector_paused():  # a big group's join: 100,000 resources, no cycles
-                resources = join_owners(description, self._slots.values(), before=self._memory)
-                self._memory = memory_of(resources, self._memory)
-                self._pending = {r.key for r in resources if r.token_pending}
+                joined = join_and_remember(description, self._slots.values(), before=self._memory)
+            resources, self._memory, self._pending = joined
         if self._sorted_slots is None:
             order = _in_key_order(self._slots)
             self._sorted_slots = [self._slots[k] for k in order]
