@@ -53,8 +53,6 @@ from workgroup.types import Key
 
 DEFAULT_SETTLE_S = 5.0
 
-_NOTHING: Mapping[Key, tuple[str | None, int | None]] = {}
-
 
 async def describe(connection: ClientConnection, group: str) -> GroupDescription:
     """DescribeGroups of ``group``; :class:`GroupNotFoundError` if unknown."""
@@ -325,7 +323,7 @@ class GroupReader:
             for m in description.members if description is not None else ():
                 member_id = m.member_id
                 for kind, member_keys in (m.assignment or {}).items():
-                    seen_of_kind = previous.get(kind, _NOTHING)
+                    seen_of_kind = previous.get(kind, {})
                     for key in member_keys:
                         seen = seen_of_kind.get(key)
                         if seen is None or seen[0] != member_id:

@@ -287,8 +287,9 @@ class ConsoleModel:
             now_of, before_of = owners.get(kind, {}), memory.owners.get(kind, {})
             if now_of == before_of:
                 continue
-            changed += [(kind, k, before_of.get(k), v) for k, v in now_of.items()
-                        if before_of.get(k) != v]  # fmt: skip
+            changed += [
+                (kind, k, before_of.get(k), v) for k, v in now_of.items() if before_of.get(k) != v
+            ]
             changed += [(kind, k, v, None) for k, v in before_of.items() if k not in now_of]
         changed.sort(key=lambda c: (c[0], encode_key(c[1])))
         for kind, key, before, after in changed:

@@ -11,9 +11,14 @@ from workgroup.runtime.slots import encode_key
 
 keys = st.integers(-5, 5) | st.sampled_from(["", "a", "1", "b"])
 slots = st.lists(
-    st.builds(LeaseSlot, st.sampled_from(["t1", "t2", "t3"]), keys | st.none(), st.integers(0, 9),
-              st.none()),
-)  # fmt: skip
+    st.builds(
+        LeaseSlot,
+        st.sampled_from(["t1", "t2", "t3"]),
+        keys | st.none(),
+        st.integers(0, 9),
+        st.none(),
+    ),
+)
 
 
 @given(slots)
