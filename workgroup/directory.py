@@ -204,13 +204,20 @@ class Directory:
 def _answers(resources: list[ResourceOwner]) -> dict[tuple[str, type, Key], Owner]:
     """What :meth:`Directory.owner` reads: each owned resource's owner and token."""
     answers: dict[tuple[str, type, Key], Owner] = {}
+    # One Owner per member and token, shared (it is immutable): a member's
+    # resources mostly hold tokens of a few values (each take adds one).
+    made: dict[tuple[int, int | None], Owner] = {}
     for r in resources:
-        if r.owner is None or r.kind is None:
-            continue
         m = r.owner
-        answers[r.kind, type(r.key), r.key] = Owner(
-            m.member_id, m.instance_id, m.endpoint, r.token, m.generation
-        )
+        if m is None or r.kind is None:
+            continue
+        same = (id(m), r.token)
+        owner = made.get(same)
+        if owner is None:
+            owner = made[same] = Owner(
+                m.member_id, m.instance_id, m.endpoint, r.token, m.generation
+            )
+        answers[r.kind, type(r.key), r.key] = owner
     return answers
 
 
