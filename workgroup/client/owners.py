@@ -31,7 +31,7 @@ from workgroup.client.describe import GroupDescription, MemberDescription
 from workgroup.client.slots import LeaseSlot
 from workgroup.types import Key
 
-#: A key with its type (``1`` and ``"1"`` are different keys), for joining.
+#: A key with its type (``1`` and ``"1"`` are different keys), for indexes by kind and key.
 TypedKey = tuple[type, Key]
 #: What rule 3 remembers: ``kind -> key -> (owner's member id, slot token)`` (kind
 #: ``None``: a slot no assignment named).  By kind, then by the key itself (a key
