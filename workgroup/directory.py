@@ -45,6 +45,7 @@ from workgroup.client.connection import ClientConnection
 from workgroup.client.owners import ResourceOwner
 from workgroup.client.reader import GroupReader, GroupSnapshot
 from workgroup.clock import SYSTEM_CLOCK, Clock, wait_within
+from workgroup.collector import collector_paused
 from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.protocol.endpoint import ENDPOINT_TAG, check_endpoint
@@ -183,15 +184,9 @@ class Directory:
             self.changes += 1
             log.debug("directory.changed", group=self.group, generation=snapshot.generation)
         if snapshot.resources is not self._answered:  # the same list: nothing changed
-            answers: dict[tuple[str, type, Key], Owner] = {}
-            for r in snapshot.resources:
-                if r.owner is None or r.kind is None:
-                    continue
-                m = r.owner
-                answers[r.kind, type(r.key), r.key] = Owner(
-                    m.member_id, m.instance_id, m.endpoint, r.token, m.generation
-                )
-            self._answers, self._answered = answers, snapshot.resources
+            with collector_paused():  # a big group's 100,000 answers, no cycles
+                self._answers = _answers(snapshot.resources)
+            self._answered = snapshot.resources
         self.error = None
         self._refreshed.set()
 
@@ -202,6 +197,26 @@ class Directory:
                 await self.refresh()
             except WorkgroupError as exc:
                 log.debug("directory.refresh_failed", group=self.group, error=str(exc))
+
+
+def _answers(resources: list[ResourceOwner]) -> dict[tuple[str, type, Key], Owner]:
+    """What :meth:`Directory.owner` reads: each owned resource's owner and token."""
+    answers: dict[tuple[str, type, Key], Owner] = {}
+    # One Owner per member and token, shared (it is immutable): a member's
+    # resources mostly hold tokens of a few values (each take adds one).
+    made: dict[tuple[int, int | None], Owner] = {}
+    for r in resources:
+        m = r.owner
+        if m is None or r.kind is None:
+            continue
+        same = (id(m), r.token)
+        owner = made.get(same)
+        if owner is None:
+            owner = made[same] = Owner(
+                m.member_id, m.instance_id, m.endpoint, r.token, m.generation
+            )
+        answers[r.kind, type(r.key), r.key] = owner
+    return answers
 
 
 async def lookup_owner(

@@ -1,7 +1,8 @@
-"""The direct OffsetFetch v8 reader (:mod:`workgroup.kafka.direct`) against the codec.
+"""The direct OffsetFetch v8 reader and writer (:mod:`workgroup.kafka.direct`) against the codec.
 
 For any answer the codec writes, the direct reader gives exactly the record the
-codec reads back; bytes that are not an answer give a one-line ProtocolError.
+codec reads back, and the direct writer writes exactly the codec's bytes; bytes
+that are not an answer give a one-line ProtocolError.
 """
 
 from __future__ import annotations
@@ -12,12 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from workgroup.coordinator.wire import encode_body
 from workgroup.errors import ErrorCode, ProtocolError
 from workgroup.kafka import messages as m
 from workgroup.kafka.adapter import KafkaRequest, to_result
 from workgroup.kafka.apis import APIS, OFFSET_FETCH, response_schema
 from workgroup.kafka.codec import read_entity, write_entity
-from workgroup.kafka.direct import DIRECT_READERS, read_offset_fetch_v8
+from workgroup.kafka.direct import (
+    DIRECT_READERS,
+    DIRECT_WRITERS,
+    read_offset_fetch_v8,
+    write_offset_fetch_v8,
+)
 
 from .codec_strategies import code, int32, int64, results
 
@@ -126,3 +133,18 @@ def test_the_adapter_decodes_offset_fetch_v8_directly_and_to_result_passes_it_on
     decoded = request.decode(encoded(answer))
     assert decoded == answer
     assert to_result(REQUEST, decoded) is decoded
+
+
+@settings(max_examples=300, deadline=None)
+@given(answers)
+def test_the_direct_writer_writes_what_the_codec_writes(result: m.OffsetFetchResult) -> None:
+    assert write_offset_fetch_v8(result) == encoded(result)
+
+
+def test_the_coordinator_answers_offset_fetch_v8_through_the_direct_writer() -> None:
+    result = m.OffsetFetchResult(
+        (m.FetchedGroup("g", (m.FetchedTopic("t", (m.FetchedPartition(0, 7, "x"),)),)),)
+    )
+    assert DIRECT_WRITERS[(OFFSET_FETCH, 8)] is write_offset_fetch_v8
+    assert encode_body(OFFSET_FETCH, 8, result) == encoded(result)
+    assert encode_body(OFFSET_FETCH, 7, result) == write_entity(API.result_entity(result, 7))

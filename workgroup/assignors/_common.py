@@ -8,10 +8,8 @@ of its dictionaries (kinds are taken in name order, members in id order).
 
 from __future__ import annotations
 
-import gc
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
@@ -223,20 +221,3 @@ def subscribers_by_kind(data: AssignmentInput, kinds: Iterable[str]) -> dict[str
             if kind in out:
                 out[kind].append(mid)
     return out
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building large assignments.
-
-    Building a million tuples triggers many collections, each of which walks
-    every object already alive (the input's claims included); the assignors
-    create no reference cycles, so pausing costs nothing and halves the time.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()

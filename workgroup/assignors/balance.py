@@ -70,7 +70,7 @@ from dataclasses import dataclass, field, replace
 from itertools import chain, filterfalse, repeat
 from operator import itemgetter
 
-from workgroup.assignors._common import RackInfo, collector_paused
+from workgroup.assignors._common import RackInfo
 from workgroup.assignors.balance_rounds import Heading, PendingMove, schedule
 from workgroup.assignors.base import Assignment, AssignmentInput, Assignor
 from workgroup.assignors.standby import (
@@ -79,6 +79,7 @@ from workgroup.assignors.standby import (
     active_kind,
     is_standby_kind,
 )
+from workgroup.collector import collector_paused
 from workgroup.errors import ConfigError
 from workgroup.types import Resource, resource_sort_key
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from workgroup.assignors._common import collector_paused
 from workgroup.assignors.base import Assignment, AssignmentInput
 from workgroup.assignors.sticky import sticky_assign
+from workgroup.collector import collector_paused
 from workgroup.types import Resource
 
 

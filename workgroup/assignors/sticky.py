@@ -94,12 +94,12 @@ from operator import itemgetter
 from workgroup.assignors._common import (
     RackInfo,
     all_resources,
-    collector_paused,
     settle_claims,
     sorted_kinds,
     subscribers_by_kind,
 )
 from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
+from workgroup.collector import collector_paused
 from workgroup.kafka.java import java_hashmap_order
 from workgroup.types import Key, Resource
 

@@ -163,9 +163,9 @@ def _by_kind(resources: Iterable[Resource]) -> dict[str, list[Key]]:
     for kind, key in resources:
         by_kind.setdefault(kind, []).append(key)
     for keys in by_kind.values():
-        if all(type(key) is int for key in keys):
-            keys.sort()  # the common case: no key function to call per key
-        else:
+        try:
+            keys.sort()  # the common case, keys of one type: no function called per key
+        except TypeError:  # ints and strs: ints first
             keys.sort(key=lambda key: (isinstance(key, str), key))
     return {kind: by_kind[kind] for kind in sorted(by_kind)}
 

@@ -31,11 +31,15 @@ from workgroup.client.describe import GroupDescription, MemberDescription
 from workgroup.client.slots import LeaseSlot
 from workgroup.types import Key
 
-#: A key with its type (``1`` and ``"1"`` are different keys), for joining.
+#: A key with its type (``1`` and ``"1"`` are different keys), for indexes by kind and key.
 TypedKey = tuple[type, Key]
-#: What rule 3 remembers: ``(kind, typed key) -> (owner's member id, slot token)``
-#: (kind ``None``: a slot no assignment named).
-Memory = Mapping[tuple[str | None, TypedKey], tuple[str | None, int | None]]
+#: What rule 3 remembers: ``kind -> key -> (owner's member id, slot token)`` (kind
+#: ``None``: a slot no assignment named).  By kind, then by the key itself (a key
+#: is a str or an int, never a bool, so ``1`` and ``"1"`` stay apart): a big
+#: group's 100,000 lookups make no tuple each.
+Memory = Mapping[str | None, Mapping[Key, tuple[str | None, int | None]]]
+
+_NOTHING: Mapping[Key, tuple[str | None, int | None]] = {}
 
 
 def typed(key: Key) -> TypedKey:
@@ -63,6 +67,16 @@ class ResourceOwner(NamedTuple):
         return None if self.slot is None else self.slot.checkpoint
 
 
+class Joined(NamedTuple):
+    """A reading joined (:func:`join_and_remember`)."""
+
+    resources: list[ResourceOwner]
+    #: :func:`memory_of` the resources.
+    memory: Memory
+    #: The keys of the resources whose token is pending.
+    pending: set[Key]
+
+
 def join_owners(
     description: GroupDescription | None,
     slots: Iterable[LeaseSlot],
@@ -74,63 +88,110 @@ def join_owners(
     ``before``: what a reader remembered of its last reading (:func:`memory_of`,
     rule 3); ``None`` for a first reading.
     """
-    by_key: dict[TypedKey, LeaseSlot] = {
-        (type(s.key), s.key): s for s in slots if s.key is not None
-    }
-    # One claimant is the rule; the few resources two assignments name are kept apart.
-    # A big group's join is 100,000 resources: each member's keys go in at once,
-    # one at a time only for a member whose keys overlap another's.
-    first: dict[tuple[str, TypedKey], MemberDescription] = {}
-    more: dict[tuple[str, TypedKey], list[MemberDescription]] = {}
+    return join_and_remember(description, slots, before=before).resources
+
+
+def join_and_remember(
+    description: GroupDescription | None,
+    slots: Iterable[LeaseSlot],
+    *,
+    before: Memory | None = None,
+) -> Joined:
+    """:func:`join_owners`, with what a reader remembers of it (:func:`memory_of`)
+    and the keys whose token is pending, made in the same pass."""
+    # A big group's join is 100,000 resources: claims are kept by kind and then by
+    # the key itself (no tuple per key), each member's keys go in at once, one at a
+    # time only for a member whose keys overlap another's; the few resources two
+    # assignments name are kept apart.
+    by_key: dict[Key, LeaseSlot] = {s.key: s for s in slots if s.key is not None}
+    claims: dict[str, dict[Key, MemberDescription]] = {}
+    more: dict[tuple[str, Key], list[MemberDescription]] = {}
     for m in description.members if description is not None else ():
         for kind, member_keys in (m.assignment or {}).items():
-            claimed = {(kind, (type(key), key)): m for key in member_keys}
-            if first.keys().isdisjoint(claimed):
-                first.update(claimed)
+            claimed = claims.get(kind)
+            if claimed is None:
+                claimed = claims[kind] = {}
+            if claimed.keys().isdisjoint(member_keys):
+                claimed.update(dict.fromkeys(member_keys, m))
                 continue
-            for where in claimed:
-                if where in first:
-                    more.setdefault(where, [first[where]]).append(m)
+            for key in dict.fromkeys(member_keys):
+                first = claimed.get(key)
+                if first is None:
+                    claimed[key] = m
                 else:
-                    first[where] = m
+                    more.setdefault((kind, key), [first]).append(m)
     out: list[ResourceOwner] = []
     append = out.append
-    for where, claimant in first.items():
-        kind, tkey = where
-        owner, releasing = (claimant, ()) if where not in more else _settle(more[where])
-        slot = by_key.get(tkey)
-        token = None if slot is None else slot.token
-        pending = False
-        if before is not None and owner is not None:
-            seen = before.get(where) or before.get((None, tkey))
-            if seen is not None and seen[0] != owner.member_id and seen[1] is not None:
-                # Rule 3: a hand-over; the slot is the old holder's until it moves on.
-                pending = token is None or token <= seen[1]
-                if pending:
-                    token = None
-        append(ResourceOwner(kind, tkey[1], owner, releasing, slot, token, pending))
-    named = {tkey for _, tkey in first}
-    for tkey, slot in by_key.items():
-        if tkey not in named:
-            append(ResourceOwner(None, tkey[1], None, (), slot, slot.token))
-    return _in_order(out)
+    new = tuple.__new__
+    slot_of_key = by_key.get
+    memory: dict[str | None, dict[Key, tuple[str | None, int | None]]] = {}
+    pending_keys: set[Key] = set()
+    unnamed_before = _NOTHING if before is None else before.get(None, _NOTHING)
+    for kind, claimed in claims.items():
+        kind_before = _NOTHING if before is None else before.get(kind, _NOTHING)
+        remembered = kind_before or unnamed_before
+        of_kind = memory[kind] = {}
+        for key, claimant in claimed.items():
+            owner: MemberDescription | None = claimant
+            releasing: tuple[MemberDescription, ...] = ()
+            if more and (kind, key) in more:
+                owner, releasing = _settle(more[kind, key])
+            slot = slot_of_key(key)
+            token = None if slot is None else slot.token
+            pending = False
+            if remembered and owner is not None:
+                seen = kind_before.get(key) or unnamed_before.get(key)
+                if seen is not None and seen[0] != owner.member_id and seen[1] is not None:
+                    # Rule 3: a hand-over; the slot is the old holder's until it moves on.
+                    pending = token is None or token <= seen[1]
+                    if pending:
+                        token = None
+                        # Remembered as before: the baseline the new token must pass.
+                        of_kind[key] = seen
+                        pending_keys.add(key)
+            if not pending:
+                of_kind[key] = (
+                    None if owner is None else owner.member_id,
+                    None if slot is None else slot.token,
+                )
+            # The named tuple's own __new__ is Python code: a tuple of all seven
+            # fields is made directly (100,000 of them in a big group's join).
+            append(new(ResourceOwner, (kind, key, owner, releasing, slot, token, pending)))
+    unnamed = set(by_key)  # a set difference per kind: no lookup per key here
+    for claimed in claims.values():
+        unnamed.difference_update(claimed)
+    if unnamed:
+        of_no_kind = memory.setdefault(None, {})
+        for key in unnamed:  # in any order: sorted below
+            slot = by_key[key]
+            append(ResourceOwner(None, key, None, (), slot, slot.token))
+            of_no_kind[key] = (None, slot.token)
+    return Joined(_in_order(out), memory, pending_keys)
 
 
 def memory_of(resources: Iterable[ResourceOwner], before: Memory | None = None) -> Memory:
     """What rule 3 remembers of a reading: each resource's owner and its slot's
     token; for a resource whose token is pending, what was remembered before
     (the baseline the new owner's token must pass)."""
-    remembered: dict[tuple[str | None, TypedKey], tuple[str | None, int | None]] = {}
+    remembered: dict[str | None, dict[Key, tuple[str | None, int | None]]] = {}
+    unnamed_before = _NOTHING if before is None else before.get(None, _NOTHING)
+    kind: str | None = None
+    of_kind: dict[Key, tuple[str | None, int | None]] = {}
+    kind_before = _NOTHING
     for r in resources:
-        where = (r.kind, typed(r.key))
-        if r.token_pending and before is not None:
-            kept = before.get(where) or before.get((None, where[1]))
+        if r.kind != kind or not remembered:
+            kind = r.kind
+            of_kind = remembered.setdefault(kind, {})
+            kind_before = _NOTHING if before is None else before.get(kind, _NOTHING)
+        if r.token_pending:
+            kept = kind_before.get(r.key) or unnamed_before.get(r.key)
             if kept is not None:
-                remembered[where] = kept
+                of_kind[r.key] = kept
                 continue
-        remembered[where] = (
-            None if r.owner is None else r.owner.member_id,
-            None if r.slot is None else r.slot.token,
+        owner, slot = r.owner, r.slot
+        of_kind[r.key] = (
+            None if owner is None else owner.member_id,
+            None if slot is None else slot.token,
         )
     return remembered
 
@@ -176,4 +237,13 @@ def _order(r: ResourceOwner) -> tuple[bool, str, bool, int, str]:
     return (r.owner is None, r.kind or "", True, 0, key)
 
 
-__all__ = ["Memory", "ResourceOwner", "TypedKey", "join_owners", "memory_of", "typed"]
+__all__ = [
+    "Joined",
+    "Memory",
+    "ResourceOwner",
+    "TypedKey",
+    "join_and_remember",
+    "join_owners",
+    "memory_of",
+    "typed",
+]

@@ -35,12 +35,12 @@ from workgroup.client.owners import (
     Memory,
     ResourceOwner,
     TypedKey,
-    join_owners,
-    memory_of,
+    join_and_remember,
     typed,
 )
 from workgroup.client.slots import LeaseSlot, decode_slots, fetch_request
 from workgroup.clock import SYSTEM_CLOCK, Clock
+from workgroup.collector import collector_paused
 from workgroup.errors import ErrorCode, WorkgroupError
 from workgroup.kafka.messages import (
     DescribeGroups,
@@ -61,13 +61,19 @@ async def describe(connection: ClientConnection, group: str) -> GroupDescription
         group, DescribeGroups((group,)), what=f"describing group {group!r}"
     )
     assert isinstance(result, DescribeGroupsResult)
-    return decode_description(result, group)
+    with collector_paused():  # a big group's assignments: 100,000 keys
+        return decode_description(result, group)
 
 
 async def read_slots(
-    connection: ClientConnection, group: str, keys: Iterable[Key] | None = None
+    connection: ClientConnection,
+    group: str,
+    keys: Iterable[Key] | None = None,
+    *,
+    in_order: bool = True,
 ) -> list[LeaseSlot]:
-    """``group``'s committed lease slots (of ``keys`` only, if given), by key."""
+    """``group``'s committed lease slots (of ``keys`` only, if given), by key
+    (``in_order`` false: as the coordinator answered them)."""
     slots = None if keys is None else {slot_of(group, key) for key in keys}
     if slots is not None and not slots:
         return []
@@ -75,7 +81,8 @@ async def read_slots(
         group, fetch_request(group, slots), what=f"reading the lease slots of group {group!r}"
     )
     assert isinstance(result, OffsetFetchResult)
-    return decode_slots(result, group)
+    with collector_paused():  # a big group's 100,000 slots
+        return decode_slots(result, group, in_order=in_order)
 
 
 async def read_loads(connection: ClientConnection, group: str) -> dict[str, float]:
@@ -135,9 +142,32 @@ class GroupSnapshot:
         return self._index.get((kind, typed(key)))
 
 
-def _slot_order(tkey: TypedKey) -> tuple[bool, int, str]:
-    key = tkey[1]
-    return (False, key, "") if isinstance(key, int) else (True, 0, key)
+def _by_key(slots: list[LeaseSlot]) -> dict[Key, LeaseSlot]:
+    """The slots by the key each names; of two naming one key (a header naming
+    another key's slot), the one of the later topic, as in key order."""
+    by_key: dict[Key, LeaseSlot] = {}
+    for slot in slots:
+        key = slot.key
+        if key is None:
+            continue
+        seen = by_key.get(key)
+        if seen is None or seen.topic <= slot.topic:
+            by_key[key] = slot
+    return by_key
+
+
+def _in_key_order(keys: Iterable[Key]) -> list[Key]:
+    """Int keys in order, then str keys in order (no key function per key)."""
+    ints: list[int] = []
+    strs: list[str] = []
+    for key in keys:
+        if isinstance(key, str):
+            strs.append(key)
+        else:
+            ints.append(key)
+    ints.sort()
+    strs.sort()
+    return [*ints, *strs]
 
 
 def _shape(description: GroupDescription | None) -> object:
@@ -171,15 +201,17 @@ class GroupReader:
         self._clock = clock
         self._last: GroupSnapshot | None = None
         self._shape: object = ()
-        self._slots: dict[TypedKey, LeaseSlot] = {}
+        self._slots: dict[Key, LeaseSlot] = {}
         self._full_at: float | None = None
         self._changed_at = 0.0
         #: When pending slots were last read after the settling time (rule 2).
         self._pending_read_at = 0.0
-        self._pending: set[TypedKey] = set()
+        self._pending: set[Key] = set()
         self._memory: Memory | None = None
-        #: ``self._slots`` in key order (``None``: to sort again).
+        #: ``self._slots`` in key order (``None``: to sort again), and where each
+        #: key is in it (a few slots read again replace theirs in a copy).
         self._sorted_slots: list[LeaseSlot] | None = None
+        self._slot_at: dict[Key, int] = {}
         #: Slots fetched by the last read (what rule 2 keeps low).
         self.slots_fetched: int | None = None
 
@@ -203,23 +235,18 @@ class GroupReader:
         try:
             wanted = self._wanted(now, changed, description)
             if wanted is None:
-                fetched = await read_slots(self.connection, self.group)
-                self._slots = {typed(s.key): s for s in fetched if s.key is not None}
+                # In the reader's own key order below: not sorted twice.
+                fetched = await read_slots(self.connection, self.group, in_order=False)
+                self._slots = _by_key(fetched)
                 self._sorted_slots = None
                 self._full_at = now
                 self._full_took = self._clock.monotonic() - now
                 self.slots_fetched = len(fetched)
             else:
                 slots_read = bool(wanted)
-                fetched = await read_slots(self.connection, self.group, wanted.values())
-                found = {typed(s.key): s for s in fetched if s.key is not None}
-                for tkey in wanted:
-                    if tkey in found:
-                        self._slots[tkey] = found[tkey]
-                    else:
-                        self._slots.pop(tkey, None)
-                if wanted:
-                    self._sorted_slots = None
+                fetched = await read_slots(self.connection, self.group, wanted, in_order=False)
+                found = _by_key(fetched)
+                self._update_slots(wanted, found)
                 self.slots_fetched = len(wanted)
         except WorkgroupError as exc:
             slots_error = str(exc)
@@ -230,11 +257,13 @@ class GroupReader:
             # again: who owns what is as last read (a big group's join is seconds).
             resources = last.resources
         else:
-            resources = join_owners(description, self._slots.values(), before=self._memory)
-            self._memory = memory_of(resources, self._memory)
-            self._pending = {typed(r.key) for r in resources if r.token_pending}
+            with collector_paused():  # a big group's join: 100,000 resources, no cycles
+                joined = join_and_remember(description, self._slots.values(), before=self._memory)
+            resources, self._memory, self._pending = joined
         if self._sorted_slots is None:
-            self._sorted_slots = [self._slots[k] for k in sorted(self._slots, key=_slot_order)]
+            order = _in_key_order(self._slots)
+            self._sorted_slots = [self._slots[k] for k in order]
+            self._slot_at = {k: at for at, k in enumerate(order)}
         loads: dict[str, float] = {}
         if self._loads and description is not None and description.members:
             try:
@@ -254,9 +283,32 @@ class GroupReader:
         self._last = snapshot
         return snapshot
 
+    def _update_slots(self, wanted: set[Key], found: dict[Key, LeaseSlot]) -> None:
+        """The slots of ``wanted`` as read again (``found``; a key not in it has no
+        slot now).  Slots that only changed are replaced in a copy of the sorted
+        list (the last snapshot keeps its own); a slot come or gone sorts again."""
+        if not wanted:
+            return
+        replaced = []
+        for key in wanted:
+            slot = found.get(key)
+            if slot is None:
+                if self._slots.pop(key, None) is not None:
+                    self._sorted_slots = None
+            else:
+                if key not in self._slots:
+                    self._sorted_slots = None
+                self._slots[key] = slot
+                replaced.append(key)
+        if self._sorted_slots is not None:
+            sorted_slots = list(self._sorted_slots)
+            for key in replaced:
+                sorted_slots[self._slot_at[key]] = self._slots[key]
+            self._sorted_slots = sorted_slots
+
     def _wanted(
         self, now: float, changed: bool, description: GroupDescription | None
-    ) -> dict[TypedKey, Key] | None:
+    ) -> set[Key] | None:
         """Rule 2: ``None`` to read every slot, else the resources' keys to read."""
         if self._full_at is None:
             return None
@@ -264,24 +316,24 @@ class GroupReader:
             every = max(self._full_every_s, self._full_took / self._full_share)
             if now - self._full_at >= every:
                 return None
-        keys: dict[TypedKey, Key] = {}
+        keys: set[Key] = set()
         if changed and self._memory is not None:
             # Who held each resource, as remembered (a resource whose token is still
             # pending is remembered with its last holder: its slot is read again).
             previous = self._memory
             for m in description.members if description is not None else ():
+                member_id = m.member_id
                 for kind, member_keys in (m.assignment or {}).items():
+                    seen_of_kind = previous.get(kind, {})
                     for key in member_keys:
-                        tkey = (type(key), key)
-                        seen = previous.get((kind, tkey))
-                        if seen is None or seen[0] != m.member_id:
-                            keys[tkey] = key
+                        seen = seen_of_kind.get(key)
+                        if seen is None or seen[0] != member_id:
+                            keys.add(key)
         settling = now - self._changed_at <= self._settle_s
         if self._pending and (settling or now - self._pending_read_at >= self._settle_s):
             if not settling:
                 self._pending_read_at = now
-            for tkey in self._pending:
-                keys[tkey] = tkey[1]
+            keys.update(self._pending)
         return keys
 
 

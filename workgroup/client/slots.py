@@ -73,8 +73,11 @@ def fetch_topics(slots: Iterable[Slot]) -> tuple[FetchTopic, ...]:
     return tuple(FetchTopic(name, tuple(parts)) for name, parts in topics.items())
 
 
-def decode_slots(result: OffsetFetchResult, group: str) -> list[LeaseSlot]:
-    """The lease slots of ``group`` in an OffsetFetch answer, sorted by key:
+def decode_slots(
+    result: OffsetFetchResult, group: str, *, in_order: bool = True
+) -> list[LeaseSlot]:
+    """The lease slots of ``group`` in an OffsetFetch answer, sorted by key
+    (``in_order`` false: as answered, for a reader that keeps its own order):
     committed ones only (a slot never committed is not in the list); offsets of
     other topics (the legacy layout's, a consumer's) are passed over."""
     if len(result.groups) != 1:
@@ -103,6 +106,8 @@ def decode_slots(result: OffsetFetchResult, group: str) -> list[LeaseSlot]:
             if contents.key is not None and topic.name != prefix + key_digest(contents.key):
                 error = "its header names a key whose slot is another one"
             slots.append(LeaseSlot(topic.name, contents.key, p.offset, contents.checkpoint, error))
+    if not in_order:
+        return slots
     return sorted(slots, key=lambda s: (s.key is None, encode_key(s.key or ""), s.topic))
 
 

@@ -54,8 +54,10 @@ from workgroup.assignors.standby import STANDBY_SUFFIX, is_standby_kind
 from workgroup.client.describe import GroupDescription
 from workgroup.client.owners import ResourceOwner, TypedKey, join_owners, typed
 from workgroup.client.slots import LeaseSlot
+from workgroup.collector import collector_paused
 from workgroup.runtime.loads import current_load
 from workgroup.runtime.slots import encode_key
+from workgroup.types import Key
 
 TIMELINE_LIMIT = 500
 
@@ -73,11 +75,12 @@ class _SlotSeen:
 
 @dataclass
 class _GroupMemory:
-    #: ``(kind, typed key) -> member id``.
-    owners: dict[tuple[str, TypedKey], str] = field(default_factory=dict)
+    #: ``kind -> key -> member id`` (by the key itself: a key is a str or an int,
+    #: never a bool; a big group's 100,000 make no tuple each).
+    owners: dict[str, dict[Key, str]] = field(default_factory=dict)
     members: dict[str, str] = field(default_factory=dict)  # member id -> name
     generation: int | None = None
-    slots: dict[TypedKey, _SlotSeen] = field(default_factory=dict)
+    slots: dict[Key, _SlotSeen] = field(default_factory=dict)
     #: ``(kind, typed key, member) -> (first seen warming, seen at the group's first read)``.
     warming: dict[tuple[str, TypedKey, str], tuple[float, bool]] = field(default_factory=dict)
     #: The last reading's resources and slots (the same lists again: nothing changed).
@@ -144,7 +147,8 @@ class ConsoleModel:
             self._timeline.append(
                 {"time": now, "source": "coordinator", "group": gone, "what": "gone"}
             )
-        groups = [self._group_view(read, now) for read in sorted(reads, key=lambda r: r.group)]
+        with collector_paused():  # a big group's owners: 100,000 entries, no cycles
+            groups = [self._group_view(read, now) for read in sorted(reads, key=lambda r: r.group)]
         self._sort_timeline()
         self._view = {
             "coordinator": self.coordinator,
@@ -178,13 +182,8 @@ class ConsoleModel:
                     )
         joined = read.resources if read.resources is not None else join_owners(d, read.slots)
         if joined is not memory.resources:  # rule 7: a new reading
-            owners = {
-                (r.kind, (type(r.key), r.key)): r.owner.member_id
-                for r in joined
-                if r.owner is not None and r.kind is not None
-            }
-            memory.resources, memory.owns = joined, dict(Counter(owners.values()))
-            memory.unowned = sum(1 for r in joined if r.owner is None)
+            owners, owns, memory.unowned = _owners_of(joined)
+            memory.resources, memory.owns = joined, owns
         else:
             owners = memory.owners
         if first:
@@ -258,44 +257,50 @@ class ConsoleModel:
             if slot.key is None:
                 continue
             present += 1
-            tkey = (type(slot.key), slot.key)
-            seen = remembered.get(tkey)
+            seen = remembered.get(slot.key)
             if seen is not None and seen.slot is slot:
                 continue
             if seen is None or (seen.token, seen.checkpoint) != (slot.token, slot.checkpoint):
                 # In the group's first reading a slot may be any age: at least this old.
-                remembered[tkey] = _SlotSeen(
+                remembered[slot.key] = _SlotSeen(
                     slot.token, slot.checkpoint, now, seen is None and first, slot
                 )
             else:
                 seen.slot = slot
         if present != len(remembered):  # slots gone (a slot list names each key once)
-            for tkey in set(remembered) - {(type(s.key), s.key) for s in slots}:
-                del remembered[tkey]
+            for key in set(remembered) - {s.key for s in slots}:
+                del remembered[key]
 
     def _rebalance(
         self,
         group: str,
         memory: _GroupMemory,
-        owners: dict[tuple[str, TypedKey], str],
+        owners: dict[str, dict[Key, str]],
         names: dict[str, str],
         d: GroupDescription | None,
         now: float,
     ) -> dict[str, Any]:
         everyone = {**memory.members, **names}
         moved = []
-        changed = {where for where, _ in owners.items() ^ memory.owners.items()}
-        for where in sorted(changed, key=lambda w: (w[0], encode_key(w[1][1]))):
-            before, after = memory.owners.get(where), owners.get(where)
-            if before != after:
-                moved.append(
-                    {
-                        "kind": where[0],
-                        "key": where[1][1],
-                        "from": None if before is None else everyone.get(before, before),
-                        "to": None if after is None else everyone.get(after, after),
-                    }
-                )
+        changed: list[tuple[str, Key, str | None, str | None]] = []
+        for kind in owners.keys() | memory.owners.keys():
+            now_of, before_of = owners.get(kind, {}), memory.owners.get(kind, {})
+            if now_of == before_of:
+                continue
+            changed += [
+                (kind, k, before_of.get(k), v) for k, v in now_of.items() if before_of.get(k) != v
+            ]
+            changed += [(kind, k, v, None) for k, v in before_of.items() if k not in now_of]
+        changed.sort(key=lambda c: (c[0], encode_key(c[1])))
+        for kind, key, before, after in changed:
+            moved.append(
+                {
+                    "kind": kind,
+                    "key": key,
+                    "from": None if before is None else everyone.get(before, before),
+                    "to": None if after is None else everyone.get(after, after),
+                }
+            )
         return {
             "time": now,
             "source": "coordinator",
@@ -319,7 +324,7 @@ class ResourceRows(Sequence[dict[str, Any]]):
         self,
         resources: list[ResourceOwner],
         names: dict[str, str],
-        slots: dict[TypedKey, _SlotSeen],
+        slots: dict[Key, _SlotSeen],
         warming_by: dict[tuple[str, TypedKey], tuple[str, bool]],
         warming_seen: dict[tuple[str, TypedKey, str], tuple[float, bool]],
         now: float,
@@ -350,7 +355,7 @@ class ResourceRows(Sequence[dict[str, Any]]):
     def _row(self, r: ResourceOwner) -> dict[str, Any]:
         role, shown_kind = _role(r.kind)
         tkey = (type(r.key), r.key)
-        seen = self._slots.get(tkey)
+        seen = self._slots.get(r.key)
         names = self._names
         owner = None if r.owner is None else r.owner.member_id
         row = {
@@ -379,6 +384,31 @@ class ResourceRows(Sequence[dict[str, Any]]):
                 row["warming_by"], row["warming_ready"] = by, is_ready
                 row["warming_for_s"], row["warming_at_least"] = self._now - since, at_least
         return row
+
+
+def _owners_of(
+    resources: list[ResourceOwner],
+) -> tuple[dict[str, dict[Key, str]], dict[str, int], int]:
+    """Who owns what (``kind -> key -> member id``), how many each member owns,
+    and how many resources nobody owns: one pass over a reading's resources."""
+    owners: dict[str, dict[Key, str]] = {}
+    owns: Counter[str] = Counter()
+    unowned = 0
+    kind: str | None = None
+    of_kind: dict[Key, str] = {}
+    for r in resources:
+        if r.owner is None:
+            unowned += 1
+            continue
+        if r.kind is None:
+            continue
+        if r.kind != kind:
+            kind = r.kind
+            of_kind = owners.setdefault(kind, {})
+        of_kind[r.key] = r.owner.member_id
+    for of_kind in owners.values():
+        owns.update(of_kind.values())
+    return owners, dict(owns), unowned
 
 
 @functools.cache

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from workgroup.collector import collector_paused
 from workgroup.coordinator.actions import StoredOffset
 from workgroup.coordinator.group import Group, GroupState
 from workgroup.errors import ErrorCode
@@ -158,10 +159,8 @@ class OffsetStore:
         """OffsetFetch for one group (``group_known`` False: missing or Dead group)."""
         offsets = self._by_group.get(group_id, {}) if group_known else {}
         if topics is None:
-            by_topic: dict[str, list[FetchedPartition]] = {}
-            for (topic, partition), stored in sorted(offsets.items()):
-                by_topic.setdefault(topic, []).append(_fetched(partition, stored))
-            return tuple(FetchedTopic(name, tuple(parts)) for name, parts in by_topic.items())
+            with collector_paused():  # a big group's 100,000 slots: records, no cycles
+                return _every_offset(offsets)
         return tuple(
             FetchedTopic(
                 topic.name,
@@ -172,6 +171,30 @@ class OffsetStore:
             )
             for topic in topics
         )
+
+
+def _every_offset(offsets: dict[tuple[str, int], StoredOffset]) -> tuple[FetchedTopic, ...]:
+    """Every offset of a group, by topic and then partition: sorted by name, not
+    as (topic, partition) tuples (a big group's 100,000 slots took 0.9 s that way)."""
+    by_topic: dict[str, list[tuple[int, StoredOffset]]] = {}
+    for (topic, partition), stored in offsets.items():
+        found = by_topic.get(topic)
+        if found is None:
+            by_topic[topic] = [(partition, stored)]
+        else:
+            found.append((partition, stored))
+    fetched = []
+    for name in sorted(by_topic):
+        parts = by_topic[name]
+        if len(parts) > 1:  # a lease slot's topic has one
+            parts.sort(key=_partition_index)
+        partitions = [FetchedPartition(p, o.offset, o.metadata, o.leader_epoch) for p, o in parts]
+        fetched.append(FetchedTopic(name, tuple(partitions)))
+    return tuple(fetched)
+
+
+def _partition_index(entry: tuple[int, StoredOffset]) -> int:
+    return entry[0]
 
 
 def _fetched(partition: int, stored: StoredOffset | None) -> FetchedPartition:

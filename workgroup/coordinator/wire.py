@@ -27,7 +27,9 @@ Rules:
   string length fails without allocating.
 * Heartbeats (one per member every few seconds) take a fast path: a decoder
   without kio for the shapes clients send, and answers cached per version and
-  error code.  Responses are written by the compiled writers of ``writers.py``.
+  error code.  Responses are written by the compiled writers of ``writers.py``,
+  an OffsetFetch v8 answer (a big group's every slot) by the codec's direct
+  writer (:mod:`workgroup.kafka.direct`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from workgroup.kafka.apis import (
     request_schema,
     response_schema,
 )
+from workgroup.kafka.direct import DIRECT_WRITERS
 
 Request = m.Request
 Result = m.Result
@@ -322,6 +325,9 @@ _HEARTBEAT_BODIES: dict[tuple[int, ErrorCode], bytes] = {}
 
 def encode_body(api_key: int, version: int, result: Result) -> bytes:
     """Encode the body (no header, no size) of a response."""
+    direct = DIRECT_WRITERS.get((api_key, version))
+    if direct is not None:  # a big group's OffsetFetch of every slot: no kio entities
+        return direct(result)
     cls = response_schema(api_key, version)
     return _encoder(api_key, version)(APIS[api_key].codec.encode_result(version, cls, result))
 

@@ -1,17 +1,22 @@
-"""Responses read straight from their bytes into result records, bypassing kio.
+"""Responses read straight from their bytes into result records, and written
+straight from records into bytes, bypassing kio.
 
 The codec (:mod:`workgroup.kafka.codec`) reads a response into kio's entities
-and then into records: two objects per element and kio's generic readers.  For
-the one answer that can be huge, an OffsetFetch of every lease slot of a group
-(100,000 topics of one partition each for a big group), that costs seconds.
-This module reads that answer in one pass into the same records.
+and then into records (and writes a record through kio's entities): two objects
+per element and kio's generic readers.  For the one answer that can be huge, an
+OffsetFetch of every lease slot of a group (100,000 topics of one partition
+each for a big group), that costs seconds on each side.  This module reads that
+answer in one pass into the same records, and the embedded coordinator writes
+it in one pass from them.
 
 Rules:
 
 * It is part of the codec, not a second one: for the versions in
   :data:`DIRECT_READERS` a response reads into exactly the record the codec's
-  ``decode_result`` gives (the tests check it against the codec on generated
-  answers); every other API and version goes through the codec.
+  ``decode_result`` gives, and for those in :data:`DIRECT_WRITERS` a record
+  writes exactly the bytes the codec writes (the tests check both against the
+  codec on generated answers); every other API and version goes through the
+  codec.
 * Malformed bytes (truncated, a length past the end, bytes left over, text that
   is not UTF-8) raise a one-line :class:`~workgroup.errors.ProtocolError`
   saying where.
@@ -25,6 +30,7 @@ import struct
 from collections.abc import Callable
 from typing import Final
 
+from workgroup.collector import collector_paused
 from workgroup.errors import ErrorCode, ProtocolError
 from workgroup.kafka import messages as m
 from workgroup.kafka.apis import OFFSET_FETCH
@@ -35,6 +41,10 @@ _I32 = struct.Struct(">i")
 #: A fetched partition up to its metadata: index, committed offset, leader epoch.
 _PARTITION_HEAD = struct.Struct(">iqi")
 _ERRORS: Final = {int(code): code for code in ErrorCode}
+#: A null compact string (a fetched partition with no metadata).
+_NULL_STRING = b"\x00"
+#: A fetched partition's or a group's end: its error code and no tagged fields.
+_TAIL = struct.Struct(">hB")
 
 
 class _Truncated(Exception):
@@ -118,7 +128,8 @@ def read_offset_fetch_v8(data: bytes) -> m.OffsetFetchResult:
         groups = []
         for _ in range(reader.compact_array_size()):
             group_id = reader.compact_string()
-            topics = _read_fetched_topics(reader)
+            with collector_paused():  # 100,000 records of a big group's slots
+                topics = _read_fetched_topics(reader)
             error = reader.error()
             reader.skip_tagged_fields()
             groups.append(m.FetchedGroup(group_id, tuple(topics), error))
@@ -202,9 +213,64 @@ def _read_fetched_topics(reader: _Reader) -> list[m.FetchedTopic]:
     return topics
 
 
+def _uvarint(value: int) -> bytes:
+    if value < 0x80:
+        return _SMALL_UVARINTS[value]
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL_UVARINTS: Final = tuple(bytes((n,)) for n in range(0x80))
+
+
+def write_offset_fetch_v8(result: m.Result) -> bytes:
+    """An OffsetFetch v8 response body (after its header): the codec's bytes for
+    ``result`` (an :class:`~workgroup.kafka.messages.OffsetFetchResult`)."""
+    if not isinstance(result, m.OffsetFetchResult):
+        raise TypeError(f"expected OffsetFetchResult, got {type(result).__name__}")
+    out = bytearray(4)  # throttle time 0
+    out += _uvarint(len(result.groups) + 1)
+    head, tail, small = _PARTITION_HEAD.pack, _TAIL.pack, _SMALL_UVARINTS
+    for group in result.groups:
+        name = group.group_id.encode()
+        out += _uvarint(len(name) + 1)
+        out += name
+        out += _uvarint(len(group.topics) + 1)
+        for topic in group.topics:
+            name = topic.name.encode()
+            size = len(name) + 1
+            out += small[size] if size < 0x80 else _uvarint(size)
+            out += name
+            count = len(topic.partitions) + 1
+            out += small[count] if count < 0x80 else _uvarint(count)
+            for p in topic.partitions:
+                out += head(p.partition, p.offset, p.leader_epoch)
+                if p.metadata is None:
+                    out += _NULL_STRING
+                else:
+                    metadata = p.metadata.encode()
+                    size = len(metadata) + 1
+                    out += small[size] if size < 0x80 else _uvarint(size)
+                    out += metadata
+                out += tail(p.error, 0)  # the error code, no tagged fields
+            out.append(0)  # the topic's tagged fields: none
+        out += tail(group.error, 0)
+    out.append(0)
+    return bytes(out)
+
+
 #: ``(api key, version) -> reader`` of the responses read without kio.
 DIRECT_READERS: Final[dict[tuple[int, int], Callable[[bytes], m.Result]]] = {
     (OFFSET_FETCH, 8): read_offset_fetch_v8,
 }
 
-__all__ = ["DIRECT_READERS", "read_offset_fetch_v8"]
+#: ``(api key, version) -> writer`` of the responses written without kio.
+DIRECT_WRITERS: Final[dict[tuple[int, int], Callable[[m.Result], bytes]]] = {
+    (OFFSET_FETCH, 8): write_offset_fetch_v8,
+}
+
+__all__ = ["DIRECT_READERS", "DIRECT_WRITERS", "read_offset_fetch_v8", "write_offset_fetch_v8"]

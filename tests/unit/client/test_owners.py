@@ -6,7 +6,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workgroup.client.describe import GroupDescription, MemberDescription
-from workgroup.client.owners import ResourceOwner, _in_order, _order, join_owners, memory_of
+from workgroup.client.owners import (
+    ResourceOwner,
+    _in_order,
+    _order,
+    join_and_remember,
+    join_owners,
+    memory_of,
+)
 from workgroup.client.slots import LeaseSlot
 
 
@@ -93,3 +100,48 @@ def test_resources_come_owned_first_then_by_kind_and_key(
     someone = MemberDescription("m", None, "c", "/h", {})
     resources = [ResourceOwner(kind, key, someone if owned else None) for owned, kind, key in rows]
     assert _in_order(resources) == sorted(resources, key=_order)
+
+
+claim = st.tuples(
+    st.sampled_from(["a-id", "b-id", "c-id"]),
+    st.sampled_from(["shard", "shard.standby"]),
+    st.integers(0, 4) | st.sampled_from(["0", "x"]),
+)
+readings = st.lists(
+    st.tuples(
+        st.lists(claim, max_size=12),
+        st.dictionaries(st.integers(0, 5) | st.sampled_from(["0", "x"]), st.integers(0, 6)),
+        st.dictionaries(st.sampled_from(["a-id", "b-id", "c-id"]), st.none() | st.integers(6, 8)),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@given(readings)
+def test_joined_and_remembered_in_one_pass_as_memory_of_the_join_says(
+    steps: list[
+        tuple[list[tuple[str, str, int | str]], dict[int | str, int], dict[str, int | None]]
+    ],
+) -> None:
+    """A reader's readings one after another: the memory and pending keys made with
+    the join are what :func:`memory_of` and the resources say."""
+    before = None
+    for claims, tokens, generations in steps:
+        by_member: dict[str, dict[str, list[int | str]]] = {}
+        for member_id, kind, key in claims:
+            by_member.setdefault(member_id, {}).setdefault(kind, []).append(key)
+        members = [
+            MemberDescription(m, None, "c", "h", assignment, None, generations.get(m, 7))
+            for m, assignment in sorted(by_member.items())
+        ]
+        description = GroupDescription("g", "Stable", "workgroup", "p", 7, None, members)
+        slots = [slot(key, token) for key, token in tokens.items()]
+        joined = join_and_remember(description, slots, before=before)
+        assert joined.resources == join_owners(description, slots, before=before)
+        expected = memory_of(joined.resources, before)
+        assert {k: dict(v) for k, v in joined.memory.items() if v} == {
+            k: dict(v) for k, v in expected.items() if v
+        }
+        assert joined.pending == {r.key for r in joined.resources if r.token_pending}
+        before = joined.memory

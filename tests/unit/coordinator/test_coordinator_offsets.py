@@ -250,6 +250,27 @@ def test_fetch_all_unknown_partitions_and_missing_groups() -> None:
     assert fetch(h, "").groups[0].error is ErrorCode.INVALID_GROUP_ID
 
 
+def test_fetching_everything_answers_by_topic_then_partition_whatever_the_commit_order() -> None:
+    h = harness()
+    formed = h.form_group("g", 1)
+    for topic, partition in (("t2", 3), ("t1", 2), ("t2", 0), ("t10", 1), ("t1", 0), ("t2", 1)):
+        commit(
+            h,
+            formed.generation_id,
+            formed.leader,
+            CommitPartition(partition, 100 + partition, f"{topic}/{partition}"),
+            topic=topic,
+        )
+    everything = fetch(h).groups[0]
+    assert [
+        (t.name, [(p.partition, p.metadata) for p in t.partitions]) for t in everything.topics
+    ] == [
+        ("t1", [(0, "t1/0"), (2, "t1/2")]),
+        ("t10", [(1, "t10/1")]),
+        ("t2", [(0, "t2/0"), (1, "t2/1"), (3, "t2/3")]),
+    ]
+
+
 def test_fetch_several_groups_in_one_request() -> None:
     h = harness()
     commit(h, -1, "", CommitPartition(0, 1), group_id="a")

@@ -321,3 +321,39 @@ def test_bad_catalogs_are_rejected(catalog: object, message: str) -> None:
 
     with pytest.raises(ConfigError, match=message):
         freeze_catalog(catalog)  # type: ignore[arg-type]
+
+
+#: Long runs of one kind's keys: int runs read in one step (up to 256 at once),
+#: broken by a str key anywhere.
+long_runs = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b"]),
+        st.integers(-(2**63), 2**63 - 1) | st.sampled_from(["s", "0"]),
+    ),
+    min_size=200,
+    max_size=700,
+).map(tuple)
+
+
+@settings(max_examples=40, deadline=None)
+@given(long_runs)
+def test_long_runs_of_keys_read_back_as_written(
+    assigned: tuple[tuple[str, int | str], ...],
+) -> None:
+    codec = BinaryCodec()
+    data = AssignmentData(assigned=assigned, generation=3)
+    decoded = codec.decode_assignment(codec.encode_assignment(data)).value
+    by_kind: dict[str, list[int | str]] = {}
+    for kind, key in assigned:
+        by_kind.setdefault(kind, []).append(key)
+    assert decoded.assigned == tuple((kind, key) for kind, keys in by_kind.items() for key in keys)
+
+
+def test_a_run_of_int_keys_cut_short_is_a_protocol_error() -> None:
+    codec = BinaryCodec()
+    blob = codec.encode_assignment(
+        AssignmentData(assigned=tuple(("a", k) for k in range(300)), generation=3)
+    )
+    for cut in (len(blob) - 1, len(blob) - 9 * 100):
+        with pytest.raises(ProtocolError):
+            codec.decode_assignment(blob[:cut])

@@ -116,3 +116,39 @@ async def test_a_token_committed_after_the_settling_time_is_still_seen(
     finally:
         await a.connection.close()
         await b.connection.close()
+
+
+async def test_slots_read_again_take_their_place_in_key_order(
+    coordinator: CoordinatorServer,
+) -> None:
+    """After a move only the moved resources' slots are read: each takes its place
+    in the slot list, in key order (a new list: the last reading keeps its own),
+    and a slot committed for the first time sorts in."""
+    bootstrap = coordinator.bootstrap
+    group = f"reader-{uuid.uuid4().hex[:8]}"
+    a, b = RawMember(bootstrap, group, "a"), RawMember(bootstrap, group, "b")
+    try:
+        async with asyncio.timeout(TIMEOUT_S), ClientConnection(bootstrap) as connection:
+            await rebalance([a, b], {"a": ((2, 10), None), "b": ((9, 30), None)})
+            await a.take(2, 1)
+            await a.take(10, 1)
+            await b.take(9, 1)  # 30 has no slot yet
+            reader = GroupReader(connection, group, settle_s=60.0, clock=lambda: 0.0)
+            first = await reader.read()
+            assert [(s.key, s.token) for s in first.slots] == [(2, 1), (9, 1), (10, 1)]
+            await rebalance([a, b], {"a": ((2,), None), "b": ((9, 10, 30), None)})
+            await b.take(10, 2)
+            moved = await reader.read()
+            assert reader.slots_fetched == 1
+            assert [(s.key, s.token) for s in moved.slots] == [(2, 1), (9, 1), (10, 2)]
+            assert [(s.key, s.token) for s in first.slots] == [(2, 1), (9, 1), (10, 1)]
+            await rebalance([a, b], {"a": ((2, 30), None), "b": ((9, 10), None)})
+            await a.take(30, 1)
+            third = await reader.read()
+            assert [(s.key, s.token) for s in third.slots] == [(2, 1), (9, 1), (10, 2), (30, 1)]
+            thirty = third.resource("shard", 30)
+            assert thirty is not None
+            assert (thirty.token, thirty.token_pending) == (1, False)
+    finally:
+        await a.connection.close()
+        await b.connection.close()
