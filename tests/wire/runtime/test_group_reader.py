@@ -133,7 +133,7 @@ async def test_slots_read_again_take_their_place_in_key_order(
             await a.take(2, 1)
             await a.take(10, 1)
             await b.take(9, 1)  # 30 has no slot yet
-            reader = GroupReader(connection, group, settle_s=60.0, clock=lambda: 0.0)
+            reader = GroupReader(connection, group, settle_s=60.0, clock=FakeClock())
             first = await reader.read()
             assert [(s.key, s.token) for s in first.slots] == [(2, 1), (9, 1), (10, 1)]
             await rebalance([a, b], {"a": ((2,), None), "b": ((9, 10, 30), None)})
