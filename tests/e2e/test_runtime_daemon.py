@@ -4,6 +4,7 @@ by a static member with the same instance id)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from workgroup.admin import describe_group
+from workgroup.errors import WorkgroupError
 from workgroup.runtime.events import read_events
 from workgroup.testing import run_coordinator
 
@@ -117,6 +120,23 @@ def daemons(bootstrap: str, tmp_path: Path) -> Iterator[Daemons]:
         group.close()
 
 
+def wait_for_members(bootstrap: str, group: str, count: int) -> None:
+    """Until ``group`` is stable with ``count`` members (DescribeGroups)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        try:
+            described = asyncio.run(describe_group(bootstrap, group, timeout_s=TIMEOUT_S))
+        except WorkgroupError:
+            described = None
+        if described is not None and (described.state, len(described.members)) == (
+            "Stable",
+            count,
+        ):
+            return
+        assert time.monotonic() < deadline, f"{group} never had {count} members: {described}"
+        time.sleep(0.1)
+
+
 def first_active(daemons: Daemons) -> dict[str, Any]:
     found: dict[str, Any] = daemons.wait_for("a leader", lambda _: daemons.active())
     return found
@@ -162,7 +182,9 @@ def test_sigkill_moves_the_leader_within_the_session_timeout(daemons: Daemons) -
     a = daemons.start()
     first_active(daemons)
     b = daemons.start()
-    time.sleep(1.0)
+    # The bound is for a group of two: b is a member before a dies (a process
+    # start on a loaded machine can take longer than any fixed sleep).
+    wait_for_members(daemons.bootstrap, "fenced.writer", 2)
     killed_at = time.time()
     a.kill()
     successor = daemons.wait_for("the successor", lambda _: daemons.active(b.pid))

@@ -52,6 +52,8 @@ def check_warm_ups(cluster: EtlCluster, feeder: Feeder) -> None:
     joined_at = time.time()
     cluster.start("etl-b")
 
+    seen: dict[str, object] = {}
+
     def taken_over() -> bool:
         """etl-b commits half the shards, and etl-a's event log has recorded
         handing each over (it writes that when its query has stopped)."""
@@ -62,13 +64,15 @@ def check_warm_ups(cluster: EtlCluster, feeder: Feeder) -> None:
             for e in cluster.events()
             if e["group"] == "etl.shard" and e["event"] == "revoked" and e["member"] == "etl-a"
         }
-        return (
-            len(of_b) == cluster.shards // 2
-            and all(cluster.committing(key, joined_at, owners[key][1]) for key in of_b)
-            and set(of_b) <= handed
-        )
+        committing = [k for k in of_b if cluster.committing(k, joined_at, owners[k][1])]
+        # What the last poll saw, for the failure's message.
+        seen.update(of_b=sorted(of_b), committing=sorted(committing), handed=sorted(handed))
+        return len(of_b) == cluster.shards // 2 and committing == of_b and set(of_b) <= handed
 
-    cluster.wait_for("etl-b to commit the shards it took", taken_over, STEP_S)
+    try:
+        cluster.wait_for("etl-b to commit the shards it took", taken_over, STEP_S)
+    except TimeoutError as exc:
+        raise TimeoutError(f"last seen: {seen}\n{exc}") from None
     feeder.stop()
     events = cluster.events()
     moved = sorted(k for k, (m, *_) in cluster.owners().items() if m == "etl-b")
