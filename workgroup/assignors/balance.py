@@ -54,8 +54,14 @@ Rules:
    target is above the tolerance or the resource is pinned: load balance
    replaces count balance where count balance is not good enough, and an
    unrelated rebalance does not undo recent moves; within the tolerance (a
-   tolerance large enough turns balancing off) count balance stands.  Such a
-   return is not a move (the resource stays where it runs).
+   tolerance large enough turns balancing off) count balance stands.  A
+   resource the stage itself put on its owner (``placed``: the leader keeps
+   it while the members stay the same) goes back without the floor: giving it
+   back keeps the largest utilisation where the assignor's target has it, and
+   the count balance does not undo a load decision (else the stage moves it
+   again once its pin expires, and the rounds alternate between two
+   placements).  Such a return is not a move (the resource stays where it
+   runs).
 6. Deterministic: members are taken by utilisation then id, resources by load
    then :func:`~workgroup.types.resource_sort_key`.
 """
@@ -171,6 +177,7 @@ def balance(
     owned_loads: Mapping[str, float] | None = None,
     refused: Mapping[str, Collection[Resource]] | None = None,
     heading: Heading | None = None,
+    placed: Mapping[Resource, str] | None = None,
 ) -> Balanced:
     """Even out ``assignment`` by load (see the module's rules).
 
@@ -187,7 +194,8 @@ def balance(
     ``assignment`` is not modified; the result shares the lists of members
     nothing moved from or to.  ``heading``: the placement earlier rounds headed
     for (:mod:`~workgroup.assignors.balance_rounds`); while its premises hold,
-    this round moves only toward it.
+    this round moves only toward it.  ``placed``: ``resource -> member`` the
+    stage moved it to in earlier rounds, for the same members (rule 5).
     """
     check_settings(tolerance, max_moves, target)
     goal = tolerance / 2 if target is None else target
@@ -243,7 +251,12 @@ def balance(
     mean = sum(member_load.values()) / total_capacity if total_capacity else 0.0
     before = dict(member_load)
     if mean <= 0:
-        return Balanced(out, before=before, after=dict(member_load), capacities=counted)
+        return Balanced(
+            out,
+            before=before,
+            after=dict(member_load),
+            capacities=counted,
+        )
 
     util = {mid: member_load[mid] / capacity[mid] for mid in members}
     taken = _taken_from_owners(changes) if changes else []
@@ -251,7 +264,13 @@ def balance(
     if not taken and max(util.values()) <= trigger:
         # Within tolerance, nothing to give back: skip the indexes below (at a
         # million resources they cost as much as summing the loads).
-        return Balanced(out, before=before, after=dict(member_load), mean=mean, capacities=counted)
+        return Balanced(
+            out,
+            before=before,
+            after=dict(member_load),
+            mean=mean,
+            capacities=counted,
+        )
     held_kinds: set[str] = set()
     if kinds is not None:  # what members take bounds what they hold: no scan
         held_kinds = held_kinds.union(*{frozenset(ks) for ks in kinds.values()})
@@ -324,10 +343,13 @@ def balance(
                 continue
             load = load_of(resource)
             peak = max(util.values())
+            # The stage's own placement: giving it back is no worse (the peak
+            # stays), whatever the floor says of the assignor's choice.
+            stages_own = placed is not None and placed.get(resource) == owner
             if (
                 may_take(owner, resource, holder)
                 and (member_load[owner] + load) / capacity[owner] <= peak
-                and (member_load[holder] - load) / capacity[holder] >= floor
+                and (stages_own or (member_load[holder] - load) / capacity[holder] >= floor)
             ):
                 shift(resource, holder, owner, load)
                 returned.append(Move(resource, holder, owner, load))

@@ -247,6 +247,36 @@ def test_a_newcomer_keeps_what_it_was_given() -> None:
     assert result.assignment == counts
 
 
+def test_the_count_balance_does_not_undo_where_the_stage_placed_resources() -> None:
+    # The group runs the stage's placement (max/mean 1.144); the count balance
+    # takes 7 from c and 9 from b (1.373), leaving a and d below the floor once
+    # given back.  Where the stage put them, they go back all the same.
+    loads = {("s", k): float(x) for k, x in enumerate((16, 2, 17, 16, 8, 12, 12, 8, 17, 10))}
+
+    def shards(*keys: int) -> list[Resource]:
+        return [("s", k) for k in keys]
+
+    owned = {"a": shards(0), "b": shards(1, 3, 5, 9), "c": shards(2, 4, 6, 7), "d": shards(8)}
+    counts = {"a": shards(0, 7), "b": shards(1, 3, 5), "c": shards(2, 4, 6), "d": shards(8, 9)}
+    capacities = {"a": 1.0, "b": 2.0, "c": 2.0, "d": 1.0}
+    running = balance(owned, loads, capacities, max_moves=0).ratio()
+    pinned = frozenset(shards(7, 8, 9))
+    placed = {("s", 7): "c", ("s", 9): "b"}
+    result = balance(
+        counts, loads, capacities, max_moves=2, owned=owned, pinned=pinned, placed=placed
+    )
+    assert [(m.resource, m.taker) for m in result.returned] == [(("s", 7), "c"), (("s", 9), "b")]
+    assert result.ratio() < running < result.ratio_before
+    # Without that memory the floor keeps the count balance, above what runs.
+    floor = balance(counts, loads, capacities, max_moves=2, owned=owned, pinned=pinned)
+    assert floor.returned == ()
+    assert floor.ratio() > running
+    # A tolerance that turns balancing off leaves the count balance as it was.
+    off = balance(counts, loads, capacities, tolerance=10.0, owned=owned, placed=placed)
+    assert off.returned == ()
+    assert off.assignment == counts
+
+
 def test_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="imbalance_tolerance"):
         check_settings(-0.1, 5)

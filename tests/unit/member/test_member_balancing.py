@@ -35,6 +35,7 @@ from workgroup.member.transitions import State
 from workgroup.protocol import BinaryCodec, MemberMetadata, Protocol
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.testing import capture_logs
+from workgroup.types import Resource
 
 CODEC = BinaryCodec()
 CATALOG = {"shard": list(range(6))}
@@ -213,6 +214,40 @@ def test_moved_resources_stay_pinned_for_the_pinned_intervals() -> None:
     assert memory.pinned(3_000) == frozenset()
     assert memory.probe_at == 1_000
     assert memory.loads == {("shard", k): 10.0 for k in range(6)}
+
+
+def test_the_leader_remembers_where_the_stage_placed_resources_while_the_members_stay() -> None:
+    settings = BalanceSettings(max_moves=1, balance_interval_ms=1_000, pinned_intervals=1)
+    memory = LeaderBalancing(settings)
+
+    def round_(now: int, names: tuple[str, ...]) -> Resource:
+        stage = memory.stage(now)
+        assert stage is not None
+        data = AssignmentInput(
+            resources={"shard": range(6)},
+            members={m: MemberInfo(m, frozenset({"shard"})) for m in names},
+            resource_loads={("shard", k): 10.0 for k in range(6)},
+        )
+        target = AllToOther().assign(data)
+        result = balance_stage(stage, target, data, refused={}, carried=False, exclusive=True)
+        balanced = memory.finished(now, result, carried=False).balanced
+        assert balanced is not None
+        return balanced.moves[0].resource
+
+    first = round_(0, ("me", "other"))
+    assert memory.placed == {first: "me"}
+    # The pin expires; where the stage put the resource is still known.
+    stage = memory.stage(5_000)
+    assert stage is not None
+    assert stage.pinned == frozenset()
+    assert stage.placed == {first: "me"}
+    assert stage.placed_for == {"me", "other"}
+    second = round_(5_000, ("me", "other"))
+    assert memory.placed == {first: "me", second: "me"}
+    # A member joins: the earlier decisions were made for other members.
+    third = round_(10_000, ("me", "new", "other"))
+    assert memory.placed == {third: memory.placed[third]}
+    assert memory.placed_for == {"me", "new", "other"}
 
 
 def test_settings_are_checked() -> None:
