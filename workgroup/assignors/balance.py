@@ -125,6 +125,10 @@ class Balanced:
     stopped_early: bool = False
     #: The placement the next rounds head for (:mod:`~workgroup.assignors.balance_rounds`).
     heading: Heading | None = None
+    #: The assignor gave a member that published its loads (``owned_loads``) a
+    #: resource it did not own whose load was not measured (counted as the
+    #: average): its new owner measures it.
+    gained_unmeasured: bool = False
 
     def ratio(self, loads: Mapping[str, float] | None = None) -> float:
         """Largest utilisation over the mean (1.0 when there is no load)."""
@@ -224,6 +228,12 @@ def balance(
 
     capacity = {mid: _positive(capacities.get(mid, 1.0)) for mid in members}
     changes = {m: _changes(owned.get(m, ()), out[m]) for m in members} if owned else {}
+    # Unmeasured resources handed to a member that owned them not, seen where
+    # the totals look them up anyway: the gains of a member whose published
+    # loads are used, everything a member that owns nothing holds.  (A member
+    # that owns some but published no load rejoins by itself once it
+    # measures: the member's rule 2.)
+    gained_unmeasured = False
     found: dict[str, float] = {}
     unknown: list[str] = []  # members whose total is summed resource by resource
     for mid in members:
@@ -232,16 +242,27 @@ def balance(
             unknown.append(mid)
             continue
         gained, lost = changes[mid]
-        found[mid] = known - _sum_loads(lost, loads, default) + _sum_loads(gained, loads, default)
+        gained_load, guessed = _sum_gained(gained, loads, default)
+        gained_unmeasured = gained_unmeasured or guessed
+        found[mid] = known - _sum_loads(lost, loads, default) + gained_load
+    empty_handed = [mid for mid in unknown if owned and not owned.get(mid)]
     if sum(len(out[mid]) for mid in unknown) >= _INDEX_FROM:
         # As the assignors: no cycles are made, and each collection would walk
         # every tuple of a large assignment.
         with collector_paused():
             index = _LoadIndex(loads, default)
             totals = index.totals([out[mid] for mid in unknown])
+            if index.missing and empty_handed:
+                gained_unmeasured = gained_unmeasured or any(
+                    index.unmeasured_in(out[mid]) for mid in empty_handed
+                )
         found.update(zip(unknown, totals, strict=True))
     else:
-        found.update((mid, _sum_loads(out[mid], loads, default)) for mid in unknown)
+        for mid in unknown:
+            total, guessed = _sum_gained(out[mid], loads, default)
+            found[mid] = total
+            if guessed and mid in empty_handed:
+                gained_unmeasured = True
     member_load = {mid: found[mid] for mid in members}
     takes = {mid: (None if kinds is None else frozenset(kinds.get(mid, ()))) for mid in members}
     counted = {
@@ -256,6 +277,7 @@ def balance(
             before=before,
             after=dict(member_load),
             capacities=counted,
+            gained_unmeasured=gained_unmeasured,
         )
 
     util = {mid: member_load[mid] / capacity[mid] for mid in members}
@@ -270,6 +292,7 @@ def balance(
             after=dict(member_load),
             mean=mean,
             capacities=counted,
+            gained_unmeasured=gained_unmeasured,
         )
     held_kinds: set[str] = set()
     if kinds is not None:  # what members take bounds what they hold: no scan
@@ -407,6 +430,7 @@ def balance(
                 capacities=counted,
                 stopped_early=heading is not None,
                 heading=heading,
+                gained_unmeasured=gained_unmeasured,
             )
     heading = None
     if max(util.values()) > trigger:
@@ -558,6 +582,7 @@ def balance(
         capacities=counted,
         stopped_early=stopped_early,
         heading=heading,
+        gained_unmeasured=gained_unmeasured,
     )
 
 
@@ -1171,6 +1196,8 @@ class _LoadIndex:
         self.default = default
         #: ``kind -> load of its unmeasured resources`` (standby twins: 0).
         self.unmeasured = {kind: self._unmeasured(kind) for kind in by_kind}
+        #: Some resource summed was not measured.
+        self.missing = False
 
     def _unmeasured(self, kind: str) -> float:
         return 0.0 if is_standby_kind(kind) else self.default
@@ -1197,6 +1224,7 @@ class _LoadIndex:
                 by_kind[kind][key] for kind, key in chain.from_iterable(zip(*lists, strict=False))
             ]
         except KeyError:  # some resource is not measured
+            self.missing = True
             values = self.values(list(chain.from_iterable(zip(*lists, strict=False))))
         # fsum: exact, so a total does not depend on the order it is summed in
         # (the same as _sum_loads's, and so the same moves).
@@ -1205,15 +1233,40 @@ class _LoadIndex:
             for column, resources in enumerate(lists)
         ]
 
+    def unmeasured_in(self, resources: list[Resource]) -> bool:
+        """Some resource of ``resources`` (not a standby twin) is not measured."""
+        by_kind = self.by_kind
+        empty: dict[object, float] = {}
+        return any(
+            key not in by_kind.get(kind, empty) and not is_standby_kind(kind)
+            for kind, key in resources
+        )
+
     def values(self, resources: list[Resource]) -> list[float]:
         by_kind = self.by_kind
         try:
             return [by_kind[kind][key] for kind, key in resources]
         except KeyError:  # some resource is not measured
+            self.missing = True
             unmeasured = self.unmeasured
             for kind in {kind for kind, _ in resources}.difference(unmeasured):
                 unmeasured[kind] = self._unmeasured(kind)
             return [by_kind[kind].get(key, unmeasured[kind]) for kind, key in resources]
+
+
+def _sum_gained(
+    resources: list[Resource], loads: Mapping[Resource, float], default: float
+) -> tuple[float, bool]:
+    """:func:`_sum_loads`, and whether some resource (not a standby twin) is
+    not measured."""
+    values = list(map(loads.get, resources))
+    if None not in values:
+        return math.fsum(values), False  # type: ignore[arg-type]
+    guessed = any(
+        value is None and not resource[0].endswith(STANDBY_SUFFIX)
+        for resource, value in zip(resources, values, strict=True)
+    )
+    return _sum_loads(resources, loads, default), guessed
 
 
 def _sum_loads(resources: list[Resource], loads: Mapping[Resource, float], default: float) -> float:
@@ -1366,7 +1419,9 @@ class LoadBalancing:
         # million resources over 2,000 members: 500 lookups each, not a million).
         touched = {mid for move in self.last.moves for mid in (move.giver, move.taker)}
         out = self.last.assignment
-        self.guessed = any(r not in loads for mid in touched for r in out.get(mid, ()))
+        self.guessed = self.last.gained_unmeasured or any(
+            r not in loads for mid in touched for r in out.get(mid, ())
+        )
         return self.last.assignment
 
 

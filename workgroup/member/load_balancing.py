@@ -45,9 +45,11 @@ Rules:
    pins held anywhere in the way, for the swap or chain that would help; not
    when no move could help, as with one resource above the mean: then only
    changed loads can, and the next rebalance brings them), or when its stage
-   moved resources while some load was not measured (a new leader that never
-   saw a departed member's loads counts them as the average; their new owners
-   measure them meanwhile), the leader asks for a rebalance
+   moved resources while some load was not measured, or the round gives a
+   member a resource it did not own whose load the leader never saw (a new
+   leader that never saw a departed member's loads counts them as the
+   average; their new owners measure them meanwhile, but rejoin by themselves
+   only for what they published: rule 2), the leader asks for a rebalance
    ``balance_interval_ms`` later (Kafka Streams' probing rebalance): members
    rejoin with fresh loads and the stage goes on.  A round that ends within the
    tolerance schedules nothing; the next rebalance, whatever its cause, brings
@@ -304,7 +306,9 @@ def balance_stage(
     # The members the moves touched are where a guess decided anything (a
     # million resources over 2,000 members: 500 lookups each, not a million).
     touched = {mid for move in balanced.moves for mid in (move.giver, move.taker)}
-    guessed = any(r not in loads for mid in touched for r in out.get(mid, ()))
+    guessed = balanced.gained_unmeasured or any(
+        r not in loads for mid in touched for r in out.get(mid, ())
+    )
     decided = bool(balanced.moves or balanced.returned)
     return BalanceResult(out, balanced, decided=decided, guessed=guessed, loads=loads)
 

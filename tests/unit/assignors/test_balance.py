@@ -20,7 +20,7 @@ from workgroup.assignors.balance import (
     fewest_moves,
 )
 from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
-from workgroup.assignors.standby import StandbyAssignor
+from workgroup.assignors.standby import STANDBY_SUFFIX, StandbyAssignor
 from workgroup.assignors.sticky import CooperativeStickyAssignor
 from workgroup.errors import ConfigError
 from workgroup.types import Resource
@@ -275,6 +275,50 @@ def test_the_count_balance_does_not_undo_where_the_stage_placed_resources() -> N
     off = balance(counts, loads, capacities, tolerance=10.0, owned=owned, placed=placed)
     assert off.returned == ()
     assert off.assignment == counts
+
+
+def test_a_resource_handed_to_a_new_owner_without_a_load_is_reported() -> None:
+    # A new leader knows the loads a and b published, not shard 2's (its owner
+    # left): giving it to a is a guess that a's measurement settles.
+    loads = {("s", 0): 1.0, ("s", 1): 1.0}
+    capacities = {"a": 1.0, "b": 1.0}
+    owned = {"a": [("s", 0)], "b": [("s", 1)]}
+    published = {"a": 1.0, "b": 1.0}
+    handed = {"a": [("s", 0), ("s", 2)], "b": [("s", 1)]}
+
+    def guessed(
+        assignment: Assignment,
+        loads: dict[Resource, float],
+        owned: dict[str, list[Resource]],
+        owned_loads: dict[str, float] | None = published,
+    ) -> bool:
+        return balance(
+            assignment, loads, capacities, owned=owned, owned_loads=owned_loads
+        ).gained_unmeasured
+
+    assert guessed(handed, loads, owned)
+    # Once a owns it, it is no news (a load never reported stays a guess).
+    assert not guessed(handed, loads, handed)
+    assert not guessed(handed, {**loads, ("s", 2): 1.0}, owned)
+    # A member that published no load rejoins by itself once it measures.
+    assert not guessed(handed, loads, owned, owned_loads=None)
+    # Standby twins count as 0 unless reported: not a guess.
+    with_twin = {"a": [("s", 0)], "b": [("s", 1), ("s" + STANDBY_SUFFIX, 0)]}
+    assert not guessed(with_twin, loads, owned)
+    # A member that owned nothing (all of it revoked when the leader left)
+    # published nothing, and gains all it holds: a guess too.
+    assert guessed(handed, loads, {"b": [("s", 1)]}, owned_loads={"b": 1.0})
+
+
+@pytest.mark.parametrize("measured", [True, False])
+def test_a_large_group_reports_unmeasured_resources_handed_out(measured: bool) -> None:
+    # Summed through the load index (20,000 resources and more).
+    keys = range(30_000)
+    loads = {("s", k): 1.0 for k in keys if measured or k != 29_999}
+    handed = {"a": [("s", k) for k in keys if k % 2], "b": [("s", k) for k in keys if not k % 2]}
+    owned: dict[str, list[Resource]] = {"a": [], "b": []}
+    result = balance(handed, loads, {"a": 1.0, "b": 1.0}, owned=owned)
+    assert result.gained_unmeasured is not measured
 
 
 def test_settings_are_checked() -> None:

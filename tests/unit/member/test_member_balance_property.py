@@ -266,3 +266,20 @@ def test_a_balance_more_than_max_moves_away_is_reached_over_rounds(case: Case) -
 )
 def test_the_count_balance_does_not_undo_the_stages_placement(case: Case) -> None:
     reach_balance_then_stay_quiet(case, note=lambda _: None)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # The leader leaves: the new one never saw the loads of what the old
+        # one ran (nor of what was being handed over), counts them as the
+        # average, and sees no move that helps: it looks again once their new
+        # owners measured them (they publish them only when asked).
+        Case((1, 1, 1, 2, 1), (1.0, 1.0, 1.0), "one_leaves", 0, 16),
+        Case((1, 1, 1, 2, 1), (1.0, 1.0, 1.0), "one_leaves", 0, 2),
+        Case((5, 11, 9, 16, 7, 18, 5), (2.0, 1.0, 1.0, 1.0), "one_leaves", 0, 16),
+    ],
+    ids=["equal-loads", "equal-loads-two-moves", "capacities"],
+)
+def test_a_new_leader_looks_again_at_what_it_handed_out_on_guesses(case: Case) -> None:
+    reach_balance_then_stay_quiet(case, note=lambda _: None)

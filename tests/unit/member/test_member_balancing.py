@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import pytest
 from machine_steps import ack_callbacks, sent
@@ -248,6 +249,41 @@ def test_the_leader_remembers_where_the_stage_placed_resources_while_the_members
     third = round_(10_000, ("me", "new", "other"))
     assert memory.placed == {third: memory.placed[third]}
     assert memory.placed_for == {"me", "new", "other"}
+
+
+def test_a_round_that_hands_out_unmeasured_resources_probes_once() -> None:
+    # A new leader: "other" publishes the loads of shards 0-2; shards 3-5 were
+    # the departed leader's, never seen.  The round looks even on the average,
+    # but their new owner measures them: the leader looks again an interval later.
+    memory = LeaderBalancing(BalanceSettings(max_moves=16, balance_interval_ms=1_000))
+    given = {"me": [("shard", k) for k in (3, 4, 5)], "other": [("shard", k) for k in (0, 1, 2)]}
+
+    def round_(now: int, owned: Mapping[str, list[Resource]]) -> int | None:
+        stage = memory.stage(now)
+        assert stage is not None
+        data = AssignmentInput(
+            resources={"shard": range(6)},
+            members={
+                m: MemberInfo(
+                    m,
+                    frozenset({"shard"}),
+                    owned=tuple(owned.get(m, ())),
+                    owned_load=30.0 if m == "other" else None,  # what it published
+                )
+                for m in given
+            },
+            resource_loads={("shard", k): 10.0 for k in range(3)},
+        )
+        result = balance_stage(stage, given, data, refused={}, carried=False, exclusive=True)
+        assert result.balanced is not None
+        assert not result.balanced.over(0.10)
+        memory.finished(now, result, carried=False)
+        return memory.probe_at
+
+    assert round_(0, {"other": given["other"]}) == 1_000
+    # Shards 3-5 never report (their handler measures nothing): once "me" owns
+    # them, nothing is news and no probe follows.
+    assert round_(1_000, given) is None
 
 
 def test_settings_are_checked() -> None:
