@@ -24,6 +24,9 @@ Rules:
    of the two members' utilisations most.  When no single move lowers it (its
    resources are all too big for anyone), a swap with one of the lightest
    members may: it gives a resource and takes back a lighter one (two moves).
+   A swap or chain counts as lowering it only by more than the loads'
+   resolution (the metadata's two bytes): else it exchanges equal resources
+   or mirrors two members, and rounds would do so back and forth.
    When no swap does either, room is made: the busiest member's resource goes
    to a light member that gives its own, largest first, to members that stay
    within the target (a chain of moves, as many as ``max_moves`` leaves).
@@ -700,6 +703,13 @@ def _best_move(
 _SWAP_PARTNERS = 4
 
 
+#: Loads closer than this (relative) are not told apart: the metadata carries
+#: each in two bytes, scaled to its member's largest, so two equal loads
+#: published by different members differ by about that much.  A swap or chain
+#: that gains less exchanges equal resources, or mirrors two members.
+_LOAD_RESOLUTION = 1e-3
+
+
 def _best_swap(
     giver: str,
     out: Assignment,
@@ -750,8 +760,8 @@ def _best_swap(
                     (member_load[giver] - delta) / capacity[giver],
                     (member_load[taker] + delta) / capacity[taker],
                 )
-                if worst >= peak:
-                    continue
+                if worst >= peak * (1 - _LOAD_RESOLUTION):
+                    continue  # two moves for a gain below what loads can tell
                 key = (order_r, order_s)
                 if best is None or (worst, key) < best[:2]:
                     best = (
@@ -820,7 +830,7 @@ def _best_repack(
                 settled, extra=0.0, limit=budget - 1,
             )  # fmt: skip
             worst = max(load[m] / capacity[m] for m in {move.taker for move in chain} | {giver})
-            if len(chain) <= budget and worst < peak:
+            if len(chain) <= budget and worst < peak * (1 - _LOAD_RESOLUTION):
                 key = (worst, len(chain), order_r)
                 if best is None or key < best[:3]:
                     best = (worst, len(chain), order_r, tuple(chain))

@@ -321,6 +321,38 @@ def test_a_large_group_reports_unmeasured_resources_handed_out(measured: bool) -
     assert result.gained_unmeasured is not measured
 
 
+@pytest.mark.parametrize(
+    ("held", "pinned", "published"),
+    [
+        # Shards 1 and 2 (4 each) published by different members: a swap of
+        # the two "lowers" c by the encoding's rounding.
+        ({"a": [3], "b": [5], "c": [1, 4], "d": [0, 2]}, [0, 4], (13, 4.00003, 3.99997, 7, 17, 10)),
+        # c and d mirrored: the chain giving 17 for 13 only swaps their roles.
+        ({"a": [3], "b": [5], "c": [0, 1], "d": [2, 4]}, [1, 2], (13, 3.99994, 4.00006, 7, 17, 10)),
+    ],
+    ids=["equal-resources", "mirrored-members"],
+)
+def test_loads_within_their_resolution_decide_as_equal_loads(
+    held: dict[str, list[int]], pinned: list[int], published: tuple[float, ...]
+) -> None:
+    capacities = {"a": 1.0, "b": 1.0, "c": 2.0, "d": 2.0}
+    assignment = {m: [("s", k) for k in keys] for m, keys in held.items()}
+
+    def run(values: tuple[float, ...]) -> tuple[list[tuple[Resource, str]], bool]:
+        loads = {("s", k): float(x) for k, x in enumerate(values)}
+        result = balance(
+            assignment,
+            loads,
+            capacities,
+            max_moves=2,
+            owned=assignment,
+            pinned=frozenset(("s", k) for k in pinned),
+        )
+        return [(m.resource, m.taker) for m in result.moves], result.heading is not None
+
+    assert run(published) == run((13, 4, 4, 7, 17, 10))
+
+
 def test_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="imbalance_tolerance"):
         check_settings(-0.1, 5)

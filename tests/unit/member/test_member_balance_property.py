@@ -283,3 +283,12 @@ def test_the_count_balance_does_not_undo_the_stages_placement(case: Case) -> Non
 )
 def test_a_new_leader_looks_again_at_what_it_handed_out_on_guesses(case: Case) -> None:
     reach_balance_then_stay_quiet(case, note=lambda _: None)
+
+
+def test_resources_of_equal_load_are_not_swapped_back_and_forth() -> None:
+    # Shards 1 and 2 weigh 4 each, but reach the leader a rounding apart (each
+    # member scales its loads to its largest): the stage swapped them, or
+    # mirrored c and d, every pin period instead of heading for the balance.
+    reach_balance_then_stay_quiet(
+        Case((13, 4, 4, 7, 17, 10), (1.0, 1.0, 2.0, 2.0), "together", 0, 2), note=lambda _: None
+    )
