@@ -24,6 +24,9 @@ Rules:
    of the two members' utilisations most.  When no single move lowers it (its
    resources are all too big for anyone), a swap with one of the lightest
    members may: it gives a resource and takes back a lighter one (two moves).
+   A swap or chain counts as lowering it only by more than the loads'
+   resolution (the metadata's two bytes): else it exchanges equal resources
+   or mirrors two members, and rounds would do so back and forth.
    When no swap does either, room is made: the busiest member's resource goes
    to a light member that gives its own, largest first, to members that stay
    within the target (a chain of moves, as many as ``max_moves`` leaves).
@@ -54,8 +57,14 @@ Rules:
    target is above the tolerance or the resource is pinned: load balance
    replaces count balance where count balance is not good enough, and an
    unrelated rebalance does not undo recent moves; within the tolerance (a
-   tolerance large enough turns balancing off) count balance stands.  Such a
-   return is not a move (the resource stays where it runs).
+   tolerance large enough turns balancing off) count balance stands.  A
+   resource the stage itself put on its owner (``placed``: the leader keeps
+   it while the members stay the same) goes back without the floor: giving it
+   back keeps the largest utilisation where the assignor's target has it, and
+   the count balance does not undo a load decision (else the stage moves it
+   again once its pin expires, and the rounds alternate between two
+   placements).  Such a return is not a move (the resource stays where it
+   runs).
 6. Deterministic: members are taken by utilisation then id, resources by load
    then :func:`~workgroup.types.resource_sort_key`.
 """
@@ -120,6 +129,10 @@ class Balanced:
     stopped_early: bool = False
     #: The placement the next rounds head for (:mod:`~workgroup.assignors.balance_rounds`).
     heading: Heading | None = None
+    #: The assignor gave a member that published its loads (``owned_loads``) a
+    #: resource it did not own whose load was not measured (counted as the
+    #: average): its new owner measures it.
+    gained_unmeasured: bool = False
 
     def ratio(self, loads: Mapping[str, float] | None = None) -> float:
         """Largest utilisation over the mean (1.0 when there is no load)."""
@@ -172,6 +185,7 @@ def balance(
     owned_loads: Mapping[str, float] | None = None,
     refused: Mapping[str, Collection[Resource]] | None = None,
     heading: Heading | None = None,
+    placed: Mapping[Resource, str] | None = None,
 ) -> Balanced:
     """Even out ``assignment`` by load (see the module's rules).
 
@@ -188,7 +202,8 @@ def balance(
     ``assignment`` is not modified; the result shares the lists of members
     nothing moved from or to.  ``heading``: the placement earlier rounds headed
     for (:mod:`~workgroup.assignors.balance_rounds`); while its premises hold,
-    this round moves only toward it.
+    this round moves only toward it.  ``placed``: ``resource -> member`` the
+    stage moved it to in earlier rounds, for the same members (rule 5).
     """
     check_settings(tolerance, max_moves, target)
     goal = tolerance / 2 if target is None else target
@@ -217,6 +232,12 @@ def balance(
 
     capacity = {mid: _positive(capacities.get(mid, 1.0)) for mid in members}
     changes = {m: _changes(owned.get(m, ()), out[m]) for m in members} if owned else {}
+    # Unmeasured resources handed to a member that owned them not, seen where
+    # the totals look them up anyway: the gains of a member whose published
+    # loads are used, everything a member that owns nothing holds.  (A member
+    # that owns some but published no load rejoins by itself once it
+    # measures: the member's rule 2.)
+    gained_unmeasured = False
     found: dict[str, float] = {}
     unknown: list[str] = []  # members whose total is summed resource by resource
     for mid in members:
@@ -225,16 +246,27 @@ def balance(
             unknown.append(mid)
             continue
         gained, lost = changes[mid]
-        found[mid] = known - _sum_loads(lost, loads, default) + _sum_loads(gained, loads, default)
+        gained_load, guessed = _sum_gained(gained, loads, default)
+        gained_unmeasured = gained_unmeasured or guessed
+        found[mid] = known - _sum_loads(lost, loads, default) + gained_load
+    empty_handed = [mid for mid in unknown if owned and not owned.get(mid)]
     if sum(len(out[mid]) for mid in unknown) >= _INDEX_FROM:
         # As the assignors: no cycles are made, and each collection would walk
         # every tuple of a large assignment.
         with collector_paused():
             index = _LoadIndex(loads, default)
             totals = index.totals([out[mid] for mid in unknown])
+            if index.missing and empty_handed:
+                gained_unmeasured = gained_unmeasured or any(
+                    index.unmeasured_in(out[mid]) for mid in empty_handed
+                )
         found.update(zip(unknown, totals, strict=True))
     else:
-        found.update((mid, _sum_loads(out[mid], loads, default)) for mid in unknown)
+        for mid in unknown:
+            total, guessed = _sum_gained(out[mid], loads, default)
+            found[mid] = total
+            if guessed and mid in empty_handed:
+                gained_unmeasured = True
     member_load = {mid: found[mid] for mid in members}
     takes = {mid: (None if kinds is None else frozenset(kinds.get(mid, ()))) for mid in members}
     counted = {
@@ -244,7 +276,13 @@ def balance(
     mean = sum(member_load.values()) / total_capacity if total_capacity else 0.0
     before = dict(member_load)
     if mean <= 0:
-        return Balanced(out, before=before, after=dict(member_load), capacities=counted)
+        return Balanced(
+            out,
+            before=before,
+            after=dict(member_load),
+            capacities=counted,
+            gained_unmeasured=gained_unmeasured,
+        )
 
     util = {mid: member_load[mid] / capacity[mid] for mid in members}
     taken = _taken_from_owners(changes) if changes else []
@@ -252,7 +290,14 @@ def balance(
     if not taken and max(util.values()) <= trigger:
         # Within tolerance, nothing to give back: skip the indexes below (at a
         # million resources they cost as much as summing the loads).
-        return Balanced(out, before=before, after=dict(member_load), mean=mean, capacities=counted)
+        return Balanced(
+            out,
+            before=before,
+            after=dict(member_load),
+            mean=mean,
+            capacities=counted,
+            gained_unmeasured=gained_unmeasured,
+        )
     held_kinds: set[str] = set()
     if kinds is not None:  # what members take bounds what they hold: no scan
         held_kinds = held_kinds.union(*{frozenset(ks) for ks in kinds.values()})
@@ -325,10 +370,13 @@ def balance(
                 continue
             load = load_of(resource)
             peak = max(util.values())
+            # The stage's own placement: giving it back is no worse (the peak
+            # stays), whatever the floor says of the assignor's choice.
+            stages_own = placed is not None and placed.get(resource) == owner
             if (
                 may_take(owner, resource, holder)
                 and (member_load[owner] + load) / capacity[owner] <= peak
-                and (member_load[holder] - load) / capacity[holder] >= floor
+                and (stages_own or (member_load[holder] - load) / capacity[holder] >= floor)
             ):
                 shift(resource, holder, owner, load)
                 returned.append(Move(resource, holder, owner, load))
@@ -386,6 +434,7 @@ def balance(
                 capacities=counted,
                 stopped_early=heading is not None,
                 heading=heading,
+                gained_unmeasured=gained_unmeasured,
             )
     heading = None
     if max(util.values()) > trigger:
@@ -537,6 +586,7 @@ def balance(
         capacities=counted,
         stopped_early=stopped_early,
         heading=heading,
+        gained_unmeasured=gained_unmeasured,
     )
 
 
@@ -654,6 +704,13 @@ def _best_move(
 _SWAP_PARTNERS = 4
 
 
+#: Loads closer than this (relative) are not told apart: the metadata carries
+#: each in two bytes, scaled to its member's largest, so two equal loads
+#: published by different members differ by about that much.  A swap or chain
+#: that gains less exchanges equal resources, or mirrors two members.
+_LOAD_RESOLUTION = 1e-3
+
+
 def _best_swap(
     giver: str,
     out: Assignment,
@@ -704,8 +761,8 @@ def _best_swap(
                     (member_load[giver] - delta) / capacity[giver],
                     (member_load[taker] + delta) / capacity[taker],
                 )
-                if worst >= peak:
-                    continue
+                if worst >= peak * (1 - _LOAD_RESOLUTION):
+                    continue  # two moves for a gain below what loads can tell
                 key = (order_r, order_s)
                 if best is None or (worst, key) < best[:2]:
                     best = (
@@ -774,7 +831,7 @@ def _best_repack(
                 settled, extra=0.0, limit=budget - 1,
             )  # fmt: skip
             worst = max(load[m] / capacity[m] for m in {move.taker for move in chain} | {giver})
-            if len(chain) <= budget and worst < peak:
+            if len(chain) <= budget and worst < peak * (1 - _LOAD_RESOLUTION):
                 key = (worst, len(chain), order_r)
                 if best is None or key < best[:3]:
                     best = (worst, len(chain), order_r, tuple(chain))
@@ -1150,6 +1207,8 @@ class _LoadIndex:
         self.default = default
         #: ``kind -> load of its unmeasured resources`` (standby twins: 0).
         self.unmeasured = {kind: self._unmeasured(kind) for kind in by_kind}
+        #: Some resource summed was not measured.
+        self.missing = False
 
     def _unmeasured(self, kind: str) -> float:
         return 0.0 if is_standby_kind(kind) else self.default
@@ -1176,6 +1235,7 @@ class _LoadIndex:
                 by_kind[kind][key] for kind, key in chain.from_iterable(zip(*lists, strict=False))
             ]
         except KeyError:  # some resource is not measured
+            self.missing = True
             values = self.values(list(chain.from_iterable(zip(*lists, strict=False))))
         # fsum: exact, so a total does not depend on the order it is summed in
         # (the same as _sum_loads's, and so the same moves).
@@ -1184,15 +1244,40 @@ class _LoadIndex:
             for column, resources in enumerate(lists)
         ]
 
+    def unmeasured_in(self, resources: list[Resource]) -> bool:
+        """Some resource of ``resources`` (not a standby twin) is not measured."""
+        by_kind = self.by_kind
+        empty: dict[object, float] = {}
+        return any(
+            key not in by_kind.get(kind, empty) and not is_standby_kind(kind)
+            for kind, key in resources
+        )
+
     def values(self, resources: list[Resource]) -> list[float]:
         by_kind = self.by_kind
         try:
             return [by_kind[kind][key] for kind, key in resources]
         except KeyError:  # some resource is not measured
+            self.missing = True
             unmeasured = self.unmeasured
             for kind in {kind for kind, _ in resources}.difference(unmeasured):
                 unmeasured[kind] = self._unmeasured(kind)
             return [by_kind[kind].get(key, unmeasured[kind]) for kind, key in resources]
+
+
+def _sum_gained(
+    resources: list[Resource], loads: Mapping[Resource, float], default: float
+) -> tuple[float, bool]:
+    """:func:`_sum_loads`, and whether some resource (not a standby twin) is
+    not measured."""
+    values = list(map(loads.get, resources))
+    if None not in values:
+        return math.fsum(values), False  # type: ignore[arg-type]
+    guessed = any(
+        value is None and not resource[0].endswith(STANDBY_SUFFIX)
+        for resource, value in zip(resources, values, strict=True)
+    )
+    return _sum_loads(resources, loads, default), guessed
 
 
 def _sum_loads(resources: list[Resource], loads: Mapping[Resource, float], default: float) -> float:
@@ -1345,7 +1430,9 @@ class LoadBalancing:
         # million resources over 2,000 members: 500 lookups each, not a million).
         touched = {mid for move in self.last.moves for mid in (move.giver, move.taker)}
         out = self.last.assignment
-        self.guessed = any(r not in loads for mid in touched for r in out.get(mid, ()))
+        self.guessed = self.last.gained_unmeasured or any(
+            r not in loads for mid in touched for r in out.get(mid, ())
+        )
         return self.last.assignment
 
 

@@ -28,7 +28,12 @@ Rules:
    resource, so that a resource whose owner is revoking it (and reports it no
    more) keeps its load; resources nobody ever measured count as the average
    (the stage's rule 1).  Resources the stage moved are *pinned* for
-   ``pinned_intervals`` balancing intervals (not moved again meanwhile).  What
+   ``pinned_intervals`` balancing intervals (not moved again meanwhile).  Where
+   the stage put each resource is kept after the pin expires, while the
+   members stay the same, so that the assignor's count balance does not undo
+   it (the stage's rule 5: :func:`~workgroup.assignors.balance.balance`); a
+   member that joins or leaves changes the premises of those decisions (the
+   assignor's choice for a newcomer stands).  What
    a round decided is kept in the round's plan
    (:class:`~workgroup.member.round_plan.RoundPlan`, kept by
    :class:`~workgroup.member.pipeline.LeaderPipeline`) while it withholds
@@ -40,9 +45,11 @@ Rules:
    pins held anywhere in the way, for the swap or chain that would help; not
    when no move could help, as with one resource above the mean: then only
    changed loads can, and the next rebalance brings them), or when its stage
-   moved resources while some load was not measured (a new leader that never
-   saw a departed member's loads counts them as the average; their new owners
-   measure them meanwhile), the leader asks for a rebalance
+   moved resources while some load was not measured, or the round gives a
+   member a resource it did not own whose load the leader never saw (a new
+   leader that never saw a departed member's loads counts them as the
+   average; their new owners measure them meanwhile, but rejoin by themselves
+   only for what they published: rule 2), the leader asks for a rebalance
    ``balance_interval_ms`` later (Kafka Streams' probing rebalance): members
    rejoin with fresh loads and the stage goes on.  A round that ends within the
    tolerance schedules nothing; the next rebalance, whatever its cause, brings
@@ -223,6 +230,10 @@ class BalanceStage:
     carry_stopped_early: bool = False
     #: The placement earlier rounds head for (rule 5).
     heading: Heading | None = None
+    #: ``resource -> member`` the stage moved it to in earlier rounds, and the
+    #: members it was decided for (rule 3).
+    placed: Mapping[Resource, str] = field(default_factory=dict)
+    placed_for: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,12 +300,15 @@ def balance_stage(
         owned_loads=owned_loads,
         refused=refused,
         heading=stage.heading,
+        placed=stage.placed if stage.placed_for == data.members.keys() else None,
     )
     out = balanced.assignment
     # The members the moves touched are where a guess decided anything (a
     # million resources over 2,000 members: 500 lookups each, not a million).
     touched = {mid for move in balanced.moves for mid in (move.giver, move.taker)}
-    guessed = any(r not in loads for mid in touched for r in out.get(mid, ()))
+    guessed = balanced.gained_unmeasured or any(
+        r not in loads for mid in touched for r in out.get(mid, ())
+    )
     decided = bool(balanced.moves or balanced.returned)
     return BalanceResult(out, balanced, decided=decided, guessed=guessed, loads=loads)
 
@@ -326,6 +340,11 @@ class LeaderBalancing:
         self._guessed = False
         #: The placement the stage heads for over rounds (rule 5).
         self.heading: Heading | None = None
+        #: ``resource -> member`` the stage moved it to, for the members of
+        #: ``placed_for`` (rule 3); never modified (a round that changes it
+        #: builds a new one: the stage reads it in another thread).
+        self.placed: Mapping[Resource, str] = {}
+        self.placed_for: frozenset[str] = frozenset()
 
     @property
     def enabled(self) -> bool:
@@ -350,6 +369,8 @@ class LeaderBalancing:
             remembered=self.loads,
             carry_stopped_early=carry_stopped_early,
             heading=self.heading,
+            placed=self.placed,
+            placed_for=self.placed_for,
         )
 
     def finished(self, now: int, result: BalanceResult | None, *, carried: bool) -> BalanceOutcome:
@@ -367,6 +388,7 @@ class LeaderBalancing:
             return BalanceOutcome(None, decided=result.decided)
         for move in self.last.moves:
             self.moved_at[move.resource] = now
+        self._remember_placements(self.last)
         unfinished = self.last.unfinished(self.settings.imbalance_tolerance)
         # Rule 4: moves decided on guessed loads are looked at again once measured
         # (the follow-up rounds that carry them out keep that).
@@ -374,6 +396,17 @@ class LeaderBalancing:
         again = unfinished or self._guessed
         self.probe_at = now + self.settings.balance_interval_ms if again else None
         return BalanceOutcome(self.last, decided=result.decided)
+
+    def _remember_placements(self, last: Balanced) -> None:
+        """Where the round's moves put resources (rule 3); a member that
+        joins or leaves starts the memory afresh."""
+        if last.assignment.keys() != self.placed_for:
+            self.placed_for = frozenset(last.assignment)
+            self.placed = {}
+        if last.moves:
+            placed = dict(self.placed)
+            placed.update((move.resource, move.taker) for move in last.moves)
+            self.placed = placed
 
     def due(self, now: int) -> bool:
         return self.probe_at is not None and now >= self.probe_at

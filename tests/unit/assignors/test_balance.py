@@ -20,7 +20,7 @@ from workgroup.assignors.balance import (
     fewest_moves,
 )
 from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
-from workgroup.assignors.standby import StandbyAssignor
+from workgroup.assignors.standby import STANDBY_SUFFIX, StandbyAssignor
 from workgroup.assignors.sticky import CooperativeStickyAssignor
 from workgroup.errors import ConfigError
 from workgroup.types import Resource
@@ -245,6 +245,112 @@ def test_a_newcomer_keeps_what_it_was_given() -> None:
     result = balance(counts, loads, dict.fromkeys(counts, 1.0), owned=owned)
     assert result.returned == ()
     assert result.assignment == counts
+
+
+def test_the_count_balance_does_not_undo_where_the_stage_placed_resources() -> None:
+    # The group runs the stage's placement (max/mean 1.144); the count balance
+    # takes 7 from c and 9 from b (1.373), leaving a and d below the floor once
+    # given back.  Where the stage put them, they go back all the same.
+    loads = {("s", k): float(x) for k, x in enumerate((16, 2, 17, 16, 8, 12, 12, 8, 17, 10))}
+
+    def shards(*keys: int) -> list[Resource]:
+        return [("s", k) for k in keys]
+
+    owned = {"a": shards(0), "b": shards(1, 3, 5, 9), "c": shards(2, 4, 6, 7), "d": shards(8)}
+    counts = {"a": shards(0, 7), "b": shards(1, 3, 5), "c": shards(2, 4, 6), "d": shards(8, 9)}
+    capacities = {"a": 1.0, "b": 2.0, "c": 2.0, "d": 1.0}
+    running = balance(owned, loads, capacities, max_moves=0).ratio()
+    pinned = frozenset(shards(7, 8, 9))
+    placed = {("s", 7): "c", ("s", 9): "b"}
+    result = balance(
+        counts, loads, capacities, max_moves=2, owned=owned, pinned=pinned, placed=placed
+    )
+    assert [(m.resource, m.taker) for m in result.returned] == [(("s", 7), "c"), (("s", 9), "b")]
+    assert result.ratio() < running < result.ratio_before
+    # Without that memory the floor keeps the count balance, above what runs.
+    floor = balance(counts, loads, capacities, max_moves=2, owned=owned, pinned=pinned)
+    assert floor.returned == ()
+    assert floor.ratio() > running
+    # A tolerance that turns balancing off leaves the count balance as it was.
+    off = balance(counts, loads, capacities, tolerance=10.0, owned=owned, placed=placed)
+    assert off.returned == ()
+    assert off.assignment == counts
+
+
+def test_a_resource_handed_to_a_new_owner_without_a_load_is_reported() -> None:
+    # A new leader knows the loads a and b published, not shard 2's (its owner
+    # left): giving it to a is a guess that a's measurement settles.
+    loads = {("s", 0): 1.0, ("s", 1): 1.0}
+    capacities = {"a": 1.0, "b": 1.0}
+    owned = {"a": [("s", 0)], "b": [("s", 1)]}
+    published = {"a": 1.0, "b": 1.0}
+    handed = {"a": [("s", 0), ("s", 2)], "b": [("s", 1)]}
+
+    def guessed(
+        assignment: Assignment,
+        loads: dict[Resource, float],
+        owned: dict[str, list[Resource]],
+        owned_loads: dict[str, float] | None = published,
+    ) -> bool:
+        return balance(
+            assignment, loads, capacities, owned=owned, owned_loads=owned_loads
+        ).gained_unmeasured
+
+    assert guessed(handed, loads, owned)
+    # Once a owns it, it is no news (a load never reported stays a guess).
+    assert not guessed(handed, loads, handed)
+    assert not guessed(handed, {**loads, ("s", 2): 1.0}, owned)
+    # A member that published no load rejoins by itself once it measures.
+    assert not guessed(handed, loads, owned, owned_loads=None)
+    # Standby twins count as 0 unless reported: not a guess.
+    with_twin = {"a": [("s", 0)], "b": [("s", 1), ("s" + STANDBY_SUFFIX, 0)]}
+    assert not guessed(with_twin, loads, owned)
+    # A member that owned nothing (all of it revoked when the leader left)
+    # published nothing, and gains all it holds: a guess too.
+    assert guessed(handed, loads, {"b": [("s", 1)]}, owned_loads={"b": 1.0})
+
+
+@pytest.mark.parametrize("measured", [True, False])
+def test_a_large_group_reports_unmeasured_resources_handed_out(measured: bool) -> None:
+    # Summed through the load index (20,000 resources and more).
+    keys = range(30_000)
+    loads = {("s", k): 1.0 for k in keys if measured or k != 29_999}
+    handed = {"a": [("s", k) for k in keys if k % 2], "b": [("s", k) for k in keys if not k % 2]}
+    owned: dict[str, list[Resource]] = {"a": [], "b": []}
+    result = balance(handed, loads, {"a": 1.0, "b": 1.0}, owned=owned)
+    assert result.gained_unmeasured is not measured
+
+
+@pytest.mark.parametrize(
+    ("held", "pinned", "published"),
+    [
+        # Shards 1 and 2 (4 each) published by different members: a swap of
+        # the two "lowers" c by the encoding's rounding.
+        ({"a": [3], "b": [5], "c": [1, 4], "d": [0, 2]}, [0, 4], (13, 4.00003, 3.99997, 7, 17, 10)),
+        # c and d mirrored: the chain giving 17 for 13 only swaps their roles.
+        ({"a": [3], "b": [5], "c": [0, 1], "d": [2, 4]}, [1, 2], (13, 3.99994, 4.00006, 7, 17, 10)),
+    ],
+    ids=["equal-resources", "mirrored-members"],
+)
+def test_loads_within_their_resolution_decide_as_equal_loads(
+    held: dict[str, list[int]], pinned: list[int], published: tuple[float, ...]
+) -> None:
+    capacities = {"a": 1.0, "b": 1.0, "c": 2.0, "d": 2.0}
+    assignment = {m: [("s", k) for k in keys] for m, keys in held.items()}
+
+    def run(values: tuple[float, ...]) -> tuple[list[tuple[Resource, str]], bool]:
+        loads = {("s", k): float(x) for k, x in enumerate(values)}
+        result = balance(
+            assignment,
+            loads,
+            capacities,
+            max_moves=2,
+            owned=assignment,
+            pinned=frozenset(("s", k) for k in pinned),
+        )
+        return [(m.resource, m.taker) for m in result.moves], result.heading is not None
+
+    assert run(published) == run((13, 4, 4, 7, 17, 10))
 
 
 def test_settings_are_checked() -> None:

@@ -248,16 +248,47 @@ def test_a_balance_more_than_max_moves_away_is_reached_over_rounds(case: Case) -
     reach_balance_then_stay_quiet(case, note=lambda _: None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the assignor's count balance puts back a resource the stage moved once "
-        "its pin expires, and the stage moves it again: the rounds alternate "
-        "between two placements above the tolerance"
-    ),
-)
-def test_a_balance_the_count_balance_keeps_undoing() -> None:
-    reach_balance_then_stay_quiet(
+@pytest.mark.parametrize(
+    "case",
+    [
+        # The count balance takes back two resources the stage placed, leaving
+        # a and d below the assignor's floor were they given back: the round
+        # ended at the count balance (1.37) while the group ran 1.14, and the
+        # stage moved them again at every pin expiry.
         Case((16, 2, 17, 16, 8, 12, 12, 8, 17, 10), (1.0, 2.0, 2.0, 1.0), "together", 0, 2),
-        note=lambda _: None,
+        Case((11, 15, 12, 16, 20, 18, 19), (2.0, 2.0, 2.0, 1.0), "one_drains", 1, 2),
+        # A member joins: the assignor's choice for it stands against earlier
+        # placements (else it waits for the pins to expire, and its first
+        # loads come after the group settled).
+        Case((2, 6, 14, 8, 16, 15, 13), (2.0, 1.0, 1.0, 1.0), "one_joins", 1, 16),
+    ],
+    ids=["together", "one-drains", "one-joins"],
+)
+def test_the_count_balance_does_not_undo_the_stages_placement(case: Case) -> None:
+    reach_balance_then_stay_quiet(case, note=lambda _: None)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # The leader leaves: the new one never saw the loads of what the old
+        # one ran (nor of what was being handed over), counts them as the
+        # average, and sees no move that helps: it looks again once their new
+        # owners measured them (they publish them only when asked).
+        Case((1, 1, 1, 2, 1), (1.0, 1.0, 1.0), "one_leaves", 0, 16),
+        Case((1, 1, 1, 2, 1), (1.0, 1.0, 1.0), "one_leaves", 0, 2),
+        Case((5, 11, 9, 16, 7, 18, 5), (2.0, 1.0, 1.0, 1.0), "one_leaves", 0, 16),
+    ],
+    ids=["equal-loads", "equal-loads-two-moves", "capacities"],
+)
+def test_a_new_leader_looks_again_at_what_it_handed_out_on_guesses(case: Case) -> None:
+    reach_balance_then_stay_quiet(case, note=lambda _: None)
+
+
+def test_resources_of_equal_load_are_not_swapped_back_and_forth() -> None:
+    # Shards 1 and 2 weigh 4 each, but reach the leader a rounding apart (each
+    # member scales its loads to its largest): the stage swapped them, or
+    # mirrored c and d, every pin period instead of heading for the balance.
+    reach_balance_then_stay_quiet(
+        Case((13, 4, 4, 7, 17, 10), (1.0, 1.0, 2.0, 2.0), "together", 0, 2), note=lambda _: None
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import pytest
 from machine_steps import ack_callbacks, sent
@@ -35,6 +36,7 @@ from workgroup.member.transitions import State
 from workgroup.protocol import BinaryCodec, MemberMetadata, Protocol
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.testing import capture_logs
+from workgroup.types import Resource
 
 CODEC = BinaryCodec()
 CATALOG = {"shard": list(range(6))}
@@ -213,6 +215,75 @@ def test_moved_resources_stay_pinned_for_the_pinned_intervals() -> None:
     assert memory.pinned(3_000) == frozenset()
     assert memory.probe_at == 1_000
     assert memory.loads == {("shard", k): 10.0 for k in range(6)}
+
+
+def test_the_leader_remembers_where_the_stage_placed_resources_while_the_members_stay() -> None:
+    settings = BalanceSettings(max_moves=1, balance_interval_ms=1_000, pinned_intervals=1)
+    memory = LeaderBalancing(settings)
+
+    def round_(now: int, names: tuple[str, ...]) -> Resource:
+        stage = memory.stage(now)
+        assert stage is not None
+        data = AssignmentInput(
+            resources={"shard": range(6)},
+            members={m: MemberInfo(m, frozenset({"shard"})) for m in names},
+            resource_loads={("shard", k): 10.0 for k in range(6)},
+        )
+        target = AllToOther().assign(data)
+        result = balance_stage(stage, target, data, refused={}, carried=False, exclusive=True)
+        balanced = memory.finished(now, result, carried=False).balanced
+        assert balanced is not None
+        return balanced.moves[0].resource
+
+    first = round_(0, ("me", "other"))
+    assert memory.placed == {first: "me"}
+    # The pin expires; where the stage put the resource is still known.
+    stage = memory.stage(5_000)
+    assert stage is not None
+    assert stage.pinned == frozenset()
+    assert stage.placed == {first: "me"}
+    assert stage.placed_for == {"me", "other"}
+    second = round_(5_000, ("me", "other"))
+    assert memory.placed == {first: "me", second: "me"}
+    # A member joins: the earlier decisions were made for other members.
+    third = round_(10_000, ("me", "new", "other"))
+    assert memory.placed == {third: memory.placed[third]}
+    assert memory.placed_for == {"me", "new", "other"}
+
+
+def test_a_round_that_hands_out_unmeasured_resources_probes_once() -> None:
+    # A new leader: "other" publishes the loads of shards 0-2; shards 3-5 were
+    # the departed leader's, never seen.  The round looks even on the average,
+    # but their new owner measures them: the leader looks again an interval later.
+    memory = LeaderBalancing(BalanceSettings(max_moves=16, balance_interval_ms=1_000))
+    given = {"me": [("shard", k) for k in (3, 4, 5)], "other": [("shard", k) for k in (0, 1, 2)]}
+
+    def round_(now: int, owned: Mapping[str, list[Resource]]) -> int | None:
+        stage = memory.stage(now)
+        assert stage is not None
+        data = AssignmentInput(
+            resources={"shard": range(6)},
+            members={
+                m: MemberInfo(
+                    m,
+                    frozenset({"shard"}),
+                    owned=tuple(owned.get(m, ())),
+                    owned_load=30.0 if m == "other" else None,  # what it published
+                )
+                for m in given
+            },
+            resource_loads={("shard", k): 10.0 for k in range(3)},
+        )
+        result = balance_stage(stage, given, data, refused={}, carried=False, exclusive=True)
+        assert result.balanced is not None
+        assert not result.balanced.over(0.10)
+        memory.finished(now, result, carried=False)
+        return memory.probe_at
+
+    assert round_(0, {"other": given["other"]}) == 1_000
+    # Shards 3-5 never report (their handler measures nothing): once "me" owns
+    # them, nothing is news and no probe follows.
+    assert round_(1_000, given) is None
 
 
 def test_settings_are_checked() -> None:
