@@ -22,8 +22,12 @@ Rules:
    date: a resource it published unmeasured is measured now (the loads of a
    group started together arrive after its first round), or the total of the
    resources it published moved by more than the tolerance; at most once per
-   ``balance_interval_ms``.  Otherwise the leader decides when to look again
-   (rule 4).
+   ``balance_interval_ms``.  A member that published no load at all rejoins
+   with its first ones unless its assignment says the leader needs none
+   (``loads_known``: the leader has the load of everything it gave it, its
+   former owners', or probes after the round anyway: rule 4); then the loads
+   it first measures are what later changes are measured against.  Otherwise
+   the leader decides when to look again (rule 4).
 3. **The leader's view.**  The leader keeps the last load it saw for each
    resource, so that a resource whose owner is revoking it (and reports it no
    more) keeps its load; resources nobody ever measured count as the average
@@ -143,6 +147,9 @@ class LoadMeter:
         #: this member's loads, or remembers those of what it gave away).
         self._measured_before = False
         self._measured = False
+        #: The last assignment said the leader needs no first loads from this
+        #: member (it has them, or probes for them).
+        self._loads_known = False
 
     def record(self, resource: Resource, value: object, now: int) -> None:
         load = check_load(value)
@@ -179,6 +186,11 @@ class LoadMeter:
             self._measured_before = self._measured
         return published
 
+    def assigned(self, *, loads_known: bool) -> None:
+        """An assignment was taken; ``loads_known``: its leader needs no first
+        loads from this member (rule 2)."""
+        self._loads_known = loads_known
+
     def changed(self, owned: Iterable[Resource], now: int, settings: BalanceSettings) -> bool:
         """Whether the leader should see this member's loads again (rule 2): it
         published no load and measures some now, a resource it published
@@ -194,6 +206,7 @@ class LoadMeter:
         if now - self._looked_at < settings.balance_interval_ms:
             return False
         published_owned, published = self._published
+        owned = tuple(owned)
         keep = set(owned)
         before: list[float] = []
         after: list[float] = []
@@ -202,7 +215,18 @@ class LoadMeter:
                 # A fresh member (a group started together): the leader has no
                 # load of it, so any measured one is news.  One that had measured
                 # before gave its loads in earlier rounds.
-                return not self._measured_before and any(r in self._loads for r in keep)
+                measured = [r for r in owned if r in self._loads]
+                if self._measured_before or not measured:
+                    return False
+                if not self._loads_known:
+                    return True
+                # The leader has their loads (their former owners'): what is
+                # measured now is what later changes are measured against.
+                self._published = (
+                    tuple(measured),
+                    tuple(self._loads[r][0] for r in measured),
+                )
+                return False
             for index, resource in enumerate(published_owned):
                 entry = self._loads.get(resource)
                 if entry is None or resource not in keep:
@@ -407,6 +431,22 @@ class LeaderBalancing:
             placed = dict(self.placed)
             placed.update((move.resource, move.taker) for move in last.moves)
             self.placed = placed
+
+    def loads_known(
+        self, assigned: Mapping[str, Collection[Resource]], published: Collection[str]
+    ) -> frozenset[str]:
+        """The members of ``assigned`` that published no load (not in
+        ``published``) and need not rejoin to bring their first (rule 2): the
+        leader has the load of everything they are given (the former owners'),
+        or probes after this round anyway.  With no load at all (a group
+        started together), none: their first loads are news."""
+        if not self.loads:
+            return frozenset()
+        fresh = [mid for mid in assigned if mid not in published]
+        if self.probe_at is not None:
+            return frozenset(fresh)
+        known = self.loads
+        return frozenset(mid for mid in fresh if all(r in known for r in assigned[mid]))
 
     def due(self, now: int) -> bool:
         return self.probe_at is not None and now >= self.probe_at

@@ -379,12 +379,16 @@ class LeaderPipeline:
                     None if self._balancing.probe_at is None else self._balancing.probe_at - now
                 ),
             )
+        metadata = round_.read.metadata
         out = encode_assignments(
             plan,
             round_.protocol.codec,
             round_.read,
             generation=round_.generation,
             catalog_hash=round_.catalog_hash,
+            loads_known=self._balancing.loads_known(
+                plan.assigned, {mid for mid, meta in metadata.items() if meta.loads}
+            ),
         )
         log.info(
             "member.assignment_computed",

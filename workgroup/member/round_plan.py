@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 
@@ -422,13 +422,16 @@ def encode_assignments(
     *,
     generation: int,
     catalog_hash: bytes,
+    loads_known: Collection[str] = frozenset(),
 ) -> tuple[tuple[str, bytes], ...]:
     """Each member's SyncGroup assignment for ``plan``, in the plan's member order.
 
     Blobs use the highest version every member reads; a member whose metadata
     used another version is asked to rejoin with it.  Every member learns
     whether a follow-up round is pending, so that none calls the group settled
-    while resources are withheld.
+    while resources are withheld.  The members of ``loads_known`` learn that
+    the leader needs no first loads from them
+    (:meth:`~workgroup.member.load_balancing.LeaderBalancing.loads_known`).
     """
     common = read.common_version
     version = min(common, codec.latest_version)
@@ -443,6 +446,7 @@ def encode_assignments(
             rejoin=read.used_versions.get(member_id, common) != common,
             pending=plan.pending,
             warming=plan.warming.get(member_id, ()),
+            loads_known=member_id in loads_known,
         )
         out.append((member_id, codec.encode_assignment(data, version)))
     return tuple(out)

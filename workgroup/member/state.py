@@ -620,6 +620,7 @@ class MemberMachine(MemberViews):
                     self._send_sync(now, assignments)
                 case Take(protocol, data):
                     self._taker.take(now, protocol, data, self._catalog)
+                    self.loads.assigned(loads_known=data.loads_known)
 
 
 __all__ = ["MemberMachine"]

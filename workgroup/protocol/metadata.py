@@ -36,8 +36,10 @@ the largest load, plenty for balancing, in two bytes per resource.
 
 The assignment's flags byte (every version has it) carries booleans: bit 0
 *rejoin*, bit 1 *pending* (the leader withheld resources: a follow-up round
-is due).  Readers ignore the bits they do not know, so a new bit needs no new
-version: an older reader decodes a blob with it exactly as one without, and a
+is due), bit 2 *loads known* (the leader needs no first loads from a member
+that published none: it has seen the load of all it gives it, or probes).
+Readers ignore the bits they do not know, so a new bit needs no new version:
+an older reader decodes a blob with it exactly as one without, and a
 newer reader given an older blob sees the bit clear.
 """
 
@@ -63,6 +65,7 @@ DEFAULT_COMPRESS_ABOVE = 1024
 
 _ASSIGNMENT_REJOIN = 0x01
 _ASSIGNMENT_PENDING = 0x02
+_ASSIGNMENT_LOADS_KNOWN = 0x04
 _METADATA_WARMS_UP = 0x01
 #: A load's 16-bit fraction that means "not measured".
 _LOAD_UNKNOWN = 0xFFFF
@@ -130,6 +133,10 @@ class AssignmentData:
     pending: bool = False
     #: Resources to warm up while their current owner keeps them (v4).
     warming: tuple[Resource, ...] = ()
+    #: The leader has seen the load of every resource it gives this member (or
+    #: probes for them itself): a member that published no load need not rejoin
+    #: to bring its first ones.  A flag bit, readable in every version.
+    loads_known: bool = False
 
 
 class BinaryCodec:
@@ -234,6 +241,7 @@ class BinaryCodec:
         w.u8(
             (_ASSIGNMENT_REJOIN if assignment.rejoin else 0)
             | (_ASSIGNMENT_PENDING if assignment.pending else 0)
+            | (_ASSIGNMENT_LOADS_KNOWN if assignment.loads_known else 0)
         )
         if version >= 2:
             w.bytes_(assignment.user_data)
@@ -266,6 +274,7 @@ class BinaryCodec:
             user_data=user_data,
             pending=bool(flags & _ASSIGNMENT_PENDING),
             warming=warming,
+            loads_known=bool(flags & _ASSIGNMENT_LOADS_KNOWN),
         )
         return Decoded(header, value)
 

@@ -285,6 +285,15 @@ def test_a_new_leader_looks_again_at_what_it_handed_out_on_guesses(case: Case) -
     reach_balance_then_stay_quiet(case, note=lambda _: None)
 
 
+def test_a_member_that_joins_is_not_asked_for_loads_the_leader_has() -> None:
+    # a joins owning nothing; the stage hands it shard 2 (measured by c) only
+    # once the group reached balance.  a, fresh, rejoined an interval later to
+    # publish a load the leader already had: a round after a settled group.
+    reach_balance_then_stay_quiet(
+        Case((1, 10, 9, 19, 17), (1.0, 2.0, 2.0, 1.0), "one_joins", 0, 16), note=lambda _: None
+    )
+
+
 def test_resources_of_equal_load_are_not_swapped_back_and_forth() -> None:
     # Shards 1 and 2 weigh 4 each, but reach the leader a rounding apart (each
     # member scales its loads to its largest): the stage swapped them, or

@@ -187,6 +187,43 @@ def test_meter_smooths_with_the_time_constant_and_forgets_what_is_gone() -> None
     assert meter.report([("s", 3)]) == ()
 
 
+def test_a_fresh_member_rejoins_with_its_first_loads_unless_the_leader_has_them() -> None:
+    settings = BalanceSettings(max_moves=16, balance_interval_ms=1_000)
+    shard = ("s", 0)
+
+    def fresh_meter(loads_known: bool) -> LoadMeter:
+        meter = LoadMeter(settings.smoothing_ms)
+        assert meter.report([]) == ()  # joins owning nothing, measuring nothing
+        meter.assigned(loads_known=loads_known)
+        meter.record(shard, 10, 0)
+        assert not meter.changed([shard], 0, settings)  # the first look
+        return meter
+
+    # No load reached the leader (a group started together): the first is news.
+    assert fresh_meter(loads_known=False).changed([shard], 1_000, settings)
+    # The leader has the load (its former owner's): no rejoin for it, but what
+    # is measured then is what a change is measured against.
+    meter = fresh_meter(loads_known=True)
+    assert not meter.changed([shard], 1_000, settings)
+    meter.record(shard, 10.5, 1_000)
+    assert not meter.changed([shard], 2_000, settings)  # within the tolerance
+    meter.record(shard, 30, 2_000)
+    assert meter.changed([shard], 2_000, settings)
+
+
+def test_the_leader_needs_no_first_loads_of_what_it_has_seen() -> None:
+    memory = LeaderBalancing(BalanceSettings(max_moves=16, balance_interval_ms=1_000))
+    assigned = {"new": [("shard", 0)], "newer": [("shard", 1)], "old": [("shard", 2)]}
+    # No load at all yet: every fresh member's first loads are news.
+    assert memory.loads_known(assigned, published=set()) == frozenset()
+    memory.loads = {("shard", 0): 4.0, ("shard", 2): 6.0}
+    # "old" published its loads (it needs no flag); "newer" got a shard never seen.
+    assert memory.loads_known(assigned, published={"old"}) == {"new"}
+    # A probe follows the round anyway: it brings them.
+    memory.probe_at = 1_000
+    assert memory.loads_known(assigned, published={"old"}) == {"new", "newer"}
+
+
 @pytest.mark.parametrize("bad", [-1, math.nan, math.inf, "3", True, None])
 def test_bad_loads_are_refused_with_a_clear_error(bad: object) -> None:
     with pytest.raises(ConfigError, match="load"):

@@ -1,4 +1,5 @@
-"""The assignment's ``pending`` flag: readable by older and newer releases alike."""
+"""The assignment's ``pending`` and ``loads_known`` flags: readable by older and
+newer releases alike."""
 
 from __future__ import annotations
 
@@ -79,6 +80,23 @@ def test_a_newer_writers_unknown_flag_bits_are_ignored() -> None:
     decoded = CODEC.decode_assignment(bytes(blob)).value
     assert decoded.pending
     assert not decoded.rejoin
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+def test_loads_known_only_sets_bit_2(version: int) -> None:
+    plain = CODEC.encode_assignment(AssignmentData(**{**_fields(DATA), "pending": True}), version)
+    flagged = CODEC.encode_assignment(
+        AssignmentData(**{**_fields(DATA), "pending": True, "loads_known": True}), version
+    )
+    diff = [i for i, (a, b) in enumerate(zip(plain, flagged, strict=True)) if a != b]
+    assert len(diff) == 1
+    assert flagged[diff[0]] ^ plain[diff[0]] == 0x04
+    decoded = CODEC.decode_assignment(flagged).value
+    assert (decoded.loads_known, decoded.pending, decoded.rejoin) == (True, True, True)
+    assert decoded.assigned == DATA.assigned
+    # A reader of version 1 sees the other flags as they were.
+    old_view = BinaryCodec(latest_version=1).decode_assignment(flagged).value
+    assert (old_view.pending, old_view.rejoin) == (True, True)
 
 
 def _fields(data: AssignmentData) -> dict[str, object]:
