@@ -638,7 +638,7 @@ def _toward_heading(
         return ()
     if any(p.resource in pinned for p in pending):
         return ()
-    limit = heading.bound * mean * (1 + 1e-12)
+    limit = heading.bound * mean * (1 + _LOAD_RESOLUTION)  # rule 2: at it, within a rounding
     first = schedule(pending, member_load, capacity, limit, budget)
     if first is None:
         return None

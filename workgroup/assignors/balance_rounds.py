@@ -19,7 +19,9 @@ Rules:
    is.  Only where a round ends counts: its moves happen together (a revoked
    resource is nobody's until it is handed out).
 2. **Bound.**  No round ends with the peak above the one the heading was made
-   from (as a ratio to the mean), though an intermediate round need not lower it.
+   from (as a ratio to the mean), though an intermediate round need not lower it;
+   within the loads' resolution (the metadata's two bytes) counts as at it, so
+   that a round ending at the bound is not refused for a rounding.
 3. **No way back.**  While the heading is held, the stage moves nothing but
    resources not yet where the target puts them, each to that member: a
    resource once there is never moved again (the leader passes them as pinned,

@@ -73,6 +73,27 @@ def test_a_balance_three_moves_away_is_reached_over_rounds_of_two() -> None:
     assert third.heading is None
 
 
+def test_a_round_ending_at_the_bound_within_the_loads_resolution_is_scheduled() -> None:
+    """c holds 10 + 12 = 22 over a mean of 19.2; the only schedule's first round
+    (c's 10 to a, a's 1 to c) leaves a at 44 / 2 = 22, the bound itself.  a's
+    18 arrives a rounding above (two bytes, scaled to a's largest): that round
+    must still count as at the bound, else the group stays at 1.146."""
+    loads = shards((1, 18, 14, 7, 1, 10, 15, 12, 18))
+    loads[("shard", 1)] *= 1 + 2e-5
+    owned = holding({"a": [0, 1, 4, 6], "b": [8], "c": [5, 7], "d": [2, 3]})
+    capacities = {"a": 2.0, "b": 1.0, "c": 1.0, "d": 1.0}
+    first = next_round(owned, loads, capacities, None)
+    assert first.heading is not None
+    assert first.stopped_early  # the leader probes an interval later
+    assert {(m.resource[1], m.giver, m.taker) for m in first.moves} == {
+        (5, "c", "a"),
+        (0, "a", "c"),
+    }
+    second = next_round(first.assignment, loads, capacities, first.heading)
+    assert second.heading is None
+    assert not second.over(TOLERANCE)
+
+
 def test_without_a_heading_two_moves_at_a_time_never_start() -> None:
     """The same group with room for three moves balances in one round, and no
     heading is made; the pair of moves alone would not lower the peak."""

@@ -241,8 +241,17 @@ def test_balance_that_needs_a_placement_afresh_is_reached(case: Case) -> None:
         Case((13, 14, 2, 8, 14, 9, 9, 20, 10), (1.0, 1.0, 1.0, 1.0), "together", 0, 2),
         Case((13, 14, 2, 8, 14, 9, 9, 20, 10), (2.0, 2.0, 2.0, 2.0), "one_joins", 3, 2),
         Case((5, 1, 20, 12, 1, 17, 17, 17, 20, 2), (2.0, 1.0, 1.0, 1.0), "rolling", 0, 2),
+        # The only schedule's first round ends exactly at the peak it starts
+        # from; the loads, two bytes each, put it a rounding above.
+        Case((1, 18, 14, 7, 1, 10, 15, 12, 18), (2.0, 1.0, 1.0, 1.0), "rolling", 0, 2),
     ],
-    ids=["three-moves-away", "four-equal", "one-joins-capacities-2", "rolling-capacities"],
+    ids=[
+        "three-moves-away",
+        "four-equal",
+        "one-joins-capacities-2",
+        "rolling-capacities",
+        "a-round-at-the-bound",
+    ],
 )
 def test_a_balance_more_than_max_moves_away_is_reached_over_rounds(case: Case) -> None:
     reach_balance_then_stay_quiet(case, note=lambda _: None)
