@@ -26,6 +26,8 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+from workgroup.kafka.direct import uvarint
+
 Write = Callable[[bytearray, Any], None]
 
 _I8 = struct.Struct(">b").pack
@@ -40,17 +42,6 @@ _ZERO_UUID = bytes(16)
 
 class _Unsupported(Exception):
     """A field layout this module leaves to kio."""
-
-
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _fixed(pack: Callable[[Any], bytes]) -> Write:
@@ -114,7 +105,7 @@ def _sized(text: bool, flexible: bool, nullable: bool) -> Write:
             return
         data = value.encode() if isinstance(value, str) else value
         if flexible:
-            out += _uvarint(len(data) + 1)
+            out += uvarint(len(data) + 1)
         else:
             out += _I16(len(data)) if text else _I32(len(data))
         out += data
@@ -127,7 +118,7 @@ def _array(item: Write, flexible: bool) -> Write:
         if items is None:
             out += b"\x00" if flexible else _I32(-1)
             return
-        out += _uvarint(len(items) + 1) if flexible else _I32(len(items))
+        out += uvarint(len(items) + 1) if flexible else _I32(len(items))
         for element in items:
             item(out, element)
 

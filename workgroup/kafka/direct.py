@@ -213,7 +213,8 @@ def _read_fetched_topics(reader: _Reader) -> list[m.FetchedTopic]:
     return topics
 
 
-def _uvarint(value: int) -> bytes:
+def uvarint(value: int) -> bytes:
+    """An unsigned varint of the flexible versions (compact lengths)."""
     if value < 0x80:
         return _SMALL_UVARINTS[value]
     out = bytearray()
@@ -233,20 +234,20 @@ def write_offset_fetch_v8(result: m.Result) -> bytes:
     if not isinstance(result, m.OffsetFetchResult):
         raise TypeError(f"expected OffsetFetchResult, got {type(result).__name__}")
     out = bytearray(4)  # throttle time 0
-    out += _uvarint(len(result.groups) + 1)
+    out += uvarint(len(result.groups) + 1)
     head, tail, small = _PARTITION_HEAD.pack, _TAIL.pack, _SMALL_UVARINTS
     for group in result.groups:
         name = group.group_id.encode()
-        out += _uvarint(len(name) + 1)
+        out += uvarint(len(name) + 1)
         out += name
-        out += _uvarint(len(group.topics) + 1)
+        out += uvarint(len(group.topics) + 1)
         for topic in group.topics:
             name = topic.name.encode()
             size = len(name) + 1
-            out += small[size] if size < 0x80 else _uvarint(size)
+            out += small[size] if size < 0x80 else uvarint(size)
             out += name
             count = len(topic.partitions) + 1
-            out += small[count] if count < 0x80 else _uvarint(count)
+            out += small[count] if count < 0x80 else uvarint(count)
             for p in topic.partitions:
                 out += head(p.partition, p.offset, p.leader_epoch)
                 if p.metadata is None:
@@ -254,7 +255,7 @@ def write_offset_fetch_v8(result: m.Result) -> bytes:
                 else:
                     metadata = p.metadata.encode()
                     size = len(metadata) + 1
-                    out += small[size] if size < 0x80 else _uvarint(size)
+                    out += small[size] if size < 0x80 else uvarint(size)
                     out += metadata
                 out += tail(p.error, 0)  # the error code, no tagged fields
             out.append(0)  # the topic's tagged fields: none
@@ -273,4 +274,10 @@ DIRECT_WRITERS: Final[dict[tuple[int, int], Callable[[m.Result], bytes]]] = {
     (OFFSET_FETCH, 8): write_offset_fetch_v8,
 }
 
-__all__ = ["DIRECT_READERS", "DIRECT_WRITERS", "read_offset_fetch_v8", "write_offset_fetch_v8"]
+__all__ = [
+    "DIRECT_READERS",
+    "DIRECT_WRITERS",
+    "read_offset_fetch_v8",
+    "uvarint",
+    "write_offset_fetch_v8",
+]
