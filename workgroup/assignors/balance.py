@@ -74,7 +74,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, filterfalse, repeat
 from operator import itemgetter
@@ -287,17 +287,32 @@ def balance(
     util = {mid: member_load[mid] / capacity[mid] for mid in members}
     taken = _taken_from_owners(changes) if changes else []
     trigger = mean * (1 + tolerance) * (1 + 1e-12)
-    if not taken and max(util.values()) <= trigger:
-        # Within tolerance, nothing to give back: skip the indexes below (at a
-        # million resources they cost as much as summing the loads).
+
+    def balanced(
+        moves: Sequence[Move] = (),
+        returned: Sequence[Move] = (),
+        *,
+        stopped_early: bool = False,
+        heading: Heading | None = None,
+    ) -> Balanced:
+        """The stage's result, with the loads as they stand now."""
         return Balanced(
             out,
+            tuple(moves),
+            tuple(returned),
             before=before,
             after=dict(member_load),
             mean=mean,
             capacities=counted,
+            stopped_early=stopped_early,
+            heading=heading,
             gained_unmeasured=gained_unmeasured,
         )
+
+    if not taken and max(util.values()) <= trigger:
+        # Within tolerance, nothing to give back: skip the indexes below (at a
+        # million resources they cost as much as summing the loads).
+        return balanced()
     held_kinds: set[str] = set()
     if kinds is not None:  # what members take bounds what they hold: no scan
         held_kinds = held_kinds.union(*{frozenset(ks) for ks in kinds.values()})
@@ -424,18 +439,7 @@ def balance(
                 moves.append(step)
             if max(util.values()) <= trigger or not heading.pending(out, load_of):
                 heading = None
-            return Balanced(
-                out,
-                tuple(moves),
-                tuple(returned),
-                before=before,
-                after=dict(member_load),
-                mean=mean,
-                capacities=counted,
-                stopped_early=heading is not None,
-                heading=heading,
-                gained_unmeasured=gained_unmeasured,
-            )
+            return balanced(moves, returned, stopped_early=heading is not None, heading=heading)
     heading = None
     if max(util.values()) > trigger:
         frozen = frozenset(pinned)
@@ -576,18 +580,7 @@ def balance(
         )
         if heading is not None and (util[busiest] <= trigger or not heading.pending(out, load_of)):
             heading = None  # reached (or near enough) in this round
-    return Balanced(
-        out,
-        tuple(moves),
-        tuple(returned),
-        before=before,
-        after=dict(member_load),
-        mean=mean,
-        capacities=counted,
-        stopped_early=stopped_early,
-        heading=heading,
-        gained_unmeasured=gained_unmeasured,
-    )
+    return balanced(moves, returned, stopped_early=stopped_early, heading=heading)
 
 
 def _make_heading(
