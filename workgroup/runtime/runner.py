@@ -18,7 +18,9 @@ Rules:
 3. A lost resource (session expired, fatal error) is stopped at once, including
    one still stopping after its revocation; nothing is released for it.
 4. A resource handed back while its old handler still stops gets a new handler
-   that starts once the old one has finished.
+   that starts once the old one has finished.  The old one's end is recorded
+   (the event log's ``revoked``, metrics) when it finishes; nothing is
+   released for it.
 5. A handler that failed ``max_failures`` times in a row is *failing*: listed
    by ``/healthz`` (503) and counted by ``workgroup_failing_handlers`` until it
    recovers or stops.  Under ``on_failure="release"`` its lease ends, and the
@@ -168,6 +170,9 @@ class GroupRunner:
         self.runs: dict[Resource, HandlerRun] = {}
         #: Revoked, their handlers still stopping (rule 1).
         self.stopping: dict[Resource, HandlerRun] = {}
+        #: Revoked runs still stopping whose resource was handed back (rule 4):
+        #: nothing to release, but their end is recorded.
+        self._handed_back: set[HandlerRun] = set()
         #: Warming up for a planned move (another member holds them: rule 7).
         self.warming: dict[Resource, HandlerRun] = {}
         self._warmup_timeout_s = warmup_timeout_s
@@ -427,6 +432,9 @@ class GroupRunner:
                 promotable=standby and self._promote_standbys,
             )
             self._assigned_at[resource] = self._clock.monotonic()
+            previous = self.stopping.pop(resource, None)
+            if previous is not None:  # rule 4
+                self._handed_back.add(previous)
             run = HandlerRun(
                 lease,
                 self._handler,
@@ -434,7 +442,7 @@ class GroupRunner:
                 restart=self._restart,
                 stats=self._stats,
                 on_acquired=self._record_acquired,
-                after=self.stopping.pop(resource, None),  # rule 4
+                after=previous,  # rule 4
                 on_failing=self._failing_changed,
                 on_gave_up=self._gave_up,
             )
@@ -627,8 +635,12 @@ class GroupRunner:
                 error=f"{type(exc).__name__}: {exc}",
             )
         await run.wait_finished()  # a thread that outlived its grace, a child being reaped
+        if run in self._handed_back:  # rule 4: the resource is owned again
+            self._handed_back.discard(run)
+            self._ended(resource, run, EndReason.REVOKED, handed_back=True)
+            return
         if self.stopping.get(resource) is not run:
-            return  # lost meanwhile (rule 3), or handed back (rule 4)
+            return  # lost meanwhile (rule 3)
         del self.stopping[resource]
         self._ended(resource, run, EndReason.REVOKED)
         self.member.release_done((resource,))
@@ -649,8 +661,13 @@ class GroupRunner:
         for resource, run in runs:
             self._ended(resource, run, event)
 
-    def _ended(self, resource: Resource, run: HandlerRun, event: EndReason) -> None:
-        self._assigned_at.pop(resource, None)
+    def _ended(
+        self, resource: Resource, run: HandlerRun, event: EndReason, *, handed_back: bool = False
+    ) -> None:
+        """Record the end of ``run``; ``handed_back``: the resource already has
+        its next run (rule 4), whose start is still to be timed."""
+        if not handed_back:
+            self._assigned_at.pop(resource, None)
         if run.failing:
             self._metrics.handler_recovered(self.group_id, resource)
         if run.started:

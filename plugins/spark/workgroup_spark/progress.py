@@ -16,6 +16,7 @@ Labels of every metric: group, kind, key.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,6 +35,8 @@ class BatchProgress:
     batch_id: int
     input_rows: int
     input_rows_per_s: float
+    #: Spark gave an arrival rate (not NaN, as for an empty batch, nor missing).
+    input_rate_given: bool
     processed_rows_per_s: float
     duration_s: float
     watermark: float | None  # seconds since the epoch; None without a watermark
@@ -47,11 +50,19 @@ class BatchProgress:
             batch_id=int(report["batchId"]),
             input_rows=int(_total(report, "numInputRows") or 0),
             input_rows_per_s=_rate(_total(report, "inputRowsPerSecond")),
+            input_rate_given=_given(_total(report, "inputRowsPerSecond")),
             processed_rows_per_s=_rate(_total(report, "processedRowsPerSecond")),
             duration_s=float(durations.get("triggerExecution") or 0) / 1000,
             watermark=_epoch(watermark),
             timestamp=str(report.get("timestamp", "")),
         )
+
+
+def _given(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def _total(report: Mapping[str, Any], field: str) -> Any:

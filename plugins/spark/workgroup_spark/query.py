@@ -29,6 +29,9 @@ Rules:
 7. Every completed batch is a log event (``spark.batch``) and metrics
    (:mod:`workgroup_spark.progress`), and its input rate (rows/s) is the
    shard's load (``lease.report_load``): the leader balances shards on it.
+   A batch without a rate is not reported: an empty one (Spark gives NaN)
+   and the first of each run of the query (Spark divides its rows by an
+   infinite interval and gives 0.0, however busy the shard).
 """
 
 from __future__ import annotations
@@ -189,15 +192,18 @@ class ShardQuery:
         last_batch: int,
         lease: Lease | None = None,
     ) -> int:
-        """Metrics, a log event and the lease's load (rule 6) for each batch
+        """Metrics, a log event and the lease's load (rule 7) for each batch
         completed since ``last_batch``."""
         for report in query.recentProgress:
             progress = BatchProgress.parse(report)
             if progress.batch_id <= last_batch:
                 continue
-            last_batch = progress.batch_id
+            first_of_run, last_batch = last_batch < 0, progress.batch_id
             self.metrics.batch(labels, progress)
-            if lease is not None:
+            # The first trigger of a run has no rate: Spark divides its rows by
+            # an infinite interval (0.0).  Reported, it would tell the leader a
+            # busy shard is idle (rule 7).
+            if lease is not None and progress.input_rate_given and not first_of_run:
                 lease.report_load(progress.input_rows_per_s)
             if progress.input_rows or progress.batch_id == 0:
                 log.info(

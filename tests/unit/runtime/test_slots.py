@@ -16,6 +16,7 @@ from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.protocol.catalog import CatalogEntry
 from workgroup.runtime.app import Settings
 from workgroup.runtime.errors import CheckpointError, SlotMismatchError
+from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.lease import Committed, EndReason, Lease, LeaseState
 from workgroup.runtime.metrics import RuntimeMetrics
@@ -180,6 +181,7 @@ async def make_runner(
     handler: Handler = lambda lease: None,
     grace_s: float = 0.1,
     clock: Clock = SYSTEM_CLOCK,
+    events: OwnershipLog | None = None,
 ) -> GroupRunner:
     return GroupRunner(
         group_id=GROUP,
@@ -190,7 +192,7 @@ async def make_runner(
         restart=RestartPolicy(),
         settings=Settings(),
         source=source,
-        events=None,
+        events=events,
         stats=HandlerStats(),
         topics=KnownTopics(),  # type: ignore[arg-type]
         producers=ProducerFactory("127.0.0.1:9"),

@@ -450,7 +450,10 @@ async def test_a_revoked_query_finishes_its_batch_then_stops() -> None:
     assert metrics.active.labels(*labels)._value.get() == 0
 
 
-async def test_each_batch_reports_its_input_rate_as_the_shards_load() -> None:
+async def test_each_batch_with_a_rate_reports_it_as_the_shards_load() -> None:
+    """The first trigger of a run (Spark's 0.0: rows over an infinite interval)
+    and an empty batch (NaN) say nothing of the shard's load: a busy shard
+    reported idle after each start would draw the leader's balancing to it."""
     reported: list[float] = []
     lease = Lease(
         "etl.shard",
@@ -467,11 +470,13 @@ async def test_each_batch_reports_its_input_rate_as_the_shards_load() -> None:
     await _until(lambda: writer.query is not None)
     assert writer.query is not None
     writer.query.recentProgress = [
-        {**REPORT, "batchId": 0, "inputRowsPerSecond": 250.0},
-        {**REPORT, "batchId": 1, "inputRowsPerSecond": "NaN"},  # an empty batch
+        {**REPORT, "batchId": 4, "numInputRows": 900, "inputRowsPerSecond": 0.0},
+        {**REPORT, "batchId": 5, "inputRowsPerSecond": 250.0},
+        {**REPORT, "batchId": 6, "inputRowsPerSecond": "NaN"},  # an empty batch
+        {**REPORT, "batchId": 7, "inputRowsPerSecond": 300.0},
     ]
     await _until(lambda: len(reported) == 2)
-    assert reported == [250.0, 0.0]
+    assert reported == [250.0, 300.0]
     await asyncio.sleep(0.1)
     assert len(reported) == 2  # each batch once
     lease.end(EndReason.REVOKED, grace_s=1.0)
