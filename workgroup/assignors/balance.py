@@ -360,7 +360,9 @@ def balance(
         util[giver] = member_load[giver] / capacity[giver]
         util[taker] = member_load[taker] / capacity[taker]
 
-    if heading is not None and not heading.holds(out, loads, capacity, takes, default):
+    if heading is not None and not heading.holds(
+        out, loads, counted, {mid: takes[mid] for mid in counted}, default
+    ):
         heading = None  # its premises changed
     if heading is not None and any(
         heading.placement.get(r) == mid for mid, rs in refusing.items() for r in rs
@@ -409,7 +411,7 @@ def balance(
         """A heading for the first of ``aims`` whose moves can be scheduled
         in rounds of ``budget`` from here, and its first round of moves."""
         for aim in aims:
-            made = _make_heading(aim, members, out, util, capacity, takes, load_of, mean,
+            made = _make_heading(aim, members, out, util, counted, takes, load_of, mean,
                                  tolerance, pins)  # fmt: skip
             if made is None:
                 continue
@@ -588,7 +590,7 @@ def _make_heading(
     members: list[str],
     out: Assignment,
     util: dict[str, float],
-    capacity: dict[str, float],
+    counted: Mapping[str, float],
     takes: Mapping[str, frozenset[str] | None],
     load_of: Callable[[Resource], float],
     mean: float,
@@ -597,7 +599,9 @@ def _make_heading(
 ) -> Heading | None:
     """A :class:`Heading` for the placement ``aim`` (``resource -> member``
     for those it moves) from where ``out`` is now, bounded by the peak now;
-    None when a moving resource is pinned (a later round looks again)."""
+    None when a moving resource is pinned (a later round looks again).  It is
+    made for the members counted in the mean (``counted``: their capacities):
+    one that takes nothing and holds nothing (leaving, draining) is no premise."""
     if not pinned.isdisjoint(aim):
         return None
     placement = {r: aim.get(r, mid) for mid in members for r in out[mid]}
@@ -605,8 +609,8 @@ def _make_heading(
         placement=placement,
         moving=frozenset(aim),
         loads={r: load_of(r) for r in placement},
-        capacities={m: capacity[m] for m in members},
-        kinds=dict(takes),
+        capacities=dict(counted),
+        kinds={m: takes[m] for m in counted},
         bound=max(util.values()) / mean,
         tolerance=tolerance,
     )

@@ -26,11 +26,13 @@ Rules:
    resources not yet where the target puts them, each to that member: a
    resource once there is never moved again (the leader passes them as pinned,
    so that the assignor's count balance gives them back too).
-4. **Premises.**  The heading is dropped when its members, their capacities
-   or kinds, or the resources change, when any member's load under the target
-   moved by more than the tolerance of the mean, when the target is no longer
-   within the tolerance, when no schedule is found from where the group is, or
-   when the group is within the tolerance (then the group stays quiet).
+4. **Premises.**  The heading is dropped when its members (those counted in
+   the mean: a member that takes and holds nothing, leaving or draining, is
+   none), their capacities or kinds, or the resources change, when any
+   member's load under the target moved by more than the tolerance of the
+   mean, when the target is no longer within the tolerance, when no schedule
+   is found from where the group is, or when the group is within the
+   tolerance (then the group stays quiet).
 5. Deterministic: pending moves are taken busiest giver first, largest first,
    then by :func:`~workgroup.types.resource_sort_key`.
 """
@@ -70,7 +72,8 @@ class Heading:
     moving: frozenset[Resource]
     #: The loads it was made from (every resource in ``placement``).
     loads: Mapping[Resource, float]
-    #: ``member id -> capacity`` and ``member id -> kinds taken`` (None: all).
+    #: ``member id -> capacity`` and ``member id -> kinds taken`` (None: all),
+    #: of the members counted in the mean.
     capacities: Mapping[str, float]
     kinds: Mapping[str, frozenset[str] | None]
     #: No round ends with the largest utilisation above ``bound`` times the mean.

@@ -37,7 +37,8 @@ Rules:
    members stay the same, so that the assignor's count balance does not undo
    it (the stage's rule 5: :func:`~workgroup.assignors.balance.balance`); a
    member that joins or leaves changes the premises of those decisions (the
-   assignor's choice for a newcomer stands).  What
+   assignor's choice for a newcomer stands), but for one that takes nothing
+   (leaving, draining): the stage decided without it.  What
    a round decided is kept in the round's plan
    (:class:`~workgroup.member.round_plan.RoundPlan`, kept by
    :class:`~workgroup.member.pipeline.LeaderPipeline`) while it withholds
@@ -275,6 +276,14 @@ class BalanceResult:
     guessed: bool
     #: The loads it used (the remembered ones and the round's).
     loads: Mapping[Resource, float]
+    #: The members that take work, those its decisions are for (rule 3).
+    members: frozenset[str] = frozenset()
+
+
+def taking_work(data: AssignmentInput) -> frozenset[str]:
+    """The members of ``data`` that take some kind: one leaving or draining
+    takes nothing, and the stage decides as if it were gone."""
+    return frozenset(mid for mid, m in data.members.items() if m.kinds)
 
 
 def balance_stage(
@@ -291,12 +300,15 @@ def balance_stage(
     given to a member that refuses it.  ``carried``: ``target`` is an earlier
     round's decision, measured only (no moves).  Pure."""
     loads: Mapping[Resource, float] = data.resource_loads
+    members = taking_work(data)
     if stage.remembered:
         # Only read, so shared when nobody reported (a fresh group): copying a
         # million loads costs more than summing them.
         loads = {**stage.remembered, **loads} if loads else stage.remembered
     if not loads:
-        return BalanceResult(target, None, decided=False, guessed=False, loads=loads)
+        return BalanceResult(
+            target, None, decided=False, guessed=False, loads=loads, members=members
+        )
     capacities = {mid: m.capacity for mid, m in data.members.items()}
     kinds = {mid: m.kinds for mid, m in data.members.items()}
     if carried:
@@ -306,7 +318,7 @@ def balance_stage(
         )
         balanced = replace(measured, stopped_early=stage.carry_stopped_early)
         return BalanceResult(
-            balanced.assignment, balanced, decided=True, guessed=False, loads=loads
+            balanced.assignment, balanced, decided=True, guessed=False, loads=loads, members=members
         )
     owned: dict[str, Collection[Resource]] = {mid: m.owned for mid, m in data.members.items()}
     owned_loads = {mid: m.owned_load for mid, m in data.members.items() if m.owned_load is not None}
@@ -324,7 +336,7 @@ def balance_stage(
         owned_loads=owned_loads,
         refused=refused,
         heading=stage.heading,
-        placed=stage.placed if stage.placed_for == data.members.keys() else None,
+        placed=stage.placed if stage.placed_for == members else None,
     )
     out = balanced.assignment
     # The members the moves touched are where a guess decided anything (a
@@ -334,7 +346,9 @@ def balance_stage(
         r not in loads for mid in touched for r in out.get(mid, ())
     )
     decided = bool(balanced.moves or balanced.returned)
-    return BalanceResult(out, balanced, decided=decided, guessed=guessed, loads=loads)
+    return BalanceResult(
+        out, balanced, decided=decided, guessed=guessed, loads=loads, members=members
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,7 +426,7 @@ class LeaderBalancing:
             return BalanceOutcome(None, decided=result.decided)
         for move in self.last.moves:
             self.moved_at[move.resource] = now
-        self._remember_placements(self.last)
+        self._remember_placements(self.last, result.members)
         unfinished = self.last.unfinished(self.settings.imbalance_tolerance)
         # Rule 4: moves decided on guessed loads are looked at again once measured
         # (the follow-up rounds that carry them out keep that).
@@ -421,11 +435,12 @@ class LeaderBalancing:
         self.probe_at = now + self.settings.balance_interval_ms if again else None
         return BalanceOutcome(self.last, decided=result.decided)
 
-    def _remember_placements(self, last: Balanced) -> None:
+    def _remember_placements(self, last: Balanced, members: frozenset[str]) -> None:
         """Where the round's moves put resources (rule 3); a member that
-        joins or leaves starts the memory afresh."""
-        if last.assignment.keys() != self.placed_for:
-            self.placed_for = frozenset(last.assignment)
+        joins or leaves (``members``: those that take work) starts the memory
+        afresh."""
+        if members != self.placed_for:
+            self.placed_for = members
             self.placed = {}
         if last.moves:
             placed = dict(self.placed)
@@ -467,4 +482,5 @@ __all__ = [
     "LoadMeter",
     "balance_stage",
     "check_load",
+    "taking_work",
 ]

@@ -259,10 +259,15 @@ def _keep_ready_in_place(
 
 @dataclass(frozen=True, slots=True)
 class Premises:
-    """What a round's decision rests on: the members with their kinds, racks and
-    capacities, and the catalog.  While they hold and every member owns only
-    what the decision gives it (nobody else decided meanwhile), the follow-up
-    rounds of a cooperative rebalance carry the decision out."""
+    """What a round's decision rests on: the members that take work, with their
+    kinds, racks and capacities, and the catalog.  While they hold and every
+    member owns only what the decision gives it (nobody else decided meanwhile),
+    the follow-up rounds of a cooperative rebalance carry the decision out.
+
+    A member that takes nothing (leaving, draining) is no premise: the decision
+    already handed its work to the others, so its departure changes nothing
+    that decision rests on (while it still owns something, :meth:`hold` fails
+    anyway: the decision gives it nothing)."""
 
     members: Mapping[str, tuple[frozenset[str], str | None, float]]
     resources: Mapping[str, Sequence[Key]]
@@ -270,7 +275,7 @@ class Premises:
     @classmethod
     def of(cls, data: AssignmentInput) -> Premises:
         return cls(
-            {mid: (m.kinds, m.rack, m.capacity) for mid, m in data.members.items()},
+            {mid: (m.kinds, m.rack, m.capacity) for mid, m in data.members.items() if m.kinds},
             data.resources,
         )
 

@@ -18,7 +18,7 @@ from workgroup.cli.assign import run
 from workgroup.kafka.messages import JoinedMember
 from workgroup.member.load_balancing import BalanceSettings
 from workgroup.member.pipeline import simulate_rebalance
-from workgroup.member.round_plan import read_members
+from workgroup.member.round_plan import LEAVING_TAG, read_members
 from workgroup.protocol import BinaryCodec, MemberMetadata
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.types import Resource
@@ -273,3 +273,56 @@ def test_one_round_plan_is_carried_out_until_its_premises_change() -> None:
         },
     )
     assert not plan.carries(stray)
+
+
+def test_a_member_that_takes_nothing_is_no_premise_of_a_round_plan() -> None:
+    # c is closing: the round hands its shard over (withheld until c revokes
+    # it) and the stage moves load off a.  The follow-up round, once c left,
+    # carries that decision out: c took nothing, so nothing it rests on changed.
+    loads = {0: 10.0, 1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0}
+    owners = {"a": [0, 1, 2], "b": [3], "c": [4, 5]}
+    catalog = {"shard": list(range(6))}
+    digest = catalog_hash(freeze_catalog(catalog))
+    metadata = {
+        mid: MemberMetadata(
+            owned=tuple(("shard", k) for k in keys),
+            owned_generation=4,
+            catalog_hash=digest,
+            capacity=2.0 if mid == "b" else 1.0,
+            loads=tuple(loads[k] for k in keys),
+            tags=((LEAVING_TAG, "1"),) if mid == "c" else (),
+        )
+        for mid, keys in owners.items()
+    }
+    joined = tuple(JoinedMember(mid, None, CODEC.encode_metadata(m)) for mid, m in metadata.items())
+    rebalance = simulate_rebalance(
+        CooperativeStickyAssignor(),
+        joined,
+        metadata,
+        freeze_catalog(catalog),
+        "cooperative",
+        balance=BalanceSettings(),
+    )
+    plan = rebalance.first
+    assert plan.pending
+    assert plan.premises is not None
+    assert plan.balanced is not None
+    assert plan.balanced.moves
+    assert plan.decided["c"] == ()
+    # c revoked what it owned and left; the others own what they were handed.
+    follow_up = replace(
+        rebalance.input,
+        members={
+            mid: replace(info, owned=plan.assigned[mid])
+            for mid, info in rebalance.input.members.items()
+            if mid != "c"
+        },
+    )
+    assert plan.carries(follow_up)
+    # Still in the group and owning its shards: not carried out yet.
+    assert not plan.carries(
+        replace(follow_up, members={**follow_up.members, "c": rebalance.input.members["c"]})
+    )
+    # A member that starts taking nothing changes what the decision rests on.
+    draining = replace(follow_up.members["b"], kinds=frozenset())
+    assert not plan.carries(replace(follow_up, members={**follow_up.members, "b": draining}))

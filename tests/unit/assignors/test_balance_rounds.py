@@ -128,6 +128,40 @@ def test_a_heading_is_dropped_when_its_premises_change() -> None:
     assert all(heading.placement[m.resource] == m.taker for m in kept.moves)
 
 
+def test_a_member_that_takes_nothing_is_no_premise_of_a_heading() -> None:
+    # e takes nothing (it is closing, or draining): the heading is made for a
+    # to d and their mean, and holds whether e is still there or gone.
+    takes: dict[str, frozenset[str]] = {m: frozenset({"shard"}) for m in "abcd"}
+    with_e = {**THREE_AWAY, "e": []}
+    first = balance(
+        {m: list(rs) for m, rs in with_e.items()},
+        THREE_AWAY_LOADS,
+        {**EQUAL, "e": 1.0},
+        tolerance=TOLERANCE,
+        max_moves=2,
+        kinds={**takes, "e": frozenset()},
+        owned=with_e,
+    )
+    heading = first.heading
+    assert heading is not None
+    assert dict(heading.capacities) == EQUAL
+    after = {m: rs for m, rs in first.assignment.items() if m != "e"}
+    for members in (after, {**after, "e": []}):
+        second = balance(
+            {m: list(rs) for m, rs in members.items()},
+            THREE_AWAY_LOADS,
+            {**EQUAL, "e": 1.0},
+            tolerance=TOLERANCE,
+            max_moves=2,
+            kinds={**takes, "e": frozenset()},
+            owned=members,
+            heading=heading,
+        )
+        assert second.moves
+        assert all(heading.placement[m.resource] == m.taker for m in second.moves)
+        assert not second.over(TOLERANCE)
+
+
 def test_a_heading_is_dropped_when_a_member_refuses_what_it_gives() -> None:
     first = next_round(THREE_AWAY, THREE_AWAY_LOADS, EQUAL, None)
     heading = first.heading

@@ -294,6 +294,25 @@ def test_a_new_leader_looks_again_at_what_it_handed_out_on_guesses(case: Case) -
     reach_balance_then_stay_quiet(case, note=lambda _: None)
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        # b leaves (or c: the same case mirrored): the round that hands its
+        # work over moves shard 2 to d and pins it.  The follow-up round, once the leaving
+        # member was gone, took its departure for a changed membership: it
+        # dropped that decision (and the stage's memory of it), the assignor
+        # put shard 2 back on a member of capacity 1, and the pin held it there.
+        Case((5, 14, 11, 15, 7, 5), (1.0, 1.0, 1.0, 2.0), "one_leaves", 1, 2),
+        Case((5, 14, 11, 15, 7, 5), (1.0, 1.0, 1.0, 2.0), "one_leaves", 2, 2),
+    ],
+    ids=["b-leaves", "c-leaves"],
+)
+def test_a_member_that_leaves_does_not_undo_the_round_that_handed_over_its_work(
+    case: Case,
+) -> None:
+    reach_balance_then_stay_quiet(case, note=lambda _: None)
+
+
 def test_a_member_that_joins_is_not_asked_for_loads_the_leader_has() -> None:
     # a joins owning nothing; the stage hands it shard 2 (measured by c) only
     # once the group reached balance.  a, fresh, rejoined an interval later to

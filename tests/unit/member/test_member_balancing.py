@@ -288,6 +288,36 @@ def test_the_leader_remembers_where_the_stage_placed_resources_while_the_members
     assert memory.placed_for == {"me", "new", "other"}
 
 
+def test_a_member_that_takes_nothing_is_no_premise_of_where_the_stage_placed_resources() -> None:
+    # "leaving" takes nothing (it is closing, or draining): the stage decided
+    # for "me" and "other" alone, and its departure changes none of that.
+    settings = BalanceSettings(max_moves=1, balance_interval_ms=1_000, pinned_intervals=3)
+    memory = LeaderBalancing(settings)
+
+    def round_(now: int, members: Mapping[str, frozenset[str]]) -> None:
+        stage = memory.stage(now)
+        assert stage is not None
+        data = AssignmentInput(
+            resources={"shard": range(6)},
+            members={m: MemberInfo(m, kinds) for m, kinds in members.items()},
+            resource_loads={("shard", k): 10.0 for k in range(6)},
+        )
+        target = AllToOther().assign(data)
+        result = balance_stage(stage, target, data, refused={}, carried=False, exclusive=True)
+        memory.finished(now, result, carried=False)
+
+    shard = frozenset({"shard"})
+    round_(0, {"leaving": frozenset(), "me": shard, "other": shard})
+    first = dict(memory.placed)
+    assert len(first) == 1
+    assert memory.placed_for == {"me", "other"}
+    # It left; the next round (the first shard still pinned) moves another.
+    round_(1_000, {"me": shard, "other": shard})
+    assert memory.placed.items() > first.items()
+    assert len(memory.placed) == 2
+    assert memory.placed_for == {"me", "other"}
+
+
 def test_a_round_that_hands_out_unmeasured_resources_probes_once() -> None:
     # A new leader: "other" publishes the loads of shards 0-2; shards 3-5 were
     # the departed leader's, never seen.  The round looks even on the average,
