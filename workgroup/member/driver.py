@@ -66,6 +66,7 @@ from workgroup.member.commits import commit_result
 from workgroup.member.config import MemberSettings, member_config
 from workgroup.member.errors import InconsistentProtocolError, MemberClosedError
 from workgroup.member.interruption import OwnerInterruption
+from workgroup.member.keyspace import MemberKeyspace
 from workgroup.member.load_balancing import check_load
 from workgroup.member.request_sender import RequestSender
 from workgroup.member.resource_source import ResourceSource, poll_source, read_source
@@ -205,6 +206,7 @@ class GroupMember:
             before it takes them (``on_warming``, :meth:`ready`); as the leader,
             at most ``max_warmups`` warm-ups run in the group at once (0: plain
             moves).
+        keyspace: The keyspace the group serves (:mod:`workgroup.member.keyspace`).
 
     Raises:
         ConfigError: A setting that cannot work.
@@ -337,6 +339,11 @@ class GroupMember:
     def is_leader(self) -> bool:
         """Whether this member leads the group (runs the assignor)."""
         return bool(self._machine and self._machine.is_leader)
+
+    @property
+    def keyspace(self) -> MemberKeyspace | None:
+        """The keyspace map known and the hot keys sampled (``keyspace=`` only)."""
+        return self._machine.keyspace if self._machine else None
 
     @property
     def state(self) -> State:
