@@ -75,6 +75,7 @@ from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.driver import GroupMember
 from workgroup.member.errors import FencedInstanceError
+from workgroup.member.keyspace import KeyspaceConfig
 from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
 from workgroup.protocol.endpoint import ENDPOINT_TAG
@@ -86,6 +87,7 @@ from workgroup.runtime.errors import HandlerFailedError, ResourceFunctionError
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.http import MetricsServer
+from workgroup.runtime.keyspaces import KeyspaceGroup
 from workgroup.runtime.lease import Lease
 from workgroup.runtime.lease_states import EndReason
 from workgroup.runtime.legacy import AdminOffsets, check_lease_layout
@@ -148,6 +150,7 @@ class GroupRunner:
         client_id: str | None = None,
         on_fatal: Callable[[WorkgroupError], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        keyspace: KeyspaceConfig | None = None,
     ) -> None:
         self.group_id = group_id
         self._clock = clock
@@ -219,9 +222,16 @@ class GroupRunner:
             tags={ENDPOINT_TAG: settings.advertise} if settings.advertise else {},
             clock=clock,
             capacity=settings.capacity,
-            imbalance_tolerance=settings.imbalance_tolerance,
+            # A keyspace's planner balances; the member republishes its loads
+            # when they move beyond the planner's tolerance.
+            imbalance_tolerance=(
+                settings.imbalance_tolerance
+                if keyspace is None
+                else keyspace.settings.imbalance_tolerance
+            ),
             max_moves=settings.max_moves,
             balance_interval_ms=settings.balance_interval_ms,
+            keyspace=keyspace,
         )
         self._store = MemberSlotStore(self.member)
         self.warm_up = warm_up
@@ -786,6 +796,29 @@ class AppRunner:
             )
             for spec in app.leaders.values()
         ]
+        for spec in app.keyspaces.values():
+            keyspace = KeyspaceGroup(spec)
+            group = GroupRunner(
+                group_id=app.group_id(spec.name),
+                kind=spec.name,
+                handler=keyspace.handle,
+                assignors=("cooperative-sticky",),
+                grace_s=(spec.grace_ms if spec.grace_ms is not None else settings.grace_ms) / 1000,
+                restart=failure_policy(spec.restart, spec.on_failure, spec.max_failures, settings),
+                settings=settings,
+                source=keyspace.slice_ids,
+                events=self.events,
+                stats=self._stats_for(app.group_id(spec.name)),
+                topics=self.topics,
+                producers=self.producers,
+                metrics=self.metrics,
+                client_id=client_id,
+                on_fatal=self._fatal,
+                clock=clock,
+                keyspace=keyspace.config,
+            )
+            keyspace.member = group.member
+            self.groups.append(group)
 
     def _fatal(self, error: WorkgroupError) -> None:
         """Stop the app with ``error`` (a handler under ``on_failure="stop"``)."""
