@@ -16,7 +16,14 @@ Rules:
    in the member's current map is this slice, with this token, owned by this
    member.  It turns false as soon as the member learns a map that moved the
    key elsewhere (a split, a merge, a move), before the slice's lease ends.
-4. **Loads**: :meth:`SliceLease.report_load` is the slice's load (published
+4. **Fencing per key** (:meth:`SliceLease.token_for`): a write of a key goes
+   with the key's token, the slice's while the key is this slice's, and is
+   refused here (:class:`~workgroup.keyspaces.KeyMovedError`) once it is not.
+   A holder that cannot know yet (frozen across a split) still writes with its
+   old token, which is below the token of every later holder of the key, so a
+   store that compares tokens per key (:class:`~workgroup.sinks.sql.FencedTable`,
+   keyed by the key) refuses it once the new holder wrote.
+5. **Loads**: :meth:`SliceLease.report_load` is the slice's load (published
    with the member's metadata, as any resource's); :meth:`SliceLease.report_key_load`
    samples a key's, and the heaviest reach the leader, which splits a key that
    dominates its slice into a slice of its own.
@@ -27,6 +34,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from workgroup.errors import ConfigError
+from workgroup.keyspaces.errors import KeyMovedError
 from workgroup.keyspaces.hashing import key_hash
 from workgroup.keyspaces.slices import Slice, SliceMap
 from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace
@@ -49,15 +57,13 @@ class SliceLease:
             its own fencing token, revocation).
     """
 
-    def __init__(self, lease: Lease, piece: Slice, member: GroupMember) -> None:
-        keyspace = member.keyspace
-        assert keyspace is not None  # a keyspace's group only
+    def __init__(self, lease: Lease, piece: Slice, view: MemberKeyspace, owner: str) -> None:
         self.lease = lease
         self.slice = piece
-        self.keyspace = keyspace.config.name
-        self._view: MemberKeyspace = keyspace
-        self._member = member
-        self._owner = member.member_id
+        self.keyspace = view.config.name
+        self._view = view
+        #: The member id the map names as this slice's owner.
+        self._owner = owner
 
     def __repr__(self) -> str:
         return f"<SliceLease {self.keyspace} {self.slice} {self.lease.state.value}>"
@@ -92,12 +98,26 @@ class SliceLease:
             and current.owner == self._owner
         )
 
+    def token_for(self, key: Key) -> int:
+        """Rule 4: the token to write ``key`` with (this slice's); raises
+        :class:`~workgroup.keyspaces.KeyMovedError` if the key is not this
+        slice's (rule 3)."""
+        if self.owns(key):
+            return self.slice.token
+        smap = self._view.map
+        now = "unknown" if smap is None else str(smap.slice_for_key(key))
+        raise KeyMovedError(
+            f"keyspace {self.keyspace!r}: key {key!r} is not in slice {self.slice.id} "
+            f"(token {self.slice.token}) held here{'' if self.lease.held else ' (lease ended)'}; "
+            f"its slice is {now}"
+        )
+
     def report_load(self, value: float) -> None:
-        """Rule 4: the slice's current load (finite, >= 0, the app's unit)."""
+        """Rule 5: the slice's current load (finite, >= 0, the app's unit)."""
         self.lease.report_load(value)
 
     def report_key_load(self, key: Key, value: float) -> None:
-        """Rule 4: the current load of one key of this slice (sampled: report the
+        """Rule 5: the current load of one key of this slice (sampled: report the
         hot ones); :class:`~workgroup.errors.ConfigError` for a bad value."""
         self._view.record_key_load(key_hash(key), value)
 
@@ -130,7 +150,8 @@ class KeyspaceGroup:
                 f"keyspace {self.spec.name!r}: slice {lease.key} is not in the map this "
                 "process knows"
             )
-        await self.spec.handler(SliceLease(lease, piece, member))
+        assert keyspace is not None
+        await self.spec.handler(SliceLease(lease, piece, keyspace, member.member_id))
 
 
 __all__ = ["KeyspaceGroup", "SliceLease"]

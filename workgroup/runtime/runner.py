@@ -202,7 +202,8 @@ class GroupRunner:
             request_timeout_ms=settings.request_timeout_ms,
             connect_timeout_ms=settings.connect_timeout_ms,
             client_id=client_id,
-            resources=self._read_catalog,
+            # A keyspace's catalog is its map, which the member adopts itself.
+            resources=self._read_catalog if keyspace is None else None,
             resource_poll_interval_ms=settings.resource_poll_interval_ms,
             kinds=kinds,
             on_assigned=self._assigned,
