@@ -298,7 +298,8 @@ class App:
         between processes with the planner's ``settings``
         (:class:`~workgroup.keyspaces.PlannerSettings`); the group is
         ``<app>.<name>``.  ``grace_ms``, ``on_failure`` and ``max_failures`` as
-        for :meth:`worker`.
+        for :meth:`worker`, but ``"release"`` (the app-wide ``"release"``
+        retries here).
         """
         _check_called(name, "keyspace", "users")
         _check_name(name, "keyspace name")
@@ -316,6 +317,12 @@ class App:
         if max_sampled_keys < 0:
             raise ConfigError(f"max_sampled_keys must be >= 0, got {max_sampled_keys}")
         _check_own_failure_policy(f"keyspace {name!r}", on_failure, max_failures)
+        if on_failure == "release":
+            # The planner places every slice: a refused one would come straight back.
+            raise ConfigError(
+                f"keyspace {name!r}: on_failure='release' is not supported for keyspaces; "
+                "use 'retry' or 'stop'"
+            )
 
         def register(function: F) -> F:
             _check_signature(function, 1, f"keyspace {name!r}")

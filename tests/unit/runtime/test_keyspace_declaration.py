@@ -48,6 +48,7 @@ def plain(lease: Any) -> None:
         (lambda app: app.keyspace("users", max_sampled_keys=-1), "max_sampled_keys"),
         (lambda app: app.keyspace("users", grace_ms=-1), "grace_ms"),
         (lambda app: app.keyspace("users", on_failure="explode"), "keyspace 'users'"),
+        (lambda app: app.keyspace("users", on_failure="release"), "not supported for keyspaces"),
         (lambda app: app.keyspace("taken")(handler), "declared twice"),
         (lambda app: app.keyspace("users")(lambda: None), "must take one argument"),
     ],
