@@ -206,7 +206,6 @@ class GroupMember:
             before it takes them (``on_warming``, :meth:`ready`); as the leader,
             at most ``max_warmups`` warm-ups run in the group at once (0: plain
             moves).
-        keyspace: The keyspace the group serves (:mod:`workgroup.member.keyspace`).
 
     Raises:
         ConfigError: A setting that cannot work.
@@ -339,11 +338,6 @@ class GroupMember:
     def is_leader(self) -> bool:
         """Whether this member leads the group (runs the assignor)."""
         return bool(self._machine and self._machine.is_leader)
-
-    @property
-    def keyspace(self) -> MemberKeyspace | None:
-        """The keyspace map known and the hot keys sampled (``keyspace=`` only)."""
-        return self._machine.keyspace if self._machine else None
 
     @property
     def state(self) -> State:
@@ -696,6 +690,13 @@ class GroupMember:
         self._interruption.interrupt(error)
 
 
+def member_keyspace(member: GroupMember) -> MemberKeyspace | None:
+    """The keyspace map ``member`` knows and the hot keys it sampled (a member
+    started with ``keyspace=``: :mod:`workgroup.member.keyspace`)."""
+    machine = member._machine
+    return machine.keyspace if machine is not None else None
+
+
 # CoordinatorConnection, map_kafka_error and parse_bootstrap are the transport's,
 # Callback the callback runner's, ResourceSource the resource source's: importable
 # from here as before they had modules of their own.
@@ -706,5 +707,6 @@ __all__ = [
     "GroupMember",
     "ResourceSource",
     "map_kafka_error",
+    "member_keyspace",
     "parse_bootstrap",
 ]

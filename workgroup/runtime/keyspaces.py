@@ -31,19 +31,15 @@ Rules:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from workgroup.errors import ConfigError
 from workgroup.keyspaces.errors import KeyMovedError
 from workgroup.keyspaces.hashing import key_hash
 from workgroup.keyspaces.slices import Slice, SliceMap
+from workgroup.member.driver import GroupMember, member_keyspace
 from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace
 from workgroup.runtime.lease import Lease
 from workgroup.runtime.spec import KeyspaceSpec
 from workgroup.types import Key
-
-if TYPE_CHECKING:
-    from workgroup.member.driver import GroupMember
 
 
 class SliceLease:
@@ -135,14 +131,14 @@ class KeyspaceGroup:
 
     def slice_ids(self) -> list[int]:
         """Rule 1: the slices of the map the member knows (none before the first)."""
-        keyspace = self.member.keyspace if self.member is not None else None
+        keyspace = member_keyspace(self.member) if self.member is not None else None
         smap = keyspace.map if keyspace is not None else None
         return [] if smap is None else [piece.id for piece in smap.slices]
 
     async def handle(self, lease: Lease) -> None:
         """Run the keyspace's handler on the slice ``lease`` holds."""
         member = self.member
-        keyspace = member.keyspace if member is not None else None
+        keyspace = member_keyspace(member) if member is not None else None
         smap = keyspace.map if keyspace is not None else None
         piece = smap.by_id().get(int(lease.key)) if smap is not None else None
         if member is None or piece is None:

@@ -153,6 +153,8 @@ class GroupRunner:
         keyspace: KeyspaceConfig | None = None,
     ) -> None:
         self.group_id = group_id
+        #: A keyspace's group lists the slices of its map (empty before the first).
+        self._keyspace = keyspace
         self._clock = clock
         self._on_fatal = on_fatal
         self.kind = kind
@@ -341,7 +343,7 @@ class GroupRunner:
 
     def _say_if_empty(self, empty: bool) -> None:
         """One line when the catalog becomes empty (not one per poll)."""
-        if empty and self._was_empty is not True:
+        if empty and self._was_empty is not True and self._keyspace is None:
             log.info(
                 "group.no_resources",
                 group=self.group_id,

@@ -12,6 +12,7 @@ import pytest
 
 import workgroup
 from workgroup.keyspaces import PlannerSettings, SliceMap, key_hash
+from workgroup.member.driver import GroupMember, member_keyspace
 from workgroup.runtime.app import Settings
 from workgroup.runtime.keyspaces import SliceLease
 from workgroup.runtime.runner import AppRunner
@@ -68,10 +69,13 @@ class Process:
         self.runner = AppRunner(self.app, settings)
         return stop, asyncio.create_task(self.runner.run(stop))
 
-    def map(self) -> SliceMap | None:
+    def member(self) -> GroupMember:
         assert self.runner is not None
-        member = next(g.member for g in self.runner.groups)
-        return member.keyspace.map if member.keyspace is not None else None
+        return next(g.member for g in self.runner.groups)
+
+    def map(self) -> SliceMap | None:
+        keyspace = member_keyspace(self.member())
+        return keyspace.map if keyspace is not None else None
 
 
 def owners_of(processes: list[Process], key: str) -> list[str]:
@@ -103,7 +107,7 @@ async def settle(processes: list[Process]) -> SliceMap:
             await asyncio.sleep(0.05)
 
 
-async def test_slices_spread_every_key_has_one_owner_and_a_leaver_hands_over(
+async def test_slices_spread_every_key_has_one_owner_and_the_leader_leaving_hands_over(
     bootstrap: str,
 ) -> None:
     settings = PlannerSettings(
@@ -111,41 +115,44 @@ async def test_slices_spread_every_key_has_one_owner_and_a_leaver_hands_over(
     )
     app_name = f"ks-{uuid.uuid4().hex[:8]}"
     processes = [Process(name, app_name, settings) for name in ("a", "b", "c")]
-    running = [p.start(bootstrap) for p in processes]
+    running = dict(zip(processes, (p.start(bootstrap) for p in processes), strict=True))
     try:
         smap = await settle(processes)
         assert len(smap.slices) >= 9
         for p in processes:
             for slice_id, lease in p.leases.items():
-                piece = smap.by_id()[slice_id]
-                assert lease.slice == piece, (p.name, lease.slice, piece)
+                assert lease.slice == smap.by_id()[slice_id], p.name
         for key in KEYS:
             owners = owners_of(processes, key)
             assert len(owners) == 1, (key, owners)
-            assert smap.slice_for_key(key).id in processes[["a", "b", "c"].index(owners[0])].leases
+            owner = next(p for p in processes if p.name == owners[0])
+            assert smap.slice_for_key(key).id in owner.leases
+            assert smap.slice_for_key(key).owner == owner.member().member_id
 
-        a_keys = [k for k in KEYS if owners_of(processes, k) == ["a"]]
-        assert a_keys
-        stop_a, task_a = running[0]
-        stop_a.set()
-        await asyncio.wait_for(task_a, TIMEOUT_S)
-        assert not processes[0].leases
-        rest = processes[1:]
+        # The leader leaves: the next leader starts from the map the others carry.
+        leaver = next(p for p in processes if p.member().is_leader)
+        rest = [p for p in processes if p is not leaver]
+        leaver_keys = [k for k in KEYS if owners_of(processes, k) == [leaver.name]]
+        assert leaver_keys
+        stop, task = running[leaver]
+        stop.set()
+        await asyncio.wait_for(task, TIMEOUT_S)
+        assert not leaver.leases
         after = await settle(rest)
         assert after.epoch > smap.epoch
-        assert {piece.owner for piece in after.slices} == {
-            next(g.member for g in p.runner.groups).member_id  # type: ignore[union-attr]
-            for p in rest
-        }
+        assert after.max_token > smap.max_token
+        assert {piece.owner for piece in after.slices} == {p.member().member_id for p in rest}
+        assert any(p.member().is_leader for p in rest)
         for key in KEYS:
             assert len(owners_of(rest, key)) == 1, key
-        for key in a_keys:
-            # The slice that moved took a token above the one a held.
+            # A key's token never goes down; a moved key's went up.
+            assert after.slice_for_key(key).token >= smap.slice_for_key(key).token
+        for key in leaver_keys:
             assert after.slice_for_key(key).token > smap.slice_for_key(key).token
     finally:
-        for stop, _ in running:
+        for stop, _ in running.values():
             stop.set()
-        await asyncio.gather(*(task for _, task in running), return_exceptions=True)
+        await asyncio.gather(*(task for _, task in running.values()), return_exceptions=True)
 
 
 async def test_a_hot_key_is_split_into_a_slice_of_its_own(bootstrap: str) -> None:
