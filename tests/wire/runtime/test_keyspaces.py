@@ -9,8 +9,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from click.testing import CliRunner
 
 import workgroup
+from workgroup.cli import main
 from workgroup.keyspaces import PlannerSettings, SliceMap, key_hash
 from workgroup.member.driver import GroupMember, member_keyspace
 from workgroup.runtime.app import Settings
@@ -57,9 +59,12 @@ class Process:
                 if self.leases.get(lease.slice.id) is lease:
                     del self.leases[lease.slice.id]
 
-    def start(self, bootstrap: str) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    def start(
+        self, bootstrap: str, instance_id: str | None = None
+    ) -> tuple[asyncio.Event, asyncio.Task[None]]:
         settings = Settings(
             bootstrap=bootstrap,
+            instance_id=instance_id,
             session_timeout_ms=3_000,
             heartbeat_interval_ms=200,
             grace_ms=100,
@@ -181,6 +186,45 @@ async def test_a_hot_key_is_split_into_a_slice_of_its_own(bootstrap: str) -> Non
         assert len(owners_of(processes, HOT)) == 1
         for key in KEYS:
             assert len(owners_of(processes, key)) == 1, key
+    finally:
+        for stop, _ in running:
+            stop.set()
+        await asyncio.gather(*(task for _, task in running), return_exceptions=True)
+
+
+async def test_a_drained_process_hands_its_slices_over_and_stays_in_the_group(
+    bootstrap: str,
+) -> None:
+    settings = PlannerSettings(
+        imbalance_tolerance=0.5, min_slices_per_member=3, max_slices_per_member=12
+    )
+    app_name = f"ks-{uuid.uuid4().hex[:8]}"
+    processes = [Process(name, app_name, settings) for name in ("a", "b")]
+    running = [p.start(bootstrap, instance_id=p.name) for p in processes]
+    try:
+        smap = await settle(processes)
+        drained = await asyncio.to_thread(
+            CliRunner().invoke,
+            main,
+            ["drain", f"{app_name}.users", "--instance-id", "a", "--bootstrap", bootstrap,
+             "--wait", "--wait-timeout-s", str(TIMEOUT_S)],
+        )  # fmt: skip
+        assert drained.exit_code == 0, drained.output
+        a, b = processes
+
+        def handed_over() -> bool:
+            owners = {piece.owner for piece in (b.map() or smap).slices}
+            return not a.leases and owners == {b.member().member_id}
+
+        async with asyncio.timeout(TIMEOUT_S):
+            while not handed_over():  # noqa: ASYNC110 (polls the processes' state)
+                await asyncio.sleep(0.05)
+        after = await settle([b])
+        assert a.member().draining
+        assert a.map() == after  # still a member: it is handed every map
+        for key in KEYS:
+            assert owners_of(processes, key) == ["b"], key
+            assert after.slice_for_key(key).token >= smap.slice_for_key(key).token
     finally:
         for stop, _ in running:
             stop.set()
