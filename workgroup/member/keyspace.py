@@ -18,7 +18,8 @@ Rules:
 3. **Sampled keys**: the application records a key's load by hash point; the
    report keeps the :attr:`KeyspaceConfig.max_sampled_keys` heaviest of those
    in slices the map gives this member (a key whose slice moved away is the new
-   owner's to report).
+   owner's to report, and is forgotten here).  The member keeps at most twice
+   that many: past it, the heaviest half stays.
 4. An assignment without a readable map changes nothing (logged): the member
    keeps the map it had.
 """
@@ -111,25 +112,27 @@ class MemberKeyspace:
         """Rule 3: ``load`` (finite, >= 0) is the current load of the key at ``point``."""
         if not (math.isfinite(load) and load >= 0):
             raise ConfigError(f"a key's load must be a finite number >= 0, not {load}")
+        limit = 2 * max(self.config.max_sampled_keys, 1)
         with self._lock:
             self._keys[point] = load
-
-    def forget_keys(self, points: list[int]) -> None:
-        with self._lock:
-            for point in points:
-                self._keys.pop(point, None)
+            if len(self._keys) > limit:
+                heaviest = heapq.nlargest(limit // 2, self._keys.items(), key=lambda kv: kv[1])
+                self._keys = dict(heaviest)
 
     def user_data(self, member_id: str) -> bytes:
         """Rule 2: this member's report for its JoinGroup metadata."""
         smap = self.map
         keys: dict[int, float] = {}
-        if smap is not None and self.config.max_sampled_keys:
+        if smap is not None:
             with self._lock:
-                sampled = list(self._keys.items())
-            mine = [
-                (point, load) for point, load in sampled if smap.slice_of(point).owner == member_id
-            ]
-            keys = dict(heapq.nlargest(self.config.max_sampled_keys, mine, key=lambda kv: kv[1]))
+                self._keys = {
+                    point: load
+                    for point, load in self._keys.items()
+                    if smap.slice_of(point).owner == member_id
+                }
+                mine = list(self._keys.items())
+            limit = self.config.max_sampled_keys
+            keys = dict(heapq.nlargest(limit, mine, key=lambda kv: kv[1]))
         return encode_report(KeyspaceReport(smap, keys))
 
 

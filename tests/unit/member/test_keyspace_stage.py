@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -203,3 +204,16 @@ def test_the_round_starts_from_the_newest_map_and_never_reuses_a_token(
                 assert piece.token == old.token
     assert all(piece.owner in MEMBERS for piece in after.slices)
     check_handed(assignments, after)
+
+
+def test_a_member_keeps_a_bounded_sample_of_its_heaviest_keys() -> None:
+    member = MemberKeyspace(KeyspaceConfig("users", max_sampled_keys=4))
+    smap = SliceMap.uniform("users", 1)
+    smap = SliceMap("users", (replace(smap.slices[0], owner="m0"),), max_token=1, epoch=1)
+    assert member.take(encode_report(KeyspaceReport(smap)), group_id="g") is not None
+    for point in range(100):
+        member.record_key_load(point, float(point))
+    report = decode_report(member.user_data("m0"))
+    assert dict(report.keys) == {96: 96.0, 97: 97.0, 98: 98.0, 99: 99.0}
+    assert not decode_report(member.user_data("m1")).keys  # not m1's slice: forgotten
+    assert not decode_report(member.user_data("m0")).keys
