@@ -16,7 +16,7 @@ from workgroup.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from workgroup.keyspaces.codec import decode_slice_map, encode_slice_map
-    from workgroup.keyspaces.errors import InvalidSliceMapError, KeyspaceError
+    from workgroup.keyspaces.errors import InvalidSliceMapError, KeyMovedError, KeyspaceError
     from workgroup.keyspaces.hashing import HASH_SPACE, key_hash
     from workgroup.keyspaces.loads import KeyspaceLoads
     from workgroup.keyspaces.planner import Plan, moved_share, plan_next_map
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "HASH_SPACE": "workgroup.keyspaces.hashing",
     "InvalidSliceMapError": "workgroup.keyspaces.errors",
+    "KeyMovedError": "workgroup.keyspaces.errors",
     "KeyspaceError": "workgroup.keyspaces.errors",
     "KeyspaceLoads": "workgroup.keyspaces.loads",
     "Plan": "workgroup.keyspaces.planner",
@@ -43,6 +44,7 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "HASH_SPACE",
     "InvalidSliceMapError",
+    "KeyMovedError",
     "KeyspaceError",
     "KeyspaceLoads",
     "Plan",

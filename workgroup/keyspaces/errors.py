@@ -19,4 +19,10 @@ class InvalidSliceMapError(KeyspaceError):
     repeated id, a token above the map's highest)."""
 
 
-__all__ = ["InvalidSliceMapError", "KeyspaceError"]
+class KeyMovedError(KeyspaceError):
+    """A key is no longer in the slice (with the token) its holder asked with: a
+    split, a merge or a move gave it to another slice.  Not retriable: the
+    key's new holder writes it."""
+
+
+__all__ = ["InvalidSliceMapError", "KeyMovedError", "KeyspaceError"]

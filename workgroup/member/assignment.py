@@ -32,6 +32,9 @@ Rules:
    would get the same generation back, round after round).
 6. A static member's first assignment in this process, empty while its
    catalog lists work of its kinds, asks for one round (the machine's rule 15).
+7. In a keyspace's group, the map the assignment carries becomes the member's
+   catalog first (:mod:`~workgroup.member.keyspace`, rule 1), so that the
+   leader's catalog and this member's agree.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
 from workgroup.member.holdings import Holdings
 from workgroup.member.intents import Intents
+from workgroup.member.keyspace import MemberKeyspace
 from workgroup.member.membership import Membership
 from workgroup.member.transitions import State
 from workgroup.protocol.metadata import AssignmentData
@@ -62,8 +66,10 @@ class AssignmentTaker:
         holdings: Holdings,
         intents: Intents,
         departure: Departure,
+        keyspace: MemberKeyspace | None = None,
     ) -> None:
         self._config = config
+        self._keyspace = keyspace
         self._membership = membership
         self._holdings = holdings
         self._intents = intents
@@ -77,6 +83,11 @@ class AssignmentTaker:
         member_catalog: MemberCatalog,
     ) -> None:
         """Take ``data``, read with ``protocol``, against this member's catalog."""
+        if self._keyspace is not None:
+            # The keyspace's rule 1: the map the leader planned with is the catalog.
+            adopted = self._keyspace.take(data.user_data, group_id=self._config.group_id)
+            if adopted is not None:
+                member_catalog.change(adopted)
         catalog, catalog_hash = member_catalog.keys, member_catalog.digest
         config, membership = self._config, self._membership
         holdings, intents, departure = self._holdings, self._intents, self._departure

@@ -19,6 +19,7 @@ from typing import TypedDict
 
 from workgroup.assignors.balance import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from workgroup.errors import ConfigError
+from workgroup.member.keyspace import KeyspaceConfig
 from workgroup.member.load_balancing import DEFAULT_BALANCE_INTERVAL_MS, BalanceSettings
 from workgroup.protocol.protocol import DEFAULT_PROTOCOL_TYPE, Protocol
 
@@ -155,6 +156,9 @@ class MemberConfig:
     warm_up: bool = False
     #: As leader, the most warm-ups running in the group at once (0: plain moves).
     max_warmups: int = DEFAULT_MAX_WARMUPS
+    #: The keyspace the group serves (:mod:`workgroup.member.keyspace`): its slices
+    #: are the resources, and the keyspace's planner decides each round.
+    keyspace: KeyspaceConfig | None = None
 
     @property
     def balance(self) -> BalanceSettings:
@@ -263,6 +267,7 @@ class MemberSettings(TypedDict, total=False):
     balance_interval_ms: int
     warm_up: bool
     max_warmups: int
+    keyspace: KeyspaceConfig | None
 
 
 def member_config(

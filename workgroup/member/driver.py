@@ -66,6 +66,7 @@ from workgroup.member.commits import commit_result
 from workgroup.member.config import MemberSettings, member_config
 from workgroup.member.errors import InconsistentProtocolError, MemberClosedError
 from workgroup.member.interruption import OwnerInterruption
+from workgroup.member.keyspace import MemberKeyspace
 from workgroup.member.load_balancing import check_load
 from workgroup.member.request_sender import RequestSender
 from workgroup.member.resource_source import ResourceSource, poll_source, read_source
@@ -689,6 +690,13 @@ class GroupMember:
         self._interruption.interrupt(error)
 
 
+def member_keyspace(member: GroupMember) -> MemberKeyspace | None:
+    """The keyspace map ``member`` knows and the hot keys it sampled (a member
+    started with ``keyspace=``: :mod:`workgroup.member.keyspace`)."""
+    machine = member._machine
+    return machine.keyspace if machine is not None else None
+
+
 # CoordinatorConnection, map_kafka_error and parse_bootstrap are the transport's,
 # Callback the callback runner's, ResourceSource the resource source's: importable
 # from here as before they had modules of their own.
@@ -699,5 +707,6 @@ __all__ = [
     "GroupMember",
     "ResourceSource",
     "map_kafka_error",
+    "member_keyspace",
     "parse_bootstrap",
 ]

@@ -38,6 +38,7 @@ from workgroup.member.departure import Departure
 from workgroup.member.generation import NO_GENERATION_ID
 from workgroup.member.holdings import Holdings
 from workgroup.member.intents import Intents
+from workgroup.member.keyspace import MemberKeyspace
 from workgroup.member.load_balancing import LoadMeter
 from workgroup.member.membership import Membership
 from workgroup.member.outcomes import Fail, Lose, Outcome
@@ -62,6 +63,7 @@ class Outgoing:
         intents: Intents,
         departure: Departure,
         loads: LoadMeter,
+        keyspace: MemberKeyspace | None = None,
     ) -> None:
         self._config = config
         self._ids = ids
@@ -71,6 +73,7 @@ class Outgoing:
         self._intents = intents
         self._departure = departure
         self._loads = loads
+        self._keyspace = keyspace
 
     @property
     def _short_timeout_ms(self) -> int:
@@ -159,7 +162,11 @@ class Outgoing:
             capacity=config.capacity,
             loads=self._loads.report(owned),
             instance_id=config.instance_id,
-            user_data=config.user_data,
+            user_data=(
+                config.user_data
+                if self._keyspace is None
+                else self._keyspace.user_data(self._membership.generation.member_id)
+            ),
             catalog_hash=catalog_hash,
             tags=tuple(sorted({**config.tags, **departing, **self._intents.tags(seen)}.items())),
             warms_up=config.warm_up and not self._intents.draining,

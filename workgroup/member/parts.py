@@ -28,6 +28,7 @@ from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
 from workgroup.member.holdings import Holdings
 from workgroup.member.intents import Intents
+from workgroup.member.keyspace import MemberKeyspace
 from workgroup.member.leading import Leading
 from workgroup.member.load_balancing import LoadMeter
 from workgroup.member.membership import Membership
@@ -73,6 +74,8 @@ class MemberParts:
     leading: Leading
     #: What the application asks: rounds, catalogs, drain, refusals, warm-ups ready.
     requests: ApplicationRequests
+    #: The keyspace map known and the hot keys sampled (``None``: no keyspace).
+    keyspace: MemberKeyspace | None = None
 
 
 def build_parts(
@@ -101,12 +104,14 @@ def build_parts(
         reassign_delay_ms=config.reassign_delay_ms,
         balance=config.balance,
         max_warmups=config.max_warmups,
+        keyspace=config.keyspace,
     )
+    keyspace = MemberKeyspace(config.keyspace) if config.keyspace is not None else None
     departure = Departure(dynamic=config.instance_id is None)
     membership = Membership(config, holdings, departure)
     loads = LoadMeter(config.balance.smoothing_ms)
     intents = Intents()
-    outgoing = Outgoing(config, ids, out, membership, holdings, intents, departure, loads)
+    outgoing = Outgoing(config, ids, out, membership, holdings, intents, departure, loads, keyspace)
     closing = Closing(config, out, membership, holdings, intents, departure, outgoing)
     return MemberParts(
         out=out,
@@ -120,11 +125,12 @@ def build_parts(
         loads=loads,
         intents=intents,
         responses=Responses(config, membership),
-        taker=AssignmentTaker(config, membership, holdings, intents, departure),
+        taker=AssignmentTaker(config, membership, holdings, intents, departure, keyspace),
         outgoing=outgoing,
         closing=closing,
         leading=Leading(membership, pipeline, member_catalog, ids, out),
         requests=ApplicationRequests(
             config.group_id, membership, holdings, intents, member_catalog, closing
         ),
+        keyspace=keyspace,
     )

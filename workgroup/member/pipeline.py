@@ -62,6 +62,8 @@ from workgroup.kafka.messages import JoinedMember
 from workgroup.log import get_logger
 from workgroup.member.actions import RunAssignor
 from workgroup.member.delay import ReassignDelay
+from workgroup.member.keyspace import KeyspaceConfig, keyspace_catalog
+from workgroup.member.keyspace_stage import KeyspacePlanned, KeyspaceRound, read_keyspace
 from workgroup.member.load_balancing import BalanceOutcome, BalanceSettings, LeaderBalancing
 from workgroup.member.moves import Move, MoveCounter, count_moves
 from workgroup.member.round_plan import (
@@ -80,7 +82,7 @@ from workgroup.member.round_plan import (
 )
 from workgroup.member.round_stages import RoundResult, RoundStages, run_round_stages
 from workgroup.member.warmup import Staged, stage_warmups
-from workgroup.protocol.catalog import FrozenCatalog
+from workgroup.protocol.catalog import FrozenCatalog, freeze_catalog
 from workgroup.protocol.metadata import MemberMetadata
 from workgroup.protocol.protocol import Protocol, RebalanceMode
 from workgroup.types import NO_GENERATION_ID, Resource, sorted_resources
@@ -130,6 +132,8 @@ class RoundOutcome:
     plan: RoundPlan
     staged: Staged
     moves: tuple[Move, ...]
+    #: The keyspace stage's next map (``None``: not a keyspace's group).
+    keyspace: KeyspacePlanned | None = None
 
 
 # --- the stages (rule 2) -------------------------------------------------------------
@@ -180,8 +184,10 @@ class LeaderPipeline:
         reassign_delay_ms: int,
         balance: BalanceSettings,
         max_warmups: int,
+        keyspace: KeyspaceConfig | None = None,
     ) -> None:
         self._group_id = group_id
+        self._keyspace = keyspace
         self._max_warmups = max_warmups
         self._delay = ReassignDelay(reassign_delay_ms)
         self._balancing = LeaderBalancing(balance)
@@ -214,8 +220,20 @@ class LeaderPipeline:
         catalog: FrozenCatalog,
         catalog_hash: bytes,
     ) -> RunAssignor:
-        """Rule 1: read the members, remember the round, run the assignor."""
-        read = read_members(protocol.codec, members, catalog_hash)
+        """Rule 1: read the members, remember the round, run the assignor.  In a
+        keyspace's group the round's catalog is the newest map's slices
+        (:func:`~workgroup.member.keyspace_stage.read_keyspace`)."""
+        keyspace: KeyspaceRound | None = None
+        if self._keyspace is None:
+            read = read_members(protocol.codec, members, catalog_hash)
+        else:
+            read = read_members(protocol.codec, members, b"")
+            keyspace = read_keyspace(self._keyspace, read.metadata, group_id=self._group_id)
+            catalog = freeze_catalog(keyspace_catalog(keyspace.current))
+            catalog_hash = keyspace.catalog_hash
+            # A member with an older map (or none yet) is not a mismatch: it
+            # adopts the round's map with its assignment.
+            read = replace(read, catalog_mismatches={})
         for member_id, error in read.unreadable.items():
             # The member gets nothing this round; the group keeps working.
             log.error(
@@ -242,6 +260,7 @@ class LeaderPipeline:
             generation=generation,
             catalog=catalog,
             catalog_hash=catalog_hash,
+            keyspace=keyspace,
         )
         if prepared.ignored:
             log.warning(
@@ -263,10 +282,13 @@ class LeaderPipeline:
         generation: int,
         catalog: FrozenCatalog,
         catalog_hash: bytes,
+        keyspace: KeyspaceRound | None = None,
     ) -> tuple[RunAssignor, LeaderInput]:
         """:meth:`begin` with the metadata already read, reporting nothing."""
         prepared = build_input(members, read.metadata, catalog)
         plan = self._plan
+        if keyspace is not None:
+            plan = None  # the keyspace stage decides every round (its rule 3)
         if plan is not None and not plan.carries(prepared.input):
             plan = self._plan = None  # its premises changed (rule 3)
         carry: dict[str, tuple[Resource, ...]] | None = None
@@ -283,8 +305,13 @@ class LeaderPipeline:
             delay=self._delay.memory,
             delay_ms=self._delay.delay_ms,
             refusals={mid: decode_refusals(meta.tags) for mid, meta in read.metadata.items()},
-            balance=self._balancing.stage(now, carry_stopped_early=stopped_early),
+            balance=(
+                None
+                if keyspace is not None
+                else self._balancing.stage(now, carry_stopped_early=stopped_early)
+            ),
             carry=carry,
+            keyspace=keyspace,
         )
         self._round = LeaderRound(
             run_id=run_id,
@@ -338,7 +365,7 @@ class LeaderPipeline:
             round_.read.metadata,
             balanced={m.resource for m in balanced.moves} if balanced is not None else (),
         )
-        return RoundOutcome(plan, warmed.staged, moves)
+        return RoundOutcome(plan, warmed.staged, moves, result.keyspace)
 
     def finish(
         self, now: int, round_: LeaderRound, result: RoundResult | Assignment
@@ -380,12 +407,16 @@ class LeaderPipeline:
                 ),
             )
         metadata = round_.read.metadata
+        keyspace = outcome.keyspace
+        if keyspace is not None:
+            _log_keyspace(self._group_id, round_.generation, keyspace)
         out = encode_assignments(
             plan,
             round_.protocol.codec,
             round_.read,
             generation=round_.generation,
-            catalog_hash=round_.catalog_hash,
+            catalog_hash=round_.catalog_hash if keyspace is None else keyspace.catalog_hash,
+            user_data=b"" if keyspace is None else keyspace.encoded,
             loads_known=self._balancing.loads_known(
                 plan.assigned, {mid for mid, meta in metadata.items() if meta.loads}
             ),
@@ -427,6 +458,23 @@ class LeaderPipeline:
     def follow(self) -> None:
         """Rule 5: this member follows; delays kept while leading are forgotten."""
         self._delay.forget()
+
+
+def _log_keyspace(group_id: str, generation: int, keyspace: KeyspacePlanned) -> None:
+    plan = keyspace.plan
+    if plan.changed:
+        log.info(
+            "member.keyspace_planned",
+            group=group_id,
+            generation=generation,
+            epoch=plan.map.epoch,
+            slices=len(plan.map.slices),
+            splits=plan.splits,
+            merges=plan.merges,
+            moves=plan.moves,
+            moved_share=round(plan.moved, 4),
+            max_token=plan.map.max_token,
+        )
 
 
 # --- the what-if -------------------------------------------------------------------------

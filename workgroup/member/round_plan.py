@@ -428,6 +428,7 @@ def encode_assignments(
     generation: int,
     catalog_hash: bytes,
     loads_known: Collection[str] = frozenset(),
+    user_data: bytes = b"",
 ) -> tuple[tuple[str, bytes], ...]:
     """Each member's SyncGroup assignment for ``plan``, in the plan's member order.
 
@@ -437,6 +438,7 @@ def encode_assignments(
     while resources are withheld.  The members of ``loads_known`` learn that
     the leader needs no first loads from them
     (:meth:`~workgroup.member.load_balancing.LeaderBalancing.loads_known`).
+    Every member is handed ``user_data`` (a keyspace's next map).
     """
     common = read.common_version
     version = min(common, codec.latest_version)
@@ -452,6 +454,7 @@ def encode_assignments(
             pending=plan.pending,
             warming=plan.warming.get(member_id, ()),
             loads_known=member_id in loads_known,
+            user_data=user_data,
         )
         out.append((member_id, codec.encode_assignment(data, version)))
     return tuple(out)

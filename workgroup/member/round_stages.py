@@ -21,7 +21,10 @@ Rules:
    - balancing (:func:`~workgroup.member.load_balancing.balance_stage`), which
      gives nothing to a member that refuses it.
 
-   A later stage never undoes an earlier one's work.
+   A later stage never undoes an earlier one's work.  In a keyspace's group
+   the keyspace stage (:mod:`~workgroup.member.keyspace_stage`) is the only
+   stage: its planner places, moves and balances the slices, and its map is
+   the target.
 2. The delay's memory records where the final target put each resource (after
    refusals and balancing): a resource is delayed when the member it was
    really handed to leaves.
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from workgroup.assignors.base import Assignment, AssignmentInput, Assignor
 from workgroup.assignors.standby import StandbyAssignor
 from workgroup.member.delay import Delayed, DelayMemory, delay_target
+from workgroup.member.keyspace_stage import KeyspacePlanned, KeyspaceRound, run_keyspace_stage
 from workgroup.member.load_balancing import BalanceResult, BalanceStage, balance_stage
 from workgroup.member.round_plan import apply_refusals
 from workgroup.types import Resource
@@ -65,6 +69,8 @@ class RoundStages:
     balance: BalanceStage | None = None
     #: An earlier round's decision to carry out instead of the assignor's.
     carry: Mapping[str, tuple[Resource, ...]] | None = None
+    #: The keyspace stage, in a keyspace's group (``None``: the assignor decides).
+    keyspace: KeyspaceRound | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +85,8 @@ class RoundResult:
     delay: DelayMemory
     #: What balancing did (``None``: balancing is off).
     balance: BalanceResult | None
+    #: The keyspace stage's next map (``None``: not a keyspace's group).
+    keyspace: KeyspacePlanned | None = None
 
 
 def delay_stage(stages: RoundStages, target: Assignment) -> Delayed:
@@ -99,6 +107,9 @@ def run_round_stages(stages: RoundStages, target: Assignment | None = None) -> R
     when the caller ran it (unused when the round carries out an earlier
     decision).  Raises what the assignor raises."""
     data = stages.input
+    if stages.keyspace is not None:
+        planned = run_keyspace_stage(stages.keyspace, data)
+        return RoundResult(planned.target, planned.target, stages.delay, None, planned)
     if stages.carry is not None:
         target = {mid: list(stages.carry.get(mid, ())) for mid in data.members}
     elif target is None:

@@ -31,6 +31,8 @@ class MemberViews:
         self.config = config
         #: Load balancing: what this member measures (the machine's rule 13).
         self.loads = parts.loads
+        #: The keyspace map known and the hot keys sampled (``None``: no keyspace).
+        self.keyspace = parts.keyspace
         self._membership = parts.membership
         self._holdings = parts.holdings
         self._intents = parts.intents

@@ -24,10 +24,17 @@ from typing import Any, Literal, TypeVar
 
 from workgroup.assignors.registry import get_assignor
 from workgroup.errors import ConfigError
+from workgroup.keyspaces.settings import PlannerSettings
 from workgroup.plugins import load as load_plugin
 from workgroup.runtime.config import Settings, check_failure_policy, check_grace
 from workgroup.runtime.handlers import Handler, OnFailure, RestartPolicy
-from workgroup.runtime.spec import LEADER_KIND, LeaderSpec, ResourceFunction, WorkerSpec
+from workgroup.runtime.spec import (
+    LEADER_KIND,
+    KeyspaceSpec,
+    LeaderSpec,
+    ResourceFunction,
+    WorkerSpec,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,6 +96,7 @@ class App:
         ).validated()
         self.workers: dict[str, WorkerSpec] = {}
         self.leaders: dict[str, LeaderSpec] = {}
+        self.keyspaces: dict[str, KeyspaceSpec] = {}
         self.sources: dict[str, ResourceFunction] = {}
         #: Extra Prometheus collectors served with the app's metrics (plugins).
         self.collectors: list[Any] = []
@@ -265,6 +273,79 @@ class App:
 
         return register
 
+    def keyspace(
+        self,
+        name: str,
+        *,
+        settings: PlannerSettings | None = None,
+        grace_ms: int | None = None,
+        restart_backoff_ms: int = 100,
+        max_restart_backoff_ms: int = 30_000,
+        on_failure: OnFailure | None = None,
+        max_failures: int | None = None,
+        max_sampled_keys: int = 64,
+    ) -> Callable[[F], F]:
+        """Shard the keys of keyspace ``name`` (any ``str`` or ``int``) over the
+        group's processes: the keys are hashed into slices (``docs/keyspaces.md``),
+        and the decorated coroutine function runs once per owned slice with its
+        :class:`~workgroup.runtime.keyspaces.SliceLease`.
+
+        ``lease.owns(key)`` says whether this slice, with the token it was handed
+        with, is the key's slice now; ``lease.report_load(x)`` reports the
+        slice's load and ``lease.report_key_load(key, x)`` a hot key's (the
+        ``max_sampled_keys`` heaviest per process reach the leader).  The
+        group's leader splits hot slices, merges cold ones and moves slices
+        between processes with the planner's ``settings``
+        (:class:`~workgroup.keyspaces.PlannerSettings`); the group is
+        ``<app>.<name>``.  ``grace_ms``, ``on_failure`` and ``max_failures`` as
+        for :meth:`worker`, but ``"release"`` (the app-wide ``"release"``
+        retries here).
+        """
+        _check_called(name, "keyspace", "users")
+        _check_name(name, "keyspace name")
+        if settings is not None and not isinstance(settings, PlannerSettings):
+            raise ConfigError(
+                f"keyspace {name!r}: settings must be a PlannerSettings, "
+                f"not {type(settings).__name__}"
+            )
+        if grace_ms is not None and grace_ms < 0:
+            raise ConfigError(f"grace_ms must be >= 0, got {grace_ms}")
+        if restart_backoff_ms <= 0 or max_restart_backoff_ms < restart_backoff_ms:
+            raise ConfigError("restart back-off must be > 0 and max >= initial")
+        if isinstance(max_sampled_keys, bool) or not isinstance(max_sampled_keys, int):
+            raise ConfigError(f"max_sampled_keys must be an integer, got {max_sampled_keys!r}")
+        if max_sampled_keys < 0:
+            raise ConfigError(f"max_sampled_keys must be >= 0, got {max_sampled_keys}")
+        _check_own_failure_policy(f"keyspace {name!r}", on_failure, max_failures)
+        if on_failure == "release":
+            # The planner places every slice: a refused one would come straight back.
+            raise ConfigError(
+                f"keyspace {name!r}: on_failure='release' is not supported for keyspaces; "
+                "use 'retry' or 'stop'"
+            )
+
+        def register(function: F) -> F:
+            _check_signature(function, 1, f"keyspace {name!r}")
+            if not inspect.iscoroutinefunction(function):
+                raise ConfigError(
+                    f"keyspace {name!r}: the handler must be a coroutine function "
+                    "(async def handler(lease): ...)"
+                )
+            self._check_free(name)
+            self.keyspaces[name] = KeyspaceSpec(
+                name,
+                function,
+                settings or PlannerSettings(),
+                grace_ms,
+                RestartPolicy(restart_backoff_ms / 1000, max_restart_backoff_ms / 1000),
+                on_failure,
+                max_failures,
+                max_sampled_keys,
+            )
+            return function
+
+        return register
+
     # --- plugins --------------------------------------------------------------------
 
     def use(self, plugin: str, **options: Any) -> Any:
@@ -302,8 +383,13 @@ class App:
                 check_grace(worker.grace_ms, limit_ms, f"worker {worker.kind!r} grace_ms")
         for leader in self.leaders.values():
             check_grace(leader.grace_ms, limit_ms, f"leader {leader.name!r} grace_ms")
-        if not self.workers and not self.leaders:
-            raise ConfigError(f"app {self.name!r} declares no @app.worker and no @app.leader")
+        for keyspace in self.keyspaces.values():
+            if keyspace.grace_ms is not None:
+                check_grace(keyspace.grace_ms, limit_ms, f"keyspace {keyspace.name!r} grace_ms")
+        if not self.workers and not self.leaders and not self.keyspaces:
+            raise ConfigError(
+                f"app {self.name!r} declares no @app.worker, @app.leader or @app.keyspace"
+            )
         missing = sorted(set(self.workers) - set(self.sources))
         if missing:
             raise ConfigError(
@@ -324,8 +410,10 @@ class App:
         run_app(self, self.settings.with_overrides(**overrides))
 
     def _check_free(self, name: str) -> None:
-        if name in self.workers or name in self.leaders:
-            raise ConfigError(f"{name!r} is declared twice (worker kinds and leaders share names)")
+        if name in self.workers or name in self.leaders or name in self.keyspaces:
+            raise ConfigError(
+                f"{name!r} is declared twice (worker kinds, leaders and keyspaces share names)"
+            )
 
 
 def _check_own_failure_policy(what: str, on_failure: object, max_failures: object) -> None:

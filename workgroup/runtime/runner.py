@@ -77,6 +77,7 @@ from workgroup.errors import ConfigError, WorkgroupError
 from workgroup.log import get_logger
 from workgroup.member.driver import GroupMember
 from workgroup.member.errors import FencedInstanceError
+from workgroup.member.keyspace import KeyspaceConfig
 from workgroup.member.transitions import State
 from workgroup.protocol.catalog import Catalog, CatalogEntry, FrozenCatalog, freeze_catalog
 from workgroup.protocol.endpoint import ENDPOINT_TAG
@@ -88,6 +89,7 @@ from workgroup.runtime.errors import HandlerFailedError, ResourceFunctionError
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.http import MetricsServer
+from workgroup.runtime.keyspaces import KeyspaceGroup
 from workgroup.runtime.lease import Lease
 from workgroup.runtime.lease_states import EndReason
 from workgroup.runtime.legacy import AdminOffsets, check_lease_layout
@@ -150,8 +152,11 @@ class GroupRunner:
         client_id: str | None = None,
         on_fatal: Callable[[WorkgroupError], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        keyspace: KeyspaceConfig | None = None,
     ) -> None:
         self.group_id = group_id
+        #: A keyspace's group lists the slices of its map (empty before the first).
+        self._keyspace = keyspace
         self._clock = clock
         self._on_fatal = on_fatal
         self.kind = kind
@@ -204,7 +209,8 @@ class GroupRunner:
             request_timeout_ms=settings.request_timeout_ms,
             connect_timeout_ms=settings.connect_timeout_ms,
             client_id=client_id,
-            resources=self._read_catalog,
+            # A keyspace's catalog is its map, which the member adopts itself.
+            resources=self._read_catalog if keyspace is None else None,
             resource_poll_interval_ms=settings.resource_poll_interval_ms,
             kinds=kinds,
             on_assigned=self._assigned,
@@ -224,9 +230,16 @@ class GroupRunner:
             tags={ENDPOINT_TAG: settings.advertise} if settings.advertise else {},
             clock=clock,
             capacity=settings.capacity,
-            imbalance_tolerance=settings.imbalance_tolerance,
+            # A keyspace's planner balances; the member republishes its loads
+            # when they move beyond the planner's tolerance.
+            imbalance_tolerance=(
+                settings.imbalance_tolerance
+                if keyspace is None
+                else keyspace.settings.imbalance_tolerance
+            ),
             max_moves=settings.max_moves,
             balance_interval_ms=settings.balance_interval_ms,
+            keyspace=keyspace,
         )
         self._store = MemberSlotStore(self.member)
         self.warm_up = warm_up
@@ -335,7 +348,7 @@ class GroupRunner:
 
     def _say_if_empty(self, empty: bool) -> None:
         """One line when the catalog becomes empty (not one per poll)."""
-        if empty and self._was_empty is not True:
+        if empty and self._was_empty is not True and self._keyspace is None:
             log.info(
                 "group.no_resources",
                 group=self.group_id,
@@ -803,6 +816,35 @@ class AppRunner:
             )
             for spec in app.leaders.values()
         ]
+        for spec in app.keyspaces.values():
+            keyspace = KeyspaceGroup(spec)
+            group = GroupRunner(
+                group_id=app.group_id(spec.name),
+                kind=spec.name,
+                handler=keyspace.handle,
+                assignors=("cooperative-sticky",),
+                grace_s=(spec.grace_ms if spec.grace_ms is not None else settings.grace_ms) / 1000,
+                # The app-wide "release" retries: the planner places every slice.
+                restart=failure_policy(
+                    spec.restart,
+                    spec.on_failure or ("retry" if settings.on_failure == "release" else None),
+                    spec.max_failures,
+                    settings,
+                ),
+                settings=settings,
+                source=keyspace.slice_ids,
+                events=self.events,
+                stats=self._stats_for(app.group_id(spec.name)),
+                topics=self.topics,
+                producers=self.producers,
+                metrics=self.metrics,
+                client_id=client_id,
+                on_fatal=self._fatal,
+                clock=clock,
+                keyspace=keyspace.config,
+            )
+            keyspace.member = group.member
+            self.groups.append(group)
 
     def _fatal(self, error: WorkgroupError) -> None:
         """Stop the app with ``error`` (a handler under ``on_failure="stop"``)."""

@@ -11,12 +11,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from workgroup.keyspaces.settings import PlannerSettings
 from workgroup.protocol.catalog import CatalogEntry
 from workgroup.runtime.config import Settings
 from workgroup.runtime.handlers import ON_FAILURE_CHOICES, Handler, OnFailure, RestartPolicy
 
 #: A resource function: the keys of one kind, plain or async.
 ResourceFunction = Callable[[], Sequence[CatalogEntry] | Awaitable[Sequence[CatalogEntry]]]
+#: A keyspace's handler: a coroutine function of its
+#: :class:`~workgroup.runtime.keyspaces.SliceLease` (which imports this module).
+SliceHandler = Callable[[Any], Awaitable[Any]]
 #: The resource kind of a leader's group (its one key is the leader's name).
 LEADER_KIND = "leader"
 
@@ -51,6 +55,22 @@ class LeaderSpec:
     standbys: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class KeyspaceSpec:
+    """A keyspace: its slices are the resources of the group ``<app>.<name>``."""
+
+    name: str
+    #: Called with a :class:`~workgroup.runtime.keyspaces.SliceLease` per owned slice.
+    handler: SliceHandler
+    settings: PlannerSettings
+    grace_ms: int | None
+    restart: RestartPolicy
+    on_failure: OnFailure | None = None
+    max_failures: int | None = None
+    #: The most hot keys a process reports to the leader.
+    max_sampled_keys: int = 64
+
+
 def failure_policy(
     restart: RestartPolicy,
     on_failure: OnFailure | None,
@@ -79,6 +99,8 @@ class DeclaredApp(Protocol):
     @property
     def sources(self) -> Mapping[str, ResourceFunction]: ...
     @property
+    def keyspaces(self) -> Mapping[str, KeyspaceSpec]: ...
+    @property
     def collectors(self) -> Sequence[Any]: ...
     @property
     def cleanups(self) -> Sequence[Callable[[], Any]]: ...
@@ -91,6 +113,7 @@ class DeclaredApp(Protocol):
 __all__ = [
     "LEADER_KIND",
     "DeclaredApp",
+    "KeyspaceSpec",
     "LeaderSpec",
     "ResourceFunction",
     "WorkerSpec",

@@ -11,6 +11,7 @@ import pytest
 from workgroup.errors import ConfigError
 from workgroup.member.config import MemberConfig, MemberSettings, member_config
 from workgroup.member.driver import GroupMember
+from workgroup.member.keyspace import KeyspaceConfig
 from workgroup.protocol.protocol import Protocol
 
 #: A value other than the default for each setting (all of them, checked below).
@@ -35,6 +36,7 @@ CHANGED: dict[str, Any] = {
     "balance_interval_ms": 30_000,
     "warm_up": True,
     "max_warmups": 2,
+    "keyspace": KeyspaceConfig("users"),
 }
 
 

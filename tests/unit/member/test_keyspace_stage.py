@@ -1,0 +1,219 @@
+"""The leader's keyspace stage in the round pipeline: the map carried by the
+members, the next map planned, every member handed its slices and the map."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workgroup.kafka.messages import JoinedMember
+from workgroup.keyspaces import PlannerSettings, SliceMap
+from workgroup.keyspaces.report import KeyspaceReport, decode_report, encode_report
+from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace, keyspace_catalog
+from workgroup.member.load_balancing import BalanceSettings
+from workgroup.member.pipeline import LeaderPipeline
+from workgroup.member.round_plan import LEAVING_TAG
+from workgroup.member.round_stages import run_round_stages
+from workgroup.protocol.catalog import FrozenCatalog, catalog_hash, freeze_catalog
+from workgroup.protocol.metadata import AssignmentData, MemberMetadata
+from workgroup.protocol.protocol import Protocol
+from workgroup.types import Resource
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "keyspaces"))
+from slice_map_strategies import slice_maps
+
+PROTOCOL = Protocol.of("cooperative-sticky")
+CONFIG = KeyspaceConfig(
+    "users", PlannerSettings(min_slices_per_member=4, max_slices_per_member=16, churn_budget=1.0)
+)
+MEMBERS = ("m0", "m1", "m2")
+
+
+def metadata(
+    report: KeyspaceReport | None = None,
+    *,
+    owned: tuple[Resource, ...] = (),
+    loads: tuple[float, ...] = (),
+    leaving: bool = False,
+) -> MemberMetadata:
+    return MemberMetadata(
+        kinds=("users",),
+        owned=owned,
+        owned_generation=1 if owned else -1,
+        loads=loads,
+        user_data=encode_report(report or KeyspaceReport()),
+        tags=((LEAVING_TAG, "1"),) if leaving else (),
+    )
+
+
+def round_(metas: dict[str, MemberMetadata], now: int = 0) -> dict[str, AssignmentData]:
+    """One leader round through the pipeline; each member's assignment."""
+    pipeline = LeaderPipeline(
+        "g", reassign_delay_ms=0, balance=BalanceSettings(), max_warmups=0, keyspace=CONFIG
+    )
+    joined = [
+        JoinedMember(mid, None, PROTOCOL.codec.encode_metadata(m)) for mid, m in metas.items()
+    ]
+    run = pipeline.begin(
+        now, 1, PROTOCOL, joined, generation=2, catalog=FrozenCatalog(), catalog_hash=b""
+    )
+    assert run.stages.keyspace is not None
+    taken = pipeline.take(run.run_id)
+    assert taken is not None
+    blobs = pipeline.finish(now, taken, run_round_stages(run.stages))
+    return {mid: PROTOCOL.codec.decode_assignment(blob).value for mid, blob in blobs}
+
+
+def handed_map(assignments: dict[str, AssignmentData]) -> SliceMap:
+    maps = {decode_report(a.user_data).map for a in assignments.values()}
+    assert len(maps) == 1  # every member is handed the same map
+    smap = maps.pop()
+    assert smap is not None
+    return smap
+
+
+def check_handed(
+    assignments: dict[str, AssignmentData],
+    smap: SliceMap,
+    owned: Mapping[str, tuple[Resource, ...]] | None = None,
+) -> None:
+    """Each member is handed the slices the map gives it, under the map's catalog;
+    only a slice another member still owns is withheld (until it is revoked)."""
+    owned = owned or {}
+    digest = catalog_hash(freeze_catalog(keyspace_catalog(smap)))
+    for mid, data in assignments.items():
+        assert data.catalog_hash == digest
+        mine = {("users", piece.id) for piece in smap.slices if piece.owner == mid}
+        assert set(data.assigned) <= mine
+        others = {r for other, rs in owned.items() if other != mid for r in rs}
+        assert mine - set(data.assigned) <= others
+
+
+def test_a_first_round_cuts_a_fresh_map_and_spreads_it() -> None:
+    assignments = round_({mid: metadata() for mid in MEMBERS})
+    smap = handed_map(assignments)
+    assert smap.keyspace == "users"
+    assert smap.epoch == 1
+    assert 4 * len(MEMBERS) <= len(smap.slices) <= 16 * len(MEMBERS)
+    assert {piece.owner for piece in smap.slices} == set(MEMBERS)
+    for mid, data in assignments.items():
+        assert set(data.assigned) == {
+            ("users", piece.id) for piece in smap.slices if piece.owner == mid
+        }
+    check_handed(assignments, smap)
+
+
+def test_members_adopt_the_map_and_report_it_back() -> None:
+    smap = handed_map(round_({mid: metadata() for mid in MEMBERS}))
+    member = MemberKeyspace(CONFIG)
+    catalog = member.take(encode_report(KeyspaceReport(smap)), group_id="g")
+    assert catalog == keyspace_catalog(smap)
+    assert member.take(encode_report(KeyspaceReport(smap)), group_id="g") is None  # not newer
+    older = SliceMap(smap.keyspace, smap.slices, max_token=smap.max_token, epoch=0)
+    assert member.take(encode_report(KeyspaceReport(older)), group_id="g") is None
+    assert member.take(b"\x09garbage", group_id="g") is None  # logged, map kept
+    assert (
+        member.take(encode_report(KeyspaceReport(SliceMap.uniform("other", 2))), group_id="g")
+        is None
+    )
+    assert member.map == smap
+    mine = next(piece for piece in smap.slices if piece.owner == "m0")
+    theirs = next(piece for piece in smap.slices if piece.owner == "m1")
+    member.record_key_load(mine.start, 5.0)
+    member.record_key_load(theirs.start, 9.0)  # its slice is m1's to report
+    report = decode_report(member.user_data("m0"))
+    assert report.map == smap
+    assert dict(report.keys) == {mine.start: 5.0}
+
+
+def test_a_leaving_member_s_slices_go_to_the_others_with_higher_tokens() -> None:
+    smap = handed_map(round_({mid: metadata() for mid in MEMBERS}))
+    owned = {mid: tuple(("users", p.id) for p in smap.slices if p.owner == mid) for mid in MEMBERS}
+    metas = {
+        mid: metadata(KeyspaceReport(smap), owned=owned[mid], leaving=mid == "m0")
+        for mid in MEMBERS
+    }
+    assignments = round_(metas)
+    after = handed_map(assignments)
+    assert after.epoch == smap.epoch + 1
+    assert {piece.owner for piece in after.slices} == {"m1", "m2"}
+    assert assignments["m0"].assigned == ()
+    assert set(assignments["m0"].revoked) == set(owned["m0"])
+    before = smap.by_id()
+    for piece in after.slices:
+        old = before.get(piece.id)
+        if old is None or old.owner != piece.owner:
+            assert piece.token > smap.max_token
+    assert assignments["m1"].pending
+    check_handed(assignments, after, owned)
+
+
+def test_a_hot_key_reported_by_its_owner_gets_a_slice_of_its_own() -> None:
+    smap = handed_map(round_({mid: metadata() for mid in MEMBERS}))
+    hot_slice = smap.slices[0]
+    point = hot_slice.start + hot_slice.width // 2
+    metas = {}
+    for mid in MEMBERS:
+        mine = [p for p in smap.slices if p.owner == mid]
+        loads = tuple(100.0 if p is hot_slice else 1.0 for p in mine)
+        keys = {point: 99.0} if hot_slice.owner == mid else {}
+        metas[mid] = metadata(
+            KeyspaceReport(smap, keys),
+            owned=tuple(("users", p.id) for p in mine),
+            loads=loads,
+        )
+    after = handed_map(round_(metas))
+    hot = after.slice_of(point)
+    assert (hot.start, hot.end) == (point, point + 1)
+    assert hot.token > smap.max_token
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(slice_maps(max_slices=12), min_size=1, max_size=3), st.integers(0, 2))
+def test_the_round_starts_from_the_newest_map_and_never_reuses_a_token(
+    carried: list[SliceMap], without_map: int
+) -> None:
+    """Whoever leads, and whatever maps the members carry (a leader change, a
+    member back from a partition): the next map starts from the newest, and
+    every slice born or moved takes a token above every token any member saw."""
+    maps = [SliceMap("users", m.slices, max_token=m.max_token, epoch=m.epoch) for m in carried]
+    metas = {
+        mid: metadata(KeyspaceReport(maps[i] if i < len(maps) and i != without_map else None))
+        for i, mid in enumerate(MEMBERS)
+    }
+    reported = [decode_report(m.user_data).map for m in metas.values()]
+    known = [m for m in reported if m is not None]
+    assignments = round_(metas)
+    after = handed_map(assignments)
+    seen = max((m.max_token for m in known), default=0)
+    assert after.max_token >= seen
+    if known:
+        newest = max(known, key=lambda m: (m.epoch, m.max_token))
+        assert after.epoch in (newest.epoch, newest.epoch + 1)
+        start = newest.by_id()
+        for piece in after.slices:
+            old = start.get(piece.id)
+            if old is None or old.owner != piece.owner:
+                assert piece.token > seen, (piece, seen)
+            else:
+                assert piece.token == old.token
+    assert all(piece.owner in MEMBERS for piece in after.slices)
+    check_handed(assignments, after)
+
+
+def test_a_member_keeps_a_bounded_sample_of_its_heaviest_keys() -> None:
+    member = MemberKeyspace(KeyspaceConfig("users", max_sampled_keys=4))
+    smap = SliceMap.uniform("users", 1)
+    smap = SliceMap("users", (replace(smap.slices[0], owner="m0"),), max_token=1, epoch=1)
+    assert member.take(encode_report(KeyspaceReport(smap)), group_id="g") is not None
+    for point in range(100):
+        member.record_key_load(point, float(point))
+    report = decode_report(member.user_data("m0"))
+    assert dict(report.keys) == {96: 96.0, 97: 97.0, 98: 98.0, 99: 99.0}
+    assert not decode_report(member.user_data("m1")).keys  # not m1's slice: forgotten
+    assert not decode_report(member.user_data("m0")).keys

@@ -1,0 +1,231 @@
+"""``@app.keyspace``: slices of a keyspace spread over the processes, every key
+owned by exactly one of them, a departed process's slices taken over, and a hot
+key split into a slice of its own (the embedded coordinator)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+
+import workgroup
+from workgroup.cli import main
+from workgroup.keyspaces import PlannerSettings, SliceMap, key_hash
+from workgroup.member.driver import GroupMember, member_keyspace
+from workgroup.runtime.app import Settings
+from workgroup.runtime.keyspaces import SliceLease
+from workgroup.runtime.runner import AppRunner
+from workgroup.testing import run_coordinator
+
+TIMEOUT_S = 40
+KEYS = [f"user-{i}" for i in range(300)]
+HOT = "user-7"
+
+
+@pytest.fixture(scope="module")
+def bootstrap() -> Iterator[str]:
+    with run_coordinator(
+        "--min-session-timeout-ms", "500", "--initial-rebalance-delay-ms", "200"
+    ) as server:
+        yield server.bootstrap
+
+
+class Process:
+    """One process of the app: its own App, and the slice leases its handlers hold."""
+
+    def __init__(self, name: str, app_name: str, settings: PlannerSettings) -> None:
+        self.name = name
+        #: Whether the key HOT carries most of its slice's load.
+        self.hot = False
+        self.app = workgroup.App(app_name, grace_ms=100)
+        self.leases: dict[int, SliceLease] = {}
+        self.runner: AppRunner | None = None
+
+        @self.app.keyspace("users", settings=settings)
+        async def serve(lease: SliceLease) -> None:
+            self.leases[lease.slice.id] = lease
+            try:
+                while lease.held:
+                    # A steady load per slice; the hot key carries most of its slice's.
+                    hot_here = self.hot and lease.owns(HOT)
+                    lease.report_load(100.0 if hot_here else 1.0)
+                    if hot_here:
+                        lease.report_key_load(HOT, 99.0)
+                    await asyncio.sleep(0.05)
+            finally:
+                if self.leases.get(lease.slice.id) is lease:
+                    del self.leases[lease.slice.id]
+
+    def start(
+        self, bootstrap: str, instance_id: str | None = None
+    ) -> tuple[asyncio.Event, asyncio.Task[None]]:
+        settings = Settings(
+            bootstrap=bootstrap,
+            instance_id=instance_id,
+            session_timeout_ms=3_000,
+            heartbeat_interval_ms=200,
+            grace_ms=100,
+            balance_interval_ms=500,
+        )
+        stop = asyncio.Event()
+        self.runner = AppRunner(self.app, settings)
+        return stop, asyncio.create_task(self.runner.run(stop))
+
+    def member(self) -> GroupMember:
+        assert self.runner is not None
+        return next(g.member for g in self.runner.groups)
+
+    def map(self) -> SliceMap | None:
+        keyspace = member_keyspace(self.member())
+        return keyspace.map if keyspace is not None else None
+
+
+def owners_of(processes: list[Process], key: str) -> list[str]:
+    return [p.name for p in processes for lease in list(p.leases.values()) if lease.owns(key)]
+
+
+def settled_now(processes: list[Process]) -> SliceMap | None:
+    """The map every process holds its share of, or ``None`` while anything moves."""
+    maps = [p.map() for p in processes]
+    first = maps[0]
+    if first is None or any(m is None or m.epoch != first.epoch for m in maps):
+        return None
+    held = [(p.name, slice_id) for p in processes for slice_id in p.leases]
+    if sorted(s for _, s in held) != sorted(piece.id for piece in first.slices):
+        return None
+    if any(not p.leases for p in processes):
+        return None
+    return first
+
+
+async def settle(processes: list[Process]) -> SliceMap:
+    async with asyncio.timeout(TIMEOUT_S):
+        while True:
+            smap = settled_now(processes)
+            if smap is not None:
+                await asyncio.sleep(0.6)
+                if settled_now(processes) == smap:
+                    return smap
+            await asyncio.sleep(0.05)
+
+
+async def test_slices_spread_every_key_has_one_owner_and_the_leader_leaving_hands_over(
+    bootstrap: str,
+) -> None:
+    settings = PlannerSettings(
+        imbalance_tolerance=0.5, min_slices_per_member=3, max_slices_per_member=12
+    )
+    app_name = f"ks-{uuid.uuid4().hex[:8]}"
+    processes = [Process(name, app_name, settings) for name in ("a", "b", "c")]
+    running = dict(zip(processes, (p.start(bootstrap) for p in processes), strict=True))
+    try:
+        smap = await settle(processes)
+        assert len(smap.slices) >= 9
+        for p in processes:
+            for slice_id, lease in p.leases.items():
+                assert lease.slice == smap.by_id()[slice_id], p.name
+        for key in KEYS:
+            owners = owners_of(processes, key)
+            assert len(owners) == 1, (key, owners)
+            owner = next(p for p in processes if p.name == owners[0])
+            assert smap.slice_for_key(key).id in owner.leases
+            assert smap.slice_for_key(key).owner == owner.member().member_id
+
+        # The leader leaves: the next leader starts from the map the others carry.
+        leaver = next(p for p in processes if p.member().is_leader)
+        rest = [p for p in processes if p is not leaver]
+        leaver_keys = [k for k in KEYS if owners_of(processes, k) == [leaver.name]]
+        assert leaver_keys
+        stop, task = running[leaver]
+        stop.set()
+        await asyncio.wait_for(task, TIMEOUT_S)
+        assert not leaver.leases
+        after = await settle(rest)
+        assert after.epoch > smap.epoch
+        assert after.max_token > smap.max_token
+        assert {piece.owner for piece in after.slices} == {p.member().member_id for p in rest}
+        assert any(p.member().is_leader for p in rest)
+        for key in KEYS:
+            assert len(owners_of(rest, key)) == 1, key
+            # A key's token never goes down; a moved key's went up.
+            assert after.slice_for_key(key).token >= smap.slice_for_key(key).token
+        for key in leaver_keys:
+            assert after.slice_for_key(key).token > smap.slice_for_key(key).token
+    finally:
+        for stop, _ in running.values():
+            stop.set()
+        await asyncio.gather(*(task for _, task in running.values()), return_exceptions=True)
+
+
+async def test_a_hot_key_is_split_into_a_slice_of_its_own(bootstrap: str) -> None:
+    settings = PlannerSettings(
+        imbalance_tolerance=0.5, min_slices_per_member=2, max_slices_per_member=16
+    )
+    app_name = f"ks-{uuid.uuid4().hex[:8]}"
+    processes = [Process(name, app_name, settings) for name in ("a", "b")]
+    running = [p.start(bootstrap) for p in processes]
+    point = key_hash(HOT)
+    try:
+        first = await settle(processes)
+        parent = first.slice_for_key(HOT)
+        assert parent.width > 1
+        for p in processes:
+            p.hot = True
+        async with asyncio.timeout(TIMEOUT_S):
+            while True:
+                smap = settled_now(processes)
+                if smap is not None and smap.slice_for_key(HOT).width == 1:
+                    break
+                await asyncio.sleep(0.05)
+        hot = smap.slice_for_key(HOT)
+        assert (hot.start, hot.end) == (point, point + 1)
+        assert hot.token > parent.token
+        assert len(owners_of(processes, HOT)) == 1
+        for key in KEYS:
+            assert len(owners_of(processes, key)) == 1, key
+    finally:
+        for stop, _ in running:
+            stop.set()
+        await asyncio.gather(*(task for _, task in running), return_exceptions=True)
+
+
+async def test_a_drained_process_hands_its_slices_over_and_stays_in_the_group(
+    bootstrap: str,
+) -> None:
+    settings = PlannerSettings(
+        imbalance_tolerance=0.5, min_slices_per_member=3, max_slices_per_member=12
+    )
+    app_name = f"ks-{uuid.uuid4().hex[:8]}"
+    processes = [Process(name, app_name, settings) for name in ("a", "b")]
+    running = [p.start(bootstrap, instance_id=p.name) for p in processes]
+    try:
+        smap = await settle(processes)
+        drained = await asyncio.to_thread(
+            CliRunner().invoke,
+            main,
+            ["drain", f"{app_name}.users", "--instance-id", "a", "--bootstrap", bootstrap,
+             "--wait", "--wait-timeout-s", str(TIMEOUT_S)],
+        )  # fmt: skip
+        assert drained.exit_code == 0, drained.output
+        a, b = processes
+
+        def handed_over() -> bool:
+            owners = {piece.owner for piece in (b.map() or smap).slices}
+            return not a.leases and owners == {b.member().member_id}
+
+        async with asyncio.timeout(TIMEOUT_S):
+            while not handed_over():  # noqa: ASYNC110 (polls the processes' state)
+                await asyncio.sleep(0.05)
+        after = await settle([b])
+        assert a.member().draining
+        assert a.map() == after  # still a member: it is handed every map
+        for key in KEYS:
+            assert owners_of(processes, key) == ["b"], key
+            assert after.slice_for_key(key).token >= smap.slice_for_key(key).token
+    finally:
+        for stop, _ in running:
+            stop.set()
+        await asyncio.gather(*(task for _, task in running), return_exceptions=True)

@@ -1,0 +1,145 @@
+"""A member of a keyspace's group: the map it knows and the hot keys it reports.  Sans-I/O.
+
+A group may serve one keyspace (:class:`KeyspaceConfig`): its resources are the
+slices of the keyspace's map, ``(keyspace, slice id)``, and the leader's
+keyspace stage (:mod:`~workgroup.member.keyspace_stage`) plans the map and
+places the slices.
+
+Rules:
+
+1. **The map travels with the rounds.**  Every assignment carries the map the
+   leader made (``AssignmentData.user_data``); the member keeps the newest it
+   was handed (highest ``epoch``, then highest ``max_token``) and its catalog
+   becomes the map's slices (:func:`keyspace_catalog`), before the assignment
+   is taken, so that the leader's catalog and the member's agree.
+2. **The member reports it back**: its JoinGroup metadata's ``user_data`` is a
+   :class:`~workgroup.keyspaces.report.KeyspaceReport` with that map and its
+   sampled hot keys, so that any next leader starts from the newest map.
+3. **Sampled keys**: the application records a key's load by hash point; the
+   report keeps the :attr:`KeyspaceConfig.max_sampled_keys` heaviest of those
+   in slices the map gives this member (a key whose slice moved away is the new
+   owner's to report, and is forgotten here).  The member keeps at most twice
+   that many: past it, the heaviest half stays.
+4. An assignment without a readable map changes nothing (logged): the member
+   keeps the map it had.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from threading import Lock
+
+from workgroup.errors import ConfigError, ProtocolError
+from workgroup.keyspaces.report import KeyspaceReport, decode_report, encode_report
+from workgroup.keyspaces.settings import PlannerSettings
+from workgroup.keyspaces.slices import SliceMap
+from workgroup.log import get_logger
+from workgroup.protocol.catalog import Catalog
+
+log = get_logger(__name__)
+
+#: The most sampled keys a member reports by default.
+DEFAULT_MAX_SAMPLED_KEYS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class KeyspaceConfig:
+    """The keyspace a group serves: its name (the resources' kind) and the planner's settings."""
+
+    name: str
+    settings: PlannerSettings = field(default_factory=PlannerSettings)
+    max_sampled_keys: int = DEFAULT_MAX_SAMPLED_KEYS
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("a keyspace needs a name")
+        if isinstance(self.max_sampled_keys, bool) or self.max_sampled_keys < 0:
+            raise ConfigError(
+                f"max_sampled_keys must be an integer >= 0, got {self.max_sampled_keys!r}"
+            )
+
+
+def keyspace_catalog(smap: SliceMap) -> Catalog:
+    """The catalog of a keyspace's group under ``smap``: one resource per slice."""
+    return {smap.keyspace: [piece.id for piece in smap.slices]}
+
+
+def newer(candidate: SliceMap, than: SliceMap | None) -> bool:
+    """Whether ``candidate`` is newer than ``than`` (rule 1)."""
+    if than is None:
+        return True
+    return (candidate.epoch, candidate.max_token) > (than.epoch, than.max_token)
+
+
+class MemberKeyspace:
+    """One member's view of its keyspace (see the module docstring)."""
+
+    def __init__(self, config: KeyspaceConfig) -> None:
+        self.config = config
+        #: The newest map this member was handed (``None``: none yet).
+        self.map: SliceMap | None = None
+        #: Sampled key loads by hash point (rule 3); written from any thread.
+        self._keys: dict[int, float] = {}
+        self._lock = Lock()
+
+    def take(self, user_data: bytes, *, group_id: str) -> Catalog | None:
+        """Rule 1: the catalog of the map an assignment carries, if it is newer
+        than the one kept (``None``: nothing changes)."""
+        if not user_data:
+            return None
+        try:
+            smap = decode_report(user_data).map
+        except ProtocolError as exc:
+            log.error("member.keyspace_map_unreadable", group=group_id, error=str(exc))
+            return None
+        if smap is None or smap.keyspace != self.config.name:
+            if smap is not None:
+                log.error(
+                    "member.keyspace_map_foreign",
+                    group=group_id,
+                    keyspace=smap.keyspace,
+                    expected=self.config.name,
+                )
+            return None
+        if not newer(smap, self.map):
+            return None
+        self.map = smap
+        return keyspace_catalog(smap)
+
+    def record_key_load(self, point: int, load: float) -> None:
+        """Rule 3: ``load`` (finite, >= 0) is the current load of the key at ``point``."""
+        if not (math.isfinite(load) and load >= 0):
+            raise ConfigError(f"a key's load must be a finite number >= 0, not {load}")
+        limit = 2 * max(self.config.max_sampled_keys, 1)
+        with self._lock:
+            self._keys[point] = load
+            if len(self._keys) > limit:
+                heaviest = heapq.nlargest(limit // 2, self._keys.items(), key=lambda kv: kv[1])
+                self._keys = dict(heaviest)
+
+    def user_data(self, member_id: str) -> bytes:
+        """Rule 2: this member's report for its JoinGroup metadata."""
+        smap = self.map
+        keys: dict[int, float] = {}
+        if smap is not None:
+            with self._lock:
+                self._keys = {
+                    point: load
+                    for point, load in self._keys.items()
+                    if smap.slice_of(point).owner == member_id
+                }
+                mine = list(self._keys.items())
+            limit = self.config.max_sampled_keys
+            keys = dict(heapq.nlargest(limit, mine, key=lambda kv: kv[1]))
+        return encode_report(KeyspaceReport(smap, keys))
+
+
+__all__ = [
+    "DEFAULT_MAX_SAMPLED_KEYS",
+    "KeyspaceConfig",
+    "MemberKeyspace",
+    "keyspace_catalog",
+    "newer",
+]

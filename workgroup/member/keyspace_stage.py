@@ -1,0 +1,137 @@
+"""The leader's keyspace stage: the next slice map and who holds each slice.  Sans-I/O.
+
+In the group of a keyspace (:mod:`~workgroup.member.keyspace`) the keyspace's
+planner (:func:`~workgroup.keyspaces.planner.plan_next_map`) decides the
+round's target; the pipeline runs it in place of the assignor
+(:func:`~workgroup.member.round_stages.run_round_stages`).
+
+Rules:
+
+1. **Where the round starts** (:func:`read_keyspace`, when the round begins):
+   the newest map the members report (highest ``epoch``, then ``max_token``),
+   and the highest ``max_token`` any of them reports, so that a new leader
+   never issues a token again.  With no map anywhere, one slice over the whole
+   space, unowned; the planner cuts it to the lower bound of slices.  The
+   round's catalog is that map's slices (:func:`~workgroup.member.keyspace.keyspace_catalog`).
+2. **The planner's input**: the members that take the keyspace's kind (a
+   leaving or draining member takes none: its slices are placed elsewhere),
+   with their capacities; the slices' loads their owners published
+   (``AssignmentInput.resource_loads``); the keys they sampled, summed by point.
+3. **The target is the map**: each member gets the slices the next map gives
+   it, nothing else.  The delay, refusals and load balancing do not run: the
+   planner places, moves within its churn budget, and balances, and a stage
+   after it would make the map and the assignment disagree.
+4. **Every member is handed the next map** (:func:`~workgroup.keyspaces.report.encode_map_only`),
+   and the assignment names the next map's catalog, which members adopt
+   before taking it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from workgroup.assignors.base import Assignment, AssignmentInput
+from workgroup.errors import ProtocolError
+from workgroup.keyspaces.loads import KeyspaceLoads
+from workgroup.keyspaces.planner import Plan, plan_next_map
+from workgroup.keyspaces.report import decode_report, encode_map_only
+from workgroup.keyspaces.slices import SliceMap
+from workgroup.log import get_logger
+from workgroup.member.keyspace import KeyspaceConfig, keyspace_catalog, newer
+from workgroup.protocol.catalog import catalog_hash, freeze_catalog
+from workgroup.protocol.metadata import MemberMetadata
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyspaceRound:
+    """What the keyspace stage starts from (rule 1)."""
+
+    config: KeyspaceConfig
+    #: The newest map the members carry (or a fresh one).
+    current: SliceMap
+    #: The highest token any member's map issued.
+    max_token: int
+    #: Sampled key loads, by hash point, summed over members.
+    keys: Mapping[int, float] = field(default_factory=dict)
+
+    @property
+    def catalog_hash(self) -> bytes:
+        return catalog_hash(freeze_catalog(keyspace_catalog(self.current)))
+
+
+@dataclass(frozen=True, slots=True)
+class KeyspacePlanned:
+    """The keyspace stage's output."""
+
+    plan: Plan
+    #: ``member id -> the slices the next map gives it`` (rule 3).
+    target: Assignment
+    #: The next map as every member is handed it (rule 4).
+    encoded: bytes
+    #: The digest of the next map's catalog (rule 4).
+    catalog_hash: bytes
+
+
+def read_keyspace(
+    config: KeyspaceConfig, metadata: Mapping[str, MemberMetadata], *, group_id: str
+) -> KeyspaceRound:
+    """Rule 1: the map and loads the round starts from."""
+    newest: SliceMap | None = None
+    max_token = 0
+    keys: dict[int, float] = {}
+    maps: dict[bytes, SliceMap] = {}  # members mostly carry the same map: decode it once
+    for member_id, meta in metadata.items():
+        if not meta.user_data:
+            continue
+        try:
+            report = decode_report(meta.user_data, maps)
+        except ProtocolError as exc:
+            log.error(
+                "member.keyspace_report_unreadable",
+                group=group_id,
+                member=member_id,
+                error=str(exc),
+            )
+            continue
+        smap = report.map
+        for point, load in report.keys.items():
+            keys[point] = keys.get(point, 0.0) + load
+        if smap is None or smap.keyspace != config.name:
+            continue
+        max_token = max(max_token, smap.max_token)
+        if newer(smap, newest):
+            newest = smap
+    if newest is None:
+        newest = SliceMap.uniform(config.name, 1, first_token=max_token + 1)
+    return KeyspaceRound(config, newest, max(max_token, newest.max_token), keys)
+
+
+def run_keyspace_stage(round_: KeyspaceRound, data: AssignmentInput) -> KeyspacePlanned:
+    """Rules 2-4: plan the next map and hand each member its slices."""
+    name = round_.config.name
+    members = {mid: info.capacity for mid, info in data.members.items() if name in info.kinds}
+    slice_loads = {
+        key: load
+        for (kind, key), load in data.resource_loads.items()
+        if kind == name and isinstance(key, int)
+    }
+    loads = KeyspaceLoads(slice_loads, round_.keys)
+    plan = plan_next_map(
+        round_.current, loads, members, round_.config.settings, max_token=round_.max_token
+    )
+    target: Assignment = {mid: [] for mid in data.members}
+    for piece in plan.map.slices:
+        if piece.owner is not None and piece.owner in target:
+            target[piece.owner].append((name, piece.id))
+    return KeyspacePlanned(
+        plan,
+        target,
+        encode_map_only(plan.map),
+        catalog_hash(freeze_catalog(keyspace_catalog(plan.map))),
+    )
+
+
+__all__ = ["KeyspacePlanned", "KeyspaceRound", "read_keyspace", "run_keyspace_stage"]

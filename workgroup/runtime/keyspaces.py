@@ -1,0 +1,153 @@
+"""A keyspace in a running app: a handler per owned slice, with its :class:`SliceLease`.
+
+``@app.keyspace("users")`` (:meth:`workgroup.App.keyspace`) declares a group,
+``<app>.users``, whose resources are the slices of the keyspace's map,
+``("users", slice id)``; the member core hands them out with leases like any
+resource (:mod:`workgroup.member.keyspace`, :mod:`workgroup.member.keyspace_stage`).
+
+Rules:
+
+1. **The catalog is the map**: the group's resource list is the slice ids of
+   the map the member was last handed (no resource function; nothing to poll).
+2. **A slice's token** is the one the map gave it when its lease started; a
+   slice keeps its token while it keeps its owner, and a slice born from a split
+   or a merge, or moved, takes a token above every token before it.
+3. **owns(key)**, asked continuously: the lease is held, and the key's slice
+   in the member's current map is this slice, with this token, owned by this
+   member.  It turns false as soon as the member learns a map that moved the
+   key elsewhere (a split, a merge, a move), before the slice's lease ends.
+4. **Fencing per key** (:meth:`SliceLease.token_for`): a write of a key goes
+   with the key's token, the slice's while the key is this slice's, and is
+   refused here (:class:`~workgroup.keyspaces.KeyMovedError`) once it is not.
+   A holder that cannot know yet (frozen across a split) still writes with its
+   old token, which is below the token of every later holder of the key, so a
+   store that compares tokens per key (:class:`~workgroup.sinks.sql.FencedTable`,
+   keyed by the key) refuses it once the new holder wrote.
+5. **Loads**: :meth:`SliceLease.report_load` is the slice's load (published
+   with the member's metadata, as any resource's); :meth:`SliceLease.report_key_load`
+   samples a key's, and the heaviest reach the leader, which splits a key that
+   dominates its slice into a slice of its own.
+"""
+
+from __future__ import annotations
+
+from workgroup.errors import ConfigError
+from workgroup.keyspaces.errors import KeyMovedError
+from workgroup.keyspaces.hashing import key_hash
+from workgroup.keyspaces.slices import Slice, SliceMap
+from workgroup.member.driver import GroupMember, member_keyspace
+from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace
+from workgroup.runtime.lease import Lease
+from workgroup.runtime.spec import KeyspaceSpec
+from workgroup.types import Key
+
+
+class SliceLease:
+    """This process's hold on one slice of a keyspace (see the module docstring).
+
+    Attributes:
+        keyspace: The keyspace's name.
+        slice: The slice as the map gave it when the lease started (its range
+            and its token).
+        lease: The underlying :class:`~workgroup.Lease` (checkpoints, commits,
+            its own fencing token, revocation).
+    """
+
+    def __init__(self, lease: Lease, piece: Slice, view: MemberKeyspace, owner: str) -> None:
+        self.lease = lease
+        self.slice = piece
+        self.keyspace = view.config.name
+        self._view = view
+        #: The member id the map names as this slice's owner.
+        self._owner = owner
+
+    def __repr__(self) -> str:
+        return f"<SliceLease {self.keyspace} {self.slice} {self.lease.state.value}>"
+
+    @property
+    def token(self) -> int:
+        """The slice's token (rule 2): fences the keys this slice holds."""
+        return self.slice.token
+
+    @property
+    def map(self) -> SliceMap | None:
+        """The newest map this process knows."""
+        return self._view.map
+
+    @property
+    def held(self) -> bool:
+        return self.lease.held
+
+    async def wait_revoked(self) -> None:
+        """Return once the slice's lease ends (revoked, lost or stopping)."""
+        await self.lease.wait_revoked()
+
+    def owns(self, key: Key) -> bool:
+        """Rule 3: whether ``key`` is this slice's, with this token, now."""
+        smap = self._view.map
+        if smap is None or not self.lease.held:
+            return False
+        current = smap.slice_for_key(key)
+        return (
+            current.id == self.slice.id
+            and current.token == self.slice.token
+            and current.owner == self._owner
+        )
+
+    def token_for(self, key: Key) -> int:
+        """Rule 4: the token to write ``key`` with (this slice's); raises
+        :class:`~workgroup.keyspaces.KeyMovedError` if the key is not this
+        slice's (rule 3)."""
+        if self.owns(key):
+            return self.slice.token
+        smap = self._view.map
+        now = "unknown" if smap is None else str(smap.slice_for_key(key))
+        raise KeyMovedError(
+            f"keyspace {self.keyspace!r}: key {key!r} is not in slice {self.slice.id} "
+            f"(token {self.slice.token}) held here{'' if self.lease.held else ' (lease ended)'}; "
+            f"its slice is {now}"
+        )
+
+    def report_load(self, value: float) -> None:
+        """Rule 5: the slice's current load (finite, >= 0, the app's unit)."""
+        self.lease.report_load(value)
+
+    def report_key_load(self, key: Key, value: float) -> None:
+        """Rule 5: the current load of one key of this slice (sampled: report the
+        hot ones); :class:`~workgroup.errors.ConfigError` for a bad value."""
+        self._view.record_key_load(key_hash(key), value)
+
+
+class KeyspaceGroup:
+    """The link between a keyspace's declaration and its group's member: the
+    group's resource list (rule 1) and its handler, which wraps each lease in a
+    :class:`SliceLease`."""
+
+    def __init__(self, spec: KeyspaceSpec) -> None:
+        self.spec = spec
+        self.config = KeyspaceConfig(spec.name, spec.settings, spec.max_sampled_keys)
+        #: Set once the group's member exists.
+        self.member: GroupMember | None = None
+
+    def slice_ids(self) -> list[int]:
+        """Rule 1: the slices of the map the member knows (none before the first)."""
+        keyspace = member_keyspace(self.member) if self.member is not None else None
+        smap = keyspace.map if keyspace is not None else None
+        return [] if smap is None else [piece.id for piece in smap.slices]
+
+    async def handle(self, lease: Lease) -> None:
+        """Run the keyspace's handler on the slice ``lease`` holds."""
+        member = self.member
+        keyspace = member_keyspace(member) if member is not None else None
+        smap = keyspace.map if keyspace is not None else None
+        piece = smap.by_id().get(int(lease.key)) if smap is not None else None
+        if member is None or piece is None:
+            raise ConfigError(
+                f"keyspace {self.spec.name!r}: slice {lease.key} is not in the map this "
+                "process knows"
+            )
+        assert keyspace is not None
+        await self.spec.handler(SliceLease(lease, piece, keyspace, member.member_id))
+
+
+__all__ = ["KeyspaceGroup", "SliceLease"]
