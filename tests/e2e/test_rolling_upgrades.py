@@ -17,6 +17,7 @@ owned twice and that every resource is owned exactly once.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 import pytest
 from members import Event, MemberProcess, Members, backend, shards, wait_converged
 
+from workgroup.admin import describe_group
 from workgroup.protocol import LATEST_VERSION
 from workgroup.testing.ownership import check_ownership
 
@@ -81,21 +83,21 @@ class Rollout:
     def start(self, name: str, *args: str, expect: str) -> dict[str, Event]:
         began = time.monotonic()
         self._launch(name, args)
-        return self._settle(f"start {name}", began, expect)
+        return self.settle(f"start {name}", began, expect)
 
     def restart(self, name: str, *args: str, expect: str) -> dict[str, Event]:
         """Stop ``name`` cleanly and start it again (static members keep their id)."""
         began = time.monotonic()
         assert self.current[name].terminate() == 0
         self._launch(name, args)
-        return self._settle(f"restart {name} with {args}", began, expect)
+        return self.settle(f"restart {name} with {args}", began, expect)
 
     def stop(self, name: str, *, expect: str) -> dict[str, Event]:
         began = time.monotonic()
         assert self.current.pop(name).terminate() == 0
-        return self._settle(f"stop {name}", began, expect)
+        return self.settle(f"stop {name}", began, expect)
 
-    def _settle(self, step: str, began: float, expect: str) -> dict[str, Event]:
+    def settle(self, step: str, began: float, expect: str) -> dict[str, Event]:
         running = list(self.current.values())
         converged = wait_converged(running, EXPECTED, STEP_TIMEOUT_S, protocol=expect)
         self.timings.append((step, time.monotonic() - began))
@@ -198,35 +200,115 @@ def test_eager_to_cooperative_migration(members: Members) -> None:
     print(rollout.timings)
 
 
-TANSU_MIXED_JOIN = (
-    "Tansu wedges the group when a member advertising a protocol list that differs "
-    "from the group's joins while the group rebalances: every JoinGroup answer names "
-    "a leader that is none of the joining members, so no SyncGroup ever completes "
-    "(a race: when Tansu ends the rebalance before the upgraded member joins, it passes)"
-)
+#: The sessions of a test that pauses the leader (see :class:`PausedLeader`).
+PAUSABLE_SESSION_MS = 6000
+
+
+def wait_rebalancing(members: Members, timeout_s: float = STEP_TIMEOUT_S) -> str:
+    """Wait until DescribeGroups no longer answers Stable (the embedded coordinator
+    says PreparingRebalance, Tansu Unknown) and return the state it answers."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = asyncio.run(describe_group(members.bootstrap, members.group, timeout_s=5)).state
+        if state != "Stable":
+            return state
+        if time.monotonic() > deadline:
+            pytest.fail(f"the group never left Stable in {timeout_s} s")
+        time.sleep(0.02)
+
+
+def wait_joining(process: MemberProcess, timeout_s: float = STEP_TIMEOUT_S) -> None:
+    """Wait until ``process`` (started with ``log_level="debug"``) has its member id
+    from the coordinator: its JoinGroup with that id goes at once."""
+    deadline = time.monotonic() + timeout_s
+    while "reason='member id required'" not in process.log_path.read_text(errors="replace"):
+        if time.monotonic() > deadline or not process.alive:
+            pytest.fail(f"{process.name} never reached the coordinator:\n{process.stderr_tail()}")
+        time.sleep(0.02)
+
+
+class PausedLeader:
+    """The group's leader stopped (SIGSTOP): a rebalance cannot end without it
+    (the embedded coordinator waits for its JoinGroup, Tansu for its SyncGroup), so
+    what the test does meanwhile happens during that rebalance.  The pause must stay
+    well within the leader's session, or the coordinator drops it instead: it may
+    last half of it."""
+
+    def __init__(self, rollout: Rollout, converged: dict[str, Event]) -> None:
+        name = next(n for n, e in converged.items() if e["leader"])
+        self.name = name
+        self.process = rollout.current[name]
+        self.session_s = rollout.members.defaults["session_timeout_ms"] / 1000
+
+    def __enter__(self) -> PausedLeader:
+        self.began = time.monotonic()
+        self.process.pause()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.paused_s = time.monotonic() - self.began
+        self.process.resume()
+        if exc[0] is None and self.paused_s > self.session_s / 2:
+            pytest.fail(
+                f"the leader was paused {self.paused_s:.2f} s, over half its session "
+                f"({self.session_s:.1f} s)"
+            )
 
 
 @pytest.mark.parametrize(
-    "members",
-    [
-        "embedded",
-        pytest.param(
-            "tansu",
-            marks=[pytest.mark.tansu, pytest.mark.xfail(strict=False, reason=TANSU_MIXED_JOIN)],
-        ),
-    ],
-    indirect=True,
+    "members", ["embedded", pytest.param("tansu", marks=pytest.mark.tansu)], indirect=True
 )
 def test_upgraded_member_joins_during_a_rebalance(members: Members) -> None:
-    """The first upgraded member restarts while the group rebalances after a departure."""
+    """The first upgraded member comes back while the group rebalances after another
+    departure: a follower stops for its upgrade, then the leader is paused from
+    before d's departure until the follower's upgraded process has reached the
+    coordinator, so that rebalance is under way when it joins."""
+    # The pause spans a member's stop and a process's start: sessions long enough
+    # for it on a busy machine.
+    members.defaults["session_timeout_ms"] = PAUSABLE_SESSION_MS
     eager = protocol_args("range:1")
     rollout = Rollout(members)
     for name in "abcd":
-        rollout.start(name, *eager, expect="range.v1")
-    began = time.monotonic()
-    assert rollout.current.pop("d").terminate() == 0
-    rollout.restart("a", *protocol_args("cooperative-sticky:1", "range:1"), expect="range.v1")
-    print(f"settled {time.monotonic() - began:.2f}s after the departure")
+        converged = rollout.start(name, *eager, expect="range.v1")
+    leader = PausedLeader(rollout, converged)
+    follower = next(n for n in "abc" if n != leader.name)
+    rollout.stop(follower, expect="range.v1")
+    with leader:
+        assert rollout.current.pop("d").terminate() == 0
+        state = wait_rebalancing(members)
+        upgraded = members.start(
+            follower, *protocol_args("cooperative-sticky:1", "range:1"), log_level="debug"
+        )
+        rollout.current[follower] = upgraded
+        wait_joining(upgraded)
+    rollout.settle(f"upgraded {follower} joins during a rebalance", leader.began, "range.v1")
+    print(f"{state} after the departure; the leader paused {leader.paused_s:.2f} s")
+    print(rollout.timings)
+
+
+# Not on Tansu, where neither success nor failure is certain: Tansu 0.6 keeps a
+# leader that leaves (LeaveGroup) while the group rebalances as the leader named
+# in every later JoinGroup answer, so no SyncGroup completes; it forgets that
+# leader only when two overlapping requests make it reload the group from its
+# store, which happens after some seconds or not within the test's wait.
+@pytest.mark.parametrize("members", ["embedded"], indirect=True)
+def test_upgraded_leader_leaves_during_a_rebalance(members: Members) -> None:
+    """The leader is stopped for its upgrade while the group rebalances after a
+    departure (it is paused until the coordinator is seen rebalancing, so it cannot
+    end that rebalance first), and its upgraded process joins."""
+    eager = protocol_args("range:1")
+    rollout = Rollout(members)
+    for name in "abcd":
+        converged = rollout.start(name, *eager, expect="range.v1")
+    leader = PausedLeader(rollout, converged)
+    with leader:
+        assert rollout.current.pop("d").terminate() == 0
+        state = wait_rebalancing(members)
+    rollout.restart(
+        leader.name, *protocol_args("cooperative-sticky:1", "range:1"), expect="range.v1"
+    )
+    print(f"{state} after the departure; the leader paused {leader.paused_s:.2f} s")
+    print(rollout.timings)
 
 
 @pytest.mark.parametrize(

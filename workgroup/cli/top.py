@@ -4,6 +4,12 @@ and the changes seen while watching (rebalances, members that join, leave,
 start or stop draining, warm-ups that start or end), and the warm-ups under
 way with how long each has been warming.  Ctrl-C ends it.
 
+On a terminal the view is redrawn in place.  When stdout is not a terminal (a
+pipe, a file, a service's journal) it is written as lines instead, only what
+changed since the last poll (:class:`PipedView`): the changes seen, one line
+each; the group's table again when the group or its loads differ; an error
+once, however many polls meet it in a row.
+
 ``--once`` prints one view and exits: 0, or 1 when the group could not be
 described (the error is in the view), as ``describe`` does.  The times it
 shows and the wait between polls are read from its :class:`~workgroup.clock.Clock`
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
+from rich.console import Console, RenderableType
 from rich.console import Group as Stack
 from rich.live import Live
 from rich.table import Table
@@ -45,6 +52,8 @@ class Watch:
     last: GroupDescription | None = None
     error: str | None = None
     changes: list[tuple[float, str]] = field(default_factory=list)
+    #: How many changes were seen in all (``changes`` keeps the last ``HISTORY``).
+    changes_seen: int = 0
     #: ``(member, kind, key) -> when this view first saw it warming up``.
     warming_since: dict[tuple[str, str, str], float] = field(default_factory=dict)
     #: When this view started: warm-ups seen in its first poll began earlier.
@@ -71,6 +80,7 @@ class Watch:
                 change = _difference(before, description)
                 if change:
                     self.changes = [*self.changes, (at, change)][-HISTORY:]
+                    self.changes_seen += 1
             self.last = description
             warming = {
                 (m.instance_id or m.member_id, kind, str(key))
@@ -124,9 +134,66 @@ class Watch:
             return Stack(*parts)
         table = Table("time", "change", title="recent rebalances", title_justify="left")
         for at, change in self.changes:
-            table.add_row(time.strftime("%H:%M:%S", time.localtime(at)), change)
+            table.add_row(_stamp(at), change)
         parts.append(table)
         return Stack(*parts)
+
+
+def _stamp(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+@dataclass
+class PipedView:
+    """What ``top`` writes when stdout is not a terminal, where rich's ``Live``
+    draws nothing until it stops: after each poll, only what is new, so a journal
+    or a pipe reads as a log of the group rather than the same view every second."""
+
+    #: The changes of the watch already written (:attr:`Watch.changes_seen`).
+    changes_written: int = 0
+    #: What was written last: ``("error", message)`` or ``("group", description, loads)``.
+    shown: tuple[object, ...] | None = None
+
+    def update(self, watch: Watch, now: float) -> list[RenderableType]:
+        """What to write after ``watch``'s latest poll (nothing when nothing changed)."""
+        parts: list[RenderableType] = []
+        new = min(watch.changes_seen - self.changes_written, len(watch.changes))
+        for at, change in watch.changes[len(watch.changes) - new :]:
+            parts.append(Text(f"{_stamp(at)} {change}"))
+        self.changes_written = watch.changes_seen
+        if watch.error is not None:
+            if self.shown != ("error", watch.error):
+                self.shown = ("error", watch.error)
+                parts.append(Text(f"{_stamp(now)} error: {watch.error}"))
+        elif watch.last is not None:
+            group = ("group", watch.last, dict(watch.loads))
+            if self.shown != group:
+                self.shown = group
+                parts += [Text(_stamp(now)), render(watch.last, watch.loads)]
+                warmups = watch.warmups(now)
+                if warmups is not None:
+                    parts.append(warmups)
+        return parts
+
+
+async def watch_live(
+    group: str, bootstrap: str, security: Security, watch: Watch, interval: float, out: Console
+) -> None:
+    """Poll ``group`` every ``interval`` seconds until cancelled: a view redrawn in
+    place on a terminal, :class:`PipedView`'s lines anywhere else."""
+    if out.is_terminal:
+        with Live(watch.view(), console=out, refresh_per_second=4, screen=False) as live:
+            while True:
+                await _poll(group, bootstrap, security, watch)
+                live.update(watch.view())
+                await watch.clock.sleep(interval)
+    piped = PipedView()
+    while True:
+        await _poll(group, bootstrap, security, watch)
+        for part in piped.update(watch, watch.clock.wall()):
+            out.print(part)
+        out.file.flush()
+        await watch.clock.sleep(interval)
 
 
 def _difference(before: GroupDescription, after: GroupDescription) -> str:
@@ -197,12 +264,5 @@ def command(
             sys.exit(1)  # nothing to show: as describe, exit 1
         return
 
-    async def loop() -> None:
-        with Live(watch.view(), console=console(), refresh_per_second=4, screen=False) as live:
-            while True:
-                await _poll(group, bootstrap, security, watch)
-                live.update(watch.view())
-                await watch.clock.sleep(interval)
-
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(loop())
+        asyncio.run(watch_live(group, bootstrap, security, watch, interval, console()))
