@@ -17,20 +17,24 @@ Rules:
    rebalance that keeps the resource where it is bumps the generation while the
    lease stays held, so the generation in a pickled fence goes stale.  On
    ILLEGAL_GENERATION the fence looks again: DescribeGroups (the member is still
-   in the group; its current assignment lists the resource, and so does what it
-   reported owning when it joined; the assignment names generation G' newer
-   than the fence's) and OffsetFetch (the slot is still at this token and names
-   this key).  If all hold it retries under G' (kept for this process), else
-   :class:`LeaseLostError`.  Why this is safe: a commit under generation G' is
-   accepted only while G' is current; in G' the assignor gave the resource to
-   this member alone, and the next owner can get it only in a later generation
-   (cooperative protocols revoke in one generation and assign in the next), at
-   which point the commit under G' is refused.  The slot check catches an owner
-   that held the resource between G and G' (its token is higher); the "owned
-   when it joined" check catches the resource leaving this member and coming
-   back in G'.  What remains (docs/fence.md): it left and came back *and*
-   another rebalance followed, no other holder committed a token meanwhile, and
-   the daemon's new lease is still taking its token when the fence looks.
+   in the group; what it reported owning when it joined lists the resource;
+   its current assignment lists it too, or, while a cooperative rebalance
+   revokes it and its handler finishes its work (a Spark query its
+   micro-batch), no member's assignment lists it; the assignment names
+   generation G' newer than the fence's) and OffsetFetch (the slot is still at
+   this token and names this key).  If all hold it retries under G' (kept for
+   this process), else :class:`LeaseLostError`.  Why this is safe: a commit
+   under generation G' is accepted only while G' is current; in G' no other
+   member has the resource, and the next owner can get it only in a later
+   generation (cooperative protocols revoke in one generation and assign in the
+   next, and a member still finishing the resource's work keeps claiming it),
+   at which point the commit under G' is refused.  The slot check catches an
+   owner that held the resource between G and G' (its token is higher); the
+   "owned when it joined" check catches the resource leaving this member and
+   coming back in G'.  What remains (docs/fence.md): it left and came back
+   *and* another rebalance followed, no other holder committed a token
+   meanwhile, and the daemon's new lease is still taking its token when the
+   fence looks.
 3. While the group rebalances (REBALANCE_IN_PROGRESS, a group that is not
    Stable when described), on any other retriable code (``RETRIABLE_CODES``)
    and while the coordinator cannot be reached, the fence tries again with
@@ -72,7 +76,7 @@ import atexit
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -309,27 +313,42 @@ class Fence:
                 f"{self._name}: generation {generation} is stale and the coordinator does not "
                 "describe member assignments, so the fence cannot show the lease still holds"
             )
-        member = next(
-            m for m in decode_description(result, self.group_id).members
-            if m.member_id == self.member_id
-        )  # fmt: skip
+        members = decode_description(result, self.group_id).members
+        member = next(m for m in members if m.member_id == self.member_id)
         joined = member.workgroup_metadata()
         if member.assignment is None or member.generation is None or joined is None:
             why = member.assignment_error or "its metadata does not decode"
             raise LeaseLostError(f"{self._name}: cannot read the member's assignment: {why}")
-        assigned = member.assignment.get(self.kind, [])
-        if not any(same_key(key, self.key) for key in assigned) or not _has(
-            joined.owned, (self.kind, self.key)
-        ):
+        if not _has(joined.owned, (self.kind, self.key)):
             raise LeaseLostError(
                 f"{self._name}: the resource is no longer assigned to member "
                 f"{self.member_id!r} (generation {member.generation}): its lease ended"
             )
+        if not self._assigned(member.assignment):
+            # Being revoked (rule 2): its handler still finishes, and the member
+            # still claims it; nobody else may have it in this generation.
+            for other in members:
+                if other.member_id == self.member_id:
+                    continue
+                if other.assignment is None:
+                    raise LeaseLostError(
+                        f"{self._name}: the resource is being revoked and member "
+                        f"{other.member_id!r}'s assignment cannot be read, so the fence "
+                        "cannot show nobody else has it"
+                    )
+                if self._assigned(other.assignment):
+                    raise LeaseLostError(
+                        f"{self._name}: the resource is now assigned to member "
+                        f"{other.member_id!r} (generation {member.generation}): its lease ended"
+                    )
         if member.generation <= generation:
             return False
         self._check_slot(conn, deadline)
         _generations[self._identity] = member.generation
         return True
+
+    def _assigned(self, assignment: Mapping[str, Sequence[Key]]) -> bool:
+        return any(same_key(key, self.key) for key in assignment.get(self.kind, ()))
 
     def _check_slot(self, conn: BlockingCoordinator, deadline: float) -> None:
         """LeaseLostError unless the slot is still at this token and names this key."""

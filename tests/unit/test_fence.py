@@ -269,22 +269,29 @@ def described(
     assigned: tuple[tuple[str, object], ...] = (("shard", 7),),
     owned: tuple[tuple[str, object], ...] = (("shard", 7),),
     generation: int = 5,
+    others: tuple[tuple[str, bytes | tuple[tuple[str, object], ...]], ...] = (),
 ) -> DescribedGroup:
+    """The group as DescribeGroups gives it; ``others``: other members and their
+    assignments (raw bytes: as sent, undecodable ones too)."""
     codec = BinaryCodec()
-    assignment = codec.encode_assignment(
-        AssignmentData(assigned=assigned, generation=generation)  # type: ignore[arg-type]
-    )
-    metadata = codec.encode_metadata(
-        MemberMetadata(kinds=("shard",), owned=owned, owned_generation=generation - 1)  # type: ignore[arg-type]
-    )
-    return DescribedGroup(
-        ErrorCode.NONE,
-        "g",
-        state,
-        "workgroup",
-        "sticky",
-        (DescribedMember(member, "i-1", "c", "h", metadata, assignment),),
-    )
+
+    def assignment_of(resources: tuple[tuple[str, object], ...]) -> bytes:
+        return codec.encode_assignment(
+            AssignmentData(assigned=resources, generation=generation)  # type: ignore[arg-type]
+        )
+
+    def metadata_of(owned: tuple[tuple[str, object], ...]) -> bytes:
+        return codec.encode_metadata(
+            MemberMetadata(kinds=("shard",), owned=owned, owned_generation=generation - 1)  # type: ignore[arg-type]
+        )
+
+    members = [
+        DescribedMember(member, "i-1", "c", "h", metadata_of(owned), assignment_of(assigned))
+    ]
+    for other, theirs in others:
+        raw = theirs if isinstance(theirs, bytes) else assignment_of(theirs)
+        members.append(DescribedMember(other, None, "c", "h", metadata_of(()), raw))
+    return DescribedGroup(ErrorCode.NONE, "g", state, "workgroup", "sticky", tuple(members))
 
 
 @pytest.fixture
@@ -317,14 +324,41 @@ def test_a_stale_generation_carries_on_when_the_member_still_holds_the_resource(
     assert [r.generation_id for r in conn.sent if isinstance(r, OffsetCommit)][-1] == 5
 
 
+def test_a_stale_generation_carries_on_while_the_resource_is_being_revoked(
+    scripted: list[Scripted],
+) -> None:
+    """Revoked in generation 5 (not in the member's assignment) but still claimed
+    (its handler finishes its work) and nobody else's: the commit goes on."""
+    group = described(assigned=(("shard", 8),), others=(("m-2", (("shard", 9),)),))
+    conn = Scripted(commits=[ErrorCode.ILLEGAL_GENERATION, ErrorCode.NONE], group=group)
+    scripted.append(conn)
+    fence().commit("v")
+    assert [r.generation_id for r in conn.sent if isinstance(r, OffsetCommit)] == [3, 5]
+
+
 @pytest.mark.parametrize(
     ("group", "slot", "why"),
     [
         (described(member="someone-else"), 4, "not in group"),
-        (described(assigned=(("shard", 8),)), 4, "no longer assigned"),
+        # Revoked, and the next owner already has it.
+        (
+            described(assigned=(("shard", 8),), others=(("m-2", (("shard", 7),)),)),
+            4,
+            "now assigned to member 'm-2'",
+        ),
         # It came back in this generation: the member did not own it when it joined.
         (described(owned=()), 4, "no longer assigned"),
-        (described(assigned=(("shard", "7"),)), 4, "no longer assigned"),  # "7" is not 7
+        (  # "7" is not 7
+            described(assigned=(("shard", "7"),), others=(("m-2", (("shard", 7),)),)),
+            4,
+            "now assigned",
+        ),
+        # Revoked, and who has it cannot be read.
+        (
+            described(assigned=(("shard", 8),), others=(("m-2", b"\xff"),)),
+            4,
+            "cannot show nobody else has it",
+        ),
         (described(), 5, "slot is at token 5"),
     ],
 )

@@ -54,8 +54,18 @@ def tansu_deviates(request: pytest.FixtureRequest, backend: Backend, what: str) 
 class Holder:
     """An app whose handlers hand their leases' fences to the test."""
 
-    def __init__(self, kind: str = "leader", name: str | None = None) -> None:
-        self.app = workgroup.App(name or f"fence-{uuid.uuid4().hex[:8]}", grace_ms=200)
+    def __init__(
+        self,
+        kind: str = "leader",
+        name: str | None = None,
+        *,
+        grace_ms: int = 200,
+        finish: asyncio.Event | None = None,
+    ) -> None:
+        """``finish``: revoked handlers return only once it is set (work that
+        finishes after its revocation, within ``grace_ms``)."""
+        self.grace_ms = grace_ms
+        self.app = workgroup.App(name or f"fence-{uuid.uuid4().hex[:8]}", grace_ms=grace_ms)
         self.leases: dict[Any, workgroup.Lease] = {}
         if kind == "leader":
 
@@ -74,6 +84,8 @@ class Holder:
             async def work(lease: workgroup.Lease) -> None:
                 self.leases[lease.key] = lease
                 await lease.wait_revoked()
+                if finish is not None:
+                    await finish.wait()
 
     @asynccontextmanager
     async def running(self, backend: Backend) -> AsyncIterator[AppRunner]:
@@ -83,7 +95,7 @@ class Holder:
                 bootstrap=backend.bootstrap,
                 session_timeout_ms=backend.session_timeout_ms,
                 heartbeat_interval_ms=300,
-                grace_ms=200,
+                grace_ms=self.grace_ms,
             ),
         )
         stop = asyncio.Event()
@@ -384,6 +396,57 @@ async def test_a_fence_of_a_resource_that_moved_is_refused(backend: Backend) -> 
                 await asyncio.to_thread(fences[key].commit, f"moved {key}")
             # The new holder's token stands.
             assert await asyncio.to_thread(slot_offset, fences[key]) == fences[key].token + 1
+
+
+async def test_a_fence_holds_while_its_revoked_handler_finishes_its_work(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    """A cooperative rebalance revokes a resource whose handler finishes its work
+    first (a Spark query's micro-batch): until it has, nobody else has the
+    resource, and the work it writes through its fence is accepted; once the
+    next owner has it, the fence is refused."""
+    tansu_deviates(
+        request,
+        backend,
+        "DescribeGroups returns no member assignments, so a fence whose generation went "
+        "stale cannot show that its lease still holds (it says so: LeaseLostError)",
+    )
+    finish = asyncio.Event()
+    first = Holder(kind="shard", grace_ms=TIMEOUT_S * 1000, finish=finish)
+    async with first.running(backend):
+        for key in SHARDS:
+            await first.lease(key)
+        fences = {key: first.leases[key].fence() for key in SHARDS}
+        second = Holder(kind="shard", name=first.app.name)
+        async with second.running(backend):
+            try:
+                await revoked_handlers_finish_under_their_fences(first, second, fences, finish)
+            finally:
+                finish.set()  # a failure leaves no handler waiting out its grace
+
+
+async def revoked_handlers_finish_under_their_fences(
+    first: Holder, second: Holder, fences: dict[str, Fence], finish: asyncio.Event
+) -> None:
+    async with asyncio.timeout(TIMEOUT_S):
+        while not any(lease.revoked for lease in first.leases.values()):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    revoked = [k for k in SHARDS if first.leases[k].revoked]
+    for key in revoked:  # still finishing: the revocation's generation is newer
+        await asyncio.to_thread(fences[key].commit, f"finished {key}")
+        await asyncio.to_thread(fences[key].check)
+        assert await asyncio.to_thread(slot_offset, fences[key]) == fences[key].token
+    assert not any(k in second.leases for k in revoked)
+    finish.set()
+    async with asyncio.timeout(TIMEOUT_S):
+        while not all(  # noqa: ASYNC110 (polls the handlers' leases)
+            k in second.leases and second.leases[k].held for k in revoked
+        ):
+            await asyncio.sleep(0.05)
+    for key in revoked:
+        with pytest.raises(workgroup.LeaseLostError, match=r"now assigned|no longer"):
+            await asyncio.to_thread(fences[key].commit, f"late {key}")
+        assert await second.leases[key].checkpoint() == f"finished {key}"
 
 
 # --- heartbeats: the daemon frozen past its session ---------------------------------------
