@@ -18,7 +18,9 @@ Rules:
    returns; one that fails falls back to a plain move.
 3. Revoked (the shard moves, or the daemon stops): the micro-batch in flight
    may finish, up to the lease's grace period; then the query is stopped and
-   the handler returns, which lets the new owner start.
+   the handler returns, which lets the new owner start.  Batches back to back
+   (each longer than the trigger) leave no idle moment: the query stops as
+   soon as one completes.
 4. Lost or fenced (the session is gone, someone else may own the shard): the
    query is stopped at once, without waiting for the batch.
 5. A query that fails raises :class:`SparkQueryFailed` from the handler:
@@ -276,16 +278,33 @@ def _stop(query: Any) -> None:
 
 
 def _stop_after_batch(query: Any, wait_s: float) -> None:
-    """Let the batch in flight finish (up to ``wait_s``), then stop the query."""
+    """Let the batch in flight finish (up to ``wait_s``), then stop the query: at
+    the first moment no batch runs, or as soon as a batch completes.  A query
+    whose batches take longer than its trigger runs them back to back, with no
+    idle moment to wait for; stopping right after a batch interrupts only one
+    that has just begun (its input is read again by the next owner), so the
+    next owner's first output follows this one's last by one batch."""
     deadline = time.monotonic() + max(wait_s, 0.0)
+    try:
+        done = _last_batch_id(query)
+    except Exception:
+        done = None
     while time.monotonic() < deadline:
         try:
             if not query.isActive or not query.status["isTriggerActive"]:
+                break
+            if _last_batch_id(query) != done:
                 break
         except Exception:
             break
         time.sleep(0.05)
     _stop(query)
+
+
+def _last_batch_id(query: Any) -> int | None:
+    """The id of the query's last completed batch (``None``: none yet)."""
+    progress = query.lastProgress
+    return None if not progress else int(progress["batchId"])
 
 
 def _stop_in_background(query: Any) -> None:

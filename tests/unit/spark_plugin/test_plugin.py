@@ -361,6 +361,10 @@ class FakeQuery:
     def status(self) -> dict[str, Any]:
         return {"isTriggerActive": self.trigger_active}
 
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:
+        return self.recentProgress[-1] if self.recentProgress else None
+
     def exception(self) -> Exception | None:
         return self.failure
 
@@ -481,6 +485,28 @@ async def test_each_batch_with_a_rate_reports_it_as_the_shards_load() -> None:
     assert len(reported) == 2  # each batch once
     lease.end(EndReason.REVOKED, grace_s=1.0)
     await asyncio.wait_for(task, 5)
+
+
+async def test_a_query_with_batches_back_to_back_stops_as_soon_as_one_completes() -> None:
+    """Batches longer than the trigger leave no moment without one running: the
+    revoked query stops right after the next batch completes, not at the end of
+    the grace period (the next owner waits for it)."""
+    lease = await _held_lease(FakeStore())
+    writer = FakeWriter()
+    task = asyncio.create_task(shard_query(writer)(lease))
+    await _until(lambda: writer.query is not None)
+    query = writer.query
+    assert query is not None
+    query.recentProgress = [{**REPORT, "batchId": 3}]
+    query.trigger_active = True  # always: batch 4 runs, then batch 5 at once
+    lease.end(EndReason.REVOKED, grace_s=30.0)
+    await asyncio.sleep(0.3)
+    assert query.stopped_at is None  # batch 4 is not done
+    completed = time.monotonic()
+    query.recentProgress = [*query.recentProgress, {**REPORT, "batchId": 4}]
+    await asyncio.wait_for(task, 5)
+    assert query.stopped_at is not None
+    assert query.stopped_at - completed < 1.0
 
 
 async def test_a_batch_that_outlasts_the_grace_period_is_stopped() -> None:
