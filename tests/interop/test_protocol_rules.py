@@ -33,6 +33,7 @@ from .wire import (
     REBALANCE_IN_PROGRESS,
     UNKNOWN_MEMBER_ID,
     GroupWire,
+    Joined,
     KafkaPythonWire,
 )
 
@@ -390,6 +391,112 @@ async def test_leader_leaving_with_its_join_held_is_not_the_next_leader(
     with contextlib.suppress(Exception):
         await asyncio.wait_for(a_join, 5)  # whatever a is told, it is not in the group
     await asyncio.gather(b.leave(), c.leave())
+
+
+#: Sessions of the one-request-at-a-time check. Tansu holds every JoinGroup for
+#: half the session, so the members heartbeat between the others' JoinGroups:
+#: none goes longer than one hold, half its session, without contact.
+IN_TURN_SESSION_MS = 4_000
+#: Longer than the test may run: the embedded coordinator ends no round by timeout,
+#: so a JoinGroup it holds is answered only once the others rejoin.
+IN_TURN_REBALANCE_MS = 120_000
+
+
+async def join_in_turn(m: Member, observer: GroupWire) -> asyncio.Task[Joined]:
+    """Sends ``m``'s JoinGroup and returns once the coordinator has taken it.
+
+    Kafka (and the embedded coordinator) holds the JoinGroup of a new member until
+    the others rejoin, saying PreparingRebalance meanwhile; Tansu answers each
+    JoinGroup by itself and never says PreparingRebalance, so there this waits for
+    the answer. Tansu's DescribeGroups reads its store, not the group it holds in
+    memory, so polling it does not overlap the JoinGroup.
+    """
+    joining = asyncio.create_task(m.join())
+    async with asyncio.timeout(3 * IN_TURN_SESSION_MS / 1000):
+        while not joining.done():
+            if (await observer.describe(m.group)).state == "PreparingRebalance":
+                break
+            await asyncio.sleep(0.02)
+    return joining
+
+
+@pytest.mark.slow_on_tansu
+async def test_leader_leaving_during_a_rebalance_is_not_the_next_leader(
+    request: pytest.FixtureRequest, backend: Backend, connect: Connect, encoder: str, group_id: str
+) -> None:
+    """A stable group (a leads, b follows); c joins; a leaves during that rebalance
+    (LeaveGroup, no JoinGroup of its own in flight); b and c rejoin. Each request
+    goes once the one before is answered (or held for the round): on Tansu no two
+    requests overlap, so Tansu never reloads the group from its store."""
+    tansu_deviates(
+        request,
+        backend,
+        "a leader that leaves while the group rebalances stays the leader named in every "
+        "later JoinGroup answer, so no SyncGroup completes (only a reload of the group from "
+        "its store, which overlapping requests cause, forgets it)",
+    )
+    observer = await connect(encoder)
+    a, b, c = [
+        member(
+            await connect(encoder),
+            group_id,
+            backend,
+            session_timeout_ms=IN_TURN_SESSION_MS,
+            rebalance_timeout_ms=IN_TURN_REBALANCE_MS,
+        )
+        for _ in range(3)
+    ]
+
+    # a and b form a stable group that a leads.
+    assert (await a.join()).error == NONE
+    assert (await a.sync()).error == NONE
+    b_join = await join_in_turn(b, observer)
+    assert await a.heartbeat() == REBALANCE_IN_PROGRESS
+    ja = await a.join()
+    jb = await b_join
+    assert ja.error == jb.error == NONE
+    assert ja.generation == jb.generation
+    assert ja.is_leader
+    assert set(ja.members) == {a.member_id, b.member_id}
+    assert (await a.sync()).error == NONE
+    assert (await b.sync()).error == NONE
+    stable = await observer.describe(group_id)
+    assert (stable.state, stable.member_ids()) == ("Stable", {a.member_id, b.member_id})
+
+    # c joins; b is told to rejoin; the leader leaves instead.
+    c_join = await join_in_turn(c, observer)
+    assert await b.heartbeat() == REBALANCE_IN_PROGRESS
+    assert await a.leave() == NONE
+    rebalancing = await observer.describe(group_id)
+    assert rebalancing.state != "Stable"
+    assert rebalancing.member_ids() == {b.member_id, c.member_id}
+
+    # b and c rejoin. Kafka holds c's JoinGroup until b rejoins; Tansu answered it
+    # before a left, so c rejoins first there.
+    if c_join.done():
+        assert c_join.result().error == NONE
+        c_join = asyncio.create_task(c.join())
+        await c_join
+        assert await b.heartbeat() == REBALANCE_IN_PROGRESS
+    jb = await b.join()
+    jc = await c_join
+    assert jb.error == jc.error == NONE
+    assert jb.generation == jc.generation
+    assert jb.leader == jc.leader
+    assert jb.leader in {b.member_id, c.member_id}, (
+        f"{jb.leader} leads; a, who left, is {a.member_id}"
+    )
+    leader, follower = (b, c) if jb.is_leader else (c, b)
+    assert leader.joined is not None
+    assert set(leader.joined.members) == {b.member_id, c.member_id}
+    assert (await leader.sync()).error == NONE
+    synced = await follower.sync()
+    assert synced.error == NONE
+    assert synced.assignment == assignment_for(follower.member_id)
+    formed = await observer.describe(group_id)
+    assert (formed.state, formed.member_ids()) == ("Stable", {b.member_id, c.member_id})
+    assert await b.leave() == NONE
+    assert await c.leave() == NONE
 
 
 # ---------------------------------------------------------------------------- heartbeats
