@@ -136,6 +136,7 @@ class KeyRoute:
             for h in holders
         ]
 
+
 class Directory:
     """Owner lookup for one group (see the module's rules).
 

@@ -192,9 +192,7 @@ def decode_assignment(
     return _decode(protocol_type, blob)[:3]
 
 
-_Decoded = tuple[
-    dict[str, list[Key]] | None, int | None, str | None, dict[str, list[Key]], bytes
-]
+_Decoded = tuple[dict[str, list[Key]] | None, int | None, str | None, dict[str, list[Key]], bytes]
 
 
 def _decode(protocol_type: str, blob: bytes) -> _Decoded:

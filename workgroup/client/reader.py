@@ -51,7 +51,6 @@ from workgroup.client.slots import LeaseSlot, decode_slots, fetch_request
 from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.collector import collector_paused
 from workgroup.errors import ErrorCode, WorkgroupError
-from workgroup.keyspaces.slices import SliceMap
 from workgroup.kafka.messages import (
     DescribeGroups,
     DescribeGroupsResult,
@@ -59,6 +58,7 @@ from workgroup.kafka.messages import (
     OffsetFetchGroup,
     OffsetFetchResult,
 )
+from workgroup.keyspaces.slices import SliceMap
 from workgroup.runtime.slots import slot_of
 from workgroup.types import Key
 
