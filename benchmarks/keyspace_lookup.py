@@ -17,7 +17,7 @@ Four tables (one process, one core):
   joins, and one after a member leaves (best of ``--repeat``; target <= 1 s).
 
     .venv/bin/python benchmarks/keyspace_lookup.py [--keys N] [--repeat N]
-        [--only lookups|directory|encoding|planner]
+        [--only lookups|directory|encoding|planner] [--slices 100,10000,100000]
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def owned(smap: SliceMap, members: int) -> SliceMap:
     return SliceMap(smap.keyspace, slices, smap.max_token, smap.epoch)
 
 
-def lookups(keys: int, repeat: int) -> Table:
+def lookups(keys: int, repeat: int, counts: Sequence[int]) -> Table:
     table = Table(title=f"key -> slice lookups per second ({keys:,} keys, best of {repeat})")
     for column in ("slices", "keys", "lookup/s", "hash only/s", "bisect only/s"):
         table.add_column(column, justify="right")
@@ -76,7 +76,7 @@ def lookups(keys: int, repeat: int) -> Table:
         ("str", [f"user-{n}" for n in range(keys)]),
         ("int", list(range(keys))),
     ]
-    for count in (100, 10_000, 100_000):
+    for count in counts:
         smap = SliceMap.uniform("bench", count)
         for kind, sample in kinds:
             points = [key_hash(key) for key in sample]
@@ -123,7 +123,7 @@ def described_keyspace(smap: SliceMap) -> GroupSnapshot:
     )
 
 
-def directory(keys: int, repeat: int) -> Table:
+def directory(keys: int, repeat: int, counts: Sequence[int]) -> Table:
     table = Table(
         title=f"Directory.owner(keyspace, key) per second ({keys:,} keys, 100 members, "
         f"best of {repeat})"
@@ -134,7 +134,7 @@ def directory(keys: int, repeat: int) -> Table:
         ("str", [f"user-{n}" for n in range(keys)]),
         ("int", list(range(keys))),
     ]
-    for count in (100, 10_000, 100_000):
+    for count in counts:
         smap = owned(SliceMap.uniform("users", count), 100)
         # Never connects: it answers from the reading it is handed.
         router = Directory("127.0.0.1:1", f"bench.{smap.keyspace}")
@@ -207,12 +207,18 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", choices=["lookups", "directory", "encoding", "planner"])
+    parser.add_argument(
+        "--slices",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[100, 10_000, 100_000],
+        help="slice counts of the lookup tables (comma-separated)",
+    )
     args = parser.parse_args()
     console = Console()
     if args.only in (None, "lookups"):
-        console.print(lookups(args.keys, args.repeat))
+        console.print(lookups(args.keys, args.repeat, args.slices))
     if args.only in (None, "directory"):
-        console.print(directory(args.keys, args.repeat))
+        console.print(directory(args.keys, args.repeat, args.slices))
     if args.only in (None, "encoding"):
         console.print(encoding(args.repeat))
     if args.only in (None, "planner"):
