@@ -210,3 +210,15 @@ def test_a_group_without_keyspaces_answers_its_listed_resources_as_before() -> N
     assert owner is not None
     assert (owner.member_id, owner.slice) == ("a", None)
     assert directory.owner("orders", 1) is None
+
+
+def test_a_big_map_routes_every_key_as_a_small_one_does() -> None:
+    """From ARRAY_FROM slices a route keeps machine arrays: the same answers."""
+    from workgroup.directory import ARRAY_FROM
+
+    smap = spread(ARRAY_FROM + 7, ["a", "b", "c"], epoch=1)
+    directory = directory_of(described(member("a", smap), member("b", smap), member("c", smap)))
+    for key in [*KEYS, 2**63 - 1, -(2**63), 2**70, "", "\udcff"]:
+        owner = directory.owner("users", key)
+        assert owner is not None
+        assert owner.slice == smap.slice_for_key(key), key
