@@ -1,11 +1,15 @@
 """Keyspaces: key -> slice lookups per second, the slice map's size, the planner's round.
 
-Three tables (one process, one core):
+Four tables (one process, one core):
 
 * **lookups**: keys per second through ``SliceMap.slice_for_key`` for str keys
   (``"user-<n>"``) and int keys, at several slice counts, next to the hash alone
   (``key_hash``) and the bisection alone (``SliceMap.slice_of`` on a hash).
-  The Directory's target is 1,000,000 lookups/s for any key.
+* **directory**: keys per second through ``Directory.owner(keyspace, key)``,
+  the routing answer (slice, token, holder, endpoint), for a group of 100
+  members that carry the map, read as a reader reads them (the members'
+  described assignments joined, the map decoded from them); target 1,000,000
+  lookups/s for any key.
 * **encoding**: the encoded slice map's bytes and encode/decode times, owned
   by 100 members.
 * **planner**: the leader's round (``plan_next_map``) at 100 members and 10,000
@@ -13,7 +17,7 @@ Three tables (one process, one core):
   joins, and one after a member leaves (best of ``--repeat``; target <= 1 s).
 
     .venv/bin/python benchmarks/keyspace_lookup.py [--keys N] [--repeat N]
-        [--only lookups|encoding|planner]
+        [--only lookups|directory|encoding|planner] [--slices 100,10000,100000]
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 from rich.table import Table
 
+from workgroup.client.describe import GroupDescription, MemberDescription
+from workgroup.client.keyspaces import newest_maps
+from workgroup.client.owners import join_owners
+from workgroup.client.reader import GroupSnapshot
+from workgroup.directory import Directory
 from workgroup.keyspaces import (
     KeyspaceLoads,
     PlannerSettings,
@@ -36,6 +45,9 @@ from workgroup.keyspaces import (
     key_hash,
     plan_next_map,
 )
+from workgroup.keyspaces.report import encode_map_only
+from workgroup.protocol.endpoint import ENDPOINT_TAG
+from workgroup.protocol.metadata import BinaryCodec, MemberMetadata
 from workgroup.types import Key
 
 
@@ -56,7 +68,7 @@ def owned(smap: SliceMap, members: int) -> SliceMap:
     return SliceMap(smap.keyspace, slices, smap.max_token, smap.epoch)
 
 
-def lookups(keys: int, repeat: int) -> Table:
+def lookups(keys: int, repeat: int, counts: Sequence[int]) -> Table:
     table = Table(title=f"key -> slice lookups per second ({keys:,} keys, best of {repeat})")
     for column in ("slices", "keys", "lookup/s", "hash only/s", "bisect only/s"):
         table.add_column(column, justify="right")
@@ -64,7 +76,7 @@ def lookups(keys: int, repeat: int) -> Table:
         ("str", [f"user-{n}" for n in range(keys)]),
         ("int", list(range(keys))),
     ]
-    for count in (100, 10_000, 100_000):
+    for count in counts:
         smap = SliceMap.uniform("bench", count)
         for kind, sample in kinds:
             points = [key_hash(key) for key in sample]
@@ -79,6 +91,63 @@ def lookups(keys: int, repeat: int) -> Table:
                 f"{keys / hashing:,.0f}",
                 f"{keys / bisect:,.0f}",
             )
+    return table
+
+
+def described_keyspace(smap: SliceMap) -> GroupSnapshot:
+    """A reading of the group whose members own ``smap``'s slices and carry it."""
+    carried = encode_map_only(smap)
+    owners = smap.owners()
+    members = [
+        MemberDescription(
+            member_id,
+            None,
+            member_id,
+            "127.0.0.1",
+            {smap.keyspace: [piece.id for piece in pieces]},
+            None,
+            5,
+            BinaryCodec().encode_metadata(
+                MemberMetadata(tags=((ENDPOINT_TAG, f"10.0.0.{i % 250}:8080"),))
+            ),
+            {},
+            carried,
+        )
+        for i, (member_id, pieces) in enumerate(owners.items())
+    ]
+    group = f"bench.{smap.keyspace}"
+    description = GroupDescription(group, "Stable", "workgroup", "-", 5, None, members)
+    maps, _ = newest_maps(description)
+    return GroupSnapshot(
+        group, description, [], join_owners(description, []), changed=True, keyspaces=maps
+    )
+
+
+def directory(keys: int, repeat: int, counts: Sequence[int]) -> Table:
+    table = Table(
+        title=f"Directory.owner(keyspace, key) per second ({keys:,} keys, 100 members, "
+        f"best of {repeat})"
+    )
+    for column in ("slices", "keys", "lookup/s", "answered"):
+        table.add_column(column, justify="right")
+    kinds: list[tuple[str, Sequence[Key]]] = [
+        ("str", [f"user-{n}" for n in range(keys)]),
+        ("int", list(range(keys))),
+    ]
+    for count in counts:
+        smap = owned(SliceMap.uniform("users", count), 100)
+        # Never connects: it answers from the reading it is handed.
+        router = Directory("127.0.0.1:1", f"bench.{smap.keyspace}")
+        router.take(described_keyspace(smap))
+        for kind, sample in kinds:
+            owner = router.owner
+
+            def route(s: Sequence[Key] = sample, o: Callable[..., object] = owner) -> list[object]:
+                return [o("users", k) for k in s]
+
+            seconds = best_seconds(route, repeat)
+            answered = sum(1 for k in sample[:1000] if owner("users", k) is not None)
+            table.add_row(f"{count:,}", kind, f"{keys / seconds:,.0f}", f"{answered / 10:.0f}%")
     return table
 
 
@@ -137,11 +206,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--only", choices=["lookups", "encoding", "planner"])
+    parser.add_argument("--only", choices=["lookups", "directory", "encoding", "planner"])
+    parser.add_argument(
+        "--slices",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[100, 10_000, 100_000],
+        help="slice counts of the lookup tables (comma-separated)",
+    )
     args = parser.parse_args()
     console = Console()
     if args.only in (None, "lookups"):
-        console.print(lookups(args.keys, args.repeat))
+        console.print(lookups(args.keys, args.repeat, args.slices))
+    if args.only in (None, "directory"):
+        console.print(directory(args.keys, args.repeat, args.slices))
     if args.only in (None, "encoding"):
         console.print(encoding(args.repeat))
     if args.only in (None, "planner"):

@@ -120,3 +120,20 @@ def test_planned_moves_benchmark_prints_its_table() -> None:
     for row in rows:
         assert int(row[2]) == 1  # one planned move each
         assert row[6] == "0"  # never owned twice
+
+
+@pytest.mark.timeout(120)
+def test_keyspace_lookup_benchmark_routes_every_key_through_the_directory() -> None:
+    script = SCRIPT.parent / "keyspace_lookup.py"
+    completed = subprocess.run(
+        [sys.executable, str(script), "--only", "directory", "--keys", "2000",
+         "--repeat", "1", "--slices", "100,1000"],
+        capture_output=True, text=True, timeout=100, check=False,
+    )  # fmt: skip
+    output = completed.stdout
+    assert completed.returncode == 0, completed.stderr + output
+    assert "Directory.owner(keyspace, key)" in output  # the title (wrapped to the table)
+    # Every key of both tables answered (an owner for each: no slice moves).
+    rows = [line for line in output.splitlines() if " str " in line or " int " in line]
+    assert len(rows) == 4
+    assert all("100%" in row for row in rows), output

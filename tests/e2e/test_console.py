@@ -151,3 +151,77 @@ async def test_the_page_loads_its_icon_and_reports_no_error(
         await page.close()
     finally:
         await console.close()
+
+
+async def test_the_console_shows_a_keyspaces_slices_and_heat_strip(
+    bootstrap: str, page: object
+) -> None:
+    """An app with a keyspace (two in-process apps): the group's page shows its
+    slices in hash order, one heat band per slice as wide as its range."""
+    import uuid
+
+    from playwright.async_api import Page, expect
+
+    from tests.wire.runtime.test_keyspaces import Process, settle
+    from workgroup.keyspaces import HASH_SPACE, PlannerSettings
+
+    assert isinstance(page, Page)
+    settings = PlannerSettings(
+        imbalance_tolerance=0.5, min_slices_per_member=3, max_slices_per_member=12
+    )
+    app_name = f"console-{uuid.uuid4().hex[:8]}"
+    group = f"{app_name}.users"
+    processes = [Process(name, app_name, settings) for name in ("a", "b")]
+    running = [p.start(bootstrap, instance_id=p.name) for p in processes]
+    console = ConsoleServer(bootstrap, port=0, refresh_ms=300)
+    try:
+        smap = await settle(processes)
+        await console.start()
+        await page.goto(console.url)
+        row = page.locator(f'#groups tr[data-group="{group}"]')
+        await expect(row).to_be_visible(timeout=30_000)
+        await row.click()
+        keyspace = page.locator('#keyspaces .keyspace[data-keyspace="users"]')
+        await expect(keyspace.locator("h3")).to_contain_text(
+            f"{len(smap)} slices · map epoch {smap.epoch}", timeout=30_000
+        )
+        bands = keyspace.locator(".heat span")
+        await expect(bands).to_have_count(len(smap))
+        rows = keyspace.locator("table.slices tbody tr")
+        await expect(rows).to_have_count(len(smap))
+        # Each slice in hash order: its owner (the map's), its token.
+        expected = [(str(p.id), p.owner, str(p.token)) for p in smap.slices]
+        names = {p.member().member_id: p.name for p in processes}
+        async with asyncio.timeout(30):
+            while True:
+                shown = [tuple(await r.locator("td").all_inner_texts()) for r in await rows.all()]
+                if [(s[0], s[3], s[4]) for s in shown] == [
+                    (i, names[o or ""], t) for i, o, t in expected
+                ]:
+                    break
+                await asyncio.sleep(0.2)
+        # Bands as wide as their ranges (to a pixel), measured in one step: the
+        # page draws the strip again at every refresh.
+        strip, widths = await keyspace.locator(".heat").evaluate(
+            "strip => [strip.clientWidth,"
+            " [...strip.children].map(b => b.getBoundingClientRect().width)]"
+        )
+        assert len(widths) == len(smap)
+        for width, piece in zip(widths, smap.slices, strict=True):
+            assert width == pytest.approx(strip * piece.width / HASH_SPACE, abs=1)
+        # Coloured by load: every slice reports the same load, so once the loads
+        # are read every band is the hottest colour, hsl(0, 75%, 50%).
+        async with asyncio.timeout(30):
+            while True:
+                colours = await bands.evaluate_all(
+                    "bands => bands.map(b => getComputedStyle(b).backgroundColor)"
+                )
+                if set(colours) == {"rgb(223, 32, 32)"}:
+                    break
+                await asyncio.sleep(0.2)
+        await page.close()
+    finally:
+        await console.close()
+        for stop, _ in running:
+            stop.set()
+        await asyncio.gather(*(task for _, task in running), return_exceptions=True)

@@ -17,6 +17,12 @@ member still owns it, ``ready`` those of them it reported ready (the next round
 cuts them over); ``draining`` and ``leaving`` members take nothing and hand
 their resources over.  The table shows them in its ``warming`` and ``status``
 columns (a ready warm-up is marked ``✓``).
+A keyspace's group (``@app.keyspace``) also shows each keyspace's newest map
+(:mod:`workgroup.client.keyspaces`): one row per slice in hash order, with its
+hash range and share of the space, its holder (``nobody`` while it moves), its
+token (the one that fences its keys) and its load; ``--json`` adds
+``"keyspaces": {NAME: {"epoch", "max_token", "slices": [{"id", "start", "end",
+"share", "token", "owner", "instance_id", "endpoint", "map_owner", "load"}]}}``.
 Exit status: 0; 1 when the group does not exist or the coordinator cannot be
 reached; 2 for a malformed address.
 """
@@ -42,9 +48,11 @@ from workgroup.admin import (
 from workgroup.cli.connection import connect, coordinator_options
 from workgroup.cli.options import console
 from workgroup.client.connection import ClientConnection
+from workgroup.client.keyspaces import SliceHolder
 from workgroup.client.owners import ResourceOwner
 from workgroup.client.reader import GroupReader, GroupSnapshot
 from workgroup.errors import WorkgroupError
+from workgroup.keyspaces.slices import SliceMap
 from workgroup.runtime.loads import current_load
 from workgroup.security import Security
 from workgroup.types import Key
@@ -179,6 +187,45 @@ def render_resources(rows: list[ResourceRow]) -> Table:
     return table
 
 
+def keyspace_json(smap: SliceMap, holders: list[SliceHolder]) -> dict[str, Any]:
+    """A keyspace's newest map and its slices' holders, as ``--json`` shows it."""
+    return {
+        "epoch": smap.epoch,
+        "max_token": smap.max_token,
+        "slices": [h.as_json() for h in holders],
+    }
+
+
+def render_slices(smap: SliceMap, holders: list[SliceHolder]) -> Table:
+    """A keyspace's slices in hash order: range, share, holder, token, load."""
+    table = Table(
+        title=(
+            f"keyspace {smap.keyspace}: {len(smap)} slices, map epoch {smap.epoch}, "
+            f"highest token {smap.max_token} (slice tokens fence the keys)"
+        ),
+        title_justify="left",
+    )
+    for column in ("slice", "range", "share", "owner", "token", "load"):
+        table.add_column(column)
+    for h in holders:
+        piece, holder = h.slice, h.holder
+        if holder is not None:
+            owner = holder.instance_id or holder.member_id
+        elif piece.owner is not None:
+            owner = f"[yellow]nobody[/yellow] (moving to {piece.owner})"
+        else:
+            owner = "[yellow]nobody[/yellow]"
+        table.add_row(
+            str(piece.id),
+            f"[{piece.start:#018x}, {piece.end:#018x})",
+            f"{h.as_json()['share']:.2%}",
+            owner,
+            str(piece.token),
+            "-" if h.load is None else f"{h.load:g}",
+        )
+    return table
+
+
 @click.command("describe")
 @click.argument("group")
 @coordinator_options()
@@ -207,6 +254,10 @@ def command(
                     group, member.assignment, member.workgroup_metadata(), loads
                 )
         document["resources"] = [r.as_json() for r in rows]
+        document["keyspaces"] = {
+            name: keyspace_json(smap, snapshot.slices(name))
+            for name, smap in snapshot.keyspaces.items()
+        }
         document["slots_error"] = slots_error
         click.echo(json.dumps(document))
         return
@@ -215,6 +266,8 @@ def command(
         out.print(f"{group}: no members (its lease slots persist)")
     else:
         out.print(render(description, loads))
+    for name, smap in snapshot.keyspaces.items():
+        out.print(render_slices(smap, snapshot.slices(name)))
     if rows:
         out.print(render_resources(rows))
     unowned = sum(1 for r in rows if r.owner is None)

@@ -52,6 +52,9 @@ class MemberDescription:
     metadata: bytes = field(default=b"", repr=False)
     #: ``{kind: [keys]}`` it warms up for a planned move (another member owns them).
     warming: dict[str, list[Key]] = field(default_factory=dict)
+    #: The ``user_data`` of its workgroup assignment (a keyspace's map, the
+    #: leader's: :mod:`workgroup.client.keyspaces`).
+    assignment_user_data: bytes = field(default=b"", repr=False)
 
     def workgroup_metadata(self) -> MemberMetadata | None:
         """The metadata as a workgroup member wrote it (``None``: none, or another
@@ -176,6 +179,12 @@ def decode_warming(protocol_type: str, blob: bytes) -> dict[str, list[Key]]:
     return _decode(protocol_type, blob)[3]
 
 
+def decode_assignment_user_data(protocol_type: str, blob: bytes) -> bytes:
+    """The ``user_data`` of a workgroup assignment (empty for other protocol types
+    and for bytes that do not decode)."""
+    return _decode(protocol_type, blob)[4]
+
+
 def decode_assignment(
     protocol_type: str, blob: bytes
 ) -> tuple[dict[str, list[Key]] | None, int | None, str | None]:
@@ -183,17 +192,19 @@ def decode_assignment(
     return _decode(protocol_type, blob)[:3]
 
 
-def _decode(
-    protocol_type: str, blob: bytes
-) -> tuple[dict[str, list[Key]] | None, int | None, str | None, dict[str, list[Key]]]:
+_Decoded = tuple[dict[str, list[Key]] | None, int | None, str | None, dict[str, list[Key]], bytes]
+
+
+def _decode(protocol_type: str, blob: bytes) -> _Decoded:
     """One member's assignment bytes, decoded once: by kind, its generation, the
-    error if they do not decode, and what it warms up."""
+    error if they do not decode, what it warms up, and its ``user_data``."""
     if not blob:
-        return {}, None, None, {}
+        return {}, None, None, {}, b""
     try:
         if protocol_type == DEFAULT_PROTOCOL_TYPE:
             data = BinaryCodec().decode_assignment(blob).value
-            return _by_kind(data.assigned), data.generation, None, _by_kind(data.warming)
+            assigned, warming = _by_kind(data.assigned), _by_kind(data.warming)
+            return assigned, data.generation, None, warming, data.user_data
         if protocol_type == CONSUMER_PROTOCOL_TYPE:
             # aiokafka's decoder, loaded only for a consumer group.
             from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
@@ -202,11 +213,11 @@ def _decode(
             topics: dict[str, list[Key]] = {
                 topic: sorted(map(int, parts)) for topic, parts in decoded.assignment
             }
-            return topics, None, None, {}
+            return topics, None, None, {}, b""
     except Exception as exc:  # any malformed bytes: reported, not fatal
         why = f"undecodable {protocol_type} assignment: {type(exc).__name__}: {exc}"
-        return None, None, why, {}
-    return None, None, f"protocol type {protocol_type!r}: assignment format unknown", {}
+        return None, None, why, {}, b""
+    return None, None, f"protocol type {protocol_type!r}: assignment format unknown", {}, b""
 
 
 def decode_description(result: DescribeGroupsResult, group: str) -> GroupDescription:
@@ -225,7 +236,9 @@ def decode_description(result: DescribeGroupsResult, group: str) -> GroupDescrip
     members = []
     generations = []
     for m in described.members:
-        assignment, generation, error, warming = _decode(described.protocol_type, m.assignment)
+        assignment, generation, error, warming, user_data = _decode(
+            described.protocol_type, m.assignment
+        )
         if generation is not None and generation >= 0:
             generations.append(generation)
         members.append(
@@ -240,6 +253,7 @@ def decode_description(result: DescribeGroupsResult, group: str) -> GroupDescrip
                 generation,
                 m.metadata,
                 warming,
+                user_data,
             )
         )
     return GroupDescription(
@@ -259,6 +273,7 @@ __all__ = [
     "GroupNotFoundError",
     "MemberDescription",
     "decode_assignment",
+    "decode_assignment_user_data",
     "decode_description",
     "decode_warming",
 ]

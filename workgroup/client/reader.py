@@ -19,7 +19,10 @@ Rules:
    from ``clock=`` (a :class:`~workgroup.clock.Clock`, the system's by default).
 3. Members' current loads (:mod:`workgroup.runtime.loads`, another group's
    offsets) are read when asked (``loads=True``) and the group has members.
-4. A group the coordinator does not know is read as no description (``None``);
+4. Keyspaces (:mod:`.keyspaces`): the newest slice map of each keyspace the
+   members carry, read again only when the generation or members changed (a
+   map changes only with a round), each distinct map decoded once.
+5. A group the coordinator does not know is read as no description (``None``);
    its slots may still be there.  Slots that cannot be read leave the last ones
    in place and say why (``slots_error``).
 """
@@ -31,6 +34,12 @@ from dataclasses import dataclass, field
 
 from workgroup.client.connection import ClientConnection
 from workgroup.client.describe import GroupDescription, GroupNotFoundError, decode_description
+from workgroup.client.keyspaces import (
+    SliceHolder,
+    UnknownKeyspaceError,
+    newest_maps,
+    slice_holders,
+)
 from workgroup.client.owners import (
     Memory,
     ResourceOwner,
@@ -49,6 +58,7 @@ from workgroup.kafka.messages import (
     OffsetFetchGroup,
     OffsetFetchResult,
 )
+from workgroup.keyspaces.slices import SliceMap
 from workgroup.runtime.slots import slot_of
 from workgroup.types import Key
 
@@ -125,6 +135,8 @@ class GroupSnapshot:
     slots_error: str | None = None
     #: Whether the generation or the members changed since the previous reading.
     changed: bool = False
+    #: The newest slice map of each keyspace the members carry (rule 4), by name.
+    keyspaces: Mapping[str, SliceMap] = field(default_factory=dict)
     _index: dict[tuple[str, TypedKey], ResourceOwner] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -140,6 +152,22 @@ class GroupSnapshot:
                 ((r.kind, typed(r.key)), r) for r in self.resources if r.kind is not None
             )
         return self._index.get((kind, typed(key)))
+
+    def keyspace(self, name: str) -> SliceMap:
+        """The newest map of keyspace ``name``; :class:`UnknownKeyspaceError` if
+        no member carries one."""
+        smap = self.keyspaces.get(name)
+        if smap is None:
+            known = ", ".join(sorted(self.keyspaces)) or "none"
+            raise UnknownKeyspaceError(
+                f"group {self.group!r} carries no map of keyspace {name!r} (keyspaces: {known})"
+            )
+        return smap
+
+    def slices(self, name: str) -> list[SliceHolder]:
+        """Every slice of keyspace ``name`` in hash order, with its holder, token
+        and load (:func:`~workgroup.client.keyspaces.slice_holders`)."""
+        return slice_holders(self.group, self.keyspace(name), self.resource, self.loads)
 
 
 def _by_key(slots: list[LeaseSlot]) -> dict[Key, LeaseSlot]:
@@ -208,6 +236,9 @@ class GroupReader:
         self._pending_read_at = 0.0
         self._pending: set[Key] = set()
         self._memory: Memory | None = None
+        #: The slice maps the last reading read, by the bytes that carried them.
+        self._maps_read: dict[bytes, SliceMap] = {}
+        self._keyspaces: dict[str, SliceMap] = {}
         #: ``self._slots`` in key order (``None``: to sort again), and where each
         #: key is in it (a few slots read again replace theirs in a copy).
         self._sorted_slots: list[LeaseSlot] | None = None
@@ -260,6 +291,8 @@ class GroupReader:
             with collector_paused():  # a big group's join: 100,000 resources, no cycles
                 joined = join_and_remember(description, self._slots.values(), before=self._memory)
             resources, self._memory, self._pending = joined
+        if changed or last is None:
+            self._keyspaces, self._maps_read = newest_maps(description, self._maps_read)
         if self._sorted_slots is None:
             order = _in_key_order(self._slots)
             self._sorted_slots = [self._slots[k] for k in order]
@@ -279,6 +312,7 @@ class GroupReader:
             loads,
             slots_error,
             changed,
+            self._keyspaces,
         )
         self._last = snapshot
         return snapshot

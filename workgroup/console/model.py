@@ -40,6 +40,15 @@ Rules:
    last refresh (the timeline) only for a new reading (the client layer's
    reader gives the same resources again when nothing changed), and checkpoint
    ages only for the slots read again.
+8. Keyspaces (:mod:`workgroup.client.keyspaces`): a keyspace's group shows
+   each keyspace's newest map (``keyspaces``: name, epoch, highest token, how
+   many slices, how many move now, the loads' total and largest) and its
+   slices in hash order: hash range (hex: 64-bit numbers do not survive a
+   JavaScript number), where each starts and how much of the space it holds
+   (shares of 1, what the heat strip draws), its holder (``null`` while it
+   moves, with the owner the map names), its token, its load and its heat (its
+   load over the largest slice load, 0 to 1; ``null`` when unknown).  The
+   summary stream carries the keyspaces without their slices.
 """
 
 from __future__ import annotations
@@ -52,9 +61,12 @@ from typing import Any, overload
 
 from workgroup.assignors.standby import STANDBY_SUFFIX, is_standby_kind
 from workgroup.client.describe import GroupDescription
+from workgroup.client.keyspaces import SliceHolder
 from workgroup.client.owners import ResourceOwner, TypedKey, join_owners, typed
 from workgroup.client.slots import LeaseSlot
 from workgroup.collector import collector_paused
+from workgroup.keyspaces.hashing import HASH_SPACE
+from workgroup.keyspaces.slices import SliceMap
 from workgroup.runtime.loads import current_load
 from workgroup.runtime.slots import encode_key
 from workgroup.types import Key
@@ -106,6 +118,8 @@ class GroupRead:
     #: as a :class:`~workgroup.client.reader.GroupReader` read it); ``None``: joined
     #: here from ``description`` and ``slots`` as a first reading.
     resources: list[ResourceOwner] | None = None
+    #: Each keyspace's newest map and its slices' holders (rule 8), by name.
+    keyspaces: Mapping[str, tuple[SliceMap, list[SliceHolder]]] = field(default_factory=dict)
 
 
 class ConsoleModel:
@@ -242,6 +256,10 @@ class ConsoleModel:
             ),
             "resource_count": len(joined),
             "unowned": memory.unowned,
+            "keyspaces": [
+                keyspace_view(smap, holders, names)
+                for smap, holders in (read.keyspaces[name] for name in sorted(read.keyspaces))
+            ],
             "error": read.error,
         }
 
@@ -386,6 +404,44 @@ class ResourceRows(Sequence[dict[str, Any]]):
         return row
 
 
+def keyspace_view(
+    smap: SliceMap, holders: list[SliceHolder], names: Mapping[str, str]
+) -> dict[str, Any]:
+    """Rule 8: one keyspace's map, with its slices in hash order."""
+    loads = [h.load for h in holders if h.load is not None]
+    largest = max(loads, default=None)
+    slices = []
+    for h in holders:
+        piece, holder = h.slice, h.holder
+        owner = None if holder is None else holder.member_id
+        slices.append(
+            {
+                "id": piece.id,
+                "range": f"[{piece.start:#018x}, {piece.end:#018x})",
+                "offset": piece.start / HASH_SPACE,
+                "share": piece.width / HASH_SPACE,
+                "owner": owner,
+                "owner_name": None if owner is None else names.get(owner, owner),
+                "map_owner": None if piece.owner is None else names.get(piece.owner, piece.owner),
+                "token": piece.token,
+                "load": h.load,
+                "heat": None
+                if h.load is None or largest is None
+                else (h.load / largest if largest > 0 else 0.0),
+            }
+        )
+    return {
+        "name": smap.keyspace,
+        "epoch": smap.epoch,
+        "max_token": smap.max_token,
+        "slice_count": len(holders),
+        "moving": sum(1 for h in holders if h.holder is None),
+        "total_load": round(sum(loads), 3) if loads else None,
+        "max_load": largest,
+        "slices": slices,
+    }
+
+
 def _owners_of(
     resources: list[ResourceOwner],
 ) -> tuple[dict[str, dict[Key, str]], dict[str, int], int]:
@@ -421,4 +477,4 @@ def _role(kind: str | None) -> tuple[str, str | None]:
     return "active", kind
 
 
-__all__ = ["TIMELINE_LIMIT", "ConsoleModel", "GroupRead", "ResourceRows"]
+__all__ = ["TIMELINE_LIMIT", "ConsoleModel", "GroupRead", "ResourceRows", "keyspace_view"]

@@ -21,8 +21,9 @@ Rules:
    without its resource list, and the timeline) at once and after every
    refresh, so the page updates without a reload.  ``GET /api/groups/NAME``
    gives one group's resources, filtered by ``q`` and cut at ``limit`` (the
-   page asks for the group it shows), so the stream stays small however many
-   resources a group has.
+   page asks for the group it shows), and its keyspaces' slices (the model's
+   rule 8), so the stream stays small however many resources or slices a
+   group has.
 3. The page is ``static/``: files shipped in the package, no build step, no
    third-party origin (the Content-Security-Policy allows only this origin).
 4. It listens on a loopback address only, unless TLS is configured (certificate
@@ -227,8 +228,17 @@ class ConsoleServer:
             if snapshot.slots_error is None
             else f"lease slots not read: {snapshot.slots_error}"
         )
+        keyspaces = {
+            name: (smap, snapshot.slices(name)) for name, smap in snapshot.keyspaces.items()
+        }
         return GroupRead(
-            group, snapshot.description, snapshot.slots, error, snapshot.loads, snapshot.resources
+            group,
+            snapshot.description,
+            snapshot.slots,
+            error,
+            snapshot.loads,
+            snapshot.resources,
+            keyspaces,
         )
 
     def _new_events(self) -> list[dict[str, Any]]:
@@ -263,7 +273,16 @@ class ConsoleServer:
     def summary(self) -> dict[str, Any]:
         """Rule 2's stream document: every group without its resource list."""
         view = self.model.view
-        groups = [{k: v for k, v in g.items() if k != "resources"} for g in view.get("groups", [])]
+        groups = [
+            {
+                **{k: v for k, v in g.items() if k not in ("resources", "keyspaces")},
+                # Rule 2: a keyspace's slices are the group's page's, like its resources.
+                "keyspaces": [
+                    {k: v for k, v in ks.items() if k != "slices"} for ks in g.get("keyspaces", [])
+                ],
+            }
+            for g in view.get("groups", [])
+        ]
         return {
             "coordinator": self.bootstrap,
             "time": view.get("time"),
@@ -313,6 +332,8 @@ class ConsoleServer:
             "generation": group["generation"],
             "total": len(rows),
             "resources": rows[:limit],
+            # Every slice (the heat strip draws them all), in hash order.
+            "keyspaces": group.get("keyspaces", []),
         }
         return web.json_response(body)
 

@@ -40,18 +40,31 @@ _STR_DIGEST = blake2b(digest_size=8, person=b"wg-key-str")
 _INT_DIGEST = blake2b(digest_size=8, person=b"wg-key-int")
 
 
+#: Bound once: a lookup's budget is under a microsecond, hashing included.
+_str_digest = _STR_DIGEST.copy
+_from_bytes = int.from_bytes
+
+
 def key_hash(key: Key) -> int:
     """The point of the hash space ``key`` lands on (``0 <= point < HASH_SPACE``)."""
-    if isinstance(key, str):
-        digest = _STR_DIGEST.copy()
+    # The common cases first, with no isinstance call (exact types: a bool or a
+    # subclass takes the checks below).
+    if type(key) is str:
+        digest = _str_digest()
         digest.update(key.encode("utf-8", "surrogatepass"))
-        return int.from_bytes(digest.digest(), "big")
+        return _from_bytes(digest.digest(), "big")
+    if type(key) is int and _I64_MIN <= key < _I64_END:
+        return (key * _GOLDEN) & _MASK
+    if isinstance(key, str):
+        digest = _str_digest()
+        digest.update(key.encode("utf-8", "surrogatepass"))
+        return _from_bytes(digest.digest(), "big")
     if isinstance(key, int) and not isinstance(key, bool):
         if _I64_MIN <= key < _I64_END:
             return (key * _GOLDEN) & _MASK
         digest = _INT_DIGEST.copy()
         digest.update(key.to_bytes((key.bit_length() + 8) // 8, "big", signed=True))
-        return int.from_bytes(digest.digest(), "big")
+        return _from_bytes(digest.digest(), "big")
     raise TypeError(f"keyspace keys are str or int, not {type(key).__name__}")
 
 

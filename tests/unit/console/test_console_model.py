@@ -204,3 +204,67 @@ def test_rows_are_made_when_read_and_a_reading_seen_before_is_not_compared_again
         30.0,
         True,
     )
+
+
+def test_a_keyspace_shows_its_slices_ranges_holders_tokens_loads_and_heat() -> None:
+    import dataclasses
+
+    from workgroup.client.keyspaces import slice_holders
+    from workgroup.client.reader import GroupSnapshot
+    from workgroup.keyspaces import SliceMap
+
+    base = SliceMap.uniform("users", 4)
+    owners = ["a-id", "b-id", "a-id", "b-id"]
+    smap = SliceMap(
+        "users",
+        tuple(dataclasses.replace(p, owner=o) for p, o in zip(base.slices, owners, strict=True)),
+        base.max_token,
+        epoch=2,
+    )
+    ids = [p.id for p in smap.slices]
+
+    def keyspace_member(name: str, assigned: list[int], loads: list[float]) -> MemberDescription:
+        meta = MemberMetadata(
+            kinds=("users",), owned=tuple(("users", i) for i in assigned), loads=tuple(loads)
+        )
+        return MemberDescription(
+            f"{name}-id", name, name, "127.0.0.1", {"users": assigned}, None, 3,
+            CODEC.encode_metadata(meta),
+        )  # fmt: skip
+
+    # b has not been given slice 4 yet (it moves); a reported loads 2 and 8.
+    d = described(
+        keyspace_member("a", [ids[0], ids[2]], [2.0, 8.0]), keyspace_member("b", [ids[1]], [4.0])
+    )
+    joined = join_owners(d, [])
+    seen = GroupSnapshot("g", d, [], joined, keyspaces={"users": smap})
+    holders = slice_holders("g", smap, seen.resource, {})
+    model = ConsoleModel("127.0.0.1:9092", started=0.0)
+    view = model.update(
+        [GroupRead("g", d, [], resources=joined, keyspaces={"users": (smap, holders)})], now=1.0
+    )
+    [keyspace] = view["groups"][0]["keyspaces"]
+    assert {k: keyspace[k] for k in ("name", "epoch", "max_token", "slice_count", "moving")} == {
+        "name": "users", "epoch": 2, "max_token": 4, "slice_count": 4, "moving": 1,
+    }  # fmt: skip
+    # Metadata carries loads compactly: to a few parts in 10,000.
+    assert (keyspace["total_load"], keyspace["max_load"]) == pytest.approx((14.0, 8.0), rel=1e-3)
+    rows = keyspace["slices"]
+    assert [r["id"] for r in rows] == ids
+    assert [r["owner_name"] for r in rows] == ["a", "b", "a", None]
+    assert rows[3]["map_owner"] == "b"  # moving to b
+    assert [r["token"] for r in rows] == [p.token for p in smap.slices]
+    assert [r["load"] for r in rows][:3] == pytest.approx([2.0, 4.0, 8.0], rel=1e-3)
+    assert [r["heat"] for r in rows][:3] == pytest.approx([0.25, 0.5, 1.0], rel=1e-3)
+    assert (rows[3]["load"], rows[3]["heat"]) == (None, None)
+    assert [r["offset"] for r in rows] == [0.0, 0.25, 0.5, 0.75]
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+    assert rows[0]["range"] == "[0x0000000000000000, 0x4000000000000000)"
+    assert rows[3]["range"] == "[0xc000000000000000, 0x10000000000000000)"
+
+
+def test_a_group_without_keyspaces_shows_none() -> None:
+    view = ConsoleModel("127.0.0.1:9092", started=0.0).update(
+        [GroupRead("g", described(member("a", [0])), [])], now=1.0
+    )
+    assert view["groups"][0]["keyspaces"] == []

@@ -60,11 +60,12 @@ class Process:
                     del self.leases[lease.slice.id]
 
     def start(
-        self, bootstrap: str, instance_id: str | None = None
+        self, bootstrap: str, instance_id: str | None = None, advertise: str | None = None
     ) -> tuple[asyncio.Event, asyncio.Task[None]]:
         settings = Settings(
             bootstrap=bootstrap,
             instance_id=instance_id,
+            advertise=advertise,
             session_timeout_ms=3_000,
             heartbeat_interval_ms=200,
             grace_ms=100,

@@ -88,6 +88,66 @@ function renderResources(page) {
     shown < page.total ? `${shown} of ${page.total} shown` : `${page.total} resources`;
 }
 
+// Keyspaces: a heat strip over the 64-bit hash space (one band per slice, as wide
+// as its range, coloured by its load: blue cold, red hot, grey unknown) and the
+// first slices in hash order.
+const SLICE_ROWS = 200;
+
+function heatColour(heat) {
+  return heat === null ? "#d1d5db" : `hsl(${Math.round((1 - heat) * 210)}, 75%, 50%)`;
+}
+
+function renderKeyspaces(keyspaces) {
+  const shown = $("keyspaces");
+  shown.replaceChildren();
+  for (const ks of keyspaces) {
+    const section = document.createElement("div");
+    section.className = "keyspace";
+    section.dataset.keyspace = ks.name;
+    const title = document.createElement("h3");
+    const moving = ks.moving ? ` · ${ks.moving} moving` : "";
+    title.textContent = `Keyspace ${ks.name} · ${ks.slice_count} slices · map epoch ${ks.epoch} · highest token ${ks.max_token}${moving}`;
+    const strip = document.createElement("div");
+    strip.className = "heat";
+    for (const s of ks.slices) {
+      const band = document.createElement("span");
+      band.dataset.slice = s.id;
+      band.style.width = `${s.share * 100}%`;
+      band.style.background = heatColour(s.heat);
+      band.title = `slice ${s.id} ${s.range} · ${s.owner_name ?? "nobody"} · token ${s.token} · load ${s.load ?? "–"}`;
+      strip.appendChild(band);
+    }
+    const table = document.createElement("table");
+    table.className = "slices";
+    const head = table.createTHead().insertRow();
+    for (const name of ["slice", "range", "share", "owner", "token", "load"]) {
+      const th = document.createElement("th");
+      th.textContent = name;
+      head.appendChild(th);
+    }
+    const body = table.createTBody();
+    for (const s of ks.slices.slice(0, SLICE_ROWS)) {
+      const row = body.insertRow();
+      row.dataset.slice = s.id;
+      cell(row, s.id);
+      cell(row, s.range, "checkpoint");
+      cell(row, `${(s.share * 100).toFixed(2)}%`);
+      if (s.owner === null) cell(row, s.map_owner ? `nobody (moving to ${s.map_owner})` : "nobody", "nobody");
+      else cell(row, s.owner_name);
+      cell(row, s.token);
+      cell(row, s.load);
+    }
+    section.append(title, strip, table);
+    if (ks.slices.length > SLICE_ROWS) {
+      const more = document.createElement("p");
+      more.className = "muted";
+      more.textContent = `${SLICE_ROWS} of ${ks.slices.length} slices shown`;
+      section.appendChild(more);
+    }
+    shown.appendChild(section);
+  }
+}
+
 function describe(entry) {
   if (entry.source === "event-log") {
     return `${entry.member}: ${entry.what} ${entry.kind}/${entry.key} (token ${entry.token})`;
@@ -130,7 +190,10 @@ async function loadResources() {
   const reply = await fetch(`/api/groups/${encodeURIComponent(group)}?${query}`);
   if (!reply.ok) return;
   const page = await reply.json();
-  if (group === state.selected) renderResources(page);
+  if (group === state.selected) {
+    renderKeyspaces(page.keyspaces);
+    renderResources(page);
+  }
 }
 
 function renderDetail(summary) {
