@@ -39,7 +39,10 @@ Rules:
    tolerance (over rounds, ``max_moves`` at a time).  When no round's worth
    of those moves lowers the peak by itself, the stage holds the placement as
    a target (:mod:`~workgroup.assignors.balance_rounds`): each round moves
-   toward it, none ending above the peak it was made from.  Never more than
+   toward it, none ending above the peak it was made from.  When no such
+   placement can be reached that way, a walk from where the group is (moves
+   and swaps, none raising the peak: :mod:`~workgroup.assignors.balance_local`)
+   gives the target, if it ends within the tolerance.  Never more than
    ``max_moves`` moves; a move never makes the most utilised member busier,
    so the largest utilisation never rises (but for a held target's bound) and
    the total load is unchanged.
