@@ -39,7 +39,10 @@ Rules:
    tolerance (over rounds, ``max_moves`` at a time).  When no round's worth
    of those moves lowers the peak by itself, the stage holds the placement as
    a target (:mod:`~workgroup.assignors.balance_rounds`): each round moves
-   toward it, none ending above the peak it was made from.  Never more than
+   toward it, none ending above the peak it was made from.  When no such
+   placement can be reached that way, a walk from where the group is (moves
+   and swaps, none raising the peak: :mod:`~workgroup.assignors.balance_local`)
+   gives the target, if it ends within the tolerance.  Never more than
    ``max_moves`` moves; a move never makes the most utilised member busier,
    so the largest utilisation never rises (but for a held target's bound) and
    the total load is unchanged.
@@ -80,6 +83,7 @@ from itertools import chain, filterfalse, repeat
 from operator import itemgetter
 
 from workgroup.assignors._common import RackInfo
+from workgroup.assignors.balance_local import local_search
 from workgroup.assignors.balance_rounds import Heading, PendingMove, schedule
 from workgroup.assignors.base import Assignment, AssignmentInput, Assignor
 from workgroup.assignors.standby import (
@@ -420,6 +424,25 @@ def balance(
                 return made, first
         return None, ()
 
+    def walk(pins: frozenset[Resource], budget: int) -> dict[Resource, str] | None:
+        """The placement a walk of moves and swaps from here reaches within the
+        tolerance (:func:`~workgroup.assignors.balance_local.local_search`)."""
+        holdings: dict[str, list[tuple[float, Resource]]] = {}
+        count = 0
+        for mid in members:
+            mine = [
+                r
+                for r in out[mid]
+                if r not in pins and r not in shared and not is_standby_kind(r[0])
+            ]
+            count += len(mine)
+            if count > _REPARTITION_MAX:
+                return None  # with that many, moves, swaps and chains have small resources
+            holdings[mid] = list(zip(loads_of(mine), mine, strict=True))
+        return local_search(
+            members, holdings, member_load, capacity, may_take, settled, trigger, budget, max_moves
+        )
+
     def repartition_helps(
         found: tuple[tuple[Move, ...], bool, list[dict[Resource, str]]] | None,
     ) -> bool:
@@ -518,6 +541,18 @@ def balance(
                         moves.append(step)
                     blocked = not reached
                     break
+            if chain_moves is None and len(moves) < max_moves:
+                # The placements afresh cannot be reached: walk from here.
+                moved = frozen.union(move.resource for move in moves)
+                walked = walk(moved, max_moves - len(moves))
+                if walked is not None:
+                    heading, steps = heads_for([walked], moved, max_moves - len(moves))
+                    if steps:
+                        for step in steps:
+                            shift(step.resource, step.giver, step.taker, step.load)
+                            moves.append(step)
+                        blocked = True
+                        break
             if chain_moves is None:
                 # Nothing the busiest member holds can go anywhere useful with
                 # the moves left and the pins as they are.  A later round, with
@@ -569,6 +604,7 @@ def balance(
                                 max_moves,
                             )
                         )
+                        or walk(frozenset(), max_moves) is not None
                     )
                 break
             for step in chain_moves:
