@@ -27,6 +27,10 @@ Rules:
    with the member's metadata, as any resource's); :meth:`SliceLease.report_key_load`
    samples a key's, and the heaviest reach the leader, which splits a key that
    dominates its slice into a slice of its own.
+6. **A full restart keeps the tokens**: a slice's handler starts once the
+   group's slots hold a highest token at or above the slice's
+   (:mod:`workgroup.runtime.keyspace_state`), and the leader after a restart
+   issues tokens above it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from workgroup.keyspaces.hashing import key_hash
 from workgroup.keyspaces.slices import Slice, SliceMap
 from workgroup.member.driver import GroupMember, member_keyspace
 from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace
+from workgroup.runtime.keyspace_state import KeyspaceState
 from workgroup.runtime.lease import Lease
 from workgroup.runtime.spec import KeyspaceSpec
 from workgroup.types import Key
@@ -128,6 +133,8 @@ class KeyspaceGroup:
         self.config = KeyspaceConfig(spec.name, spec.settings, spec.max_sampled_keys)
         #: Set once the group's member exists.
         self.member: GroupMember | None = None
+        #: The keyspace's state kept across restarts (rule 6), set with the member.
+        self.state: KeyspaceState | None = None
 
     def slice_ids(self) -> list[int]:
         """Rule 1: the slices of the map the member knows (none before the first)."""
@@ -147,6 +154,8 @@ class KeyspaceGroup:
                 "process knows"
             )
         assert keyspace is not None
+        if self.state is not None and not await self.state.cover(piece.token, lease):
+            return  # the lease ended before the slots proved the slice's token
         await self.spec.handler(SliceLease(lease, piece, keyspace, member.member_id))
 
 

@@ -89,6 +89,7 @@ from workgroup.runtime.errors import HandlerFailedError, ResourceFunctionError
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.http import MetricsServer
+from workgroup.runtime.keyspace_state import KeyspaceState
 from workgroup.runtime.keyspaces import KeyspaceGroup
 from workgroup.runtime.lease import Lease
 from workgroup.runtime.lease_states import EndReason
@@ -242,6 +243,12 @@ class GroupRunner:
             keyspace=keyspace,
         )
         self._store = MemberSlotStore(self.member)
+        #: A keyspace's state kept across restarts (``None``: no keyspace).
+        self.keyspace_state = (
+            KeyspaceState(group_id, keyspace.name, self.member, topics, clock=clock)
+            if keyspace is not None
+            else None
+        )
         self.warm_up = warm_up
         #: Rule 8: the group's drain requests for this member.
         self.drains = DrainFollower(
@@ -298,6 +305,24 @@ class GroupRunner:
             )
         finally:
             await offsets.close()
+
+    async def start_member(self) -> None:
+        """Start the member; a keyspace's reads its kept state first (its rule 1)."""
+        state = self.keyspace_state
+        if state is None:
+            await self.member.start()
+            return
+        offsets = AdminOffsets(
+            self._settings.bootstrap or DEFAULT_BOOTSTRAP,
+            self.group_id,
+            security=self._settings.security,
+            client_id=self._client_id or "workgroup-keyspace-state",
+        )
+        try:
+            kept = await state.read(offsets)
+        finally:
+            await offsets.close()
+        await self.member.start(keyspace_state=kept)
 
     async def _read_catalog(self) -> Catalog:
         function = _function_name(self._source)
@@ -844,6 +869,7 @@ class AppRunner:
                 keyspace=keyspace.config,
             )
             keyspace.member = group.member
+            keyspace.state = group.keyspace_state
             self.groups.append(group)
 
     def _fatal(self, error: WorkgroupError) -> None:
@@ -919,7 +945,7 @@ class AppRunner:
             for group in self.groups if ready else ():
                 await group.check_lease_layout()
                 await group.drains.before_start()  # rule 9
-                await group.member.start()
+                await group.start_member()
                 started.append(group)
                 following.append(asyncio.create_task(group.drains.follow()))
                 following.append(asyncio.create_task(group.loads.follow()))
