@@ -23,7 +23,9 @@ Rules:
 2. **The planner's input**: the members that take the keyspace's kind (a
    leaving or draining member takes none: its slices are placed elsewhere),
    with their capacities; the slices' loads their owners published
-   (``AssignmentInput.resource_loads``); the keys they sampled, summed by point.
+   (``AssignmentInput.resource_loads``); the keys they sampled, summed by point;
+   the slices members claim to hold (their metadata's ``owned``), whose lease
+   slots stay taken (:mod:`~workgroup.keyspaces.slot_pool`).
 3. **The target is the map**: each member gets the slices the next map gives
    it, nothing else.  The delay, refusals and load balancing do not run: the
    planner places, moves within its churn budget, and balances, and a stage
@@ -36,7 +38,7 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from workgroup.assignors.base import Assignment, AssignmentInput
 from workgroup.errors import ProtocolError
@@ -44,7 +46,7 @@ from workgroup.keyspaces.loads import KeyspaceLoads
 from workgroup.keyspaces.persisted import PersistedKeyspace
 from workgroup.keyspaces.planner import Plan, plan_next_map
 from workgroup.keyspaces.report import decode_report, encode_map_only
-from workgroup.keyspaces.slices import Slice, SliceMap
+from workgroup.keyspaces.slices import SliceMap
 from workgroup.log import get_logger
 from workgroup.member.keyspace import KeyspaceConfig, keyspace_catalog, newer
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
@@ -64,6 +66,8 @@ class KeyspaceRound:
     max_token: int
     #: Sampled key loads, by hash point, summed over members.
     keys: Mapping[int, float] = field(default_factory=dict)
+    #: The slice ids members hold now (their slots stay taken).
+    claimed: frozenset[int] = frozenset()
 
     @property
     def catalog_hash(self) -> bytes:
@@ -95,6 +99,12 @@ def read_keyspace(
     max_token = 0
     epoch = 0  # the kept epoch: maps after a restart are newer than those before
     keys: dict[int, float] = {}
+    claimed = frozenset(
+        key
+        for meta in metadata.values()
+        for kind, key in meta.owned
+        if kind == config.name and isinstance(key, int)
+    )
     maps: dict[bytes, SliceMap] = {}  # members mostly carry the same map: decode it once
     for member_id, meta in metadata.items():
         if not meta.user_data:
@@ -126,7 +136,7 @@ def read_keyspace(
             newest = _unowned(kept, kept.epoch)
     if newest is None:
         fresh = SliceMap.uniform(config.name, 1, first_token=max_token + 1)
-        newest = SliceMap(config.name, fresh.slices, fresh.max_token, epoch)
+        newest = replace(fresh, epoch=epoch)
     elif persisted is not None and (newest.epoch, newest.max_token) < (
         persisted.epoch,
         persisted.max_token,
@@ -134,13 +144,13 @@ def read_keyspace(
         # Older than the kept state: a member from before a full restart.  Its
         # owners held these ranges before tokens that were issued since.
         newest = _unowned(newest, epoch)
-    return KeyspaceRound(config, newest, max(max_token, newest.max_token), keys)
+    return KeyspaceRound(config, newest, max(max_token, newest.max_token), keys, claimed)
 
 
 def _unowned(smap: SliceMap, epoch: int) -> SliceMap:
     """``smap`` at ``epoch`` with no owners: placed again, every slice takes a new token."""
-    slices = tuple(Slice(p.id, p.start, p.end, p.token) for p in smap.slices)
-    return SliceMap(smap.keyspace, slices, smap.max_token, epoch)
+    slices = tuple(replace(p, owner=None) for p in smap.slices)
+    return SliceMap(smap.keyspace, slices, smap.max_token, epoch, smap.retired)
 
 
 def run_keyspace_stage(round_: KeyspaceRound, data: AssignmentInput) -> KeyspacePlanned:
@@ -154,7 +164,12 @@ def run_keyspace_stage(round_: KeyspaceRound, data: AssignmentInput) -> Keyspace
     }
     loads = KeyspaceLoads(slice_loads, round_.keys)
     plan = plan_next_map(
-        round_.current, loads, members, round_.config.settings, max_token=round_.max_token
+        round_.current,
+        loads,
+        members,
+        round_.config.settings,
+        max_token=round_.max_token,
+        claimed=round_.claimed,
     )
     target: Assignment = {mid: [] for mid in data.members}
     for piece in plan.map.slices:

@@ -23,7 +23,10 @@ Rules:
    base64-encoded, cut into at most :data:`MAX_CHUNKS` pieces of
    :data:`CHUNK_CHARS` characters, each after the slot header and its epoch
    (``<e>:``).  A map too large for them is not kept (the tokens are).
-4. **Reading never fails** (:func:`read_persisted`): what cannot be read is
+4. **The pool slots** (:func:`pool_slot_key`): slot ``k`` of the keyspace's
+   pool of lease slots (:mod:`workgroup.keyspaces.slot_pool`), where the
+   slices' leases keep their tokens and checkpoints.
+5. **Reading never fails** (:func:`read_persisted`): what cannot be read is
    dropped with a one-line reason, and the state falls back to what the
    offsets prove (the token slot's offset, the epoch slot's); the map is kept
    only if every chunk names the token slot's epoch and the whole decodes to a
@@ -63,6 +66,13 @@ def token_key(keyspace: str) -> Key:
 def epoch_key(keyspace: str) -> Key:
     """The key of the slot whose offset is the keyspace's epoch (rule 2)."""
     return f"{STATE_PREFIX}{keyspace}/epoch"
+
+
+def pool_slot_key(keyspace: str, slot: int) -> Key:
+    """The key of the slot ``slot`` of the keyspace's pool of lease slots
+    (:mod:`workgroup.keyspaces.slot_pool`); the slot's header names the slice
+    that holds it."""
+    return f"{STATE_PREFIX}{keyspace}/slot/{slot}"
 
 
 def chunk_key(keyspace: str, index: int) -> Key:
@@ -137,7 +147,7 @@ def read_persisted(
     epoch_offset: int,
     chunks: Sequence[str | None] = (),
 ) -> ReadState:
-    """The state the slots hold (rule 4): ``token`` is the token slot's offset
+    """The state the slots hold (rule 5): ``token`` is the token slot's offset
     (-1: never committed) and metadata, ``epoch_offset`` the epoch slot's,
     ``chunks`` the chunk slots' metadata in order.  Never raises."""
     max_token = max(token[0], 0)
@@ -204,6 +214,7 @@ __all__ = [
     "chunk_key",
     "encode_persisted",
     "epoch_key",
+    "pool_slot_key",
     "read_persisted",
     "token_key",
 ]

@@ -154,8 +154,14 @@ class GroupRunner:
         on_fatal: Callable[[WorkgroupError], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         keyspace: KeyspaceConfig | None = None,
+        slot_for: Callable[[Key], Slot] | None = None,
+        earlier_holder: Callable[[Key], bool] | None = None,
     ) -> None:
         self.group_id = group_id
+        #: Where a key's lease slot is (a keyspace's pool), and whether a key a
+        #: pool slot names held it before (``None``: a slot per key).
+        self._slot_for = slot_for
+        self._earlier_holder = earlier_holder
         #: A keyspace's group lists the slices of its map (empty before the first).
         self._keyspace = keyspace
         self._clock = clock
@@ -365,7 +371,8 @@ class GroupRunner:
         self._metrics.catalog_read(self.group_id, self.kind, len(entries))
         known = self._slots
         self._slots = {
-            key: known.get(key) or slot_of(self.group_id, key)
+            key: known.get(key)
+            or (slot_of(self.group_id, key) if self._slot_for is None else self._slot_for(key))
             for key in self._catalog.keys[self.kind]
         }
         await self._ensure_topics(self._slots.values())
@@ -468,6 +475,7 @@ class GroupRunner:
                 load_sink=functools.partial(self.member.report_load, resource),
                 ready_sink=self._standby_ready_sink(resource) if standby else None,
                 promotable=standby and self._promote_standbys,
+                earlier_holder=self._earlier_holder,
             )
             self._assigned_at[resource] = self._clock.monotonic()
             previous = self.stopping.pop(resource, None)
@@ -530,6 +538,7 @@ class GroupRunner:
                 clock=self._clock,
                 load_sink=functools.partial(self.member.report_load, resource),
                 ready_sink=functools.partial(self.member.ready, (resource,)),
+                earlier_holder=self._earlier_holder,
             )
             run = HandlerRun(
                 lease,
@@ -842,7 +851,7 @@ class AppRunner:
             for spec in app.leaders.values()
         ]
         for spec in app.keyspaces.values():
-            keyspace = KeyspaceGroup(spec)
+            keyspace = KeyspaceGroup(spec, app.group_id(spec.name))
             group = GroupRunner(
                 group_id=app.group_id(spec.name),
                 kind=spec.name,
@@ -867,6 +876,8 @@ class AppRunner:
                 on_fatal=self._fatal,
                 clock=clock,
                 keyspace=keyspace.config,
+                slot_for=keyspace.slot,
+                earlier_holder=keyspace.earlier_holder,
             )
             keyspace.member = group.member
             keyspace.state = group.keyspace_state
