@@ -143,12 +143,16 @@ class KeyspaceState:
             return  # a newer round under way: its map is the one to commit
         # No await between the check above and the commit: the member commits
         # under the generation that handed it this map.
-        result = await member.commit_offsets(
-            [
-                CommitTopic(slots[key].topic, (CommitPartition(slots[key].partition, *value),))
-                for key, value in commit.slots.items()
-            ]
-        )
+        try:
+            result = await member.commit_offsets(
+                [
+                    CommitTopic(slots[key].topic, (CommitPartition(slots[key].partition, *value),))
+                    for key, value in commit.slots.items()
+                ]
+            )
+        except WorkgroupError as exc:  # the connection lost, the member closed
+            log.info("keyspace.state_refused", group=self.group_id, error=str(exc))
+            return
         errors = {p.error for t in result.topics for p in t.partitions}
         errors.discard(ErrorCode.NONE)
         if errors:
