@@ -27,6 +27,13 @@ STATE_SLOTS = 3
 CYCLES = 3
 
 
+#: How long a map may take to settle: Tansu holds every JoinGroup about half
+#: a session (1.5 s here), and a map settles over several rounds.
+SETTLE_S = {"embedded": 40.0, "tansu": 90.0}
+# Several maps settle in a test: more than the suite's default of 120 s on Tansu.
+pytestmark = pytest.mark.timeout(360)
+
+
 @pytest.fixture(scope="module", params=["embedded", pytest.param("tansu", marks=pytest.mark.tansu)])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     with run_backend(request.param) as running:
@@ -39,22 +46,19 @@ async def test_splits_and_merges_hand_slots_on(backend: Backend) -> None:
     stay = Process("stay", app_name, SETTINGS, loads=False)
     running = [stay.start(backend.bootstrap)]
     born: set[int] = set()
-    most = 0  # the most slots in use at once in a settled map
     try:
         for cycle in range(CYCLES):
             visitor = Process(f"visitor-{cycle}", app_name, SETTINGS, loads=False)
             visit = visitor.start(backend.bootstrap)
-            both = await settle([stay, visitor])
+            both = await settle([stay, visitor], SETTLE_S[backend.name])
             assert len(both.slices) == 8
             for key in KEYS:
                 assert len(owners_of([stay, visitor], key)) == 1, key
             visit[0].set()
             await asyncio.wait_for(visit[1], 40)
-            alone = await settle([stay])
+            alone = await settle([stay], SETTLE_S[backend.name])
             assert len(alone.slices) == 4
-            for smap in (both, alone):
-                born |= {s.id for s in smap.slices}
-                most = max(most, len(smap.slices) + len(smap.retired))
+            born |= {s.id for s in both.slices} | {s.id for s in alone.slices}
     finally:
         for stop, task in running:
             stop.set()
@@ -69,4 +73,3 @@ async def test_splits_and_merges_hand_slots_on(backend: Backend) -> None:
     # retired while their holders let go (4 here: 15 topics with the state's).
     assert len(born) > 2 * len(topics)
     assert len(topics) <= 2 * 8 + STATE_SLOTS
-    assert most == 8

@@ -107,8 +107,8 @@ def settled_now(processes: list[Process]) -> SliceMap | None:
     return first
 
 
-async def settle(processes: list[Process]) -> SliceMap:
-    async with asyncio.timeout(TIMEOUT_S):
+async def settle(processes: list[Process], timeout_s: float = TIMEOUT_S) -> SliceMap:
+    async with asyncio.timeout(timeout_s):
         while True:
             smap = settled_now(processes)
             if smap is not None:
