@@ -10,7 +10,11 @@ included.  Layout (version 1), with the readers and writers of
 - the owners, once each: a count, then their names (``string``);
 - the slice count, then per slice in hash order: its start as the distance from
   the previous start (the first slice starts at 0 and writes none), its id, its
-  token, and its owner as an index into the owners plus one (0: unowned).
+  token, its owner as an index into the owners plus one (0: unowned), and its
+  lease slot plus one (0: none);
+- the retired slots: a count, then per slot the slot and the slice id.
+
+Version 1 (no slots) was never released.
 
 10,000 slices take about 130 kB (13 bytes a slice) (``benchmarks/keyspace_lookup.py`` prints it).
 Whatever the bytes, decoding either returns a valid :class:`SliceMap` or raises
@@ -26,10 +30,10 @@ from workgroup.keyspaces.slices import Slice, SliceMap
 from workgroup.protocol.binary import Reader, Writer
 
 #: The format version :func:`encode_slice_map` writes.
-SLICE_MAP_VERSION = 1
+SLICE_MAP_VERSION = 2
 _WHAT = "slice map"
-#: The fewest bytes one encoded slice takes (start, id, token, owner).
-_MIN_SLICE_BYTES = 4
+#: The fewest bytes one encoded slice takes (start, id, token, owner, slot).
+_MIN_SLICE_BYTES = 5
 
 
 def encode_slice_map(smap: SliceMap) -> bytes:
@@ -53,6 +57,11 @@ def encode_slice_map(smap: SliceMap) -> bytes:
         out.uvarint(piece.id)
         out.uvarint(piece.token)
         out.uvarint(0 if piece.owner is None else owner_index[piece.owner])
+        out.uvarint(0 if piece.slot is None else piece.slot + 1)
+    out.uvarint(len(smap.retired))
+    for slot, piece_id in smap.retired:
+        out.uvarint(slot)
+        out.uvarint(piece_id)
     return out.getvalue()
 
 
@@ -82,31 +91,37 @@ def decode_slice_map(data: bytes) -> SliceMap:
             raise ProtocolError(f"{_WHAT} is corrupt: owner {name!r} is listed twice")
         owners.append(name)
     count = r.uvarint()
-    if count < 1 or (count - 1) * _MIN_SLICE_BYTES + 3 > r.remaining:
+    if count < 1 or (count - 1) * _MIN_SLICE_BYTES + 5 > r.remaining:
         raise ProtocolError(f"{_WHAT} is corrupt: {count} slices in {r.remaining} bytes")
     starts = [0]
-    fields: list[tuple[int, int, int]] = []
+    fields: list[tuple[int, int, int, int]] = []
     for position in range(count):
         if position:
             step = r.uvarint()
             if step == 0:
                 raise ProtocolError(f"{_WHAT} is corrupt: slice {position} is empty")
             starts.append(starts[-1] + step)
-        piece_id, token, owner = r.uvarint(), r.uvarint(), r.uvarint()
+        piece_id, token, owner, slot = r.uvarint(), r.uvarint(), r.uvarint(), r.uvarint()
         if owner > owner_count:
             raise ProtocolError(f"{_WHAT} is corrupt: slice {position} names owner {owner}")
-        fields.append((piece_id, token, owner))
+        fields.append((piece_id, token, owner, slot))
+    retired_count = r.uvarint()
+    if retired_count * 2 > r.remaining:
+        raise ProtocolError(
+            f"{_WHAT} is corrupt: {retired_count} retired slots in {r.remaining} bytes"
+        )
+    retired = tuple((r.uvarint(), r.uvarint()) for _ in range(retired_count))
     if r.remaining:
         raise ProtocolError(f"{_WHAT} is corrupt: {r.remaining} unexpected trailing bytes")
     if starts[-1] >= HASH_SPACE:
         raise ProtocolError(f"{_WHAT} is corrupt: a slice starts past the hash space")
     starts.append(HASH_SPACE)
     slices = tuple(
-        Slice(piece_id, starts[i], starts[i + 1], token, owners[owner])
-        for i, (piece_id, token, owner) in enumerate(fields)
+        Slice(piece_id, starts[i], starts[i + 1], token, owners[owner], slot - 1 if slot else None)
+        for i, (piece_id, token, owner, slot) in enumerate(fields)
     )
     try:
-        return SliceMap(keyspace, slices, max_token=max_token, epoch=epoch)
+        return SliceMap(keyspace, slices, max_token=max_token, epoch=epoch, retired=retired)
     except InvalidSliceMapError as exc:
         raise ProtocolError(f"{_WHAT} is corrupt: {exc}") from exc
 

@@ -12,7 +12,9 @@ map, byte for byte).  One round, in order (``reshaping``, then ``balancing``):
 5. every slice born in 2 or 3, and every slice whose owner changed, takes a new
    token above every token the keyspace issued (``SliceMap.max_token``, or the
    ``max_token`` given if higher): tokens are fencing tokens, and a key's token
-   never goes down.
+   never goes down;
+6. every slice has a lease slot from the keyspace's bounded pool
+   (:func:`~workgroup.keyspaces.slot_pool.assign_slots`).
 
 The share of the hash space whose owner changed from one live member to another
 is at most ``churn_budget`` (:func:`moved_share` measures it).
@@ -20,7 +22,7 @@ is at most ``churn_budget`` (:func:`moved_share` measures it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from workgroup.keyspaces.balancing import balance
@@ -31,6 +33,7 @@ from workgroup.keyspaces.pieces import ChurnBudget, Piece, TokenCounter
 from workgroup.keyspaces.reshaping import merge_pieces, split_pieces
 from workgroup.keyspaces.settings import PlannerSettings
 from workgroup.keyspaces.slices import Slice, SliceMap
+from workgroup.keyspaces.slot_pool import assign_slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +58,11 @@ def plan_next_map(
     settings: PlannerSettings | None = None,
     *,
     max_token: int = 0,
+    claimed: Collection[int] = (),
 ) -> Plan:
-    """The next map of ``current``'s keyspace for ``members`` (name -> capacity > 0)."""
+    """The next map of ``current``'s keyspace for ``members`` (name -> capacity > 0);
+    ``claimed``: the slice ids members hold now (their slots stay taken:
+    :mod:`~workgroup.keyspaces.slot_pool`)."""
     settings = settings or PlannerSettings()
     for member, capacity in members.items():
         if not member:
@@ -83,12 +89,14 @@ def plan_next_map(
         if not piece.born and before is not None and before.owner != piece.owner:
             token = tokens.next()
         slices.append(Slice(piece.id, piece.start, piece.end, token, piece.owner))
-    changed = tuple(slices) != current.slices
+    placed, retired = assign_slots(current, slices, claimed)
+    changed = placed != current.slices or retired != current.retired
     next_map = SliceMap(
         current.keyspace,
-        tuple(slices),
+        placed,
         max_token=tokens.max_token,
         epoch=current.epoch + 1 if changed else current.epoch,
+        retired=retired,
     )
     return Plan(next_map, splits, merges, moves, moved_share(current, next_map, live), changed)
 

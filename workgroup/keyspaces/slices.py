@@ -40,6 +40,10 @@ class Slice:
     token: int
     #: The member that owns it (``None``: not assigned yet).
     owner: str | None = None
+    #: Its lease slot in the keyspace's pool (``None``: none given yet): unique
+    #: among the map's slices and retired slots, kept for the slice's life
+    #: (:mod:`workgroup.keyspaces.slot_pool`).
+    slot: int | None = None
 
     @property
     def width(self) -> int:
@@ -66,6 +70,10 @@ class SliceMap:
     max_token: int
     #: The number of maps made before this one.
     epoch: int = 0
+    #: Slots of slices merged away whose holders may not have let go yet:
+    #: ``(slot, slice id)`` pairs, not given to a new slice until no member
+    #: holds the slice (:mod:`workgroup.keyspaces.slot_pool`).
+    retired: tuple[tuple[int, int], ...] = ()
     _starts: list[int] = field(init=False, repr=False, compare=False)
     #: How far a hash shifts right to give its bucket.
     _shift: int = field(init=False, repr=False, compare=False)
@@ -75,6 +83,7 @@ class SliceMap:
 
     def __post_init__(self) -> None:
         _check(self.keyspace, self.slices, self.max_token, self.epoch)
+        _check_slots(self.keyspace, self.slices, self.retired)
         starts = [s.start for s in self.slices]
         bits = min(16, len(starts).bit_length() + 1)
         shift = 64 - bits
@@ -100,7 +109,8 @@ class SliceMap:
             raise InvalidSliceMapError(f"tokens start at 1 or above, not {first_token}")
         bounds = [HASH_SPACE * i // count for i in range(count + 1)]
         slices = tuple(
-            Slice(first_token + i, bounds[i], bounds[i + 1], first_token + i) for i in range(count)
+            Slice(first_token + i, bounds[i], bounds[i + 1], first_token + i, slot=i)
+            for i in range(count)
         )
         return cls(keyspace, slices, max_token=first_token + count - 1)
 
@@ -183,6 +193,27 @@ def _check(keyspace: str, slices: Iterable[Slice], max_token: int, epoch: int) -
         raise InvalidSliceMapError(
             f"slice map of {keyspace!r}: the slices end at {expected:#x}, not at 2**64"
         )
+
+
+def _check_slots(
+    keyspace: str, slices: Iterable[Slice], retired: tuple[tuple[int, int], ...]
+) -> None:
+    ids = {piece.id for piece in slices}
+    taken: set[int] = set()
+    held = [(piece.slot, piece.id) for piece in slices if piece.slot is not None]
+    for slot, piece_id in [*held, *retired]:
+        if slot < 0:
+            raise InvalidSliceMapError(
+                f"slice map of {keyspace!r}: slice {piece_id} has slot {slot}, below 0"
+            )
+        if slot in taken:
+            raise InvalidSliceMapError(f"slice map of {keyspace!r}: slot {slot} is given twice")
+        taken.add(slot)
+    for _, piece_id in retired:
+        if piece_id in ids:
+            raise InvalidSliceMapError(
+                f"slice map of {keyspace!r}: slice {piece_id} is live and retired"
+            )
 
 
 __all__ = ["Slice", "SliceMap"]

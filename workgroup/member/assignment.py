@@ -85,7 +85,11 @@ class AssignmentTaker:
         """Take ``data``, read with ``protocol``, against this member's catalog."""
         if self._keyspace is not None:
             # The keyspace's rule 1: the map the leader planned with is the catalog.
-            adopted = self._keyspace.take(data.user_data, group_id=self._config.group_id)
+            adopted = self._keyspace.take(
+                data.user_data,
+                group_id=self._config.group_id,
+                generation=self._membership.generation.generation_id,
+            )
             if adopted is not None:
                 member_catalog.change(adopted)
         catalog, catalog_hash = member_catalog.keys, member_catalog.digest

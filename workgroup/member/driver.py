@@ -45,6 +45,7 @@ from workgroup.kafka.messages import (
     OffsetFetchGroup,
     OffsetFetchResult,
 )
+from workgroup.keyspaces.persisted import PersistedKeyspace
 from workgroup.log import get_logger
 from workgroup.member.actions import (
     Action,
@@ -374,8 +375,11 @@ class GroupMember:
             error.__suppress_context__ = True  # the cancellation was only the messenger
             raise error
 
-    async def start(self) -> None:
-        """Start joining the group (returns at once; see :meth:`wait_stable`)."""
+    async def start(self, *, keyspace_state: PersistedKeyspace | None = None) -> None:
+        """Start joining the group (returns at once; see :meth:`wait_stable`).
+
+        ``keyspace_state``: a keyspace's state kept across restarts, read before
+        joining, that this member's rounds start above when it leads."""
         if self._started:
             raise WorkgroupError("the member was already started")
         self._started = True
@@ -389,6 +393,8 @@ class GroupMember:
             confirm_release=self._confirm_release,
             on_callback_error=self._on_callback_error,
         )
+        if keyspace_state is not None and self._machine.keyspace is not None:
+            self._machine.keyspace.persisted = keyspace_state
         if self._drain_at_start:
             self._machine.drain(self._now(), True)
         machine = self._machine

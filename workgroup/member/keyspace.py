@@ -22,6 +22,12 @@ Rules:
    that many: past it, the heaviest half stays.
 4. An assignment without a readable map changes nothing (logged): the member
    keeps the map it had.
+5. **The kept state** (:class:`~workgroup.keyspaces.persisted.PersistedKeyspace`):
+   what this member's process read from the group's slots before it joined,
+   then what it committed itself; the leader's keyspace stage starts above it
+   (a full restart).  The member remembers the generation whose assignment
+   handed it its map (:attr:`MemberKeyspace.taken_in`): the map it may commit
+   under that generation, and no other.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from dataclasses import dataclass, field
 from threading import Lock
 
 from workgroup.errors import ConfigError, ProtocolError
+from workgroup.keyspaces.persisted import PersistedKeyspace
 from workgroup.keyspaces.report import KeyspaceReport, decode_report, encode_report
 from workgroup.keyspaces.settings import PlannerSettings
 from workgroup.keyspaces.slices import SliceMap
@@ -80,13 +87,17 @@ class MemberKeyspace:
         self.config = config
         #: The newest map this member was handed (``None``: none yet).
         self.map: SliceMap | None = None
+        #: The generation whose assignment carried :attr:`map` (rule 5; -1: none).
+        self.taken_in = -1
+        #: The state kept across restarts, as this process knows it (rule 5).
+        self.persisted: PersistedKeyspace | None = None
         #: Sampled key loads by hash point (rule 3); written from any thread.
         self._keys: dict[int, float] = {}
         self._lock = Lock()
 
-    def take(self, user_data: bytes, *, group_id: str) -> Catalog | None:
-        """Rule 1: the catalog of the map an assignment carries, if it is newer
-        than the one kept (``None``: nothing changes)."""
+    def take(self, user_data: bytes, *, group_id: str, generation: int = -1) -> Catalog | None:
+        """Rule 1: the catalog of the map an assignment of ``generation`` carries,
+        if it is newer than the one kept (``None``: nothing changes)."""
         if not user_data:
             return None
         try:
@@ -103,9 +114,12 @@ class MemberKeyspace:
                     expected=self.config.name,
                 )
             return None
-        if not newer(smap, self.map):
+        if self.map is not None and not newer(smap, self.map):
+            if smap == self.map:
+                self.taken_in = generation  # the same map, handed again (rule 5)
             return None
         self.map = smap
+        self.taken_in = generation
         return keyspace_catalog(smap)
 
     def record_key_load(self, point: int, load: float) -> None:

@@ -13,10 +13,19 @@ Rules:
    never issues a token again.  With no map anywhere, one slice over the whole
    space, unowned; the planner cuts it to the lower bound of slices.  The
    round's catalog is that map's slices (:func:`~workgroup.member.keyspace.keyspace_catalog`).
+   **The kept state** (:class:`~workgroup.keyspaces.persisted.PersistedKeyspace`,
+   read by the leader's process before it joined) counts as one more report:
+   its highest token and epoch are floors, so that after a full restart (no
+   member carries a map) tokens start above every token issued before and
+   epochs above every map made before; its map, if it is the newest, is the
+   starting point with its owners dropped (they are processes from before the
+   restart), so that every slice keeps its range and takes a new token.
 2. **The planner's input**: the members that take the keyspace's kind (a
    leaving or draining member takes none: its slices are placed elsewhere),
    with their capacities; the slices' loads their owners published
-   (``AssignmentInput.resource_loads``); the keys they sampled, summed by point.
+   (``AssignmentInput.resource_loads``); the keys they sampled, summed by point;
+   the slices members claim to hold (their metadata's ``owned``), whose lease
+   slots stay taken (:mod:`~workgroup.keyspaces.slot_pool`).
 3. **The target is the map**: each member gets the slices the next map gives
    it, nothing else.  The delay, refusals and load balancing do not run: the
    planner places, moves within its churn budget, and balances, and a stage
@@ -29,11 +38,12 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from workgroup.assignors.base import Assignment, AssignmentInput
 from workgroup.errors import ProtocolError
 from workgroup.keyspaces.loads import KeyspaceLoads
+from workgroup.keyspaces.persisted import PersistedKeyspace
 from workgroup.keyspaces.planner import Plan, plan_next_map
 from workgroup.keyspaces.report import decode_report, encode_map_only
 from workgroup.keyspaces.slices import SliceMap
@@ -56,6 +66,8 @@ class KeyspaceRound:
     max_token: int
     #: Sampled key loads, by hash point, summed over members.
     keys: Mapping[int, float] = field(default_factory=dict)
+    #: The slice ids members hold now (their slots stay taken).
+    claimed: frozenset[int] = frozenset()
 
     @property
     def catalog_hash(self) -> bytes:
@@ -76,12 +88,23 @@ class KeyspacePlanned:
 
 
 def read_keyspace(
-    config: KeyspaceConfig, metadata: Mapping[str, MemberMetadata], *, group_id: str
+    config: KeyspaceConfig,
+    metadata: Mapping[str, MemberMetadata],
+    *,
+    group_id: str,
+    persisted: PersistedKeyspace | None = None,
 ) -> KeyspaceRound:
-    """Rule 1: the map and loads the round starts from."""
+    """Rule 1: the map and loads the round starts from (``persisted``: the kept state)."""
     newest: SliceMap | None = None
     max_token = 0
+    epoch = 0  # the kept epoch: maps after a restart are newer than those before
     keys: dict[int, float] = {}
+    claimed = frozenset(
+        key
+        for meta in metadata.values()
+        for kind, key in meta.owned
+        if kind == config.name and isinstance(key, int)
+    )
     maps: dict[bytes, SliceMap] = {}  # members mostly carry the same map: decode it once
     for member_id, meta in metadata.items():
         if not meta.user_data:
@@ -104,9 +127,30 @@ def read_keyspace(
         max_token = max(max_token, smap.max_token)
         if newer(smap, newest):
             newest = smap
+    if persisted is not None:
+        max_token, epoch = max(max_token, persisted.max_token), persisted.epoch
+        kept = persisted.map
+        if kept is not None and kept.keyspace == config.name and newer(kept, newest):
+            # Only when no member carries it (a full restart): a member's map
+            # with its owners is the same map, and keeps the owners.
+            newest = _unowned(kept, kept.epoch)
     if newest is None:
-        newest = SliceMap.uniform(config.name, 1, first_token=max_token + 1)
-    return KeyspaceRound(config, newest, max(max_token, newest.max_token), keys)
+        fresh = SliceMap.uniform(config.name, 1, first_token=max_token + 1)
+        newest = replace(fresh, epoch=epoch)
+    elif persisted is not None and (newest.epoch, newest.max_token) < (
+        persisted.epoch,
+        persisted.max_token,
+    ):
+        # Older than the kept state: a member from before a full restart.  Its
+        # owners held these ranges before tokens that were issued since.
+        newest = _unowned(newest, epoch)
+    return KeyspaceRound(config, newest, max(max_token, newest.max_token), keys, claimed)
+
+
+def _unowned(smap: SliceMap, epoch: int) -> SliceMap:
+    """``smap`` at ``epoch`` with no owners: placed again, every slice takes a new token."""
+    slices = tuple(replace(p, owner=None) for p in smap.slices)
+    return SliceMap(smap.keyspace, slices, smap.max_token, epoch, smap.retired)
 
 
 def run_keyspace_stage(round_: KeyspaceRound, data: AssignmentInput) -> KeyspacePlanned:
@@ -120,7 +164,12 @@ def run_keyspace_stage(round_: KeyspaceRound, data: AssignmentInput) -> Keyspace
     }
     loads = KeyspaceLoads(slice_loads, round_.keys)
     plan = plan_next_map(
-        round_.current, loads, members, round_.config.settings, max_token=round_.max_token
+        round_.current,
+        loads,
+        members,
+        round_.config.settings,
+        max_token=round_.max_token,
+        claimed=round_.claimed,
     )
     target: Assignment = {mid: [] for mid in data.members}
     for piece in plan.map.slices:

@@ -99,14 +99,15 @@ def build_parts(
     commit_router = CommitRouter(
         config.group_id, config.instance_id, config.effective_request_timeout_ms
     )
+    keyspace = MemberKeyspace(config.keyspace) if config.keyspace is not None else None
     pipeline = LeaderPipeline(
         config.group_id,
         reassign_delay_ms=config.reassign_delay_ms,
         balance=config.balance,
         max_warmups=config.max_warmups,
         keyspace=config.keyspace,
+        keyspace_view=keyspace,
     )
-    keyspace = MemberKeyspace(config.keyspace) if config.keyspace is not None else None
     departure = Departure(dynamic=config.instance_id is None)
     membership = Membership(config, holdings, departure)
     loads = LoadMeter(config.balance.smoothing_ms)

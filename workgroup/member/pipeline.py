@@ -62,7 +62,7 @@ from workgroup.kafka.messages import JoinedMember
 from workgroup.log import get_logger
 from workgroup.member.actions import RunAssignor
 from workgroup.member.delay import ReassignDelay
-from workgroup.member.keyspace import KeyspaceConfig, keyspace_catalog
+from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace, keyspace_catalog
 from workgroup.member.keyspace_stage import KeyspacePlanned, KeyspaceRound, read_keyspace
 from workgroup.member.load_balancing import BalanceOutcome, BalanceSettings, LeaderBalancing
 from workgroup.member.moves import Move, MoveCounter, count_moves
@@ -185,9 +185,12 @@ class LeaderPipeline:
         balance: BalanceSettings,
         max_warmups: int,
         keyspace: KeyspaceConfig | None = None,
+        keyspace_view: MemberKeyspace | None = None,
     ) -> None:
         self._group_id = group_id
         self._keyspace = keyspace
+        #: This member's view of the keyspace: the state kept across restarts.
+        self._keyspace_view = keyspace_view
         self._max_warmups = max_warmups
         self._delay = ReassignDelay(reassign_delay_ms)
         self._balancing = LeaderBalancing(balance)
@@ -228,7 +231,13 @@ class LeaderPipeline:
             read = read_members(protocol.codec, members, catalog_hash)
         else:
             read = read_members(protocol.codec, members, b"")
-            keyspace = read_keyspace(self._keyspace, read.metadata, group_id=self._group_id)
+            view = self._keyspace_view
+            keyspace = read_keyspace(
+                self._keyspace,
+                read.metadata,
+                group_id=self._group_id,
+                persisted=view.persisted if view is not None else None,
+            )
             catalog = freeze_catalog(keyspace_catalog(keyspace.current))
             catalog_hash = keyspace.catalog_hash
             # A member with an older map (or none yet) is not a mismatch: it

@@ -27,9 +27,20 @@ Rules:
    with the member's metadata, as any resource's); :meth:`SliceLease.report_key_load`
    samples a key's, and the heaviest reach the leader, which splits a key that
    dominates its slice into a slice of its own.
+6. **A full restart keeps the tokens**: a slice's handler starts once the
+   group's slots hold a highest token at or above the slice's
+   (:mod:`workgroup.runtime.keyspace_state`), and the leader after a restart
+   issues tokens above it.
+7. **A bounded pool of lease slots**: a slice's lease slot is the pool slot
+   its map gives it (:mod:`workgroup.keyspaces.slot_pool`), a slot a slice
+   merged away handed on; its header names the slice, and a new holder finding
+   an earlier slice's name there starts without a checkpoint.  A keyspace
+   uses about as many slots (on Kafka, topics) as it ever had slices at once.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from workgroup.errors import ConfigError
 from workgroup.keyspaces.errors import KeyMovedError
@@ -37,7 +48,10 @@ from workgroup.keyspaces.hashing import key_hash
 from workgroup.keyspaces.slices import Slice, SliceMap
 from workgroup.member.driver import GroupMember, member_keyspace
 from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace
+from workgroup.runtime.keyspace_slots import pool_slot_key
+from workgroup.runtime.keyspace_state import KeyspaceState
 from workgroup.runtime.lease import Lease
+from workgroup.runtime.slots import Slot, slot_of
 from workgroup.runtime.spec import KeyspaceSpec
 from workgroup.types import Key
 
@@ -123,17 +137,52 @@ class KeyspaceGroup:
     group's resource list (rule 1) and its handler, which wraps each lease in a
     :class:`SliceLease`."""
 
-    def __init__(self, spec: KeyspaceSpec) -> None:
+    def __init__(self, spec: KeyspaceSpec, group_id: str) -> None:
         self.spec = spec
+        self.group_id = group_id
+        self._indexed: tuple[SliceMap, dict[int, Slice]] | None = None
         self.config = KeyspaceConfig(spec.name, spec.settings, spec.max_sampled_keys)
         #: Set once the group's member exists.
         self.member: GroupMember | None = None
+        #: The keyspace's state kept across restarts (rule 6), set with the member.
+        self.state: KeyspaceState | None = None
 
     def slice_ids(self) -> list[int]:
         """Rule 1: the slices of the map the member knows (none before the first)."""
         keyspace = member_keyspace(self.member) if self.member is not None else None
         smap = keyspace.map if keyspace is not None else None
         return [] if smap is None else [piece.id for piece in smap.slices]
+
+    def view(self) -> MemberKeyspace | None:
+        """The member's view of the keyspace (``None``: no member yet)."""
+        return member_keyspace(self.member) if self.member is not None else None
+
+    def _map(self) -> SliceMap | None:
+        keyspace = self.view()
+        return keyspace.map if keyspace is not None else None
+
+    def _slices(self) -> Mapping[int, Slice]:
+        """The slices of the map this process knows, by id (built once per map)."""
+        smap = self._map()
+        if smap is None:
+            return {}
+        if self._indexed is None or self._indexed[0] is not smap:
+            self._indexed = (smap, smap.by_id())
+        return self._indexed[1]
+
+    def slot(self, slice_id: Key) -> Slot:
+        """Rule 7: the lease slot of slice ``slice_id``: its slot in the pool."""
+        piece = self._slices().get(slice_id) if type(slice_id) is int else None
+        if piece is None or piece.slot is None:
+            # Not in the map this process knows (yet), or given no pool slot:
+            # the slot of its own key, as any resource's.
+            return slot_of(self.group_id, slice_id)
+        return slot_of(self.group_id, pool_slot_key(self.spec.name, piece.slot))
+
+    def earlier_holder(self, named: Key) -> bool:
+        """Rule 7: whether the slice a pool slot's header names held the slot
+        before (it is in no map this process knows any more)."""
+        return type(named) is int and named not in self._slices()
 
     async def handle(self, lease: Lease) -> None:
         """Run the keyspace's handler on the slice ``lease`` holds."""
@@ -147,6 +196,8 @@ class KeyspaceGroup:
                 "process knows"
             )
         assert keyspace is not None
+        if self.state is not None and not await self.state.cover(piece.token, lease):
+            return  # the lease ended before the slots proved the slice's token
         await self.spec.handler(SliceLease(lease, piece, keyspace, member.member_id))
 
 

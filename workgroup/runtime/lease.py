@@ -170,6 +170,7 @@ class Lease:
         load_sink: Callable[[float], None] | None = None,
         ready_sink: Callable[[], None] | None = None,
         promotable: bool = False,
+        earlier_holder: Callable[[Key], bool] | None = None,
     ) -> None:
         self.group_id = group_id
         self.kind = kind
@@ -180,6 +181,9 @@ class Lease:
         #: The ``Slot(topic, partition)`` this lease uses (a function of the key).
         self.slot = slot
         self._header = slot_header(key)
+        #: A pool slot's test of the key its header names: held it before this
+        #: lease's key (``None``: the slot is this key's alone).
+        self._earlier_holder = earlier_holder
         self._store = store
         self._commit_timeout_s = commit_timeout_s
         self._clock = clock
@@ -566,7 +570,7 @@ class Lease:
     def _read(self, metadata: str | None) -> str | None:
         """The checkpoint in this lease's slot, after checking the slot names its key."""
         try:
-            return read_slot(metadata, self.key, self.slot)
+            return read_slot(metadata, self.key, self.slot, self._earlier_holder)
         except SlotMismatchError as exc:
             log.error(
                 "lease.slot_mismatch",

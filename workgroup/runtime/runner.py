@@ -89,6 +89,7 @@ from workgroup.runtime.errors import HandlerFailedError, ResourceFunctionError
 from workgroup.runtime.events import OwnershipLog
 from workgroup.runtime.handlers import Handler, HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.http import MetricsServer
+from workgroup.runtime.keyspace_state import KeyspaceState
 from workgroup.runtime.keyspaces import KeyspaceGroup
 from workgroup.runtime.lease import Lease
 from workgroup.runtime.lease_states import EndReason
@@ -153,8 +154,14 @@ class GroupRunner:
         on_fatal: Callable[[WorkgroupError], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         keyspace: KeyspaceConfig | None = None,
+        slot_for: Callable[[Key], Slot] | None = None,
+        earlier_holder: Callable[[Key], bool] | None = None,
     ) -> None:
         self.group_id = group_id
+        #: Where a key's lease slot is (a keyspace's pool), and whether a key a
+        #: pool slot names held it before (``None``: a slot per key).
+        self._slot_for = slot_for
+        self._earlier_holder = earlier_holder
         #: A keyspace's group lists the slices of its map (empty before the first).
         self._keyspace = keyspace
         self._clock = clock
@@ -242,6 +249,12 @@ class GroupRunner:
             keyspace=keyspace,
         )
         self._store = MemberSlotStore(self.member)
+        #: A keyspace's state kept across restarts (``None``: no keyspace).
+        self.keyspace_state = (
+            KeyspaceState(group_id, keyspace.name, self.member, topics, clock=clock)
+            if keyspace is not None
+            else None
+        )
         self.warm_up = warm_up
         #: Rule 8: the group's drain requests for this member.
         self.drains = DrainFollower(
@@ -299,6 +312,24 @@ class GroupRunner:
         finally:
             await offsets.close()
 
+    async def start_member(self) -> None:
+        """Start the member; a keyspace's reads its kept state first (its rule 1)."""
+        state = self.keyspace_state
+        if state is None:
+            await self.member.start()
+            return
+        offsets = AdminOffsets(
+            self._settings.bootstrap or DEFAULT_BOOTSTRAP,
+            self.group_id,
+            security=self._settings.security,
+            client_id=self._client_id or "workgroup-keyspace-state",
+        )
+        try:
+            kept = await state.read(offsets)
+        finally:
+            await offsets.close()
+        await self.member.start(keyspace_state=kept)
+
     async def _read_catalog(self) -> Catalog:
         function = _function_name(self._source)
         try:
@@ -340,7 +371,8 @@ class GroupRunner:
         self._metrics.catalog_read(self.group_id, self.kind, len(entries))
         known = self._slots
         self._slots = {
-            key: known.get(key) or slot_of(self.group_id, key)
+            key: known.get(key)
+            or (slot_of(self.group_id, key) if self._slot_for is None else self._slot_for(key))
             for key in self._catalog.keys[self.kind]
         }
         await self._ensure_topics(self._slots.values())
@@ -443,6 +475,7 @@ class GroupRunner:
                 load_sink=functools.partial(self.member.report_load, resource),
                 ready_sink=self._standby_ready_sink(resource) if standby else None,
                 promotable=standby and self._promote_standbys,
+                earlier_holder=self._earlier_holder,
             )
             self._assigned_at[resource] = self._clock.monotonic()
             previous = self.stopping.pop(resource, None)
@@ -505,6 +538,7 @@ class GroupRunner:
                 clock=self._clock,
                 load_sink=functools.partial(self.member.report_load, resource),
                 ready_sink=functools.partial(self.member.ready, (resource,)),
+                earlier_holder=self._earlier_holder,
             )
             run = HandlerRun(
                 lease,
@@ -817,7 +851,7 @@ class AppRunner:
             for spec in app.leaders.values()
         ]
         for spec in app.keyspaces.values():
-            keyspace = KeyspaceGroup(spec)
+            keyspace = KeyspaceGroup(spec, app.group_id(spec.name))
             group = GroupRunner(
                 group_id=app.group_id(spec.name),
                 kind=spec.name,
@@ -842,8 +876,11 @@ class AppRunner:
                 on_fatal=self._fatal,
                 clock=clock,
                 keyspace=keyspace.config,
+                slot_for=keyspace.slot,
+                earlier_holder=keyspace.earlier_holder,
             )
             keyspace.member = group.member
+            keyspace.state = group.keyspace_state
             self.groups.append(group)
 
     def _fatal(self, error: WorkgroupError) -> None:
@@ -919,7 +956,7 @@ class AppRunner:
             for group in self.groups if ready else ():
                 await group.check_lease_layout()
                 await group.drains.before_start()  # rule 9
-                await group.member.start()
+                await group.start_member()
                 started.append(group)
                 following.append(asyncio.create_task(group.drains.follow()))
                 following.append(asyncio.create_task(group.loads.follow()))

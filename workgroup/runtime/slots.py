@@ -26,7 +26,11 @@ Rules:
    nothing (and checkpoints read back as ``None``), while tokens still rise.
 4. A removed key's slot is never reused by another key (there is nothing to
    decide at reuse time); on a Kafka broker its topic costs one partition until
-   deleted.
+   deleted.  The exception is a keyspace's pool of slots
+   (:mod:`workgroup.keyspaces.slot_pool`): a pool slot passes from a slice
+   merged away to a slice born later, and its new holder reads a header
+   naming an earlier slice as a slot with no checkpoint for it
+   (:func:`read_slot`'s ``earlier``).
 5. The checkpoint limit is Kafka's ``offset.metadata.max.bytes`` (4096) minus
    the key's header; :class:`CheckpointError` says the exact limit for the key.
 
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from workgroup.errors import ConfigError
@@ -151,14 +156,23 @@ def decode_metadata(metadata: str | None) -> SlotContents:
     return SlotContents(key, metadata[end + 1 :] or None)
 
 
-def read_slot(metadata: str | None, key: Key, slot: Slot) -> str | None:
+def read_slot(
+    metadata: str | None,
+    key: Key,
+    slot: Slot,
+    earlier: Callable[[Key], bool] | None = None,
+) -> str | None:
     """The checkpoint of ``key`` in its slot's metadata; :class:`SlotMismatchError`
-    if the slot names another key or cannot be read (rule 3)."""
+    if the slot names another key or cannot be read (rule 3).  ``earlier``: for
+    a pool slot (rule 4), whether a key the slot names held it before ``key``;
+    such a slot holds no checkpoint of ``key``."""
     try:
         contents = decode_metadata(metadata)
     except ValueError as exc:
         raise SlotMismatchError(key, slot.topic, None, str(exc)) from None
     if contents.key is not None and not same_key(contents.key, key):
+        if earlier is not None and earlier(contents.key):
+            return None
         raise SlotMismatchError(key, slot.topic, contents.key, "it names another key")
     return contents.checkpoint
 

@@ -30,8 +30,22 @@ def slice_maps(draw: st.DrawFn, max_slices: int = 40) -> SliceMap:
     owners = draw(
         st.lists(st.none() | st.sampled_from(MEMBER_NAMES), min_size=len(ids), max_size=len(ids))
     )
+    # Pool slots: none (a map from before slots), or distinct ones, and a few
+    # retired slots of slices merged away.
+    pool = draw(
+        st.none()
+        | st.lists(
+            st.integers(0, 3 * count + 3), min_size=count + 3, max_size=count + 3, unique=True
+        )
+    )
+    slots: list[int | None] = [None] * count if pool is None else list(pool[:count])
+    retired: tuple[tuple[int, int], ...] = ()
+    if pool is not None:
+        gone = draw(st.lists(st.integers(1, 10**6).filter(lambda i: i not in ids), max_size=3))
+        retired = tuple(sorted(zip(pool[count:], gone, strict=False)))
     slices = tuple(
-        Slice(ids[i], bounds[i], bounds[i + 1], tokens[i], owners[i]) for i in range(len(ids))
+        Slice(ids[i], bounds[i], bounds[i + 1], tokens[i], owners[i], slots[i])
+        for i in range(len(ids))
     )
     extra = draw(st.integers(0, 1000))
     return SliceMap(
@@ -39,4 +53,5 @@ def slice_maps(draw: st.DrawFn, max_slices: int = 40) -> SliceMap:
         slices,
         max_token=max(tokens) + extra,
         epoch=draw(st.integers(0, 2**40)),
+        retired=retired,
     )

@@ -105,8 +105,17 @@ def _check_round(before: SliceMap, plan: Plan, members: Mapping[str, float], bud
     moved = _moved_share(before, after, set(members))
     assert moved == pytest.approx(plan.moved, abs=1e-12)
     assert moved <= budget + 1e-12
-    assert after.epoch == before.epoch + (after.slices != before.slices)
-    assert plan.changed == (after.slices != before.slices)
+    changed = after.slices != before.slices or after.retired != before.retired
+    assert after.epoch == before.epoch + changed
+    assert plan.changed == changed
+    # Lease slots: every slice has one, a slice kept keeps its own, and with no
+    # member holding anything no slot stays retired.
+    slots = {s.id: s.slot for s in before}
+    for s in after:
+        assert s.slot is not None
+        if slots.get(s.id) is not None:
+            assert s.slot == slots[s.id]
+    assert after.retired == ()
 
 
 members_strategy = st.dictionaries(
@@ -153,7 +162,8 @@ def test_a_higher_max_token_given_is_honoured(
     smap: SliceMap, members: dict[str, float], floor: int
 ) -> None:
     plan = plan_next_map(smap, KeyspaceLoads(), members, max_token=floor)
-    fresh = [s for s in plan.map if s not in smap.slices]
+    before = {(s.id, s.start, s.end, s.token, s.owner) for s in smap}
+    fresh = [s for s in plan.map if (s.id, s.start, s.end, s.token, s.owner) not in before]
     assert all(s.token > max(floor, smap.max_token) for s in fresh)
 
 

@@ -29,8 +29,9 @@ def test_ten_thousand_slices_fit_in_join_metadata() -> None:
         max_token=smap.max_token,
     )
     blob = encode_slice_map(owned)
-    # About 13 bytes a slice: well under the metadata codec's 1 MiB default limit.
-    assert len(blob) < 15 * 10_000
+    # About 15 bytes a slice (2 of them its pool slot): well under the metadata
+    # codec's 1 MiB default limit.
+    assert len(blob) < 16 * 10_000
     assert decode_slice_map(blob) == owned
 
 
@@ -91,7 +92,14 @@ def _header(
     return out
 
 
-def _with_slices(out: Writer, owners: list[str], rows: list[tuple[int, ...]]) -> bytes:
+def _with_slices(
+    out: Writer,
+    owners: list[str],
+    rows: list[tuple[int, ...]],
+    retired: tuple[tuple[int, int], ...] = (),
+) -> bytes:
+    """Rows: ``(id, token, owner, slot + 1)`` for the first slice, then
+    ``(start step, id, token, owner, slot + 1)``."""
     out.uvarint(len(owners))
     for owner in owners:
         out.string(owner)
@@ -99,15 +107,22 @@ def _with_slices(out: Writer, owners: list[str], rows: list[tuple[int, ...]]) ->
     for row in rows:
         for value in row:
             out.uvarint(value)
+    out.uvarint(len(retired))
+    for slot, piece_id in retired:
+        out.uvarint(slot)
+        out.uvarint(piece_id)
     return out.getvalue()
 
 
 def test_a_valid_handmade_blob_decodes() -> None:
-    smap = decode_slice_map(_with_slices(_header(), ["a"], [(1, 1, 1), (2**63, 2, 2, 0)]))
-    assert [(s.id, s.start, s.token, s.owner) for s in smap] == [
-        (1, 0, 1, "a"),
-        (2, 2**63, 2, None),
+    smap = decode_slice_map(
+        _with_slices(_header(), ["a"], [(1, 1, 1, 4), (2**63, 2, 2, 0, 0)], ((0, 5),))
+    )
+    assert [(s.id, s.start, s.token, s.owner, s.slot) for s in smap] == [
+        (1, 0, 1, "a", 3),
+        (2, 2**63, 2, None, None),
     ]
+    assert smap.retired == ((0, 5),)
 
 
 @pytest.mark.parametrize(
@@ -117,22 +132,27 @@ def test_a_valid_handmade_blob_decodes() -> None:
         (_header(version=9).getvalue(), "version 9 is not supported"),
         (_header(scheme=7).getvalue(), "hashes keys with scheme 7"),
         (_with_slices(_header(), [], []), "corrupt: 0 slices"),
-        (_with_slices(_header(), [], [(1, 1, 0), (0, 2, 2, 0)]), "slice 1 is empty"),
+        (_with_slices(_header(), [], [(1, 1, 0, 0), (0, 2, 2, 0, 0)]), "slice 1 is empty"),
         (
-            _with_slices(_header(), [], [(1, 1, 0), (2**63, 2, 2, 0), (2**63, 3, 3, 0)]),
+            _with_slices(_header(), [], [(1, 1, 0, 0), (2**63, 2, 2, 0, 0), (2**63, 3, 3, 0, 0)]),
             "a slice starts past the hash space",
         ),
-        (_with_slices(_header(), [], [(1, 1, 2)]), "slice 0 names owner 2"),
-        (_with_slices(_header(), [], [(1, 9, 0)]), "token 9, outside 1..5"),
-        (_with_slices(_header(), [], [(1, 1, 0), (5, 1, 2, 0)]), "slice id 1 repeats"),
-        (_with_slices(_header(), [""], [(1, 1, 1)]), "empty owner name"),
-        (_with_slices(_header(), ["a", "a"], [(1, 1, 2)]), "owner 'a' is listed twice"),
-        (_with_slices(_header(), [], [(1, 1, 0)]) + b"\x00", "1 unexpected trailing bytes"),
+        (_with_slices(_header(), [], [(1, 1, 2, 0)]), "slice 0 names owner 2"),
+        (_with_slices(_header(), [], [(1, 9, 0, 0)]), "token 9, outside 1..5"),
+        (_with_slices(_header(), [], [(1, 1, 0, 0), (5, 1, 2, 0, 0)]), "slice id 1 repeats"),
+        (_with_slices(_header(), [""], [(1, 1, 1, 0)]), "empty owner name"),
+        (_with_slices(_header(), ["a", "a"], [(1, 1, 2, 0)]), "owner 'a' is listed twice"),
+        (_with_slices(_header(), [], [(1, 1, 0, 0)]) + b"\x00", "1 unexpected trailing bytes"),
+        (_with_slices(_header(), [], [(1, 1, 0, 1), (5, 2, 2, 0, 1)]), "slot 0 is given twice"),
+        (_with_slices(_header(), [], [(1, 1, 0, 1)], ((0, 7),)), "slot 0 is given twice"),
+        (_with_slices(_header(), [], [(1, 1, 0, 1)], ((3, 1),)), "slice 1 is live and retired"),
+        (_with_slices(_header(), [], [(1, 1, 0, 0)])[:-1] + b"\x05", "5 retired slots in 0"),
+        (_header(version=1).getvalue(), "version 1 is not supported"),
         (_header().getvalue() + b"\xff" * 11, "varint"),
         (_header().getvalue() + b"\x80\x00", "bad varint"),
         (_header().getvalue() + b"\xff" * 9 + b"\x7f", "bad varint"),
         (_header().getvalue() + b"\x7f", "127 owners in 0 bytes"),
-        (b"\x01\x01\x00\x00\x00\x02\xff\xfe", "invalid UTF-8"),
+        (b"\x02\x01\x00\x00\x00\x02\xff\xfe", "invalid UTF-8"),
     ],
 )
 def test_malformed_blobs_get_one_line_errors(blob: bytes, message: str) -> None:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from workgroup.kafka.messages import JoinedMember
 from workgroup.keyspaces import PlannerSettings, SliceMap
+from workgroup.keyspaces.persisted import PersistedKeyspace
 from workgroup.keyspaces.report import KeyspaceReport, decode_report, encode_report
 from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace, keyspace_catalog
 from workgroup.member.load_balancing import BalanceSettings
@@ -51,10 +52,20 @@ def metadata(
     )
 
 
-def round_(metas: dict[str, MemberMetadata], now: int = 0) -> dict[str, AssignmentData]:
-    """One leader round through the pipeline; each member's assignment."""
+def round_(
+    metas: dict[str, MemberMetadata], now: int = 0, persisted: PersistedKeyspace | None = None
+) -> dict[str, AssignmentData]:
+    """One leader round through the pipeline (``persisted``: the state the
+    leader's process read before joining); each member's assignment."""
+    view = MemberKeyspace(CONFIG)
+    view.persisted = persisted
     pipeline = LeaderPipeline(
-        "g", reassign_delay_ms=0, balance=BalanceSettings(), max_warmups=0, keyspace=CONFIG
+        "g",
+        reassign_delay_ms=0,
+        balance=BalanceSettings(),
+        max_warmups=0,
+        keyspace=CONFIG,
+        keyspace_view=view,
     )
     joined = [
         JoinedMember(mid, None, PROTOCOL.codec.encode_metadata(m)) for mid, m in metas.items()
@@ -217,3 +228,64 @@ def test_a_member_keeps_a_bounded_sample_of_its_heaviest_keys() -> None:
     assert dict(report.keys) == {96: 96.0, 97: 97.0, 98: 98.0, 99: 99.0}
     assert not decode_report(member.user_data("m1")).keys  # not m1's slice: forgotten
     assert not decode_report(member.user_data("m0")).keys
+
+
+def ranges(smap: SliceMap) -> list[tuple[int, int]]:
+    return [(piece.start, piece.end) for piece in smap.slices]
+
+
+def test_after_a_full_restart_the_kept_map_keeps_its_ranges_with_tokens_above_it() -> None:
+    before = handed_map(round_({f"old-{i}": metadata() for i in range(3)}))
+    kept = PersistedKeyspace(before.max_token + 5, before.epoch, before)  # +5: issued, unused
+    # Nobody carries a map: every process restarted.
+    assignments = round_({mid: metadata() for mid in MEMBERS}, persisted=kept)
+    after = handed_map(assignments)
+    assert ranges(after) == ranges(before)
+    assert min(piece.token for piece in after.slices) > kept.max_token
+    assert after.epoch > before.epoch
+    assert {piece.owner for piece in after.slices} == set(MEMBERS)
+    check_handed(assignments, after)
+
+
+def test_with_the_tokens_kept_but_no_map_the_next_map_starts_above_them() -> None:
+    # A broker that keeps no commit metadata, or a map that could not be read.
+    kept = PersistedKeyspace(max_token=500, epoch=7)
+    after = handed_map(round_({mid: metadata() for mid in MEMBERS}, persisted=kept))
+    assert min(piece.id for piece in after.slices) > 500
+    assert min(piece.token for piece in after.slices) > 500
+    assert after.epoch == 8
+
+
+def test_a_map_the_members_carry_wins_over_an_older_kept_one_and_keeps_its_owners() -> None:
+    smap = handed_map(round_({mid: metadata() for mid in MEMBERS}))
+    owned = {mid: tuple(("users", p.id) for p in smap.slices if p.owner == mid) for mid in MEMBERS}
+    metas = {mid: metadata(KeyspaceReport(smap), owned=owned[mid]) for mid in MEMBERS}
+    older = PersistedKeyspace(1, 0, SliceMap.uniform("users", 1))
+    for kept in (None, older, PersistedKeyspace(smap.max_token, smap.epoch, smap)):
+        after = handed_map(round_(metas, persisted=kept))
+        assert after == smap  # nothing moved, nothing re-issued
+
+
+def test_a_member_from_before_the_restart_does_not_bring_back_its_old_tokens() -> None:
+    old = handed_map(round_({mid: metadata() for mid in MEMBERS}))
+    # After the restart more tokens were issued and kept; then m0, paused since
+    # before the restart under the same member id, comes back with its old map.
+    kept = PersistedKeyspace(old.max_token + 100, old.epoch + 3)
+    metas = {mid: metadata() for mid in MEMBERS}
+    metas["m0"] = metadata(KeyspaceReport(old))
+    after = handed_map(round_(metas, persisted=kept))
+    assert after.epoch > kept.epoch
+    assert min(piece.token for piece in after.slices) > kept.max_token
+
+
+def test_a_member_remembers_the_generation_that_handed_it_its_map() -> None:
+    smap = handed_map(round_({mid: metadata() for mid in MEMBERS}))
+    member = MemberKeyspace(CONFIG)
+    assert member.taken_in == -1
+    member.take(encode_report(KeyspaceReport(smap)), group_id="g", generation=5)
+    assert member.taken_in == 5
+    member.take(encode_report(KeyspaceReport(smap)), group_id="g", generation=6)  # handed again
+    assert member.taken_in == 6
+    older = SliceMap(smap.keyspace, smap.slices, max_token=smap.max_token, epoch=0)
+    member.take(encode_report(KeyspaceReport(older)), group_id="g", generation=7)
+    assert member.taken_in == 6  # not its map: it may not commit it under generation 7

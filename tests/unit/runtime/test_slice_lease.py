@@ -9,11 +9,22 @@ import sqlite3
 import pytest
 
 from workgroup.errors import ErrorCode
-from workgroup.keyspaces import HASH_SPACE, KeyMovedError, Slice, SliceMap, key_hash
+from workgroup.keyspaces import (
+    HASH_SPACE,
+    KeyMovedError,
+    PlannerSettings,
+    Slice,
+    SliceMap,
+    key_hash,
+)
 from workgroup.keyspaces.report import KeyspaceReport, encode_report
 from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace
-from workgroup.runtime.keyspaces import SliceLease
+from workgroup.runtime.handlers import RestartPolicy
+from workgroup.runtime.keyspace_slots import pool_slot_key
+from workgroup.runtime.keyspaces import KeyspaceGroup, SliceLease
 from workgroup.runtime.lease import Committed, EndReason, Lease, Slot
+from workgroup.runtime.slots import slot_of
+from workgroup.runtime.spec import KeyspaceSpec
 from workgroup.sinks.sql import FencedTable
 from workgroup.types import Resource
 
@@ -103,3 +114,21 @@ async def test_sampled_key_loads_reach_the_report_only_for_the_holder_s_slices()
     lease.report_key_load(KEY, 7.0)
     assert member.user_data("m2") == encode_report(KeyspaceReport(SPLIT, {POINT: 7.0}))
     assert member.user_data("m1") == encode_report(KeyspaceReport(SPLIT))
+
+
+def test_a_slice_s_lease_slot_is_its_pool_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def handler(lease: SliceLease) -> None:
+        return None
+
+    smap = SliceMap.uniform("users", 4)
+    spec = KeyspaceSpec("users", handler, PlannerSettings(), None, RestartPolicy())
+    group = KeyspaceGroup(spec, "app.users")
+    known = view(smap)
+    monkeypatch.setattr(group, "view", lambda: known)
+    third = smap.slices[2]
+    assert group.slot(third.id) == slot_of("app.users", pool_slot_key("users", 2))
+    # A slice the map does not know: the slot of its own key.
+    assert group.slot(999) == slot_of("app.users", 999)
+    assert not group.earlier_holder(third.id)  # live: another slot is its
+    assert group.earlier_holder(999)  # in no map: an earlier holder
+    assert not group.earlier_holder("999")  # no slice id

@@ -102,6 +102,35 @@ def test_empty_metadata_names_no_key_and_holds_no_checkpoint() -> None:
         read_slot(slot_header("3") + "x", 3, slot_of(GROUP, 3))
 
 
+def test_a_pool_slot_naming_an_earlier_holder_holds_no_checkpoint_of_the_new_one() -> None:
+    slot = slot_of(GROUP, "~keyspace/users/slot/0")
+    earlier = {7}.__contains__  # slice 7 held the slot before, and is gone
+    assert read_slot(slot_header(7) + "k:41", 9, slot, earlier) is None
+    assert read_slot(slot_header(9) + "k:42", 9, slot, earlier) == "k:42"
+    with pytest.raises(SlotMismatchError, match="names another key"):
+        read_slot(slot_header(8) + "k:43", 9, slot, earlier)  # not an earlier holder
+    with pytest.raises(SlotMismatchError, match="cannot be used"):
+        read_slot("garbage", 9, slot, earlier)
+
+
+async def test_a_lease_takes_over_a_pool_slot_from_an_earlier_holder() -> None:
+    store = FakeStore()
+    slot = slot_of(GROUP, "~keyspace/users/slot/0")
+    store.offsets[slot] = Committed(7, slot_header(7) + "k07:41")
+    lease = Lease(
+        GROUP,
+        "users",
+        9,
+        slot=slot,
+        store=store,
+        commit_timeout_s=2,
+        earlier_holder={7}.__contains__,
+    )
+    assert await lease.acquire() == 8  # the slot's token keeps rising
+    assert store.offsets[slot] == Committed(8, slot_header(9))  # it names its new holder
+    assert await lease.checkpoint() is None
+
+
 # --- the holder's check ---------------------------------------------------------------
 
 

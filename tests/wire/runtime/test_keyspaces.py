@@ -36,22 +36,28 @@ def bootstrap() -> Iterator[str]:
 class Process:
     """One process of the app: its own App, and the slice leases its handlers hold."""
 
-    def __init__(self, name: str, app_name: str, settings: PlannerSettings) -> None:
+    def __init__(
+        self, name: str, app_name: str, settings: PlannerSettings, *, loads: bool = True
+    ) -> None:
         self.name = name
         #: Whether the key HOT carries most of its slice's load.
         self.hot = False
         self.app = workgroup.App(app_name, grace_ms=100)
         self.leases: dict[int, SliceLease] = {}
+        #: The token of every slice a handler ran with.
+        self.tokens: list[int] = []
         self.runner: AppRunner | None = None
 
         @self.app.keyspace("users", settings=settings)
         async def serve(lease: SliceLease) -> None:
             self.leases[lease.slice.id] = lease
+            self.tokens.append(lease.token)
             try:
                 while lease.held:
                     # A steady load per slice; the hot key carries most of its slice's.
                     hot_here = self.hot and lease.owns(HOT)
-                    lease.report_load(100.0 if hot_here else 1.0)
+                    if loads:
+                        lease.report_load(100.0 if hot_here else 1.0)
                     if hot_here:
                         lease.report_key_load(HOT, 99.0)
                     await asyncio.sleep(0.05)
@@ -102,8 +108,8 @@ def settled_now(processes: list[Process]) -> SliceMap | None:
     return first
 
 
-async def settle(processes: list[Process]) -> SliceMap:
-    async with asyncio.timeout(TIMEOUT_S):
+async def settle(processes: list[Process], timeout_s: float = TIMEOUT_S) -> SliceMap:
+    async with asyncio.timeout(timeout_s):
         while True:
             smap = settled_now(processes)
             if smap is not None:
