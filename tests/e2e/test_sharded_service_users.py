@@ -67,17 +67,36 @@ def bootstrap(tmp_path: Path) -> Iterator[str]:
         yield coordinator.bootstrap
 
 
-async def wait_routed(directory: workgroup.Directory, endpoints: set[str]) -> None:
-    """Until every key has an owner and the owners are exactly ``endpoints``."""
+async def answered_by_owners(
+    directory: workgroup.Directory, session: aiohttp.ClientSession
+) -> dict[str, str] | None:
+    """Each key's owner's endpoint, if every key's owner answers it now (``None``:
+    a slice is moving, or its new owner has not taken it yet)."""
+    await directory.refresh()
+    routes = {}
+    for key in KEYS:
+        owner = directory.owner(KEYSPACE, key)
+        if owner is None or owner.endpoint is None:
+            return None
+        async with session.get(f"http://{owner.endpoint}/users/{key}") as reply:
+            if reply.status != 200:
+                return None
+        routes[key] = owner.endpoint
+    return routes
+
+
+async def wait_settled(
+    directory: workgroup.Directory, session: aiohttp.ClientSession, endpoints: set[str]
+) -> None:
+    """Until every key is answered by the owner the directory names, the owners
+    are ``endpoints``, and two readings half a second apart agree."""
     async with asyncio.timeout(60):
         while True:
-            await directory.refresh()
-            owners = [directory.owner(KEYSPACE, key) for key in KEYS]
-            if (
-                all(o is not None for o in owners)
-                and {o.endpoint for o in owners if o is not None} == endpoints
-            ):
-                return
+            routes = await answered_by_owners(directory, session)
+            if routes is not None and set(routes.values()) == endpoints:
+                await asyncio.sleep(0.5)
+                if await answered_by_owners(directory, session) == routes:
+                    return
             await asyncio.sleep(0.2)
 
 
@@ -93,7 +112,7 @@ async def test_a_key_not_owned_gets_421_and_the_sender_retries_to_the_owner(
             workgroup.Directory(bootstrap, GROUP, refresh_ms=600_000) as directory,
             aiohttp.ClientSession() as session,
         ):
-            await wait_routed(directory, {a.endpoint, b.endpoint})
+            await wait_settled(directory, session, {a.endpoint, b.endpoint})
             router = Router(directory, session)
             first = {key: await router.get(key) for key in KEYS}
             for key, reply in first.items():
