@@ -137,3 +137,27 @@ def test_keyspace_lookup_benchmark_routes_every_key_through_the_directory() -> N
     rows = [line for line in output.splitlines() if " str " in line or " int " in line]
     assert len(rows) == 4
     assert all("100%" in row for row in rows), output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_keyspace_balance_benchmark_compares_the_three_layouts() -> None:
+    script = SCRIPT.parent / "keyspace_balance.py"
+    completed = subprocess.run(
+        [sys.executable, str(script), "--daemons", "2", "--keys", "10000", "--moves", "1",
+         "--move-every-s", "4", "--requests-per-tick", "2000", "--per-key-budget-s", "5"],
+        capture_output=True, text=True, timeout=150, check=False, cwd=SCRIPT.parent.parent,
+    )  # fmt: skip
+    output = completed.stdout
+    assert completed.returncode == 0, completed.stderr[-2000:] + output
+    assert "load simulated in-process" in output
+    assert "(a) keyspace: 2 daemons" in output
+    assert "(b) consistent hashing: 64 shards" in output
+    assert "(c) one lease per key" in output
+    # A row per hot spot in (a) and (b), each with a measured ratio.
+    for label in ("start", "move 1"):
+        rows = [line for line in output.splitlines() if f" {label} " in line]
+        assert len(rows) == 2, output
+    # (c) catalogued 1,000 and 10,000 keys.
+    assert " 10,000 " in output
+    assert "Directory.owner lookups/s" in output

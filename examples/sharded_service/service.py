@@ -16,6 +16,9 @@ advertises its HTTP address with ``advertise=``).  A move, a kill or a stop is
 seen as "owned by nobody" or as a refusal from a member that no longer holds the
 shard (HTTP 421): the request is retried, after a directory refresh, until
 ``--deadline-s`` passes, so it reaches the new owner instead of being lost.
+
+For millions of keys, the keyspace mode (``users.py``) cuts them into slices
+that follow the load instead of a fixed number of shards.
 """
 
 from __future__ import annotations
