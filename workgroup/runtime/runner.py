@@ -92,12 +92,13 @@ from workgroup.runtime.http import MetricsServer
 from workgroup.runtime.keyspace_state import KeyspaceState
 from workgroup.runtime.keyspaces import KeyspaceGroup
 from workgroup.runtime.lease import Lease
+from workgroup.runtime.lease_record import LeaseRecord
 from workgroup.runtime.lease_states import EndReason
 from workgroup.runtime.legacy import AdminOffsets, check_lease_layout
 from workgroup.runtime.loads import LoadReporter, load_group
 from workgroup.runtime.local import LOCAL_HOST, LOCAL_PORT, ensure_local_coordinator
 from workgroup.runtime.loopwatch import LoopWatch
-from workgroup.runtime.metrics import RuntimeMetrics, end_reason
+from workgroup.runtime.metrics import RuntimeMetrics
 from workgroup.runtime.producers import ProducerFactory
 from workgroup.runtime.slots import Slot, check_group_id, slot_of
 from workgroup.runtime.spec import LEADER_KIND, DeclaredApp, ResourceFunction, failure_policy
@@ -171,7 +172,8 @@ class GroupRunner:
         self._grace_s = grace_s
         self._restart = restart
         self._source = source
-        self._events = events
+        #: Its leases' metrics and ownership events (:mod:`~workgroup.runtime.lease_record`).
+        self._record = LeaseRecord(group_id, metrics, events, clock)
         self._stats = stats
         self._topics = topics
         self._producers = producers
@@ -287,7 +289,6 @@ class GroupRunner:
         self._settings = settings
         self._metrics = metrics
         metrics.watch(group_id, self.member, [kind], clock)
-        self._assigned_at: dict[Resource, float] = {}
         #: Whether the last catalog read was empty (``None``: not read yet).
         self._was_empty: bool | None = None
         self._client_id = client_id
@@ -427,7 +428,7 @@ class GroupRunner:
             standing_by = self.promoting.pop(resource, None)
             if standing_by is not None:  # a leader's standby takes over (rule 8)
                 self.runs[resource] = standing_by
-                self._assigned_at[resource] = self._clock.monotonic()
+                self._record.assigned(resource)
                 self._metrics.lease_ended(self.group_id, resource[0], "standby")
                 log.info(
                     "worker.standby_promoted",
@@ -444,7 +445,7 @@ class GroupRunner:
             warm = self.warming.pop(resource, None)
             if warm is not None:  # the cut-over (rule 7)
                 self.runs[resource] = warm
-                self._assigned_at[resource] = self._clock.monotonic()
+                self._record.assigned(resource)
                 self._metrics.warmup_ended(
                     self.group_id, resource[0], "cut_over", warm.lease.warmed_s
                 )
@@ -477,7 +478,7 @@ class GroupRunner:
                 promotable=standby and self._promote_standbys,
                 earlier_holder=self._earlier_holder,
             )
-            self._assigned_at[resource] = self._clock.monotonic()
+            self._record.assigned(resource)
             previous = self.stopping.pop(resource, None)
             if previous is not None:  # rule 4
                 self._handed_back.add(previous)
@@ -487,7 +488,7 @@ class GroupRunner:
                 name=self.group_id,
                 restart=self._restart,
                 stats=self._stats,
-                on_acquired=self._record_acquired,
+                on_acquired=self._record.acquired,
                 after=previous,  # rule 4
                 on_failing=self._failing_changed,
                 on_gave_up=self._gave_up,
@@ -546,15 +547,13 @@ class GroupRunner:
                 name=self.group_id,
                 restart=self._restart,
                 stats=self._stats,
-                on_acquired=self._record_acquired,
+                on_acquired=self._record.acquired,
                 after=self.stopping.get(resource),
                 on_failing=self._failing_changed,
                 on_gave_up=self._gave_up,
             )
             self.warming[resource] = run
-            self._metrics.warmup_started(self.group_id, kind)
-            if self._events is not None:
-                self._events.record("warming", self.group_id, kind, key, 0)
+            self._record.warming(kind, key)
             run.start()
             self._spawn(
                 self._warmup_deadline(lease),
@@ -572,9 +571,7 @@ class GroupRunner:
         runs = [(r, self.warming.pop(r)) for r in resources if r in self.warming]
         await asyncio.gather(*(run.stop(EndReason.WARMUP_ENDED, self._grace_s) for _, run in runs))
         for resource, run in runs:
-            self._metrics.warmup_ended(self.group_id, resource[0], "called_off", run.lease.warmed_s)
-            if self._events is not None:
-                self._events.record("warmup_ended", self.group_id, resource[0], resource[1], 0)
+            self._record.warmup_called_off(resource, run.lease.warmed_s)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coroutine, name=name)
@@ -632,18 +629,8 @@ class GroupRunner:
             await run.stop(EndReason.RELEASED, 0.0)
         finally:
             self._metrics.handler_recovered(self.group_id, resource)
-            self._ended(resource, run, EndReason.REVOKED)
+            self._record.ended(resource, run, EndReason.REVOKED)
             self.member.refuse((resource,), RELEASE_REFUSE_MS, "its handler kept failing")
-
-    def _record_acquired(self, lease: Lease) -> None:
-        assigned_at = self._assigned_at.pop((self._resource_kind(lease), lease.key), None)
-        acquire_s = None if assigned_at is None else self._clock.monotonic() - assigned_at
-        self._metrics.lease_started(
-            self.group_id, lease.kind, lease.role, acquire_s, lease, self._clock
-        )
-        # The log records exclusive ownership: standby holders are not in it.
-        if self._events is not None and lease.role == "active":
-            self._events.record("acquired", self.group_id, lease.kind, lease.key, lease.token)
 
     async def _revoked(self, resources: tuple[Resource, ...], generation: int) -> None:
         """Stop each revoked handler in the background; release each resource
@@ -684,12 +671,12 @@ class GroupRunner:
         await run.wait_finished()  # a thread that outlived its grace, a child being reaped
         if run in self._handed_back:  # rule 4: the resource is owned again
             self._handed_back.discard(run)
-            self._ended(resource, run, EndReason.REVOKED, handed_back=True)
+            self._record.ended(resource, run, EndReason.REVOKED, handed_back=True)
             return
         if self.stopping.get(resource) is not run:
             return  # lost meanwhile (rule 3)
         del self.stopping[resource]
-        self._ended(resource, run, EndReason.REVOKED)
+        self._record.ended(resource, run, EndReason.REVOKED)
         self.member.release_done((resource,))
 
     async def _lost(self, resources: tuple[Resource, ...], generation: int) -> None:
@@ -697,7 +684,7 @@ class GroupRunner:
             stopping = self.stopping.pop(resource, None)
             if stopping is not None:  # rule 3
                 stopping.cut_short()
-                self._ended(resource, stopping, EndReason.LOST)
+                self._record.ended(resource, stopping, EndReason.LOST)
         await self._stop(resources, EndReason.LOST, 0.0)
 
     async def _stop(
@@ -706,33 +693,7 @@ class GroupRunner:
         runs = [(r, self.runs.pop(r)) for r in resources if r in self.runs]
         await asyncio.gather(*(run.stop(event, grace_s) for _, run in runs))
         for resource, run in runs:
-            self._ended(resource, run, event)
-
-    def _ended(
-        self, resource: Resource, run: HandlerRun, event: EndReason, *, handed_back: bool = False
-    ) -> None:
-        """Record the end of ``run``; ``handed_back``: the resource already has
-        its next run (rule 4), whose start is still to be timed."""
-        if not handed_back:
-            self._assigned_at.pop(resource, None)
-        if run.failing:
-            self._metrics.handler_recovered(self.group_id, resource)
-        if run.started:
-            self._metrics.lease_ended(
-                self.group_id,
-                run.lease.kind,
-                run.lease.role,
-                end_reason(run.lease.end_reason),
-                run.lease.key,
-            )
-        if self._events is not None and run.lease.token and run.lease.role == "active":
-            self._events.record(
-                "revoked" if event is EndReason.REVOKED else "lost",
-                self.group_id,
-                run.lease.kind,
-                run.lease.key,
-                run.lease.token,
-            )
+            self._record.ended(resource, run, event)
 
     def _resource_kind(self, lease: Lease) -> str:
         return standby_kind(lease.kind) if lease.role == "standby" else lease.kind
