@@ -4,7 +4,8 @@
 "generation", "leader", "members": [{"member_id", "instance_id", "client_id",
 "client_host", "process", "assignment": {KIND: [KEYS]}, "warming": {KIND: [KEYS]},
 "ready": {KIND: [KEYS]}, "draining", "leaving", "load"}], "resources": [{"kind", "key",
-"owner", "instance_id", "releasing", "token", "checkpoint"}], "slots_error"}`` (see
+"owner", "instance_id", "releasing", "token", "checkpoint"}], "keyspaces": {NAME:
+{"epoch", "max_token", "slices": [...]}}, "slots_error"}`` (see
 :mod:`workgroup.admin`).  ``resources`` joins the assignments with the lease
 slots the group committed (its tokens and checkpoints, which outlive its
 members) by the client layer's rule (:mod:`workgroup.client.owners`, the same

@@ -80,8 +80,9 @@ async def test_describe_a_workgroup_group(backend: Backend, request: pytest.Fixt
         shape = json.loads(result.output)
         assert list(shape) == [
             "group", "state", "protocol_type", "protocol", "generation", "leader", "members",
-            "resources", "slots_error",
+            "resources", "keyspaces", "slots_error",
         ]  # fmt: skip
+        assert shape["keyspaces"] == {}  # a group of listed resources has none
         assert list(shape["members"][0]) == [
             "member_id", "instance_id", "client_id", "client_host", "process", "assignment",
             "warming", "ready", "draining", "leaving", "load",
