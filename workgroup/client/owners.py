@@ -75,6 +75,9 @@ class Joined(NamedTuple):
     memory: Memory
     #: The keys of the resources whose token is pending.
     pending: set[Key]
+    #: The keys of owned resources with no token yet: a first owner's handler
+    #: still starting (or a group that takes no leases).
+    unstarted: set[Key]
 
 
 def join_owners(
@@ -126,6 +129,7 @@ def join_and_remember(
     slot_of_key = by_key.get
     memory: dict[str | None, dict[Key, tuple[str | None, int | None]]] = {}
     pending_keys: set[Key] = set()
+    unstarted_keys: set[Key] = set()
     unnamed_before = _NOTHING if before is None else before.get(None, _NOTHING)
     for kind, claimed in claims.items():
         kind_before = _NOTHING if before is None else before.get(kind, _NOTHING)
@@ -150,6 +154,8 @@ def join_and_remember(
                         of_kind[key] = seen
                         pending_keys.add(key)
             if not pending:
+                if token is None and owner is not None:
+                    unstarted_keys.add(key)
                 of_kind[key] = (
                     None if owner is None else owner.member_id,
                     None if slot is None else slot.token,
@@ -166,7 +172,7 @@ def join_and_remember(
             slot = by_key[key]
             append(ResourceOwner(None, key, None, (), slot, slot.token))
             of_no_kind[key] = (None, slot.token)
-    return Joined(_in_order(out), memory, pending_keys)
+    return Joined(_in_order(out), memory, pending_keys, unstarted_keys)
 
 
 def memory_of(resources: Iterable[ResourceOwner], before: Memory | None = None) -> Memory:

@@ -12,7 +12,11 @@ Rules:
    of the resources whose owner changed, again on every read while their new
    owners' tokens are pending (``settle_s`` after the change), then once every
    ``settle_s`` while any still is (a handler that takes long to start commits
-   its token late: it is seen then, not never).  ``full_every_s``
+   its token late: it is seen then, not never).  The same holds for a resource
+   owned with no token yet (its first owner's handler is starting; the group
+   may have been read between the assignment and the token), for
+   ``FIRST_TOKEN_WAIT_S`` after the change: a group that takes no leases has
+   none to wait for.  ``full_every_s``
    (the console's checkpoint ages) re-reads every slot that often, and no more
    often than keeps full reads within ``full_share`` of the time (a big group's
    full read takes seconds of the coordinator's time).  These times are read
@@ -63,6 +67,9 @@ from workgroup.runtime.slots import slot_of
 from workgroup.types import Key
 
 DEFAULT_SETTLE_S = 5.0
+#: How long after a change an owned resource without a token is read again for
+#: its first token (rule 2); a group that takes no leases costs nothing after.
+FIRST_TOKEN_WAIT_S = 120.0
 
 
 async def describe(connection: ClientConnection, group: str) -> GroupDescription:
@@ -235,6 +242,8 @@ class GroupReader:
         #: When pending slots were last read after the settling time (rule 2).
         self._pending_read_at = 0.0
         self._pending: set[Key] = set()
+        #: Owned resources with no token yet (rule 2: their first token).
+        self._unstarted: set[Key] = set()
         self._memory: Memory | None = None
         #: The slice maps the last reading read, by the bytes that carried them.
         self._maps_read: dict[bytes, SliceMap] = {}
@@ -290,7 +299,7 @@ class GroupReader:
         else:
             with collector_paused():  # a big group's join: 100,000 resources, no cycles
                 joined = join_and_remember(description, self._slots.values(), before=self._memory)
-            resources, self._memory, self._pending = joined
+            resources, self._memory, self._pending, self._unstarted = joined
         if changed or last is None:
             self._keyspaces, self._maps_read = newest_maps(description, self._maps_read)
         if self._sorted_slots is None:
@@ -363,11 +372,16 @@ class GroupReader:
                         seen = seen_of_kind.get(key)
                         if seen is None or seen[0] != member_id:
                             keys.add(key)
-        settling = now - self._changed_at <= self._settle_s
-        if self._pending and (settling or now - self._pending_read_at >= self._settle_s):
+        since_change = now - self._changed_at
+        settling = since_change <= self._settle_s
+        starting = self._unstarted if since_change <= FIRST_TOKEN_WAIT_S else ()
+        if (self._pending or starting) and (
+            settling or now - self._pending_read_at >= self._settle_s
+        ):
             if not settling:
                 self._pending_read_at = now
             keys.update(self._pending)
+            keys.update(starting)
         return keys
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.wire.runtime.test_readers_agree import RawMember, rebalance
 from workgroup.client.connection import ClientConnection
-from workgroup.client.reader import GroupReader
+from workgroup.client.reader import FIRST_TOKEN_WAIT_S, GroupReader
 from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.server import CoordinatorServer
 from workgroup.directory import Directory
@@ -118,6 +118,53 @@ async def test_a_token_committed_after_the_settling_time_is_still_seen(
         await b.connection.close()
 
 
+async def test_a_first_token_committed_after_the_first_reading_is_seen(
+    coordinator: CoordinatorServer,
+) -> None:
+    """A reader that reads the group between its first assignment and its
+    handlers' first tokens (a service's directory, started with the group)
+    reads those slots again until the tokens come: not never, as before; and a
+    group that takes no leases stops costing reads after a while."""
+    bootstrap = coordinator.bootstrap
+    group = f"reader-{uuid.uuid4().hex[:8]}"
+    a, b = RawMember(bootstrap, group, "a"), RawMember(bootstrap, group, "b")
+    clock = FakeClock()
+    try:
+        async with asyncio.timeout(TIMEOUT_S), ClientConnection(bootstrap) as connection:
+            await rebalance([a, b], {"a": ((0, 1), None), "b": ((2, 3), None)})
+            await a.take(0, 1)
+            await a.take(1, 1)
+            reader = GroupReader(connection, group, settle_s=5.0, clock=clock)
+            first = await reader.read()
+            assert [r.token for r in first.resources] == [1, 1, None, None]
+            await reader.read()
+            assert reader.slots_fetched == 2  # b's starting handlers: read again
+            await b.take(2, 1)
+            clock.advance(6.0)  # past the settling time: once per settling time
+            await reader.read()
+            assert reader.slots_fetched == 2
+            clock.advance(5.0)
+            await b.take(3, 1)
+            taken = await reader.read()
+            assert [r.token for r in taken.resources] == [1, 1, 1, 1]
+            clock.advance(5.0)
+            await reader.read()
+            assert reader.slots_fetched == 0  # nothing to wait for any more
+            # A resource whose owner never takes a token (a group without
+            # leases) is read again only for FIRST_TOKEN_WAIT_S after the change.
+            await rebalance([a, b], {"a": ((0, 1, 4), None), "b": ((2, 3), None)})
+            await reader.read()
+            clock.advance(FIRST_TOKEN_WAIT_S - 10.0)
+            await reader.read()
+            assert reader.slots_fetched == 1
+            clock.advance(20.0)
+            await reader.read()
+            assert reader.slots_fetched == 0
+    finally:
+        await a.connection.close()
+        await b.connection.close()
+
+
 async def test_slots_read_again_take_their_place_in_key_order(
     coordinator: CoordinatorServer,
 ) -> None:
@@ -139,7 +186,7 @@ async def test_slots_read_again_take_their_place_in_key_order(
             await rebalance([a, b], {"a": ((2,), None), "b": ((9, 10, 30), None)})
             await b.take(10, 2)
             moved = await reader.read()
-            assert reader.slots_fetched == 1
+            assert reader.slots_fetched == 2  # 10 moved; 30 still waits for its first token
             assert [(s.key, s.token) for s in moved.slots] == [(2, 1), (9, 1), (10, 2)]
             assert [(s.key, s.token) for s in first.slots] == [(2, 1), (9, 1), (10, 1)]
             await rebalance([a, b], {"a": ((2, 30), None), "b": ((9, 10), None)})
