@@ -3,6 +3,10 @@
 Rules:
 
 1. The handler starts once the lease has its token (see :meth:`Lease.acquire`).
+   A token not taken within the lease's own retries for a retriable reason (a
+   rebalance that goes on, a coordinator away) is tried again with back-off
+   (``worker.acquire_retrying``, up to ``ACQUIRE_RETRY_MAX_S`` apart) while
+   the lease is held: the resource is never left idle here until it moves.
    A coroutine function runs as a task in the event loop; a plain function in a
    thread of its own (a daemon thread, not the event loop's default executor:
    a dozen blocking handlers would take all its workers, and the member's
@@ -58,7 +62,7 @@ from typing import Any, Literal
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
 from workgroup.clock import wait_within
-from workgroup.errors import WorkgroupError
+from workgroup.errors import LEASE_REBALANCING_CODES, CoordinatorError, WorkgroupError
 from workgroup.log import describe_error, get_logger, user_frames
 from workgroup.runtime.errors import LeaseLostError
 from workgroup.runtime.lease import Lease
@@ -81,6 +85,9 @@ ON_FAILURE_CHOICES: tuple[OnFailure, ...] = ("retry", "release", "stop")
 DEFAULT_MAX_FAILURES = 5
 #: An attempt that ran this long without failing ends a row of failures.
 HEALTHY_AFTER_S = 60.0
+#: The first and the longest wait before trying a token again (rule 1).
+ACQUIRE_RETRY_S = 1.0
+ACQUIRE_RETRY_MAX_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,12 +287,12 @@ class HandlerRun:
             self._after = None
         try:
             if lease.role == "active" and not acquired:  # standby, warming: no token
-                await lease.acquire()
+                await self._acquire()
         except LeaseLostError:
             return
         except WorkgroupError as exc:
-            # The lease could not be taken: leave it; the resource stays idle
-            # here until it moves (logged, so that it is seen).
+            # The lease cannot be taken (not a reason that passes): leave it;
+            # the resource stays idle here until it moves (logged, to be seen).
             log.error(
                 "worker.acquire_failed",
                 handler=self._name,
@@ -488,6 +495,33 @@ class HandlerRun:
             )
         if self._on_failing is not None:
             self._on_failing(self)
+
+    async def _acquire(self) -> None:
+        """Take the lease's token; a retriable failure is tried again (rule 1)."""
+        lease = self.lease
+        wait_s = ACQUIRE_RETRY_S
+        while True:
+            try:
+                await lease.acquire()
+                return
+            except LeaseLostError:
+                raise
+            except WorkgroupError as exc:
+                rebalancing = isinstance(exc, CoordinatorError) and (
+                    exc.code in LEASE_REBALANCING_CODES
+                )
+                if not (exc.retriable or rebalancing) or lease.revoked:
+                    raise
+                log.warning(
+                    "worker.acquire_retrying",
+                    handler=self._name,
+                    kind=lease.kind,
+                    key=lease.key,
+                    error=str(exc),
+                    retry_in_s=wait_s,
+                )
+            await self._sleep_unless_revoked(wait_s)
+            wait_s = min(wait_s * 2, ACQUIRE_RETRY_MAX_S)
 
     async def _sleep_unless_revoked(self, seconds: float) -> None:
         revoked = asyncio.ensure_future(self.lease.wait_revoked())

@@ -7,6 +7,7 @@ import threading
 import time
 
 from tests.unit.runtime.test_lease import HEADER, FakeStore, lease
+from workgroup.errors import ErrorCode
 from workgroup.runtime.handlers import OUTLIVED_LOG_EVERY_S, HandlerRun, HandlerStats, RestartPolicy
 from workgroup.runtime.lease import EndReason, Lease
 from workgroup.testing import FakeClock, capture_logs
@@ -231,3 +232,32 @@ async def test_a_run_handed_back_starts_only_after_the_old_run_finished() -> Non
     await asyncio.wait_for(new_started.wait(), 5)
     assert events == ["old start", "old end", "new start"]
     await new.stop(EndReason.REVOKED, grace_s=1.0)
+
+
+async def test_a_token_not_taken_through_a_long_rebalance_is_tried_again() -> None:
+    """The lease's own retries end (a rebalance that goes on longer than its
+    commit timeout): the run tries again with back-off while the lease is held,
+    instead of leaving the resource idle until it moves."""
+    clock = FakeClock()
+    store = FakeStore()
+    # The commit timeout is 5 s of the fake clock; REBALANCE_IN_PROGRESS for longer.
+    store.answers = [ErrorCode.REBALANCE_IN_PROGRESS] * 40
+    held = lease(store, 5.0, clock=clock)
+    started = asyncio.Event()
+
+    async def handler(lease: Lease) -> None:
+        started.set()
+        await lease.wait_revoked()
+
+    run = HandlerRun(held, handler, name="g", restart=FAST, stats=HandlerStats())
+    with capture_logs() as logs:
+        run.start()
+        async with asyncio.timeout(5):
+            while not started.is_set():
+                await clock.wait_for_sleepers()
+                await clock.run_for(1.0)
+    assert held.token == 1
+    assert "worker.acquire_retrying" in [e["event"] for e in logs]
+    assert "worker.acquire_failed" not in [e["event"] for e in logs]
+    held.end(EndReason.REVOKED)
+    await run.stop(EndReason.REVOKED, 1.0)
