@@ -41,8 +41,6 @@ import asyncio
 import contextlib
 import gc
 import heapq
-import itertools
-import random
 import time
 import tracemalloc
 import uuid
@@ -53,6 +51,7 @@ from rich.console import Console
 from rich.table import Table
 
 import workgroup
+from examples.sharded_service.load import ZipfKeys
 from workgroup.assignors.base import AssignmentInput, MemberInfo
 from workgroup.assignors.consistent_hash import ConsistentHashAssignor
 from workgroup.assignors.sticky import CooperativeStickyAssignor
@@ -73,24 +72,6 @@ TARGET = 1.10
 KEY_SAMPLE_EVERY = 8
 #: The busiest sampled keys each daemon reports per tick.
 HOT_KEYS_PER_DAEMON = 16
-
-
-class ZipfKeys:
-    """Int keys drawn with Zipf(``exponent``) over ``count`` keys; :meth:`move`
-    puts the hottest ranks on other keys."""
-
-    def __init__(self, count: int, exponent: float, seed: int) -> None:
-        self.count = count
-        self.cumulative = list(itertools.accumulate(r**-exponent for r in range(1, count + 1)))
-        self.random = random.Random(seed)
-        self.offset = 0
-
-    def move(self) -> None:
-        self.offset = self.random.randrange(self.count)
-
-    def draw(self, n: int) -> list[int]:
-        ranks = self.random.choices(range(self.count), cum_weights=self.cumulative, k=n)
-        return [(rank + self.offset) % self.count for rank in ranks]
 
 
 class Daemon:
@@ -332,7 +313,7 @@ async def run_keyspace(args: argparse.Namespace, bootstrap: str, console: Consol
                     rounds_at_start = watcher.rounds
                     ends = started + (move + 1) * args.move_every_s
                     while (tick := time.monotonic()) < ends:
-                        batch = keys.draw(args.requests_per_tick)
+                        batch = keys.keys(args.requests_per_tick)
                         period.requests += len(batch)
                         began = time.perf_counter()
                         owners = [directory.owner(KEYSPACE, key) for key in batch]

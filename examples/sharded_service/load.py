@@ -50,6 +50,10 @@ class ZipfKeys:
     def user(self, rank: int) -> str:
         return f"user-{(rank + self.offset) % self.count}"
 
+    def keys(self, n: int) -> list[int]:
+        """``n`` keys drawn (int keys, the hottest at ``offset``)."""
+        return [(rank + self.offset) % self.count for rank in self.ranks(n)]
+
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
