@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import itertools
 import random
+import sys
 import time
 from collections import Counter
 
@@ -95,4 +96,8 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except workgroup.WorkgroupError as exc:  # one line, as the CLI says it
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)

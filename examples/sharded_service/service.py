@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import sys
 import zlib
 from typing import Any
 
@@ -174,4 +175,8 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except workgroup.WorkgroupError as exc:  # one line, as the CLI says it
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import heapq
 import signal
+import sys
 import time
 from collections import Counter
 from typing import Any
@@ -208,4 +209,8 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except workgroup.WorkgroupError as exc:  # one line, as the CLI says it
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
