@@ -3,8 +3,9 @@
 Run as ``workgroup run tests.e2e.apps.keyspace_live:app`` with:
 
 * ``$KSLIVE_DB``: a SQLite file (created by the test, WAL mode);
-* ``$KSLIVE_HOT``: a JSON file, ``{"key": KEY, "reported": BOOL}`` (empty: no hot
-  key), re-read as it changes: the hot key, and whether its load is reported;
+* ``$KSLIVE_HOT``: a JSON file, ``{"key": KEY, "reported": BOOL, "cold": LOAD}``
+  (empty: no hot key), re-read as it changes: the hot key, whether its load is
+  reported, and the load every other slice reports;
 * ``$KSLIVE_PORT``: the HTTP port (``--advertise 127.0.0.1:PORT``);
 * ``$KSLIVE_NAME``: the daemon's name (its instance id), in every answer;
 * ``$KSLIVE_SESSION_MS``: the session timeout.
@@ -46,8 +47,8 @@ WRITES_SQL = (
     "token BIGINT NOT NULL, pid INTEGER NOT NULL, time REAL NOT NULL, source TEXT NOT NULL, "
     "applied INTEGER NOT NULL)"
 )
-#: The hot key's share of its slice's load, and every other slice's load.
-HOT_LOAD, COLD_LOAD = 100.0, 1.0
+#: The hot key's share of its slice's load.
+HOT_LOAD = 100.0
 #: The hot key's work between taking its token and writing.
 WORK_S = 0.1
 
@@ -59,7 +60,7 @@ app = workgroup.App(
 )
 leases: dict[int, SliceLease] = {}
 _db: sqlite3.Connection | None = None
-_hot: tuple[int, str | None, bool] = (-1, None, False)
+_hot: tuple[int, str | None, bool, float] = (-1, None, False, 1.0)
 
 
 def create_tables(conn: sqlite3.Connection) -> None:
@@ -68,18 +69,18 @@ def create_tables(conn: sqlite3.Connection) -> None:
     conn.execute(WRITES_SQL)
 
 
-def hot_key() -> tuple[str | None, bool]:
-    """The key the test made hot and whether its load is reported (read again
-    only when the file changed)."""
+def hot_key() -> tuple[str | None, bool, float]:
+    """The key the test made hot, whether its load is reported, and the load of
+    the other slices (read again only when the file changed)."""
     global _hot
     path = os.environ["KSLIVE_HOT"]
     changed = os.stat(path).st_mtime_ns
     if changed != _hot[0]:
         with open(path, encoding="utf-8") as source:
             text = source.read().strip()
-        hot = json.loads(text) if text else {"key": None, "reported": False}
-        _hot = (changed, hot["key"], bool(hot["reported"]))
-    return _hot[1], _hot[2]
+        hot = json.loads(text) if text else {"key": None, "reported": False, "cold": 1.0}
+        _hot = (changed, hot["key"], bool(hot["reported"]), float(hot["cold"]))
+    return _hot[1], _hot[2], _hot[3]
 
 
 def write(key: str, token: int, source: str) -> bool:
@@ -114,20 +115,20 @@ async def users(lease: SliceLease) -> None:
     reported: str | None = None
     try:
         while lease.held:
-            hot, loaded = hot_key()
+            hot, loaded, cold = hot_key()
             if reported is not None and (reported != hot or not loaded) and lease.owns(reported):
                 lease.report_key_load(reported, 0.0)  # no longer hot: the leader forgets it
                 reported = None
             if hot is None or not lease.owns(hot):
-                lease.report_load(COLD_LOAD)
+                lease.report_load(cold)
                 await asyncio.sleep(WORK_S)
                 continue
             if loaded:
                 lease.report_load(HOT_LOAD)
-                lease.report_key_load(hot, HOT_LOAD - COLD_LOAD)
+                lease.report_key_load(hot, HOT_LOAD - cold)
                 reported = hot
             else:
-                lease.report_load(COLD_LOAD)
+                lease.report_load(cold)
             token = lease.token_for(hot)
             await asyncio.sleep(WORK_S)
             write(hot, token, "worker")
