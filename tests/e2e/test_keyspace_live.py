@@ -198,14 +198,14 @@ class Live:
             conn.execute("ROLLBACK")
             return True
 
-    def freeze(self, daemon: Daemon) -> None:
+    async def freeze(self, daemon: Daemon) -> None:
         """SIGSTOP ``daemon`` at a moment it holds no write lock of the database."""
         while True:
             os.kill(daemon.pid, signal.SIGSTOP)
-            if self.write_lock_free():
+            if await asyncio.to_thread(self.write_lock_free):
                 return
             os.kill(daemon.pid, signal.SIGCONT)
-            time.sleep(0.05)
+            await asyncio.sleep(0.05)
 
     async def until(self, what: str, condition: Callable[[], bool]) -> None:
         started = time.monotonic()
@@ -369,7 +369,7 @@ async def test_live_keyspace_kill_during_split_freeze_across_split_and_drain(
             last = hot_writer()
             assert last is not None
             frozen = next(d for d in live.daemons.values() if d.pid == last["pid"])
-            live.freeze(frozen)
+            await live.freeze(frozen)
             stale = max(
                 w["token"] for w in live.writes() if w["key"] == second_hot and w["applied"]
             )
@@ -475,12 +475,17 @@ def check_answers(answers: list[Answer]) -> None:
 def check_no_token_regression(
     writes: list[dict[str, Any]], rows: dict[str, tuple[int, int]]
 ) -> None:
-    """Per key, the applied writes in commit order never go down in token; the row
-    counts every applied write and holds the last token."""
+    """Per key, the applied writes in commit order never go down in token, and go
+    up whenever the writer changes (a key's new owner holds a newer token); the
+    row counts every applied write and holds the last token."""
     applied: dict[str, list[int]] = {}
+    writer: dict[str, tuple[int, int]] = {}
     for write in writes:
         if write["applied"]:
             applied.setdefault(write["key"], []).append(write["token"])
+            pid, token = writer.get(write["key"], (write["pid"], 0))
+            assert pid == write["pid"] or write["token"] > token, write
+            writer[write["key"]] = (write["pid"], write["token"])
         else:
             # Refused only below a token already written for the key.
             assert write["token"] < max(applied.get(write["key"], [0])), write
