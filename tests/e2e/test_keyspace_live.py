@@ -122,11 +122,11 @@ class Requester:
                 f"http://{owner.endpoint}/users/{key}", timeout=aiohttp.ClientTimeout(total=1)
             ) as reply:
                 body = await reply.json()
-                if reply.status != 200:
-                    self.unanswered += 1
-                    return
         except (aiohttp.ClientError, TimeoutError):
-            self.unanswered += 1  # killed, frozen or restarting
+            body = None  # killed, frozen or restarting
+        if body is None or reply.status != 200:
+            self.unanswered += 1
+            await asyncio.sleep(0.02)  # until the directory's next reading
             return
         self.answers.append(Answer(key, owner.instance_id, owner.token, body))
 

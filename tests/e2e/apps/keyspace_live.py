@@ -78,8 +78,14 @@ def hot_key() -> tuple[str | None, bool, float]:
     if changed != _hot[0]:
         with open(path, encoding="utf-8") as source:
             text = source.read().strip()
-        hot = json.loads(text) if text else {"key": None, "reported": False, "cold": 1.0}
-        _hot = (changed, hot["key"], bool(hot["reported"]), float(hot["cold"]))
+        hot: dict[str, Any] = json.loads(text) if text else {}
+        key = hot.get("key")
+        _hot = (
+            changed,
+            None if key is None else str(key),
+            bool(hot.get("reported", False)),
+            float(hot.get("cold", 1.0)),
+        )
     return _hot[1], _hot[2], _hot[3]
 
 
