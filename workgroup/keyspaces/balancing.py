@@ -10,15 +10,22 @@ load at all (a new keyspace is spread by share of the hash space).
    the busiest member's pieces moves to the idlest: of the pieces whose range
    the budget still covers and whose move leaves the idlest below the busiest
    (and within its band), the one with the most weight per hash point (the most
-   load moved for the fewest keys: a hot key's one-point piece first).  A member
-   none of whose pieces can move is left as it is for the rest of the round.
+   load moved for the fewest keys: a hot key's one-point piece first).
+3. When no piece can move only because each that would is wider than the
+   budget left, the best of them is cut (while ``spare`` allows more pieces):
+   its first ``budget left`` points become a piece of their own, which moves,
+   and the rest another, both born with new tokens.  Without the cut a piece
+   wider than the whole budget could never move: with few slices, a member
+   that joins after the first would never be handed one.  A member none of
+   whose pieces can move is left as it is for the rest of the round.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from workgroup.keyspaces.pieces import ChurnBudget, Piece
+from workgroup.keyspaces.pieces import ChurnBudget, Piece, TokenCounter
+from workgroup.keyspaces.reshaping import split
 
 
 def balance(
@@ -26,12 +33,16 @@ def balance(
     capacities: Mapping[str, float],
     tolerance: float,
     budget: ChurnBudget,
-) -> int:
-    """Sets the pieces' owners; returns how many pieces changed owner between members."""
+    tokens: TokenCounter,
+    spare: int,
+) -> tuple[int, int]:
+    """Sets the pieces' owners, cutting at most ``spare`` pieces (rule 3; ``pieces``
+    is changed in place, in hash order); returns how many pieces changed owner
+    between members, and how many were cut."""
     if not capacities:
         for piece in pieces:
             piece.owner = None
-        return 0
+        return 0, 0
     by_load = any(piece.load > 0 for piece in pieces)
 
     def weight(piece: Piece) -> float:
@@ -56,7 +67,7 @@ def balance(
         held[member].append(piece)
         carried[member] += weight(piece)
 
-    moves = 0
+    moves = cuts = 0
     stuck: set[str] = set()
     # Every move lowers the spread of weight per capacity; the cap only bounds the round.
     while len(stuck) < len(held) and moves < len(pieces):
@@ -73,15 +84,30 @@ def balance(
         room = share[receiver] * (1 + tolerance) - carried[receiver]
         best: Piece | None = None
         best_score = (0.0, 0.0, 0)
+        wide: Piece | None = None
+        wide_score = (0.0, 0.0, 0)
         for piece in held[donor]:
             w = weight(piece)
-            if w <= 0 or w > room or piece.width > budget.remaining:
+            if w <= 0 or w > room:
                 continue
             if (carried[receiver] + w) / capacities[receiver] >= donor_ratio:
                 continue
             score = (w / piece.width, w, -piece.start)
-            if best is None or score > best_score:
+            if piece.width > budget.remaining:
+                if wide is None or score > wide_score:
+                    wide, wide_score = piece, score
+            elif best is None or score > best_score:
                 best, best_score = piece, score
+        if best is None and wide is not None and cuts < spare and budget.remaining > 0:
+            # Rule 3: the part the budget covers moves; the rest stays.
+            best, rest = split(wide, [wide.start + budget.remaining], tokens)
+            index = next(i for i, piece in enumerate(pieces) if piece is wide)
+            pieces[index : index + 1] = [best, rest]
+            held[donor].remove(wide)
+            held[donor] += [best, rest]
+            cuts += 1
+            if weight(best) <= 0:
+                continue
         if best is None:
             stuck.add(donor)
             continue
@@ -92,7 +118,7 @@ def balance(
         carried[receiver] += weight(best)
         best.owner = receiver
         moves += 1
-    return moves
+    return moves, cuts
 
 
 __all__ = ["balance"]

@@ -8,8 +8,9 @@ map, byte for byte).  One round, in order (``reshaping``, then ``balancing``):
    slices split until the group has its lower bound of slices;
 3. cold neighbours merge;
 4. slices with no owner are placed, then slices move from the busiest members
-   to the idlest while the budget lasts;
-5. every slice born in 2 or 3, and every slice whose owner changed, takes a new
+   to the idlest while the budget lasts (a slice that would move but for its
+   width is cut to the budget left, within the upper bound of slices);
+5. every slice born in 2, 3 or 4, and every slice whose owner changed, takes a new
    token above every token the keyspace issued (``SliceMap.max_token``, or the
    ``max_token`` given if higher): tokens are fencing tokens, and a key's token
    never goes down;
@@ -80,7 +81,10 @@ def plan_next_map(
     split_load = settings.imbalance_tolerance * total / n_members if total > 0 else float("inf")
     pieces, splits = split_pieces(pieces, split_load, low, high, tokens)
     pieces, merges = merge_pieces(pieces, split_load / 4, low, high, tokens, budget)
-    moves = balance(pieces, members, settings.imbalance_tolerance, budget)
+    moves, cuts = balance(
+        pieces, members, settings.imbalance_tolerance, budget, tokens, high - len(pieces)
+    )
+    splits += cuts
     old = current.by_id()
     slices = []
     for piece in pieces:

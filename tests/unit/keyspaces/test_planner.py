@@ -392,3 +392,19 @@ def test_loads_of_keys_are_hashed_onto_their_points() -> None:
 
     loads = KeyspaceLoads.of_keys({1: 2.0}, {"user-1": 3.0, 42: 1.5})
     assert loads.keys == {key_hash("user-1"): 3.0, key_hash(42): 1.5}
+
+
+def test_slices_wider_than_the_budget_are_cut_for_members_that_join_later() -> None:
+    # One member cuts the space into 8 slices, each wider than the budget (a tenth).
+    knobs = PlannerSettings(
+        imbalance_tolerance=0.5, min_slices_per_member=2, max_slices_per_member=8
+    )
+    smap = plan_next_map(SliceMap.uniform("users", 1), KeyspaceLoads(), {"a": 1.0}, knobs).map
+    assert min(s.width for s in smap) > knobs.churn_budget * HASH_SPACE
+    members = {"a": 1.0, "b": 1.0, "c": 1.0}
+    for _ in range(8):
+        plan = plan_next_map(smap, KeyspaceLoads({s.id: 1.0 for s in smap}), members, knobs)
+        _check_round(smap, plan, members, knobs.churn_budget)
+        assert len(plan.map) <= knobs.max_slices_per_member * len(members)
+        smap = plan.map
+    assert {s.owner for s in smap} == set(members)
