@@ -110,10 +110,8 @@ def write(key: str, token: int, source: str) -> bool:
 
 @app.keyspace(
     "users",
-    # A few slices, each wider than the default churn budget (a tenth of the
-    # space): with it a slice could never move to a daemon that joins late.
     settings=PlannerSettings(
-        imbalance_tolerance=0.5, min_slices_per_member=2, max_slices_per_member=8, churn_budget=0.5
+        imbalance_tolerance=0.5, min_slices_per_member=2, max_slices_per_member=8
     ),
 )
 async def users(lease: SliceLease) -> None:
