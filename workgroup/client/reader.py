@@ -63,7 +63,8 @@ from workgroup.kafka.messages import (
     OffsetFetchResult,
 )
 from workgroup.keyspaces.slices import SliceMap
-from workgroup.runtime.slots import slot_of
+from workgroup.runtime.loads import CommittedLoads
+from workgroup.runtime.slots import decode_metadata, slot_of
 from workgroup.types import Key
 
 DEFAULT_SETTLE_S = 5.0
@@ -102,8 +103,9 @@ async def read_slots(
         return decode_slots(result, group, in_order=in_order)
 
 
-async def read_loads(connection: ClientConnection, group: str) -> dict[str, float]:
-    """The loads ``group``'s members reported since they joined, by slot topic."""
+async def read_loads(connection: ClientConnection, group: str) -> CommittedLoads:
+    """The loads ``group``'s members reported since they joined, by slot topic,
+    with the key each slot's header names (a keyspace's pool slot names its slice)."""
     from workgroup.runtime.loads import decode_load, load_group
 
     companion = load_group(group)
@@ -120,12 +122,20 @@ async def read_loads(connection: ClientConnection, group: str) -> dict[str, floa
             f"reading the current loads of group {group!r}: {error}",
             retriable=fetched is None or fetched.error.retriable,
         )
-    return {
-        topic.name: decode_load(p.offset)
-        for topic in fetched.topics
-        for p in topic.partitions
-        if p.error is ErrorCode.NONE and p.offset >= 0
-    }
+    loads: dict[str, float] = {}
+    named: dict[str, Key] = {}
+    for topic in fetched.topics:
+        for p in topic.partitions:
+            if p.error is not ErrorCode.NONE or p.offset < 0:
+                continue
+            loads[topic.name] = decode_load(p.offset)
+            try:
+                key = decode_metadata(p.metadata).key
+            except ValueError:
+                continue  # not a slot header: the load stands, naming nothing
+            if key is not None:
+                named[topic.name] = key
+    return CommittedLoads(loads, named)
 
 
 @dataclass(frozen=True)
