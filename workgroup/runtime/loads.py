@@ -29,7 +29,7 @@ Rules:
    their slots in the keyspace's pool, the slot each slice holds in the map
    (a slot per slice id would be a topic per slice ever born on Kafka), the
    header naming the slice: a reader takes a pool slot's load for the slice
-   the map gives the slot only if the header names it (:func:`load_slot`), so
+   the map gives the slot only if the header names it (:func:`slice_load`), so
    a slot handed on to a new slice shows no load of the slice before it (on
    Tansu, which keeps no commit metadata, until the new slice's first report).
 5. **Readers join them with the assignment** (:func:`current_load`): a
@@ -56,7 +56,7 @@ from workgroup.kafka.messages import CommitPartition, CommitTopic, OffsetCommitR
 from workgroup.keyspaces.slices import Slice, SliceMap
 from workgroup.log import get_logger
 from workgroup.protocol.metadata import MemberMetadata
-from workgroup.runtime.keyspace_slots import pool_slot_key
+from workgroup.runtime.keyspace_slots import slice_slot
 from workgroup.runtime.slots import Slot, check_group_id, slot_header, slot_of
 from workgroup.types import Key, Resource
 
@@ -107,20 +107,12 @@ class CommittedLoads(dict[str, float]):
         self.named: dict[str, Key] = dict(named or {})
 
 
-def load_slot(group_id: str, piece: Slice, smap: SliceMap) -> Slot:
-    """The slot a slice's load is written to (rule 2): its pool slot, or the
-    slot of its id when the map gave it none."""
-    if piece.slot is None:
-        return slot_of(group_id, piece.id)
-    return slot_of(group_id, pool_slot_key(smap.keyspace, piece.slot))
-
-
 def slice_load(
     group_id: str, piece: Slice, smap: SliceMap, committed: Mapping[str, float]
 ) -> float | None:
     """The load committed for ``piece`` of ``smap`` (rule 2), ``None`` if none:
     a pool slot whose header names another slice holds that slice's load."""
-    topic = load_slot(group_id, piece, smap).topic
+    topic = slice_slot(group_id, smap, piece).topic
     load = committed.get(topic)
     if load is None or piece.slot is None:
         return load
@@ -275,6 +267,5 @@ __all__ = [
     "decode_load",
     "encode_load",
     "load_group",
-    "load_slot",
     "slice_load",
 ]

@@ -22,8 +22,8 @@ from workgroup.console.server import ConsoleServer
 from workgroup.keyspaces import PlannerSettings
 from workgroup.member.driver import member_keyspace
 from workgroup.runtime.app import Settings
+from workgroup.runtime.keyspace_slots import slice_slot
 from workgroup.runtime.keyspaces import SliceLease
-from workgroup.runtime.loads import load_slot
 from workgroup.runtime.runner import AppRunner
 from workgroup.runtime.slots import slot_of
 
@@ -181,7 +181,7 @@ async def test_a_keyspace_s_slice_loads_are_in_its_pool_slots_for_top_and_the_co
             assert len(smap.slices) == 4
             measuring.set()
             # Each slice's load in its pool slot, none by slice id (no such topic on Kafka).
-            expected = {load_slot(group, piece, smap).topic: SLICE_LOAD for piece in smap.slices}
+            expected = {slice_slot(group, smap, piece).topic: SLICE_LOAD for piece in smap.slices}
             assert all(
                 topic != slot_of(group, piece.id).topic
                 for piece in smap.slices
