@@ -12,7 +12,7 @@ client layer (:mod:`workgroup.client`) and closes it; readers that poll keep a
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from workgroup.assignors.standby import active_kind
@@ -25,7 +25,14 @@ from workgroup.client.describe import (
     decode_assignment,
     decode_warming,
 )
+from workgroup.client.keyspaces import UnknownKeyspaceError, newest_maps
 from workgroup.client.reader import describe, read_loads, read_slots
+from workgroup.client.slice_slots import (
+    UnknownSliceError,
+    find_slice,
+    kept_keyspaces,
+    keyspace_map,
+)
 from workgroup.client.slots import LeaseSlot
 from workgroup.errors import ConfigError, ErrorCode, WorkgroupError
 from workgroup.kafka.messages import (
@@ -40,7 +47,14 @@ from workgroup.kafka.messages import (
     OffsetCommit,
     OffsetCommitResult,
 )
-from workgroup.runtime.slots import NO_TOKEN, check_value, same_key, slot_header, slot_of
+from workgroup.runtime.slots import (
+    NO_TOKEN,
+    Slot,
+    check_value,
+    same_key,
+    slot_header,
+    slot_of,
+)
 from workgroup.security import PLAINTEXT, Security
 from workgroup.types import Key
 
@@ -203,17 +217,24 @@ def group_kinds(group: str, members: Iterable[MemberDescription]) -> set[str]:
 async def reset_checkpoint(
     bootstrap: str | Sequence[str],
     group: str,
-    key: Key,
+    key: Key | None,
     value: str | None,
     *,
     kind: str | None = None,
     force: bool = False,
     create: bool = False,
+    slice_of: Key | None = None,
     security: Security = PLAINTEXT,
     timeout_s: float = 10.0,
 ) -> LeaseSlot:
     """Set ``key``'s checkpoint to ``value`` (``None``: clear it); the slot as it
     was before.
+
+    In a keyspace's group (``kind`` a keyspace, or the group's only one) ``key``
+    is a slice id, or ``key`` is ``None`` and ``slice_of`` a key of the
+    keyspace: the slice holding it.  Either resolves to the slice's slot in the
+    keyspace's pool through the newest map (:mod:`workgroup.client.slice_slots`);
+    an unknown keyspace or slice is refused with one line (exit status 2).
 
     The token is kept: the next holder takes the next one, as after any
     hand-over.  Refused while the group has members (their holders would
@@ -227,7 +248,7 @@ async def reset_checkpoint(
     without a slot is refused unless ``create`` (a typo would otherwise add a
     resource owned by nobody).  Both refusals are :class:`UnknownResourceError`.
     """
-    if value is not None:
+    if value is not None and key is not None:
         check_value(value, key)
     try:
         described = await describe_group(bootstrap, group, security=security, timeout_s=timeout_s)
@@ -247,18 +268,30 @@ async def reset_checkpoint(
                 f"group {group!r} serves no kind {kind!r} (its kinds: {known}); "
                 "leave --kind out to reset the key's slot whatever the kind"
             )
-    before = {
-        s.key: s
-        for s in await read_lease_slots(bootstrap, group, security=security, timeout_s=timeout_s)
-        if s.key is not None and same_key(s.key, key)
-    }
-    if key not in before and not create:
+    slots = await read_lease_slots(bootstrap, group, security=security, timeout_s=timeout_s)
+    target = _slice_target(group, kind, key, slice_of, described, slots)
+    found: LeaseSlot | None
+    if target is not None:
+        slice_id, slot = target
+        key = slice_id
+        if value is not None:
+            check_value(value, key)
+        # The pool slot, whichever slice its header names (an earlier one: the
+        # slot is handed on, its token kept, its checkpoint not this slice's).
+        found = next((s for s in slots if s.topic == slot.topic), None)
+        if found is not None and found.key != slice_id:
+            found = replace(found, key=slice_id, checkpoint=None)
+    else:
+        if key is None:
+            raise UnknownResourceError("name the resource's key (--key)")
+        slot = slot_of(group, key)
+        found = next((s for s in slots if s.key is not None and same_key(s.key, key)), None)
+    if found is None and not create:
         raise UnknownResourceError(
             f"key {key!r} has no slot in group {group!r} (no holder ever took it): pass "
             "--create to make one"
         )
-    slot = slot_of(group, key)
-    was = before.get(key, LeaseSlot(slot.topic, key, NO_TOKEN, None))
+    was = found if found is not None else LeaseSlot(slot.topic, key, NO_TOKEN, None)
     metadata = slot_header(key) + (value or "")
     request = OffsetCommit(
         group,
@@ -284,6 +317,50 @@ async def reset_checkpoint(
             f"({', '.join(errors)}): a group with members accepts commits only from them"
         )
     return was
+
+
+def _slice_target(
+    group: str,
+    kind: str | None,
+    key: Key | None,
+    slice_of: Key | None,
+    described: GroupDescription | None,
+    slots: Sequence[LeaseSlot],
+) -> tuple[int, Slot] | None:
+    """The slice a reset names and its pool slot; ``None``: not a keyspace's
+    slice (``kind`` is no keyspace, or the group has none)."""
+    carried, _ = newest_maps(described)
+    kept = kept_keyspaces(slots)
+    names = {*carried, *kept}
+    if kind is not None:
+        keyspace: str | None = active_kind(kind) if active_kind(kind) in names else None
+    else:
+        keyspace = next(iter(names)) if len(names) == 1 else None
+    if keyspace is None:
+        if slice_of is None:
+            return None
+        if kind is not None:
+            raise UnknownKeyspaceError(
+                f"group {group!r} has no keyspace {kind!r} "
+                f"(its keyspaces: {', '.join(sorted(names)) or 'none'})"
+            )
+        raise UnknownKeyspaceError(
+            f"group {group!r} has {len(names)} keyspaces ({', '.join(sorted(names)) or 'none'}): "
+            "name one with --kind"
+        )
+    smap = keyspace_map(group, keyspace, carried, kept)
+    if slice_of is not None:
+        if key is not None:
+            raise UnknownResourceError("name a slice by --key or by --slice-of, not both")
+        piece, slot = find_slice(group, smap, key=slice_of)
+    else:
+        if type(key) is not int:
+            raise UnknownSliceError(
+                f"keyspace {keyspace!r} of group {group!r} names its slices by int ids, "
+                f"not {key!r}: pass --slice-of to name the slice holding a key"
+            )
+        piece, slot = find_slice(group, smap, slice_id=key)
+    return piece.id, slot
 
 
 __all__ = [

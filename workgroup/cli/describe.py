@@ -49,7 +49,7 @@ from workgroup.admin import (
 from workgroup.cli.connection import connect, coordinator_options
 from workgroup.cli.options import console
 from workgroup.client.connection import ClientConnection
-from workgroup.client.keyspaces import SliceHolder
+from workgroup.client.keyspaces import SliceHolder, newest_maps
 from workgroup.client.owners import ResourceOwner
 from workgroup.client.reader import GroupReader, GroupSnapshot
 from workgroup.errors import WorkgroupError
@@ -59,9 +59,15 @@ from workgroup.security import Security
 from workgroup.types import Key
 
 
-def render(description: GroupDescription, loads: Mapping[str, float] | None = None) -> Table:
+def render(
+    description: GroupDescription,
+    loads: Mapping[str, float] | None = None,
+    keyspaces: Mapping[str, SliceMap] | None = None,
+) -> Table:
     """The group as a table (one row per member); with ``loads`` (the current
-    loads, :func:`~workgroup.admin.read_current_loads`) a ``load`` column."""
+    loads, :func:`~workgroup.admin.read_current_loads`) a ``load`` column.
+    ``keyspaces``: the group's newest maps (a slice's load is in its pool
+    slot); read from the members when not given."""
     generation = "?" if description.generation is None else str(description.generation)
     table = Table(
         title=(
@@ -78,6 +84,8 @@ def render(description: GroupDescription, loads: Mapping[str, float] | None = No
         columns += ["warming", "status"]
     for column in columns:
         table.add_column(column)
+    if loads and keyspaces is None:
+        keyspaces, _ = newest_maps(description)
     for m in description.members:
         if m.assignment is None:
             owns = f"[red]{m.assignment_error}[/red]"
@@ -90,16 +98,21 @@ def render(description: GroupDescription, loads: Mapping[str, float] | None = No
             )
         row = [m.member_id, m.instance_id or "-", m.process, m.client_host, owns]
         if loads is not None:
-            row.append(load_cell(description.group, m, loads))
+            row.append(load_cell(description.group, m, loads, keyspaces))
         if planned:
             row += [warming_cell(m), STATUS_STYLE[m.status].format(m.status)]
         table.add_row(*row)
     return table
 
 
-def load_cell(group: str, member: MemberDescription, loads: Mapping[str, float]) -> str:
+def load_cell(
+    group: str,
+    member: MemberDescription,
+    loads: Mapping[str, float],
+    keyspaces: Mapping[str, SliceMap] | None = None,
+) -> str:
     """The member's load now (:func:`~workgroup.runtime.loads.current_load`), or ``-``."""
-    load = current_load(group, member.assignment, member.workgroup_metadata(), loads)
+    load = current_load(group, member.assignment, member.workgroup_metadata(), loads, keyspaces)
     return "-" if load is None else f"{load:g}"
 
 
@@ -252,7 +265,11 @@ def command(
             document = description.as_json()
             for member, shown in zip(description.members, document["members"], strict=True):
                 shown["load"] = current_load(
-                    group, member.assignment, member.workgroup_metadata(), loads
+                    group,
+                    member.assignment,
+                    member.workgroup_metadata(),
+                    loads,
+                    snapshot.keyspaces,
                 )
         document["resources"] = [r.as_json() for r in rows]
         document["keyspaces"] = {
@@ -266,7 +283,7 @@ def command(
     if description is None:
         out.print(f"{group}: no members (its lease slots persist)")
     else:
-        out.print(render(description, loads))
+        out.print(render(description, loads, snapshot.keyspaces))
     for name, smap in snapshot.keyspaces.items():
         out.print(render_slices(smap, snapshot.slices(name)))
     if rows:

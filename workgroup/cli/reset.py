@@ -7,10 +7,17 @@ members).  A key that looks like an integer is the int key (``--str-key`` for
 the string).  A slot is named by the group and the key alone (the runtime runs
 one kind per group): ``--kind``, when given, is checked against the kinds the
 group's members declare (or, without members, its ``APP.KIND`` name).  A key
-that has no slot is refused unless ``--create``.  Exit status: 0 reset; 3 the
-group has members; 1 the coordinator cannot be reached; 2 a bad value (too long
-a checkpoint, an empty one, a kind the group does not serve, a key without a
-slot).
+that has no slot is refused unless ``--create``.
+
+In a keyspace's group (``@app.keyspace``) ``--key`` is a slice id, and
+``--slice-of KEY`` names the slice holding a key of the keyspace (as ``whois``
+finds it); either resets the slice's slot in the keyspace's pool, found through
+the newest map the members carry or the group's slots keep.
+
+Exit status: 0 reset; 3 the group has members; 1 the coordinator cannot be
+reached; 2 a bad value (too long a checkpoint, an empty one, a kind the group
+does not serve, a key without a slot, a keyspace the group does not have, a
+slice not in its map).
 """
 
 from __future__ import annotations
@@ -42,8 +49,18 @@ def parse_key(text: str, *, as_str: bool = False) -> Key:
     default=None,
     help="The resource's kind (as the daemons name it): checked against the group's kinds.",
 )
-@click.option("--key", "key_text", required=True, help="The resource's key.")
-@click.option("--str-key", is_flag=True, help="Take a numeric KEY as a string, not an int.")
+@click.option(
+    "--key", "key_text", default=None, help="The resource's key (a keyspace's: a slice id)."
+)
+@click.option(
+    "--slice-of",
+    "slice_of_text",
+    default=None,
+    help="A key of the keyspace KIND: reset the slice that holds it.",
+)
+@click.option(
+    "--str-key", is_flag=True, help="Take a numeric KEY (or --slice-of) as a string, not an int."
+)
 @click.option("--to", "value", default=None, help="The new checkpoint (default: clear it).")
 @click.option("--force", is_flag=True, help="Skip the check that the group has no members.")
 @click.option("--create", is_flag=True, help="Make the key's slot if no holder ever took it.")
@@ -51,7 +68,8 @@ def parse_key(text: str, *, as_str: bool = False) -> Key:
 def command(
     group: str,
     kind: str | None,
-    key_text: str,
+    key_text: str | None,
+    slice_of_text: str | None,
     str_key: bool,
     value: str | None,
     force: bool,
@@ -63,8 +81,11 @@ def command(
     log_format: str,
 ) -> None:
     """Set (--to VALUE) or clear the checkpoint of one resource of GROUP."""
+    if (key_text is None) == (slice_of_text is None):
+        raise click.UsageError("name the resource with one of --key and --slice-of")
     security = connect(bootstrap, config_file, log_level, log_format)
-    key = parse_key(key_text, as_str=str_key)
+    key = None if key_text is None else parse_key(key_text, as_str=str_key)
+    slice_of = None if slice_of_text is None else parse_key(slice_of_text, as_str=str_key)
     if value is not None:
         try:
             check_value(value, key)
@@ -79,12 +100,16 @@ def command(
             kind=kind,
             force=force,
             create=create,
+            slice_of=slice_of,
             security=security,
             timeout_s=timeout_s,
         )
     )
     now = "cleared" if value is None else f"set to {value!r}"
+    key = was.key
     resource = f"{kind}/{key!r}" if kind else repr(key)
+    if slice_of is not None:
+        resource += f" (the slice holding {slice_of!r})"
     click.echo(
         f"{resource} in group {group!r}: checkpoint {now} (was {was.checkpoint!r}, "
         f"token {was.token} kept: its next holder takes {was.token + 1})"

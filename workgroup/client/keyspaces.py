@@ -20,7 +20,7 @@ Rules:
    writes, :meth:`~workgroup.runtime.keyspaces.SliceLease.token_for`), known
    from the map as soon as the slice is born or moved.
 4. **A slice's load** is the one its holder committed last
-   (:mod:`workgroup.runtime.loads`, by the slice's lease slot), else the one its
+   (:mod:`workgroup.runtime.loads`, in the slice's pool slot), else the one its
    holder's metadata reported as it joined; ``None`` when neither is known.
 """
 
@@ -39,7 +39,7 @@ from workgroup.keyspaces.hashing import HASH_SPACE
 from workgroup.keyspaces.report import decode_report
 from workgroup.keyspaces.slices import Slice, SliceMap
 from workgroup.member.keyspace import newer
-from workgroup.runtime.slots import slot_of
+from workgroup.runtime.loads import slice_load
 from workgroup.types import Key
 
 
@@ -125,7 +125,7 @@ def slice_holders(
         holder = None if r is None else r.owner
         if holder is not None and holder.member_id != piece.owner:
             holder = None  # rule 2: the map gives it elsewhere; it moves
-        load = loads.get(slot_of(group, piece.id).topic) if loads else None
+        load = slice_load(group, piece, smap, loads) if loads else None
         if load is None and holder is not None:
             reported = joined.get(id(holder))
             if reported is None:

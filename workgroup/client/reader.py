@@ -33,7 +33,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from workgroup.client.connection import ClientConnection
@@ -63,7 +63,9 @@ from workgroup.kafka.messages import (
     OffsetFetchResult,
 )
 from workgroup.keyspaces.slices import SliceMap
-from workgroup.runtime.slots import slot_of
+from workgroup.runtime.keyspace_slots import slice_slot
+from workgroup.runtime.loads import CommittedLoads
+from workgroup.runtime.slots import Slot, decode_metadata, slot_of
 from workgroup.types import Key
 
 DEFAULT_SETTLE_S = 5.0
@@ -88,10 +90,13 @@ async def read_slots(
     keys: Iterable[Key] | None = None,
     *,
     in_order: bool = True,
+    keyspaces: Mapping[str, SliceMap] | None = None,
 ) -> list[LeaseSlot]:
     """``group``'s committed lease slots (of ``keys`` only, if given), by key
-    (``in_order`` false: as the coordinator answered them)."""
-    slots = None if keys is None else {slot_of(group, key) for key in keys}
+    (``in_order`` false: as the coordinator answered them).  ``keyspaces``: the
+    group's maps, where a slice id's slot is the slice's slot in the pool
+    (:func:`~workgroup.runtime.keyspace_slots.slice_slot`)."""
+    slots = None if keys is None else {_slot_for(group, keys, keyspaces)(key) for key in keys}
     if slots is not None and not slots:
         return []
     result = await connection.request(
@@ -102,8 +107,25 @@ async def read_slots(
         return decode_slots(result, group, in_order=in_order)
 
 
-async def read_loads(connection: ClientConnection, group: str) -> dict[str, float]:
-    """The loads ``group``'s members reported since they joined, by slot topic."""
+def _slot_for(
+    group: str, keys: Iterable[Key], keyspaces: Mapping[str, SliceMap] | None
+) -> Callable[[Key], Slot]:
+    """Where each of ``keys`` has its slot: a slice's pool slot, else the key's own."""
+    if not keyspaces:
+        return lambda key: slot_of(group, key)
+    pooled: dict[Key, Slot] = {}
+    for smap in keyspaces.values():
+        by_id = smap.by_id()
+        for key in keys:
+            piece = by_id.get(key) if type(key) is int else None
+            if piece is not None:
+                pooled[key] = slice_slot(group, smap, piece)
+    return lambda key: pooled.get(key) or slot_of(group, key)
+
+
+async def read_loads(connection: ClientConnection, group: str) -> CommittedLoads:
+    """The loads ``group``'s members reported since they joined, by slot topic,
+    with the key each slot's header names (a keyspace's pool slot names its slice)."""
     from workgroup.runtime.loads import decode_load, load_group
 
     companion = load_group(group)
@@ -120,12 +142,20 @@ async def read_loads(connection: ClientConnection, group: str) -> dict[str, floa
             f"reading the current loads of group {group!r}: {error}",
             retriable=fetched is None or fetched.error.retriable,
         )
-    return {
-        topic.name: decode_load(p.offset)
-        for topic in fetched.topics
-        for p in topic.partitions
-        if p.error is ErrorCode.NONE and p.offset >= 0
-    }
+    loads: dict[str, float] = {}
+    named: dict[str, Key] = {}
+    for topic in fetched.topics:
+        for p in topic.partitions:
+            if p.error is not ErrorCode.NONE or p.offset < 0:
+                continue
+            loads[topic.name] = decode_load(p.offset)
+            try:
+                key = decode_metadata(p.metadata).key
+            except ValueError:
+                continue  # not a slot header: the load stands, naming nothing
+            if key is not None:
+                named[topic.name] = key
+    return CommittedLoads(loads, named)
 
 
 @dataclass(frozen=True)
@@ -270,6 +300,9 @@ class GroupReader:
         changed = shape != self._shape
         if changed:
             self._changed_at = now
+        if changed or self._last is None:
+            # Before the slots: a slice's slot is in its keyspace's pool.
+            self._keyspaces, self._maps_read = newest_maps(description, self._maps_read)
         slots_error = None
         slots_read = True
         try:
@@ -284,7 +317,13 @@ class GroupReader:
                 self.slots_fetched = len(fetched)
             else:
                 slots_read = bool(wanted)
-                fetched = await read_slots(self.connection, self.group, wanted, in_order=False)
+                fetched = await read_slots(
+                    self.connection,
+                    self.group,
+                    wanted,
+                    in_order=False,
+                    keyspaces=self._keyspaces,
+                )
                 found = _by_key(fetched)
                 self._update_slots(wanted, found)
                 self.slots_fetched = len(wanted)
@@ -300,8 +339,6 @@ class GroupReader:
             with collector_paused():  # a big group's join: 100,000 resources, no cycles
                 joined = join_and_remember(description, self._slots.values(), before=self._memory)
             resources, self._memory, self._pending, self._unstarted = joined
-        if changed or last is None:
-            self._keyspaces, self._maps_read = newest_maps(description, self._maps_read)
         if self._sorted_slots is None:
             order = _in_key_order(self._slots)
             self._sorted_slots = [self._slots[k] for k in order]

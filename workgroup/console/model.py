@@ -222,6 +222,7 @@ class ConsoleModel:
             seen = (warm_kind, warm_key, warmer)
             warming_seen[seen] = memory.warming.get(seen, (now, first))
         memory.warming = warming_seen
+        maps = {name: smap for name, (smap, _) in read.keyspaces.items()}
         members_out = []
         for m in members:
             meta = m.workgroup_metadata()
@@ -235,7 +236,7 @@ class ConsoleModel:
                     "process": m.process,
                     "endpoint": m.endpoint,
                     # What it reports now, else what it reported as it joined.
-                    "load": current_load(read.group, m.assignment, meta, read.loads),
+                    "load": current_load(read.group, m.assignment, meta, read.loads, maps),
                     "capacity": 1.0 if meta is None else meta.capacity,
                     "owns": memory.owns.get(m.member_id, 0),
                     "status": m.status,

@@ -33,11 +33,20 @@ Rules:
 4. **Every member is handed the next map** (:func:`~workgroup.keyspaces.report.encode_map_only`),
    and the assignment names the next map's catalog, which members adopt
    before taking it.
+5. **A slice no longer in the map is released before its range is handed on**
+   (:func:`withhold_overlaps`): while a member still claims a slice that a
+   merge or a split took away (its handler is stopping), no other member is
+   handed a slice overlapping it; the slice is withheld until the claim ends,
+   as a resource that moves waits for its owner to revoke it.  Its range is
+   the current map's, or the one the leader remembers from an earlier round
+   (:attr:`KeyspaceRound.ranges`); a leader that never saw it withholds every
+   slice born after it.  Such a claim is expected, not an unknown resource
+   (:attr:`KeyspaceRound.releasing`): the map lists its slot as retired.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from workgroup.assignors.base import Assignment, AssignmentInput
@@ -46,11 +55,13 @@ from workgroup.keyspaces.loads import KeyspaceLoads
 from workgroup.keyspaces.persisted import PersistedKeyspace
 from workgroup.keyspaces.planner import Plan, plan_next_map
 from workgroup.keyspaces.report import decode_report, encode_map_only
-from workgroup.keyspaces.slices import SliceMap
+from workgroup.keyspaces.slices import Slice, SliceMap
 from workgroup.log import get_logger
 from workgroup.member.keyspace import KeyspaceConfig, keyspace_catalog, newer
+from workgroup.member.round_plan import RoundPlan
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import MemberMetadata
+from workgroup.types import Resource
 
 log = get_logger(__name__)
 
@@ -68,10 +79,26 @@ class KeyspaceRound:
     keys: Mapping[int, float] = field(default_factory=dict)
     #: The slice ids members hold now (their slots stay taken).
     claimed: frozenset[int] = frozenset()
+    #: ``slice id -> (start, end)`` of slices no longer in the current map that
+    #: the leader saw in an earlier round (rule 5).
+    ranges: Mapping[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def catalog_hash(self) -> bytes:
         return catalog_hash(freeze_catalog(keyspace_catalog(self.current)))
+
+    @property
+    def releasing(self) -> frozenset[Resource]:
+        """The slices merged or split away that members still held when the
+        current map was made (its retired slots): claims of them are expected."""
+        name = self.config.name
+        return frozenset((name, piece_id) for _, piece_id in self.current.retired)
+
+    def known_ranges(self) -> dict[int, tuple[int, int]]:
+        """``slice id -> (start, end)`` of every slice the leader knows the range of."""
+        known = dict(self.ranges)
+        known.update((piece.id, (piece.start, piece.end)) for piece in self.current.slices)
+        return known
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,4 +210,73 @@ def run_keyspace_stage(round_: KeyspaceRound, data: AssignmentInput) -> Keyspace
     )
 
 
-__all__ = ["KeyspacePlanned", "KeyspaceRound", "read_keyspace", "run_keyspace_stage"]
+def withhold_overlaps(
+    plan: RoundPlan,
+    round_: KeyspaceRound,
+    next_map: SliceMap,
+    claims: Mapping[str, Iterable[Resource]],
+) -> RoundPlan:
+    """Rule 5: ``plan`` with every slice handed to a member withheld while
+    another member claims a slice that ``next_map`` no longer has and whose
+    range overlaps it (``claims``: what each member reports holding)."""
+    name = round_.config.name
+    live = next_map.by_id()
+    known = round_.known_ranges()
+    releasing: list[tuple[str, int, tuple[int, int] | None]] = [
+        (member_id, key, known.get(key))
+        for member_id, resources in claims.items()
+        for kind, key in resources
+        if kind == name and isinstance(key, int) and key not in live
+    ]
+    if not releasing:
+        return plan
+    assigned = dict(plan.assigned)
+    withheld = dict(plan.withheld)
+    for member_id, given in plan.assigned.items():
+        mine = set(claims.get(member_id, ()))
+        held = [
+            resource
+            for resource in given
+            if resource[0] == name
+            and resource not in mine  # already running there: nothing starts
+            and isinstance(resource[1], int)
+            and resource[1] in live
+            and _blocked(member_id, live[resource[1]], releasing)
+        ]
+        if held:
+            skip = set(held)
+            assigned[member_id] = tuple(r for r in given if r not in skip)
+            withheld[member_id] = (*withheld.get(member_id, ()), *held)
+    return replace(plan, assigned=assigned, withheld=withheld)
+
+
+def _blocked(
+    member_id: str, piece: Slice, releasing: list[tuple[str, int, tuple[int, int] | None]]
+) -> bool:
+    for claimant, claimed_id, span in releasing:
+        if claimant == member_id:
+            continue  # the member's own handlers: it stops them before starting others
+        if span is None:
+            # Range unknown: every slice born after it may overlap it.
+            if piece.id > claimed_id:
+                return True
+        elif span[0] < piece.end and piece.start < span[1]:
+            return True
+    return False
+
+
+def ranges_to_remember(round_: KeyspaceRound, next_map: SliceMap) -> dict[int, tuple[int, int]]:
+    """The ranges of ``next_map``'s retired slices the leader knows (rule 5):
+    claims of them may outlast the round."""
+    known = round_.known_ranges()
+    return {piece_id: known[piece_id] for _, piece_id in next_map.retired if piece_id in known}
+
+
+__all__ = [
+    "KeyspacePlanned",
+    "KeyspaceRound",
+    "ranges_to_remember",
+    "read_keyspace",
+    "run_keyspace_stage",
+    "withhold_overlaps",
+]

@@ -63,7 +63,13 @@ from workgroup.log import get_logger
 from workgroup.member.actions import RunAssignor
 from workgroup.member.delay import ReassignDelay
 from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace, keyspace_catalog
-from workgroup.member.keyspace_stage import KeyspacePlanned, KeyspaceRound, read_keyspace
+from workgroup.member.keyspace_stage import (
+    KeyspacePlanned,
+    KeyspaceRound,
+    ranges_to_remember,
+    read_keyspace,
+    withhold_overlaps,
+)
 from workgroup.member.load_balancing import BalanceOutcome, BalanceSettings, LeaderBalancing
 from workgroup.member.moves import Move, MoveCounter, count_moves
 from workgroup.member.round_plan import (
@@ -191,6 +197,8 @@ class LeaderPipeline:
         self._keyspace = keyspace
         #: This member's view of the keyspace: the state kept across restarts.
         self._keyspace_view = keyspace_view
+        #: Ranges of slices the map retired, for the rounds their claims outlast.
+        self._slice_ranges: dict[int, tuple[int, int]] = {}
         self._max_warmups = max_warmups
         self._delay = ReassignDelay(reassign_delay_ms)
         self._balancing = LeaderBalancing(balance)
@@ -238,6 +246,7 @@ class LeaderPipeline:
                 group_id=self._group_id,
                 persisted=view.persisted if view is not None else None,
             )
+            keyspace = replace(keyspace, ranges=self._slice_ranges)
             catalog = freeze_catalog(keyspace_catalog(keyspace.current))
             catalog_hash = keyspace.catalog_hash
             # A member with an older map (or none yet) is not a mismatch: it
@@ -295,6 +304,8 @@ class LeaderPipeline:
     ) -> tuple[RunAssignor, LeaderInput]:
         """:meth:`begin` with the metadata already read, reporting nothing."""
         prepared = build_input(members, read.metadata, catalog)
+        if keyspace is not None:
+            prepared = replace(prepared, ignored=_unexpected(prepared.ignored, keyspace.releasing))
         plan = self._plan
         if keyspace is not None:
             plan = None  # the keyspace stage decides every round (its rule 3)
@@ -361,6 +372,12 @@ class LeaderPipeline:
             result = run_round_stages(round_.stages, result)
         self._delay.record(result.delay, now)
         plan = plan_stage(round_, result.target)
+        keyspace_round = round_.stages.keyspace
+        if result.keyspace is not None and keyspace_round is not None:
+            next_map = result.keyspace.plan.map
+            claims = withholding_claims(round_.protocol.mode, round_.read.metadata)
+            plan = withhold_overlaps(plan, keyspace_round, next_map, claims)
+            self._slice_ranges = ranges_to_remember(keyspace_round, next_map)
         outcome = self._balancing.finished(
             now, result.balance, carried=round_.stages.carry is not None
         )
@@ -467,6 +484,21 @@ class LeaderPipeline:
     def follow(self) -> None:
         """Rule 5: this member follows; delays kept while leading are forgotten."""
         self._delay.forget()
+
+
+def _unexpected(
+    ignored: Mapping[str, Ignored], releasing: frozenset[Resource]
+) -> dict[str, Ignored]:
+    """``ignored`` without the claims of slices being released (a merge or a
+    split took them away and their handlers are stopping): those are expected."""
+    if not releasing:
+        return dict(ignored)
+    out: dict[str, Ignored] = {}
+    for member_id, found in ignored.items():
+        kept = replace(found, owned=tuple(r for r in found.owned if r not in releasing))
+        if kept:
+            out[member_id] = kept
+    return out
 
 
 def _log_keyspace(group_id: str, generation: int, keyspace: KeyspacePlanned) -> None:

@@ -45,8 +45,15 @@ from dataclasses import dataclass
 from workgroup.errors import ProtocolError
 from workgroup.keyspaces.codec import decode_slice_map, encode_slice_map
 from workgroup.keyspaces.persisted import PersistedKeyspace
-from workgroup.keyspaces.slices import SliceMap
-from workgroup.runtime.slots import MAX_METADATA_BYTES, decode_metadata, same_key, slot_header
+from workgroup.keyspaces.slices import Slice, SliceMap
+from workgroup.runtime.slots import (
+    MAX_METADATA_BYTES,
+    Slot,
+    decode_metadata,
+    same_key,
+    slot_header,
+    slot_of,
+)
 from workgroup.types import Key
 
 #: The most chunk slots a keyspace's map takes (rule 3).
@@ -73,6 +80,14 @@ def pool_slot_key(keyspace: str, slot: int) -> Key:
     (:mod:`workgroup.keyspaces.slot_pool`); the slot's header names the slice
     that holds it."""
     return f"{STATE_PREFIX}{keyspace}/slot/{slot}"
+
+
+def slice_slot(group_id: str, smap: SliceMap, piece: Slice) -> Slot:
+    """The lease slot of ``piece`` of ``smap`` in ``group_id``: its pool slot,
+    or the slot of its id when the map gave it none."""
+    if piece.slot is None:
+        return slot_of(group_id, piece.id)
+    return slot_of(group_id, pool_slot_key(smap.keyspace, piece.slot))
 
 
 def chunk_key(keyspace: str, index: int) -> Key:
@@ -216,5 +231,6 @@ __all__ = [
     "epoch_key",
     "pool_slot_key",
     "read_persisted",
+    "slice_slot",
     "token_key",
 ]

@@ -25,6 +25,13 @@ Rules:
    loads that changed materially (:func:`changed_materially`) since it last
    wrote them; nothing when nothing did.  A failed write is logged once per
    failure streak and retried at the next report.
+   **A keyspace's slices** (:mod:`workgroup.runtime.keyspaces`) write to
+   their slots in the keyspace's pool, the slot each slice holds in the map
+   (a slot per slice id would be a topic per slice ever born on Kafka), the
+   header naming the slice: a reader takes a pool slot's load for the slice
+   the map gives the slot only if the header names it (:func:`slice_load`), so
+   a slot handed on to a new slice shows no load of the slice before it (on
+   Tansu, which keeps no commit metadata, until the new slice's first report).
 5. **Readers join them with the assignment** (:func:`current_load`): a
    member's load is the sum over the active resources it owns of the committed
    load, or of the load its metadata reported when it joined where none was
@@ -38,7 +45,7 @@ Rules:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from workgroup.assignors.standby import is_standby_kind
@@ -46,9 +53,11 @@ from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.coordinator.acl import LOAD_GROUP_PREFIX
 from workgroup.errors import ErrorCode, WorkgroupError
 from workgroup.kafka.messages import CommitPartition, CommitTopic, OffsetCommitResult
+from workgroup.keyspaces.slices import Slice, SliceMap
 from workgroup.log import get_logger
 from workgroup.protocol.metadata import MemberMetadata
-from workgroup.runtime.slots import check_group_id, slot_header, slot_of
+from workgroup.runtime.keyspace_slots import slice_slot
+from workgroup.runtime.slots import Slot, check_group_id, slot_header, slot_of
 from workgroup.types import Key, Resource
 
 log = get_logger(__name__)
@@ -87,14 +96,41 @@ def changed_materially(written: float | None, load: float) -> bool:
     return change > MATERIAL_CHANGE * max(written, load) and change >= 1 / LOAD_UNITS_PER_1
 
 
+class CommittedLoads(dict[str, float]):
+    """The companion group's loads by lease slot topic, and the key each slot's
+    header names (``named``; absent where the coordinator keeps no metadata)."""
+
+    def __init__(
+        self, loads: Mapping[str, float] | None = None, named: Mapping[str, Key] | None = None
+    ) -> None:
+        super().__init__(loads or {})
+        self.named: dict[str, Key] = dict(named or {})
+
+
+def slice_load(
+    group_id: str, piece: Slice, smap: SliceMap, committed: Mapping[str, float]
+) -> float | None:
+    """The load committed for ``piece`` of ``smap`` (rule 2), ``None`` if none:
+    a pool slot whose header names another slice holds that slice's load."""
+    topic = slice_slot(group_id, smap, piece).topic
+    load = committed.get(topic)
+    if load is None or piece.slot is None:
+        return load
+    named = committed.named.get(topic) if isinstance(committed, CommittedLoads) else None
+    return load if named is None or named == piece.id else None
+
+
 def current_load(
     group_id: str,
     assignment: Mapping[str, Iterable[Key]] | None,
     metadata: MemberMetadata | None,
     committed: Mapping[str, float],
+    keyspaces: Mapping[str, SliceMap] | None = None,
 ) -> float | None:
     """A member's load now (rule 5): ``committed`` maps lease slot topics to the
-    loads of the companion group; ``None`` when nothing is known."""
+    loads of the companion group; ``keyspaces``: the maps of the group's
+    keyspaces by name (a slice's load is in its pool slot); ``None`` when
+    nothing is known."""
     joined: dict[Resource, float] = {}
     if metadata is not None and metadata.loads:
         joined = dict(zip(metadata.owned, metadata.loads, strict=False))
@@ -104,8 +140,16 @@ def current_load(
     for kind, keys in (assignment or {}).items():
         if is_standby_kind(kind):
             continue
+        smap = keyspaces.get(kind) if keyspaces else None
+        slices = smap.by_id() if smap is not None else {}
         for key in keys:
-            load = committed.get(slot_of(group_id, key).topic, joined.get((kind, key)))
+            piece = slices.get(key) if type(key) is int else None
+            if smap is not None and piece is not None:
+                load = slice_load(group_id, piece, smap, committed)
+                if load is None:
+                    load = joined.get((kind, key))
+            else:
+                load = committed.get(slot_of(group_id, key).topic, joined.get((kind, key)))
             if load is not None and not math.isnan(load):
                 total += load
                 known = True
@@ -141,9 +185,12 @@ class LoadReporter:
         *,
         interval_s: float = LOAD_REPORT_S,
         clock: Clock = SYSTEM_CLOCK,
+        slot_for: Callable[[Key], Slot] | None = None,
     ) -> None:
         self._member = member
         self.group_id = check_group_id(group_id)
+        #: Where a key's load goes: its lease slot (a keyspace's pool slot).
+        self._slot_for = slot_for or (lambda key: slot_of(self.group_id, key))
         self._kind = kind
         self._offsets = offsets
         self._interval_s = interval_s
@@ -174,7 +221,7 @@ class LoadReporter:
             return
         topics = [
             CommitTopic(
-                slot_of(self.group_id, key).topic,
+                self._slot_for(key).topic,
                 (CommitPartition(0, encode_load(load), slot_header(key)),),
             )
             for key, load in changed.items()
@@ -213,10 +260,12 @@ class LoadReporter:
 
 __all__ = [
     "LOAD_REPORT_S",
+    "CommittedLoads",
     "LoadReporter",
     "changed_materially",
     "current_load",
     "decode_load",
     "encode_load",
     "load_group",
+    "slice_load",
 ]

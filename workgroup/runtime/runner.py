@@ -285,6 +285,7 @@ class GroupRunner:
                 client_id=client_id or "workgroup-loads",
             ),
             clock=clock,
+            slot_for=slot_for,  # a keyspace's slices: their pool slots
         )
         self._settings = settings
         self._metrics = metrics

@@ -15,6 +15,7 @@ from workgroup.directory import Directory
 from workgroup.keyspaces import KeyspaceError, SliceMap
 from workgroup.keyspaces.report import KeyspaceReport, encode_map_only, encode_report
 from workgroup.protocol.metadata import BinaryCodec, MemberMetadata
+from workgroup.runtime.keyspace_slots import slice_slot
 from workgroup.runtime.slots import slot_of
 
 GROUP = "shop.users"
@@ -128,7 +129,8 @@ def test_a_slices_load_is_the_committed_one_else_its_holders_reported_one() -> N
     smap = spread(2, ["a"], epoch=1)
     first, second = smap.slices
     a = member("a", smap, loads={first.id: 3.0, second.id: 4.0})
-    committed = {slot_of(GROUP, first.id).topic: 9.5}
+    assert first.slot is not None  # a slice's load is in its pool slot, not its id's
+    committed = {slice_slot(GROUP, smap, first).topic: 9.5, slot_of(GROUP, second.id).topic: 1.0}
     seen = snapshot(described(a), committed)
     holders = slice_holders(GROUP, smap, seen.resource, seen.loads)
     assert [h.load for h in holders] == [9.5, 4.0]

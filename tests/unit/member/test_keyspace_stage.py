@@ -7,22 +7,27 @@ import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workgroup.kafka.messages import JoinedMember
 from workgroup.keyspaces import PlannerSettings, SliceMap
+from workgroup.keyspaces.hashing import HASH_SPACE
 from workgroup.keyspaces.persisted import PersistedKeyspace
 from workgroup.keyspaces.report import KeyspaceReport, decode_report, encode_report
+from workgroup.keyspaces.slices import Slice
 from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace, keyspace_catalog
+from workgroup.member.keyspace_stage import KeyspaceRound, withhold_overlaps
 from workgroup.member.load_balancing import BalanceSettings
 from workgroup.member.pipeline import LeaderPipeline
-from workgroup.member.round_plan import LEAVING_TAG
+from workgroup.member.round_plan import LEAVING_TAG, plan_round
 from workgroup.member.round_stages import run_round_stages
 from workgroup.protocol.catalog import FrozenCatalog, catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
 from workgroup.protocol.protocol import Protocol
+from workgroup.testing import capture_logs
 from workgroup.types import Resource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "keyspaces"))
@@ -52,26 +57,38 @@ def metadata(
     )
 
 
-def round_(
-    metas: dict[str, MemberMetadata], now: int = 0, persisted: PersistedKeyspace | None = None
-) -> dict[str, AssignmentData]:
-    """One leader round through the pipeline (``persisted``: the state the
-    leader's process read before joining); each member's assignment."""
-    view = MemberKeyspace(CONFIG)
+def leader(
+    persisted: PersistedKeyspace | None = None, config: KeyspaceConfig = CONFIG
+) -> LeaderPipeline:
+    """A leader's pipeline (``persisted``: the state its process read before joining)."""
+    view = MemberKeyspace(config)
     view.persisted = persisted
-    pipeline = LeaderPipeline(
+    return LeaderPipeline(
         "g",
         reassign_delay_ms=0,
         balance=BalanceSettings(),
         max_warmups=0,
-        keyspace=CONFIG,
+        keyspace=config,
         keyspace_view=view,
     )
+
+
+def round_(
+    metas: dict[str, MemberMetadata],
+    now: int = 0,
+    persisted: PersistedKeyspace | None = None,
+    *,
+    pipeline: LeaderPipeline | None = None,
+    generation: int = 2,
+) -> dict[str, AssignmentData]:
+    """One leader round through the pipeline (a new leader's unless
+    ``pipeline``); each member's assignment."""
+    pipeline = pipeline or leader(persisted)
     joined = [
         JoinedMember(mid, None, PROTOCOL.codec.encode_metadata(m)) for mid, m in metas.items()
     ]
     run = pipeline.begin(
-        now, 1, PROTOCOL, joined, generation=2, catalog=FrozenCatalog(), catalog_hash=b""
+        now, 1, PROTOCOL, joined, generation=generation, catalog=FrozenCatalog(), catalog_hash=b""
     )
     assert run.stages.keyspace is not None
     taken = pipeline.take(run.run_id)
@@ -92,17 +109,25 @@ def check_handed(
     assignments: dict[str, AssignmentData],
     smap: SliceMap,
     owned: Mapping[str, tuple[Resource, ...]] | None = None,
+    before: SliceMap | None = None,
 ) -> None:
     """Each member is handed the slices the map gives it, under the map's catalog;
-    only a slice another member still owns is withheld (until it is revoked)."""
+    only a slice another member still owns, or one overlapping a slice of
+    ``before`` another member still owns that the map no longer has, is
+    withheld (until it is revoked)."""
     owned = owned or {}
     digest = catalog_hash(freeze_catalog(keyspace_catalog(smap)))
+    live = smap.by_id()
+    old = before.by_id() if before is not None else {}
     for mid, data in assignments.items():
         assert data.catalog_hash == digest
         mine = {("users", piece.id) for piece in smap.slices if piece.owner == mid}
         assert set(data.assigned) <= mine
         others = {r for other, rs in owned.items() if other != mid for r in rs}
-        assert mine - set(data.assigned) <= others
+        gone = [old[key] for _, key in others if key in old and key not in live]
+        for _, key in mine - set(data.assigned) - others:
+            piece = live[key]  # withheld: it overlaps a slice still held elsewhere
+            assert any(g.start < piece.end and piece.start < g.end for g in gone)
 
 
 def test_a_first_round_cuts_a_fresh_map_and_spreads_it() -> None:
@@ -161,7 +186,7 @@ def test_a_leaving_member_s_slices_go_to_the_others_with_higher_tokens() -> None
         if old is None or old.owner != piece.owner:
             assert piece.token > smap.max_token
     assert assignments["m1"].pending
-    check_handed(assignments, after, owned)
+    check_handed(assignments, after, owned, smap)
 
 
 def test_a_hot_key_reported_by_its_owner_gets_a_slice_of_its_own() -> None:
@@ -289,3 +314,117 @@ def test_a_member_remembers_the_generation_that_handed_it_its_map() -> None:
     older = SliceMap(smap.keyspace, smap.slices, max_token=smap.max_token, epoch=0)
     member.take(encode_report(KeyspaceReport(older)), group_id="g", generation=7)
     assert member.taken_in == 6  # not its map: it may not commit it under generation 7
+
+
+# --- a slice merged away while its holder still stops it -------------------------------
+
+HALF = HASH_SPACE // 2
+MERGING = KeyspaceConfig(
+    "users", PlannerSettings(min_slices_per_member=1, max_slices_per_member=16, churn_budget=1.0)
+)
+
+
+def ignored_warnings(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in logs if e["event"] == "member.ignored"]
+
+
+def test_a_slice_merged_away_stays_claimed_without_warnings_until_its_holder_lets_go() -> None:
+    # m1 leaves while its handler of slice 1 stops; slice 1 merges with m0's
+    # slice 2 into one slice for m0, which overlaps slice 1's range.
+    before = SliceMap(
+        "users",
+        (Slice(1, 0, HALF, 3, "m1", slot=0), Slice(2, HALF, HASH_SPACE, 3, "m0", slot=1)),
+        max_token=3,
+        epoch=1,
+    )
+    pipeline = leader(config=MERGING)
+    with capture_logs() as logs:
+        first = round_(
+            {
+                "m0": metadata(KeyspaceReport(before), owned=(("users", 2),), loads=(0.0,)),
+                "m1": metadata(
+                    KeyspaceReport(before), owned=(("users", 1),), loads=(0.0,), leaving=True
+                ),
+            },
+            pipeline=pipeline,
+        )
+    merged_map = handed_map(first)
+    (merged,) = merged_map.slices
+    assert merged.owner == "m0"
+    assert merged.id > 2
+    assert {piece_id for _, piece_id in merged_map.retired} == {1, 2}
+    # Not started on m0 while m1 still holds slice 1 (nor while m0 holds slice 2).
+    assert first["m0"].assigned == ()
+    assert first["m0"].pending
+    assert first["m0"].revoked == (("users", 2),)
+    assert first["m1"].revoked == (("users", 1),)
+    assert ignored_warnings(logs) == []
+
+    # m0 let go of slice 2; m1's handler of slice 1 still stops.  The claim is
+    # expected (no warning) and still withholds the merged slice, whether the
+    # leader remembers slice 1's range or is a new leader that never saw it.
+    merged_report = KeyspaceReport(merged_map)
+    stopping = {
+        "m0": metadata(merged_report),
+        "m1": metadata(merged_report, owned=(("users", 1),), loads=(0.0,), leaving=True),
+    }
+    for who in (pipeline, leader(config=MERGING)):
+        with capture_logs() as logs:
+            second = round_(stopping, pipeline=who, generation=3)
+        assert handed_map(second).slices == merged_map.slices
+        assert second["m0"].assigned == ()
+        assert second["m0"].pending
+        assert second["m1"].revoked == (("users", 1),)
+        assert ignored_warnings(logs) == []
+
+    # A slice no map ever retired is still an unknown claim, and warned about.
+    with capture_logs() as logs:
+        round_(
+            {**stopping, "m0": metadata(merged_report, owned=(("users", 99),), loads=(0.0,))},
+            pipeline=leader(config=MERGING),
+            generation=3,
+        )
+    (warning,) = ignored_warnings(logs)
+    assert warning["ignored"] == {
+        "m0": {"unknown_kinds": [], "unknown_owned": [["users", 99]], "key_type_mismatches": []}
+    }
+
+    # Once m1 let go, the merged slice starts on m0.
+    third = round_({"m0": metadata(merged_report)}, pipeline=pipeline, generation=4)
+    assert third["m0"].assigned == (("users", merged.id),)
+    assert not third["m0"].pending
+
+
+def test_a_slice_overlapping_one_another_member_releases_is_withheld_from_the_rest() -> None:
+    # A slice m1 still holds, gone from the next map: of the next map's slices
+    # only those overlapping its range wait (a range the leader never saw: those
+    # born after it); m1's own and those m2 already holds are handed as planned.
+    current = SliceMap.uniform("users", 4)
+    quarter = HASH_SPACE // 4
+    released = Slice(50, 0, 2 * quarter, 50, "m1")
+    round_ = KeyspaceRound(MERGING, current, 60, ranges={50: (released.start, released.end)})
+    next_map = SliceMap(
+        "users",
+        (
+            Slice(51, 0, quarter, 51, "m0", slot=0),
+            Slice(52, quarter, 2 * quarter, 52, "m1", slot=1),
+            Slice(53, 2 * quarter, 3 * quarter, 53, "m0", slot=2),
+            Slice(3, 3 * quarter, HASH_SPACE, 3, "m2", slot=3),
+        ),
+        max_token=60,
+        epoch=current.epoch + 1,
+    )
+    target = {
+        "m0": [("users", 51), ("users", 53)],
+        "m1": [("users", 52)],
+        "m2": [("users", 3)],
+    }
+    claims = {"m1": (("users", 50),), "m2": (("users", 3),)}
+    planned = plan_round(("m0", "m1", "m2"), target, claims)
+    plan = withhold_overlaps(planned, round_, next_map, claims)
+    assert plan.assigned == {"m0": (("users", 53),), "m1": (("users", 52),), "m2": (("users", 3),)}
+    assert plan.withheld["m0"] == (("users", 51),)
+    unseen = withhold_overlaps(planned, replace(round_, ranges={}), next_map, claims)
+    assert unseen.assigned == {"m0": (), "m1": (("users", 52),), "m2": (("users", 3),)}
+    assert set(unseen.withheld["m0"]) == {("users", 51), ("users", 53)}
+    assert withhold_overlaps(planned, round_, next_map, {"m2": (("users", 3),)}) is planned

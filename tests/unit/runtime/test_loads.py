@@ -17,14 +17,19 @@ from workgroup.kafka.messages import (
     CommitTopicResult,
     OffsetCommitResult,
 )
+from workgroup.keyspaces.hashing import HASH_SPACE
+from workgroup.keyspaces.slices import Slice, SliceMap
 from workgroup.protocol.metadata import MemberMetadata
+from workgroup.runtime.keyspace_slots import pool_slot_key
 from workgroup.runtime.loads import (
+    CommittedLoads,
     LoadReporter,
     changed_materially,
     current_load,
     decode_load,
     encode_load,
     load_group,
+    slice_load,
 )
 from workgroup.runtime.slots import slot_header, slot_of
 from workgroup.types import Resource
@@ -149,3 +154,73 @@ def test_loads_are_authorised_as_the_commits_of_their_group() -> None:
     assert acl.allows("User:alice", "describe", companion)
     assert not acl.allows("User:bob", "commit", companion)
     assert not acl.allows("User:alice", "commit", LOAD_GROUP_PREFIX + "payments")
+
+
+# --- a keyspace's slices: loads in their pool slots -------------------------------------
+
+KEYSPACE_GROUP = "app.users"
+HALF = HASH_SPACE // 2
+#: Slices 40 and 41 in pool slots 1 and 0 (slice ids are never reused; slots are).
+USERS = SliceMap(
+    "users",
+    (Slice(40, 0, HALF, 40, "m0", slot=1), Slice(41, HALF, HASH_SPACE, 41, "m0", slot=0)),
+    max_token=41,
+)
+
+
+def pool_topic(slot: int) -> str:
+    return slot_of(KEYSPACE_GROUP, pool_slot_key("users", slot)).topic
+
+
+async def test_a_slice_s_load_is_written_to_its_pool_slot_naming_the_slice() -> None:
+    member, offsets = FakeMember(), FakeOffsets()
+    member.assignment = frozenset({("users", 40), ("users", 41)})
+    member.loads = {("users", 40): 1.5, ("users", 41): 2.0}
+    slots = {piece.id: piece.slot for piece in USERS.slices}
+    reporter = LoadReporter(
+        member,
+        KEYSPACE_GROUP,
+        "users",
+        offsets,
+        slot_for=lambda key: slot_of(KEYSPACE_GROUP, pool_slot_key("users", slots[key])),
+    )
+    await reporter.report()
+    assert offsets.commits == [
+        {pool_topic(1): (1500, slot_header(40)), pool_topic(0): (2000, slot_header(41))}
+    ]
+
+
+def test_readers_take_a_slice_s_load_from_its_pool_slot_only_if_it_names_the_slice() -> None:
+    assignment = {"users": [40, 41]}
+    joined = MemberMetadata(
+        kinds=("users",), owned=(("users", 40), ("users", 41)), loads=(0.5, 0.25)
+    )
+    committed = CommittedLoads(
+        {pool_topic(1): 1.5, pool_topic(0): 2.0}, {pool_topic(1): 40, pool_topic(0): 41}
+    )
+    keyspaces = {"users": USERS}
+    assert current_load(KEYSPACE_GROUP, assignment, joined, committed, keyspaces) == 3.5
+    # Without the maps the slots are looked for by slice id: the join's loads.
+    assert current_load(KEYSPACE_GROUP, assignment, joined, committed) == 0.75
+    # Slot 0 still holds the load of slice 12, which held it before slice 41.
+    handed_on = CommittedLoads(
+        {pool_topic(1): 1.5, pool_topic(0): 9.0}, {pool_topic(1): 40, pool_topic(0): 12}
+    )
+    first, second = USERS.slices
+    assert slice_load(KEYSPACE_GROUP, second, USERS, handed_on) is None
+    assert slice_load(KEYSPACE_GROUP, first, USERS, handed_on) == 1.5
+    assert current_load(KEYSPACE_GROUP, assignment, joined, handed_on, keyspaces) == 1.75
+    # A coordinator that keeps no commit metadata (Tansu) names nothing: the load stands.
+    plain = {pool_topic(1): 1.5, pool_topic(0): 2.0}
+    assert current_load(KEYSPACE_GROUP, assignment, None, plain, keyspaces) == 3.5
+    # A slice given no pool slot keeps the slot of its id.
+    unpooled = SliceMap("users", (Slice(7, 0, HASH_SPACE, 7, "m0"),), max_token=7)
+    assert (
+        slice_load(
+            KEYSPACE_GROUP,
+            unpooled.slices[0],
+            unpooled,
+            CommittedLoads({slot_of(KEYSPACE_GROUP, 7).topic: 4.0}),
+        )
+        == 4.0
+    )
