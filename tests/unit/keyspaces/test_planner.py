@@ -78,7 +78,13 @@ def _moved_share(before: SliceMap, after: SliceMap, live: set[str]) -> float:
     return moved / HASH_SPACE
 
 
-def _check_round(before: SliceMap, plan: Plan, members: Mapping[str, float], budget: float) -> None:
+def _check_round(
+    before: SliceMap,
+    plan: Plan,
+    members: Mapping[str, float],
+    budget: float,
+    claimed: frozenset[int] = frozenset(),
+) -> None:
     after = plan.map
     # Cover, no overlap (the map checks it when made; walked again here).
     position = 0
@@ -108,14 +114,14 @@ def _check_round(before: SliceMap, plan: Plan, members: Mapping[str, float], bud
     changed = after.slices != before.slices or after.retired != before.retired
     assert after.epoch == before.epoch + changed
     assert plan.changed == changed
-    # Lease slots: every slice has one, a slice kept keeps its own, and with no
-    # member holding anything no slot stays retired.
+    # Lease slots: every slice has one, a slice kept keeps its own, and a slot
+    # stays retired only while a member holds its slice.
     slots = {s.id: s.slot for s in before}
     for s in after:
         assert s.slot is not None
         if slots.get(s.id) is not None:
             assert s.slot == slots[s.id]
-    assert after.retired == ()
+    assert {piece_id for _, piece_id in after.retired} <= claimed
 
 
 members_strategy = st.dictionaries(
@@ -229,6 +235,90 @@ def test_rounds_converge_to_the_tolerance_and_stay_quiet(
     mean = traffic.load_of(0, HASH_SPACE) / group
     largest_slice = max(traffic.load_of(s.start, s.end) for s in smap)
     assert max(loads.values()) <= mean * (1 + knobs.imbalance_tolerance) + largest_slice
+
+
+@settings(max_examples=200)
+@given(slice_maps(max_slices=30), members_strategy, settings_strategy, st.data())
+def test_a_round_during_a_hand_over_only_places_orphans(
+    smap: SliceMap,
+    members: dict[str, float],
+    knobs: PlannerSettings,
+    data: st.DataObject,
+) -> None:
+    """While a slice a live member is to hold is held by nobody (its loads are
+    nobody's to report), a round keeps every live member's slices as they are."""
+    waiting = [s.id for s in smap if s.owner in members]
+    if not waiting:
+        return
+    unheld = data.draw(st.sets(st.sampled_from(waiting), min_size=1))
+    claimed = frozenset(s.id for s in smap if s.id not in unheld)
+    claimed |= {piece_id for _, piece_id in smap.retired}
+    if not claimed:
+        return  # no claims at all: who holds what is not known (nothing is waited for)
+    plan = plan_next_map(smap, data.draw(loads_for(smap)), members, knobs, claimed=claimed)
+    _check_round(smap, plan, members, knobs.churn_budget, claimed)
+    assert plan.waited
+    assert (plan.splits, plan.merges, plan.moves, plan.moved) == (0, 0, 0, 0.0)
+    after = plan.map.by_id()
+    for s in smap:
+        kept = after[s.id]
+        assert (kept.start, kept.end) == (s.start, s.end)
+        if s.owner in members:
+            assert (kept.owner, kept.token) == (s.owner, s.token)
+        else:
+            assert kept.owner in members or not members  # an orphan is placed
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32))
+def test_follow_up_rounds_of_a_hand_over_do_not_pile_load_on_the_new_owners(seed: int) -> None:
+    """Rounds as a cooperative group runs them: a round that moves slices is
+    followed at once by one in which the moved slices are held and reported by
+    nobody.  The busiest member ends within the tolerance (with a slice's worth
+    of slack) and no follow-up round moves anything."""
+    rng = random.Random(seed)
+    members = {name: 1.0 for name in MEMBER_NAMES[:4]}
+    starts = [0, *sorted(rng.randrange(1, HASH_SPACE) for _ in range(5))]
+    densities = [rng.uniform(0.1, 10.0) / HASH_SPACE for _ in starts]
+    hot = {rng.randrange(HASH_SPACE): 0.5 for _ in range(3)}
+    traffic = Traffic(tuple(zip(starts, densities, strict=True)), hot)
+    knobs = PlannerSettings(min_slices_per_member=8, max_slices_per_member=40)
+    smap = _owned(SliceMap.uniform("users", 32), sorted(members))
+    for _ in range(12):
+        held = frozenset(s.id for s in smap)
+        plan = plan_next_map(smap, traffic.reports(smap), members, knobs, claimed=held)
+        _check_round(smap, plan, members, knobs.churn_budget, held)
+        before, smap = smap, plan.map
+        old = before.by_id()
+        moving = {s.id for s in smap if s.id in old and old[s.id].owner != s.owner}
+        if not moving:
+            continue
+        reported = traffic.reports(smap)
+        loads = KeyspaceLoads(
+            {i: x for i, x in reported.slices.items() if i not in moving},
+            {p: x for p, x in reported.keys.items() if smap.slice_of(p).id not in moving},
+        )
+        claimed = frozenset(s.id for s in smap if s.id not in moving)
+        follow_up = plan_next_map(smap, loads, members, knobs, claimed=claimed)
+        _check_round(smap, follow_up, members, knobs.churn_budget, claimed)
+        assert follow_up.moves == 0
+        smap = follow_up.map
+    loads = _member_loads(smap, traffic)
+    mean = traffic.load_of(0, HASH_SPACE) / len(members)
+    largest_slice = max(traffic.load_of(s.start, s.end) for s in smap)
+    assert max(loads.values()) <= mean * (1 + knobs.imbalance_tolerance) + largest_slice
+
+
+def test_without_claims_nothing_is_waited_for() -> None:
+    smap = _owned(SliceMap.uniform("users", 8), ["a"] * 7 + ["b"])
+    knobs = PlannerSettings(min_slices_per_member=4, max_slices_per_member=4, churn_budget=0.5)
+    loads = KeyspaceLoads({s.id: 1.0 for s in smap})
+    plan = plan_next_map(smap, loads, {"a": 1.0, "b": 1.0}, knobs)
+    assert not plan.waited
+    assert plan.moves == 3
+    # Every slice held where the map puts it: no hand-over, the round balances.
+    held = frozenset(s.id for s in smap)
+    assert plan_next_map(smap, loads, {"a": 1.0, "b": 1.0}, knobs, claimed=held) == plan
 
 
 # --- examples ------------------------------------------------------------------------
