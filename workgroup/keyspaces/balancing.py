@@ -12,6 +12,9 @@ load at all (a new keyspace is spread by share of the hash space).
    (and within its band), the one with the most weight per hash point (the most
    load moved for the fewest keys: a hot key's one-point piece first).  A member
    none of whose pieces can move is left as it is for the rest of the round.
+   Once a member is out of the band, the moves go on until the busiest and the
+   idlest are within ``AIM`` of it (half): the loads of pieces split this round
+   are estimates, and a plan right at the band's edge lands past it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from workgroup.keyspaces.pieces import ChurnBudget, Piece
+
+#: Once a member is out of the band, the moves aim within this share of it.
+AIM = 0.5
 
 
 def balance(
@@ -58,6 +64,7 @@ def balance(
 
     moves = 0
     stuck: set[str] = set()
+    band = tolerance
     # Every move lowers the spread of weight per capacity; the cap only bounds the round.
     while len(stuck) < len(held) and moves < len(pieces):
         donor = max(
@@ -65,10 +72,11 @@ def balance(
             key=lambda m: (carried[m] / capacities[m], m),
         )
         receiver = min(held, key=lambda m: (carried[m] / capacities[m], m))
-        over = carried[donor] > share[donor] * (1 + tolerance)
-        under = carried[receiver] < share[receiver] * (1 - tolerance)
+        over = carried[donor] > share[donor] * (1 + band)
+        under = carried[receiver] < share[receiver] * (1 - band)
         if donor == receiver or not (over or under):
             break
+        band = tolerance * AIM  # out of the band: aim well within it
         donor_ratio = carried[donor] / capacities[donor]
         room = share[receiver] * (1 + tolerance) - carried[receiver]
         best: Piece | None = None
