@@ -224,7 +224,10 @@ def run(members_count: int, args: argparse.Namespace, exact: ExactLoads, console
     smap = SliceMap.uniform("users", 1)
     loads = KeyspaceLoads()
     summary = Table(title=f"{members_count} members: rounds (map epochs) to <= {TARGET}")
-    for column in ("hot spot", "busiest/mean first", "rounds to <= 1.10", "max moved/round"):
+    for column in (
+        "hot spot", "busiest/mean first", "rounds to <= 1.10", "busiest/mean last",
+        "rounds", "max moved/round",
+    ):  # fmt: skip
         summary.add_column(column, justify="right")
     for move in range(args.moves + 1):
         if move:
@@ -289,6 +292,8 @@ def run(members_count: int, args: argparse.Namespace, exact: ExactLoads, console
             "start" if not move else f"move {move}",
             f"{first:.2f}",
             rounds_to,
+            f"{ratio(exact.per_member(smap), members):.2f}",
+            str(epochs),
             f"{most_moved:.1%}",
         )
     console.print(summary)
