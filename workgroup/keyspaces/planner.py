@@ -104,6 +104,10 @@ def plan_next_map(
             token = tokens.next()
         slices.append(Slice(piece.id, piece.start, piece.end, token, piece.owner))
     placed, retired = assign_slots(current, slices, claimed)
+    if placed == current.slices:
+        # Freed slots alone make no new map: they wait for the next change
+        # (slot_pool rule 2), so a hand-over's follow-up rounds are no epochs.
+        retired = current.retired
     changed = placed != current.slices or retired != current.retired
     next_map = SliceMap(
         current.keyspace,

@@ -486,6 +486,7 @@ def _log_keyspace(group_id: str, generation: int, keyspace: KeyspacePlanned) -> 
             moves=plan.moves,
             moved_share=round(plan.moved, 4),
             max_token=plan.map.max_token,
+            waited=plan.waited,
         )
 
 
