@@ -10,7 +10,10 @@ load at all (a new keyspace is spread by share of the hash space).
    the busiest member's pieces moves to the idlest: of the pieces whose range
    the budget still covers and whose move leaves the idlest below the busiest
    (and within its band), the one with the most weight per hash point (the most
-   load moved for the fewest keys: a hot key's one-point piece first).
+   load moved for the fewest keys: a hot key's one-point piece first).  Once a
+   member is out of the band, the moves go on until the busiest and the idlest
+   are within ``AIM`` of it (half): the loads of pieces split this round are
+   estimates, and a plan right at the band's edge lands past it.
 3. When no piece can move only because each that would is wider than the
    budget left, the best of them is cut (while ``spare`` allows more pieces):
    its first ``budget left`` points become a piece of their own, which moves,
@@ -26,6 +29,9 @@ from collections.abc import Mapping
 
 from workgroup.keyspaces.pieces import ChurnBudget, Piece, TokenCounter
 from workgroup.keyspaces.reshaping import split
+
+#: Once a member is out of the band, the moves aim within this share of it.
+AIM = 0.5
 
 
 def balance(
@@ -69,6 +75,7 @@ def balance(
 
     moves = cuts = 0
     stuck: set[str] = set()
+    band = tolerance
     # Every move lowers the spread of weight per capacity; the cap only bounds the round.
     while len(stuck) < len(held) and moves < len(pieces):
         donor = max(
@@ -76,10 +83,11 @@ def balance(
             key=lambda m: (carried[m] / capacities[m], m),
         )
         receiver = min(held, key=lambda m: (carried[m] / capacities[m], m))
-        over = carried[donor] > share[donor] * (1 + tolerance)
-        under = carried[receiver] < share[receiver] * (1 - tolerance)
+        over = carried[donor] > share[donor] * (1 + band)
+        under = carried[receiver] < share[receiver] * (1 - band)
         if donor == receiver or not (over or under):
             break
+        band = tolerance * AIM  # out of the band: aim well within it
         donor_ratio = carried[donor] / capacities[donor]
         room = share[receiver] * (1 + tolerance) - carried[receiver]
         best: Piece | None = None

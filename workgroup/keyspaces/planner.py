@@ -19,6 +19,14 @@ map, byte for byte).  One round, in order (``reshaping``, then ``balancing``):
 
 The share of the hash space whose owner changed from one live member to another
 is at most ``churn_budget`` (:func:`moved_share` measures it).
+
+**A hand-over under way** (``claimed`` names what members hold, and a slice the
+current map gives a live member is held by nobody: its former owner let go,
+its new one has not taken it yet, as in a cooperative round's follow-up): the
+round places orphans and does nothing else (steps 2, 3 and the moves of 4 wait).
+Such a slice's load and sampled keys are nobody's to report, so it would count
+as cold: its new owner would look idle and be given more at once, round after
+round, each one pushing the member that is taking work further above the mean.
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ class Plan:
     moved: float
     #: The map differs from the current one (its epoch is one higher).
     changed: bool
+    #: A hand-over was under way: the round only placed orphans.
+    waited: bool = False
 
 
 def plan_next_map(
@@ -72,15 +82,19 @@ def plan_next_map(
             raise KeyspaceError(f"capacity of member {member!r} must be above 0, not {capacity}")
     live = frozenset(members)
     tokens = TokenCounter(max(current.max_token, max_token))
-    budget = ChurnBudget(int(settings.churn_budget * HASH_SPACE), live)
+    waited = handing_over(current, live, claimed)
+    # A zero budget leaves every live member's slices where they are (orphans cost none).
+    budget = ChurnBudget(0 if waited else int(settings.churn_budget * HASH_SPACE), live)
     pieces = _pieces(current, loads, live)
-    total = sum(piece.load for piece in pieces)
+    splits = merges = 0
     n_members = max(len(members), 1)
-    low = settings.min_slices_per_member * n_members
     high = settings.max_slices_per_member * n_members
-    split_load = settings.imbalance_tolerance * total / n_members if total > 0 else float("inf")
-    pieces, splits = split_pieces(pieces, split_load, low, high, tokens)
-    pieces, merges = merge_pieces(pieces, split_load / 4, low, high, tokens, budget)
+    if not waited:
+        total = sum(piece.load for piece in pieces)
+        low = settings.min_slices_per_member * n_members
+        split_load = settings.imbalance_tolerance * total / n_members if total > 0 else float("inf")
+        pieces, splits = split_pieces(pieces, split_load, low, high, tokens)
+        pieces, merges = merge_pieces(pieces, split_load / 4, low, high, tokens, budget)
     moves, cuts = balance(
         pieces, members, settings.imbalance_tolerance, budget, tokens, high - len(pieces)
     )
@@ -94,6 +108,10 @@ def plan_next_map(
             token = tokens.next()
         slices.append(Slice(piece.id, piece.start, piece.end, token, piece.owner))
     placed, retired = assign_slots(current, slices, claimed)
+    if placed == current.slices:
+        # Freed slots alone make no new map: they wait for the next change
+        # (slot_pool rule 2), so a hand-over's follow-up rounds are no epochs.
+        retired = current.retired
     changed = placed != current.slices or retired != current.retired
     next_map = SliceMap(
         current.keyspace,
@@ -102,7 +120,18 @@ def plan_next_map(
         epoch=current.epoch + 1 if changed else current.epoch,
         retired=retired,
     )
-    return Plan(next_map, splits, merges, moves, moved_share(current, next_map, live), changed)
+    moved = moved_share(current, next_map, live)
+    return Plan(next_map, splits, merges, moves, moved, changed, waited)
+
+
+def handing_over(current: SliceMap, live: frozenset[str], claimed: Collection[int]) -> bool:
+    """Whether a slice ``current`` gives a live member is held by no member
+    (``claimed``: the slice ids members hold; none at all: nothing is known of
+    who holds what, and nothing is waited for)."""
+    if not claimed:
+        return False
+    held = claimed if isinstance(claimed, frozenset | set) else frozenset(claimed)
+    return any(piece.owner in live and piece.id not in held for piece in current.slices)
 
 
 def _pieces(current: SliceMap, loads: KeyspaceLoads, live: frozenset[str]) -> list[Piece]:
@@ -149,4 +178,4 @@ def moved_share(before: SliceMap, after: SliceMap, members: frozenset[str]) -> f
     return moved / HASH_SPACE
 
 
-__all__ = ["Plan", "moved_share", "plan_next_map"]
+__all__ = ["Plan", "handing_over", "moved_share", "plan_next_map"]

@@ -13,7 +13,8 @@ Rules:
    slice (its holder may still commit to the slot in its grace period: the
    members' claims, from their JoinGroup metadata, say who does).  A retired
    slot is freed once no member claims its slice, like a resource that moves
-   only once its old owner let it go.
+   only once its old owner let it go, at the first round that changes a slice
+   (the planner's choice: freed slots alone make no new map, and no epoch).
 3. **A slice born by a split or a merge** (or given none yet) takes the lowest
    slot that no live slice and no retired slot uses.
 4. **So the pool is bounded**: every slot in use is below the most slots ever

@@ -29,7 +29,10 @@ Rules:
 3. **The target is the map**: each member gets the slices the next map gives
    it, nothing else.  The delay, refusals and load balancing do not run: the
    planner places, moves within its churn budget, and balances, and a stage
-   after it would make the map and the assignment disagree.
+   after it would make the map and the assignment disagree.  A round whose
+   plan changed the map (or waited for a hand-over) is probed again a
+   balancing interval later, with the loads of the slices it changed measured
+   (:mod:`~workgroup.member.load_balancing` rule 5).
 4. **Every member is handed the next map** (:func:`~workgroup.keyspaces.report.encode_map_only`),
    and the assignment names the next map's catalog, which members adopt
    before taking it.

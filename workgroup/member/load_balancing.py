@@ -61,7 +61,13 @@ Rules:
    fresh loads.  Together with the stage's target (half the tolerance) and the
    pins, noise cannot start a storm of moves: at most one round per interval,
    and a resource never moves back within ``pinned_intervals`` intervals.
-5. **Heading over rounds.**  When the stage heads for a placement over rounds
+5. **A keyspace's rounds** (:mod:`~workgroup.member.keyspace_stage`: the
+   planner runs in place of the stage): a round whose plan changed the map or
+   waited for a hand-over probes ``balance_interval_ms`` later, so that the
+   next plan sees the loads of the slices it cut, merged or moved once their
+   owners measured them (they rejoin by themselves only for what they
+   published: rule 2); a round that changed nothing plans no probe.
+6. **Heading over rounds.**  When the stage heads for a placement over rounds
    (:mod:`~workgroup.assignors.balance_rounds`), the leader keeps it between
    rounds and gives it to the next; the round is unfinished meanwhile, so the
    leader probes an interval later (rule 4).
@@ -253,7 +259,7 @@ class BalanceStage:
     remembered: Mapping[Resource, float] = field(default_factory=dict)
     #: The round carries out an earlier decision that was stopped early.
     carry_stopped_early: bool = False
-    #: The placement earlier rounds head for (rule 5).
+    #: The placement earlier rounds head for (rule 6).
     heading: Heading | None = None
     #: ``resource -> member`` the stage moved it to in earlier rounds, and the
     #: members it was decided for (rule 3).
@@ -376,7 +382,7 @@ class LeaderBalancing:
         self.last: Balanced | None = None
         #: The plan being carried out was decided on guessed loads (rule 4).
         self._guessed = False
-        #: The placement the stage heads for over rounds (rule 5).
+        #: The placement the stage heads for over rounds (rule 6).
         self.heading: Heading | None = None
         #: ``resource -> member`` the stage moved it to, for the members of
         #: ``placed_for`` (rule 3); never modified (a round that changes it
@@ -434,6 +440,12 @@ class LeaderBalancing:
         again = unfinished or self._guessed
         self.probe_at = now + self.settings.balance_interval_ms if again else None
         return BalanceOutcome(self.last, decided=result.decided)
+
+    def keyspace_planned(self, now: int, *, again: bool) -> None:
+        """Rule 5: a keyspace round's plan; ``again``: it changed the map or
+        waited for a hand-over."""
+        if self.enabled:
+            self.probe_at = now + self.settings.balance_interval_ms if again else None
 
     def _remember_placements(self, last: Balanced, members: frozenset[str]) -> None:
         """Where the round's moves put resources (rule 3); a member that

@@ -381,6 +381,9 @@ class LeaderPipeline:
         outcome = self._balancing.finished(
             now, result.balance, carried=round_.stages.carry is not None
         )
+        if result.keyspace is not None:
+            planned = result.keyspace.plan
+            self._balancing.keyspace_planned(now, again=planned.changed or planned.waited)
         plan = decision_stage(round_, plan, result.decided, outcome)
         warmed = warmup_stage(round_, plan, self._max_warmups)
         plan = warmed.plan
@@ -515,6 +518,7 @@ def _log_keyspace(group_id: str, generation: int, keyspace: KeyspacePlanned) -> 
             moves=plan.moves,
             moved_share=round(plan.moved, 4),
             max_token=plan.map.max_token,
+            waited=plan.waited,
         )
 
 

@@ -97,6 +97,14 @@ def round_(
     return {mid: PROTOCOL.codec.decode_assignment(blob).value for mid, blob in blobs}
 
 
+def leader_round(
+    metas: dict[str, MemberMetadata], now: int = 0, persisted: PersistedKeyspace | None = None
+) -> tuple[LeaderPipeline, dict[str, AssignmentData]]:
+    """:func:`round_`, with the leader's pipeline after it."""
+    pipeline = leader(persisted)
+    return pipeline, round_(metas, now, pipeline=pipeline)
+
+
 def handed_map(assignments: dict[str, AssignmentData]) -> SliceMap:
     maps = {decode_report(a.user_data).map for a in assignments.values()}
     assert len(maps) == 1  # every member is handed the same map
@@ -207,6 +215,24 @@ def test_a_hot_key_reported_by_its_owner_gets_a_slice_of_its_own() -> None:
     hot = after.slice_of(point)
     assert (hot.start, hot.end) == (point, point + 1)
     assert hot.token > smap.max_token
+
+
+def test_a_round_that_changed_the_map_is_probed_an_interval_later() -> None:
+    """The slices a round cut, merged or moved are measured by their owners, who
+    rejoin by themselves only for what they published: the leader looks again."""
+    interval = BalanceSettings().balance_interval_ms
+    pipeline, assignments = leader_round({mid: metadata() for mid in MEMBERS}, now=1_000)
+    assert pipeline.probe_at == 1_000 + interval
+    smap = handed_map(assignments)
+    # Every member holds its slices (a third of the space each), and no load
+    # anywhere: nothing to split, merge or move.
+    metas = {}
+    for mid in MEMBERS:
+        mine = tuple(("users", p.id) for p in smap.slices if p.owner == mid)
+        metas[mid] = metadata(KeyspaceReport(smap), owned=mine, loads=(0.0,) * len(mine))
+    pipeline, assignments = leader_round(metas, now=5_000)
+    assert handed_map(assignments) == smap
+    assert pipeline.probe_at is None
 
 
 @settings(max_examples=60, deadline=None)
