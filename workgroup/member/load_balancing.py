@@ -66,7 +66,12 @@ Rules:
    waited for a hand-over probes ``balance_interval_ms`` later, so that the
    next plan sees the loads of the slices it cut, merged or moved once their
    owners measured them (they rejoin by themselves only for what they
-   published: rule 2); a round that changed nothing plans no probe.
+   published: rule 2); a round that changed nothing plans no probe.  Rounds
+   that wait one after another probe ever later (the interval doubles, up to
+   ``MAX_WAIT_DOUBLINGS`` times): a member that has not yet synced holds
+   nothing, so each round waits for it again, and a probe every interval would
+   keep it from ever syncing where rounds take longer than the interval (a
+   broker that holds JoinGroup half a session).
 6. **Heading over rounds.**  When the stage heads for a placement over rounds
    (:mod:`~workgroup.assignors.balance_rounds`), the leader keeps it between
    rounds and gives it to the next; the round is unfinished meanwhile, so the
@@ -367,6 +372,10 @@ class BalanceOutcome:
     decided: bool
 
 
+#: Rule 5: how many times the probe's delay doubles over rounds that wait in a row.
+MAX_WAIT_DOUBLINGS = 4
+
+
 class LeaderBalancing:
     """The leader's memory between rounds and its probing timer (rules 3 and 4)."""
 
@@ -389,6 +398,8 @@ class LeaderBalancing:
         #: builds a new one: the stage reads it in another thread).
         self.placed: Mapping[Resource, str] = {}
         self.placed_for: frozenset[str] = frozenset()
+        #: Keyspace rounds in a row that waited for a hand-over (rule 5).
+        self._waits_in_a_row = 0
 
     @property
     def enabled(self) -> bool:
@@ -441,11 +452,16 @@ class LeaderBalancing:
         self.probe_at = now + self.settings.balance_interval_ms if again else None
         return BalanceOutcome(self.last, decided=result.decided)
 
-    def keyspace_planned(self, now: int, *, again: bool) -> None:
-        """Rule 5: a keyspace round's plan; ``again``: it changed the map or
-        waited for a hand-over."""
-        if self.enabled:
-            self.probe_at = now + self.settings.balance_interval_ms if again else None
+    def keyspace_planned(self, now: int, *, changed: bool, waited: bool) -> None:
+        """Rule 5: a keyspace round's plan changed the map, or waited for a hand-over."""
+        self._waits_in_a_row = self._waits_in_a_row + 1 if waited else 0
+        if not self.enabled:
+            return
+        if not (changed or waited):
+            self.probe_at = None
+            return
+        doublings = min(max(self._waits_in_a_row - 1, 0), MAX_WAIT_DOUBLINGS)
+        self.probe_at = now + self.settings.balance_interval_ms * 2**doublings
 
     def _remember_placements(self, last: Balanced, members: frozenset[str]) -> None:
         """Where the round's moves put resources (rule 3); a member that

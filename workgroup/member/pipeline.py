@@ -383,7 +383,7 @@ class LeaderPipeline:
         )
         if result.keyspace is not None:
             planned = result.keyspace.plan
-            self._balancing.keyspace_planned(now, again=planned.changed or planned.waited)
+            self._balancing.keyspace_planned(now, changed=planned.changed, waited=planned.waited)
         plan = decision_stage(round_, plan, result.decided, outcome)
         warmed = warmup_stage(round_, plan, self._max_warmups)
         plan = warmed.plan

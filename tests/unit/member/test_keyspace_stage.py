@@ -235,6 +235,36 @@ def test_a_round_that_changed_the_map_is_probed_an_interval_later() -> None:
     assert pipeline.probe_at is None
 
 
+def test_rounds_that_wait_for_a_member_not_yet_synced_probe_ever_later() -> None:
+    """A member that has not synced its slices yet holds none, so each round waits
+    for it; where a round takes longer than the interval (Tansu holds JoinGroup
+    half a session), a probe every interval would keep it from ever syncing."""
+    interval = BalanceSettings().balance_interval_ms
+    pipeline = leader()
+    smap = handed_map(round_({mid: metadata() for mid in MEMBERS}, now=0, pipeline=pipeline))
+    late = MEMBERS[-1]
+    metas = {}
+    for mid in MEMBERS:
+        mine = tuple(("users", p.id) for p in smap.slices if p.owner == mid)
+        if mid == late:
+            mine = ()
+        metas[mid] = metadata(KeyspaceReport(smap), owned=mine, loads=(0.0,) * len(mine))
+    delays = []
+    now = 0
+    for generation in range(3, 10):
+        now += 100_000
+        assert handed_map(round_(metas, now, pipeline=pipeline, generation=generation)) == smap
+        assert pipeline.probe_at is not None
+        delays.append(pipeline.probe_at - now)
+    assert delays == [interval * 2**n for n in (0, 1, 2, 3, 4, 4, 4)]
+    # Once the member holds its slices the rounds stop waiting, and a round
+    # that changes nothing plans no probe.
+    mine = tuple(("users", p.id) for p in smap.slices if p.owner == late)
+    metas[late] = metadata(KeyspaceReport(smap), owned=mine, loads=(0.0,) * len(mine))
+    round_(metas, now + 100_000, pipeline=pipeline, generation=10)
+    assert pipeline.probe_at is None
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(slice_maps(max_slices=12), min_size=1, max_size=3), st.integers(0, 2))
 def test_the_round_starts_from_the_newest_map_and_never_reuses_a_token(
