@@ -66,6 +66,7 @@ from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace, keyspace_c
 from workgroup.member.keyspace_stage import (
     KeyspacePlanned,
     KeyspaceRound,
+    keep_staged_slices,
     ranges_to_remember,
     read_keyspace,
     withhold_overlaps,
@@ -384,6 +385,10 @@ class LeaderPipeline:
         plan = decision_stage(round_, plan, result.decided, outcome)
         warmed = warmup_stage(round_, plan, self._max_warmups)
         plan = warmed.plan
+        keyspace = result.keyspace
+        if keyspace is not None and keyspace_round is not None:
+            # A slice whose move is staged stays with its owner in the map too.
+            keyspace = keep_staged_slices(keyspace, keyspace_round, plan)
         self._plan = plan if plan.premises is not None else None
         balanced = outcome.balanced
         moves = self._moves.observe(
@@ -391,7 +396,7 @@ class LeaderPipeline:
             round_.read.metadata,
             balanced={m.resource for m in balanced.moves} if balanced is not None else (),
         )
-        return RoundOutcome(plan, warmed.staged, moves, result.keyspace)
+        return RoundOutcome(plan, warmed.staged, moves, keyspace)
 
     def finish(
         self, now: int, round_: LeaderRound, result: RoundResult | Assignment
