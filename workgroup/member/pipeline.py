@@ -29,7 +29,10 @@ Rules:
      :class:`~workgroup.member.round_plan.RoundPlan`;
    - balancing's decision: :func:`decision_stage` gives the plan with what
      was decided and its premises;
-   - warm-up staging: :func:`warmup_stage` gives a :class:`Warmed`;
+   - warm-up staging: :func:`warmup_stage` gives a :class:`Warmed`; in a
+     keyspace's group the next map then keeps each slice whose move is staged
+     with its current owner and token
+     (:func:`~workgroup.member.keyspace_stage.keep_staged_slices`);
    - the moves: :class:`~workgroup.member.moves.MoveCounter` counts them.
 
    The machine records the result (:meth:`LeaderPipeline.conclude`: the delay
