@@ -45,6 +45,20 @@ Rules:
    (:attr:`KeyspaceRound.ranges`); a leader that never saw it withholds every
    slice born after it.  Such a claim is expected, not an unknown resource
    (:attr:`KeyspaceRound.releasing`): the map lists its slot as retired.
+6. **A slice the planner moves between live members is a planned move**: the
+   plan hands it to its next owner and revokes it from its current owner, and
+   the warm-up stage (:mod:`~workgroup.member.warmup`, after this stage) stages
+   it as any other resource.  While it is staged (warming, or waiting for a
+   free warm-up) its current owner keeps it, and so does the map
+   (:func:`keep_staged_slices`): the slice keeps its owner and its token, so
+   that keys are routed to the member that serves them and only that member's
+   token is valid.  The planner plans each round afresh from that map: while
+   the move stands, the next round stages it again, and once the next owner is
+   ready the move is cut over as a plain one, the map names the next owner and
+   the token rises (the fence).  A map with nothing but staged moves is the
+   current map, unchanged (its epoch does not rise).  Slices born from a split
+   or a merge have new ids: nobody holds them yet, so they are handed out at
+   once (after rule 5), never warmed.
 """
 
 from __future__ import annotations
@@ -56,7 +70,7 @@ from workgroup.assignors.base import Assignment, AssignmentInput
 from workgroup.errors import ProtocolError
 from workgroup.keyspaces.loads import KeyspaceLoads
 from workgroup.keyspaces.persisted import PersistedKeyspace
-from workgroup.keyspaces.planner import Plan, plan_next_map
+from workgroup.keyspaces.planner import Plan, moved_share, plan_next_map
 from workgroup.keyspaces.report import decode_report, encode_map_only
 from workgroup.keyspaces.slices import Slice, SliceMap
 from workgroup.log import get_logger
@@ -213,6 +227,55 @@ def run_keyspace_stage(round_: KeyspaceRound, data: AssignmentInput) -> Keyspace
     )
 
 
+def keep_staged_slices(
+    planned: KeyspacePlanned, round_: KeyspaceRound, plan: RoundPlan
+) -> KeyspacePlanned:
+    """Rule 6: ``planned`` with each slice that ``plan`` (the round's plan after
+    the warm-up stage) leaves with its current owner, instead of the next map's
+    owner, back with that owner and its token."""
+    name = round_.config.name
+    holder = {
+        key: member_id
+        for member_id, given in plan.assigned.items()
+        for kind, key in given
+        if kind == name and isinstance(key, int)
+    }
+    before = round_.current.by_id()
+    next_map = planned.plan.map
+    slices: list[Slice] = []
+    kept = 0
+    for piece in next_map.slices:
+        old = before.get(piece.id)
+        if (
+            old is not None
+            and old.owner is not None
+            and old.owner != piece.owner
+            and holder.get(piece.id) == old.owner
+        ):
+            slices.append(replace(piece, owner=old.owner, token=old.token))
+            kept += 1
+        else:
+            slices.append(piece)
+    if not kept:
+        return planned
+    smap = SliceMap(
+        next_map.keyspace,
+        tuple(slices),
+        max_token=next_map.max_token,
+        epoch=next_map.epoch,
+        retired=next_map.retired,
+    )
+    current = round_.current
+    if smap.slices == current.slices and smap.retired == current.retired:
+        smap = current  # nothing changes but staged moves: the map stays as it is
+    changed = smap is not current
+    moves = max(planned.plan.moves - kept, 0)
+    owners = frozenset(p.owner for p in next_map.slices if p.owner is not None)
+    moved = moved_share(current, smap, owners)
+    plan_out = replace(planned.plan, map=smap, moves=moves, moved=moved, changed=changed)
+    return replace(planned, plan=plan_out, encoded=encode_map_only(smap))
+
+
 def withhold_overlaps(
     plan: RoundPlan,
     round_: KeyspaceRound,
@@ -278,6 +341,7 @@ def ranges_to_remember(round_: KeyspaceRound, next_map: SliceMap) -> dict[int, t
 __all__ = [
     "KeyspacePlanned",
     "KeyspaceRound",
+    "keep_staged_slices",
     "ranges_to_remember",
     "read_keyspace",
     "run_keyspace_stage",

@@ -29,7 +29,10 @@ Rules:
      :class:`~workgroup.member.round_plan.RoundPlan`;
    - balancing's decision: :func:`decision_stage` gives the plan with what
      was decided and its premises;
-   - warm-up staging: :func:`warmup_stage` gives a :class:`Warmed`;
+   - warm-up staging: :func:`warmup_stage` gives a :class:`Warmed`; in a
+     keyspace's group the next map then keeps each slice whose move is staged
+     with its current owner and token
+     (:func:`~workgroup.member.keyspace_stage.keep_staged_slices`);
    - the moves: :class:`~workgroup.member.moves.MoveCounter` counts them.
 
    The machine records the result (:meth:`LeaderPipeline.conclude`: the delay
@@ -66,6 +69,7 @@ from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace, keyspace_c
 from workgroup.member.keyspace_stage import (
     KeyspacePlanned,
     KeyspaceRound,
+    keep_staged_slices,
     ranges_to_remember,
     read_keyspace,
     withhold_overlaps,
@@ -387,6 +391,10 @@ class LeaderPipeline:
         plan = decision_stage(round_, plan, result.decided, outcome)
         warmed = warmup_stage(round_, plan, self._max_warmups)
         plan = warmed.plan
+        keyspace = result.keyspace
+        if keyspace is not None and keyspace_round is not None:
+            # A slice whose move is staged stays with its owner in the map too.
+            keyspace = keep_staged_slices(keyspace, keyspace_round, plan)
         self._plan = plan if plan.premises is not None else None
         balanced = outcome.balanced
         moves = self._moves.observe(
@@ -394,7 +402,7 @@ class LeaderPipeline:
             round_.read.metadata,
             balanced={m.resource for m in balanced.moves} if balanced is not None else (),
         )
-        return RoundOutcome(plan, warmed.staged, moves, result.keyspace)
+        return RoundOutcome(plan, warmed.staged, moves, keyspace)
 
     def finish(
         self, now: int, round_: LeaderRound, result: RoundResult | Assignment

@@ -23,8 +23,9 @@ Rules:
 
    A later stage never undoes an earlier one's work.  In a keyspace's group
    the keyspace stage (:mod:`~workgroup.member.keyspace_stage`) is the only
-   stage: its planner places, moves and balances the slices, and its map is
-   the target.
+   stage here: its planner places, moves and balances the slices, and its map
+   is the target (the pipeline's warm-up staging, after this, may keep a moved
+   slice with its owner: the map follows, the keyspace stage's rule 6).
 2. The delay's memory records where the final target put each resource (after
    refusals and balancing): a resource is delayed when the member it was
    really handed to leaves.

@@ -284,6 +284,8 @@ class App:
         on_failure: OnFailure | None = None,
         max_failures: int | None = None,
         max_sampled_keys: int = 64,
+        warm_up: bool = False,
+        warmup_timeout_ms: int = 60_000,
     ) -> Callable[[F], F]:
         """Shard the keys of keyspace ``name`` (any ``str`` or ``int``) over the
         group's processes: the keys are hashed into slices (``docs/keyspaces.md``),
@@ -300,6 +302,16 @@ class App:
         ``<app>.<name>``.  ``grace_ms``, ``on_failure`` and ``max_failures`` as
         for :meth:`worker`, but ``"release"`` (the app-wide ``"release"``
         retries here).
+
+        ``warm_up=True``: a slice the planner moves from one process to another
+        (a new process, balancing, a drain, a hand-over before leaving) is first
+        handed to its next owner with ``lease.role == "warming"`` while its
+        current owner keeps it, and keeps its keys and its token: the handler
+        prepares the slice (loads its keys' state), then ``await lease.ready()``,
+        which returns ``True`` once the cut-over made this process the owner,
+        with the slice's new token, or ``False`` once the move was called off.
+        ``warmup_timeout_ms`` as for :meth:`worker`.  Slices born from a split
+        or a merge are handed out at once.
         """
         _check_called(name, "keyspace", "users")
         _check_name(name, "keyspace name")
@@ -323,6 +335,10 @@ class App:
                 f"keyspace {name!r}: on_failure='release' is not supported for keyspaces; "
                 "use 'retry' or 'stop'"
             )
+        if not isinstance(warm_up, bool):
+            raise ConfigError(f"warm_up must be True or False, got {warm_up!r}")
+        if isinstance(warmup_timeout_ms, bool) or warmup_timeout_ms <= 0:
+            raise ConfigError(f"warmup_timeout_ms must be > 0, got {warmup_timeout_ms!r}")
 
         def register(function: F) -> F:
             _check_signature(function, 1, f"keyspace {name!r}")
@@ -341,6 +357,8 @@ class App:
                 on_failure,
                 max_failures,
                 max_sampled_keys,
+                warm_up,
+                warmup_timeout_ms,
             )
             return function
 

@@ -36,11 +36,20 @@ Rules:
    merged away handed on; its header names the slice, and a new holder finding
    an earlier slice's name there starts without a checkpoint.  A keyspace
    uses about as many slots (on Kafka, topics) as it ever had slices at once.
+8. **Warm-ups** (``warm_up=True``; the keyspace stage's rule 6): a slice
+   moved to this process is first handed to it to warm up
+   (:attr:`SliceLease.role` ``"warming"``): the map still names its current
+   owner, with that owner's token, so :meth:`SliceLease.owns` is false and
+   :meth:`SliceLease.token_for` refuses every key.  :meth:`SliceLease.ready`
+   says the slice is prepared; once the cut-over made this process the owner
+   it takes the slice as the map now gives it (the token of the cut-over, above
+   the previous owner's) and, after rule 6's proof of that token, returns
+   ``True``; ``False`` once the move was called off or the lease ended.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from workgroup.errors import ConfigError
 from workgroup.keyspaces.errors import KeyMovedError
@@ -50,7 +59,7 @@ from workgroup.member.driver import GroupMember, member_keyspace
 from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace
 from workgroup.runtime.keyspace_slots import pool_slot_key
 from workgroup.runtime.keyspace_state import KeyspaceState
-from workgroup.runtime.lease import Lease
+from workgroup.runtime.lease import Lease, Role
 from workgroup.runtime.slots import Slot, slot_of
 from workgroup.runtime.spec import KeyspaceSpec
 from workgroup.types import Key
@@ -67,13 +76,41 @@ class SliceLease:
             its own fencing token, revocation).
     """
 
-    def __init__(self, lease: Lease, piece: Slice, view: MemberKeyspace, owner: str) -> None:
+    def __init__(
+        self,
+        lease: Lease,
+        piece: Slice,
+        view: MemberKeyspace,
+        owner: str,
+        cover: Callable[[int, Lease], Awaitable[bool]] | None = None,
+    ) -> None:
         self.lease = lease
         self.slice = piece
         self.keyspace = view.config.name
         self._view = view
-        #: The member id the map names as this slice's owner.
+        #: This member's id: the owner the map names while this lease works.
         self._owner = owner
+        #: Rule 6's proof of a token (``None``: no kept state).
+        self._cover = cover
+
+    @property
+    def role(self) -> Role:
+        """``"active"``, or ``"warming"`` while the slice is warmed up here (rule 8)."""
+        return self.lease.role
+
+    async def ready(self) -> bool:
+        """Rule 8: say the slice is prepared; ``True`` once this process owns it
+        (:attr:`slice` is then the map's, with the cut-over's token), ``False``
+        once the move was called off or the lease ended."""
+        if not await self.lease.ready():
+            return False
+        smap = self._view.map
+        current = smap.by_id().get(self.slice.id) if smap is not None else None
+        if current is not None and current.owner == self._owner:
+            if self._cover is not None and not await self._cover(current.token, self.lease):
+                return False  # the lease ended before the slots proved the new token
+            self.slice = current
+        return True
 
     def __repr__(self) -> str:
         return f"<SliceLease {self.keyspace} {self.slice} {self.lease.state.value}>"
@@ -196,9 +233,19 @@ class KeyspaceGroup:
                 "process knows"
             )
         assert keyspace is not None
+        # A warming lease's slice has its current owner's token, proved already.
         if self.state is not None and not await self.state.cover(piece.token, lease):
             return  # the lease ended before the slots proved the slice's token
-        await self.spec.handler(SliceLease(lease, piece, keyspace, member.member_id))
+        state = self.state
+        await self.spec.handler(
+            SliceLease(
+                lease,
+                piece,
+                keyspace,
+                member.member_id,
+                cover=state.cover if state is not None else None,
+            )
+        )
 
 
 __all__ = ["KeyspaceGroup", "SliceLease"]

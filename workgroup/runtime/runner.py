@@ -837,6 +837,8 @@ class AppRunner:
                 client_id=client_id,
                 on_fatal=self._fatal,
                 clock=clock,
+                warm_up=spec.warm_up,
+                warmup_timeout_s=spec.warmup_timeout_ms / 1000,
                 keyspace=keyspace.config,
                 slot_for=keyspace.slot,
                 earlier_holder=keyspace.earlier_holder,

@@ -69,6 +69,10 @@ class KeyspaceSpec:
     max_failures: int | None = None
     #: The most hot keys a process reports to the leader.
     max_sampled_keys: int = 64
+    #: Moved slices are warmed up by their next owner first (planned moves).
+    warm_up: bool = False
+    #: How long a slice's warm-up may take before its move falls back to a plain one.
+    warmup_timeout_ms: int = 60_000
 
 
 def failure_policy(

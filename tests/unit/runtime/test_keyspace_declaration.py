@@ -19,11 +19,14 @@ async def handler(lease: Any) -> None:
 def test_a_keyspace_is_declared_with_its_planner_settings() -> None:
     app = workgroup.App("shop")
     settings = PlannerSettings(min_slices_per_member=4, max_slices_per_member=8)
-    app.keyspace("users", settings=settings, max_sampled_keys=8)(handler)
+    app.keyspace(
+        "users", settings=settings, max_sampled_keys=8, warm_up=True, warmup_timeout_ms=5_000
+    )(handler)
     spec = app.keyspaces["users"]
     assert spec.handler is handler
     assert spec.settings == settings
     assert spec.max_sampled_keys == 8
+    assert (spec.warm_up, spec.warmup_timeout_ms) == (True, 5_000)
     assert app.group_id("users") == "shop.users"
     app.check()  # a keyspace alone is an app that can run
 
@@ -32,6 +35,7 @@ def test_a_keyspace_without_settings_takes_the_planner_defaults() -> None:
     app = workgroup.App("shop")
     app.keyspace("users")(handler)
     assert app.keyspaces["users"].settings == PlannerSettings()
+    assert app.keyspaces["users"].warm_up is False  # moves are plain unless asked
 
 
 def plain(lease: Any) -> None:
@@ -49,6 +53,8 @@ def plain(lease: Any) -> None:
         (lambda app: app.keyspace("users", grace_ms=-1), "grace_ms"),
         (lambda app: app.keyspace("users", on_failure="explode"), "keyspace 'users'"),
         (lambda app: app.keyspace("users", on_failure="release"), "not supported for keyspaces"),
+        (lambda app: app.keyspace("users", warm_up="yes"), "warm_up must be True or False"),
+        (lambda app: app.keyspace("users", warmup_timeout_ms=0), "warmup_timeout_ms must be > 0"),
         (lambda app: app.keyspace("taken")(handler), "declared twice"),
         (lambda app: app.keyspace("users")(lambda: None), "must take one argument"),
     ],

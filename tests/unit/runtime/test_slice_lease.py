@@ -4,7 +4,9 @@ once the key's new holder wrote)."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from dataclasses import replace
 
 import pytest
 
@@ -132,3 +134,48 @@ def test_a_slice_s_lease_slot_is_its_pool_slot(monkeypatch: pytest.MonkeyPatch) 
     assert not group.earlier_holder(third.id)  # live: another slot is its
     assert group.earlier_holder(999)  # in no map: an earlier holder
     assert not group.earlier_holder("999")  # no slice id
+
+
+async def test_a_warming_slice_owns_nothing_until_the_cut_over_then_takes_its_new_token() -> None:
+    """A slice warmed up here: the map names its current owner (m1, token 1);
+    once cut over, the lease takes the slice as the map gives it to m2 (token 2),
+    after the kept state proved that token."""
+    member = view(WHOLE)
+    piece = WHOLE.slices[0]
+    lease = Lease("g.users", "users", piece.id, slot=Slot("t1", 0), store=Store(), role="warming")
+    proved: list[int] = []
+
+    async def cover(token: int, held: Lease) -> bool:
+        proved.append(token)
+        return held.held
+
+    warming = SliceLease(lease, piece, member, "m2", cover=cover)
+    assert warming.role == "warming"
+    assert not warming.owns(KEY)
+    with pytest.raises(KeyMovedError):
+        warming.token_for(KEY)
+    ready = asyncio.create_task(warming.ready())
+    await asyncio.sleep(0)
+    assert not ready.done()  # not cut over yet
+    cut = SliceMap("users", (replace(piece, owner="m2", token=2),), max_token=2, epoch=2)
+    member.take(encode_report(KeyspaceReport(cut)), group_id="g")
+    lease.promote()
+    await lease.acquire()
+    assert await ready is True
+    assert warming.role == "active"
+    assert proved == [2]
+    assert warming.token == 2
+    assert warming.token_for(KEY) == 2
+
+
+async def test_a_warm_up_called_off_keeps_the_slice_it_warmed() -> None:
+    member = view(WHOLE)
+    piece = WHOLE.slices[0]
+    lease = Lease("g.users", "users", piece.id, slot=Slot("t1", 0), store=Store(), role="warming")
+    warming = SliceLease(lease, piece, member, "m2")
+    ready = asyncio.create_task(warming.ready())
+    await asyncio.sleep(0)
+    lease.end(EndReason.REVOKED)
+    assert await ready is False
+    assert warming.slice == piece
+    assert not warming.owns(KEY)
