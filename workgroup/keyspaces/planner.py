@@ -70,10 +70,13 @@ def plan_next_map(
     *,
     max_token: int = 0,
     claimed: Collection[int] = (),
+    warming: Mapping[int, str] | None = None,
 ) -> Plan:
     """The next map of ``current``'s keyspace for ``members`` (name -> capacity > 0);
     ``claimed``: the slice ids members hold now (their slots stay taken:
-    :mod:`~workgroup.keyspaces.slot_pool`)."""
+    :mod:`~workgroup.keyspaces.slot_pool`); ``warming``: ``slice id -> the
+    member warming it up``, which keeps a slice whose owner is gone (a drain
+    or a departure with a hand-over) rather than it being placed afresh."""
     settings = settings or PlannerSettings()
     for member, capacity in members.items():
         if not member:
@@ -85,7 +88,7 @@ def plan_next_map(
     waited = handing_over(current, live, claimed)
     # A zero budget leaves every live member's slices where they are (orphans cost none).
     budget = ChurnBudget(0 if waited else int(settings.churn_budget * HASH_SPACE), live)
-    pieces = _pieces(current, loads, live)
+    pieces = _pieces(current, loads, live, warming or {})
     splits = merges = 0
     n_members = max(len(members), 1)
     high = settings.max_slices_per_member * n_members
@@ -134,7 +137,9 @@ def handing_over(current: SliceMap, live: frozenset[str], claimed: Collection[in
     return any(piece.owner in live and piece.id not in held for piece in current.slices)
 
 
-def _pieces(current: SliceMap, loads: KeyspaceLoads, live: frozenset[str]) -> list[Piece]:
+def _pieces(
+    current: SliceMap, loads: KeyspaceLoads, live: frozenset[str], warming: Mapping[int, str]
+) -> list[Piece]:
     points = sorted(loads.keys.items())
     pieces = []
     position = 0
@@ -150,12 +155,22 @@ def _pieces(current: SliceMap, loads: KeyspaceLoads, live: frozenset[str]) -> li
                 piece.end,
                 piece.id,
                 piece.token,
-                piece.owner if piece.owner in live else None,
+                _holder(piece, live, warming),
                 max(loads.slices.get(piece.id, 0.0), sampled),
                 keys,
             )
         )
     return pieces
+
+
+def _holder(piece: Slice, live: frozenset[str], warming: Mapping[int, str]) -> str | None:
+    """Who holds ``piece`` as the round starts: its owner if live, else the
+    live member warming it up (placed there by an earlier round: placing it
+    afresh could pick another member and call the warm-up off), else nobody."""
+    if piece.owner in live:
+        return piece.owner
+    warmer = warming.get(piece.id)
+    return warmer if warmer in live else None
 
 
 def moved_share(before: SliceMap, after: SliceMap, members: frozenset[str]) -> float:

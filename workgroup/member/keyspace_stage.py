@@ -99,6 +99,9 @@ class KeyspaceRound:
     #: ``slice id -> (start, end)`` of slices no longer in the current map that
     #: the leader saw in an earlier round (rule 5).
     ranges: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    #: ``slice id -> the member warming it up`` (rule 6): a slice whose owner
+    #: left or drains stays with the member already warming it.
+    warming: Mapping[int, str] = field(default_factory=dict)
 
     @property
     def catalog_hash(self) -> bytes:
@@ -149,6 +152,12 @@ def read_keyspace(
         for kind, key in meta.owned
         if kind == config.name and isinstance(key, int)
     )
+    warming = {
+        key: member_id
+        for member_id, meta in sorted(metadata.items())
+        for kind, key in meta.warming
+        if kind == config.name and isinstance(key, int)
+    }
     maps: dict[bytes, SliceMap] = {}  # members mostly carry the same map: decode it once
     for member_id, meta in metadata.items():
         if not meta.user_data:
@@ -188,7 +197,9 @@ def read_keyspace(
         # Older than the kept state: a member from before a full restart.  Its
         # owners held these ranges before tokens that were issued since.
         newest = _unowned(newest, epoch)
-    return KeyspaceRound(config, newest, max(max_token, newest.max_token), keys, claimed)
+    return KeyspaceRound(
+        config, newest, max(max_token, newest.max_token), keys, claimed, warming=warming
+    )
 
 
 def _unowned(smap: SliceMap, epoch: int) -> SliceMap:
@@ -214,6 +225,7 @@ def run_keyspace_stage(round_: KeyspaceRound, data: AssignmentInput) -> Keyspace
         round_.config.settings,
         max_token=round_.max_token,
         claimed=round_.claimed,
+        warming=round_.warming,
     )
     target: Assignment = {mid: [] for mid in data.members}
     for piece in plan.map.slices:
