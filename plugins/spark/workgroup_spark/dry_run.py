@@ -93,7 +93,10 @@ def dry_run(
                 return DryRunOutcome(skipped="the query ended without a batch")
             progress = query.lastProgress
             if progress and int(progress["numInputRows"]) > 0:
-                durations = {k: int(v) for k, v in dict(progress["durationMs"]).items()}
+                # A Spark Connect report leaves the parts a batch did not have as None.
+                durations = {
+                    k: int(v) for k, v in dict(progress["durationMs"]).items() if v is not None
+                }
                 return DryRunOutcome(int(progress["numInputRows"]), durations)
             if time.monotonic() >= deadline:
                 return DryRunOutcome(skipped=f"no rows within {timeout_s:g} s")

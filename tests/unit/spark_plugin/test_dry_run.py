@@ -97,7 +97,8 @@ class FakeQuery:
         self.polls += 1
         if self.rows_at is None or self.polls < self.rows_at:
             return None
-        return {"numInputRows": 30, "durationMs": {"addBatch": 900, "triggerExecution": 1000}}
+        durations = {"addBatch": 900, "triggerExecution": 1000, "walCommit": None}  # as Connect
+        return {"numInputRows": 30, "durationMs": durations}
 
     def exception(self) -> None:
         return None
