@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workgroup.runtime.lease import Lease
+from workgroup_spark.progress import BatchProgress
 from workgroup_spark.sinks import building_dry_run
 
 #: How long a dry run waits for its first batch with rows (rule 4).
@@ -91,13 +92,14 @@ def dry_run(
                 if failure is not None:
                     raise RuntimeError(_first_line(failure))
                 return DryRunOutcome(skipped="the query ended without a batch")
-            progress = query.lastProgress
-            if progress and int(progress["numInputRows"]) > 0:
+            report = query.lastProgress
+            rows = BatchProgress.parse(report).input_rows if report else 0
+            if rows > 0:
                 # A Spark Connect report leaves the parts a batch did not have as None.
-                durations = {
-                    k: int(v) for k, v in dict(progress["durationMs"]).items() if v is not None
-                }
-                return DryRunOutcome(int(progress["numInputRows"]), durations)
+                durations = report.get("durationMs") or {}
+                return DryRunOutcome(
+                    rows, {k: int(v) for k, v in durations.items() if v is not None}
+                )
             if time.monotonic() >= deadline:
                 return DryRunOutcome(skipped=f"no rows within {timeout_s:g} s")
             called_off.wait(POLL_S)

@@ -97,8 +97,10 @@ class FakeQuery:
         self.polls += 1
         if self.rows_at is None or self.polls < self.rows_at:
             return None
-        durations = {"addBatch": 900, "triggerExecution": 1000, "walCommit": None}  # as Connect
-        return {"numInputRows": 30, "durationMs": durations}
+        # As a Spark Connect server reports it: rows per source, absent parts None.
+        durations = {"addBatch": 900, "triggerExecution": 1000, "walCommit": None}
+        sources = [{"numInputRows": 30}]
+        return {"batchId": 0, "numInputRows": None, "sources": sources, "durationMs": durations}
 
     def exception(self) -> None:
         return None
