@@ -150,12 +150,19 @@ class SparkQueries:
         reassign_delay_ms: int = 0,
         warm_up: bool | None = None,
         warmup_timeout_ms: int = DEFAULT_WARMUP_TIMEOUT_MS,
+        dry_run: bool = False,
     ) -> Callable[[B], B]:
         """Run ``build(spark, lease)``'s streaming query for each owned resource of
         ``kind`` (options as for :meth:`workgroup.App.worker`).  A shard moved for
         a planned reason warms up first (``warm_up``, default on unless
         ``WORKGROUP_SPARK_WARM_UP=0``: its new owner's session and checkpoint
-        are ready before the old owner stops; :mod:`workgroup_spark.query` rule 2)."""
+        are ready before the old owner stops; :mod:`workgroup_spark.query` rule 2).
+        ``dry_run``: the warm-up also runs one batch of the query's own plan,
+        dry, so that its first batch after the cut-over is not the first of its
+        kind (:mod:`workgroup_spark.dry_run`); only for a ``build`` whose sink is
+        a :func:`~workgroup_spark.fenced` write that calls
+        :func:`~workgroup_spark.check_fence` before publishing, as
+        :func:`~workgroup_spark.write_batch_parquet` does."""
 
         def register(build: B) -> B:
             handler = ShardQuery(
@@ -165,6 +172,7 @@ class SparkQueries:
                 checkpoint_root=lambda: self.checkpoint_root,
                 metrics=self.metrics,
                 poll_interval_s=self.poll_interval_s,
+                dry_run=dry_run,
             )
             self.app.worker(
                 kind,

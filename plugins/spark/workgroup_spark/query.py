@@ -15,7 +15,10 @@ Rules:
    checkpoint (its last planned and committed batches), then
    ``await lease.ready()``; at the cut-over, with the lease active and its
    token taken, ``build`` runs and the query starts.  A warm-up called off
-   returns; one that fails falls back to a plain move.
+   returns; one that fails falls back to a plain move.  A query that asks for
+   it (``dry_run=True``) also runs one batch of its own plan dry before it
+   says it is ready (:mod:`workgroup_spark.dry_run`), so that its first real
+   batch is not the first of its kind in this session.
 3. Revoked (the shard moves, or the daemon stops): the micro-batch in flight
    may finish, up to the lease's grace period; then the query is stopped and
    the handler returns, which lets the new owner start.  Batches back to back
@@ -51,6 +54,7 @@ from typing import Any
 from workgroup.errors import WorkgroupError
 from workgroup.log import get_logger
 from workgroup.runtime.lease import Lease
+from workgroup_spark.dry_run import DryRunOutcome, dry_run, scratch_location
 from workgroup_spark.progress import BatchProgress, SparkMetrics
 from workgroup_spark.session import SessionHolder
 
@@ -90,6 +94,7 @@ class ShardQuery:
         checkpoint_root: Callable[[], str],
         metrics: SparkMetrics,
         poll_interval_s: float = POLL_INTERVAL_S,
+        dry_run: bool = False,
     ) -> None:
         self.app_name = app_name
         self.build = build
@@ -97,6 +102,8 @@ class ShardQuery:
         self.checkpoint_root = checkpoint_root
         self.metrics = metrics
         self.poll_interval_s = poll_interval_s
+        #: Warm-ups run one batch of the query's own plan dry (rule 2).
+        self.dry_run = dry_run
         self.__name__ = getattr(build, "__name__", "spark_query")
 
     async def __call__(self, lease: Lease) -> None:
@@ -117,6 +124,8 @@ class ShardQuery:
                     committed_batch=state.committed_batch,
                     warmed_s=round(time.monotonic() - began, 3),
                 )
+                if self.dry_run:
+                    await self._dry_run(lease, name)
                 if not await lease.ready():
                     log.info("spark.warmup_called_off", query=name, why=lease.end_reason)
                     return  # the move was called off: the previous owner carries on
@@ -172,6 +181,40 @@ class ShardQuery:
             raise
         finally:
             self.metrics.active.labels(*labels).set(0)
+
+    async def _dry_run(self, lease: Lease, name: str) -> None:
+        """One batch of the shard's plan, dry (rule 2), logged; a failure is logged
+        too: the warm-up goes on, only the real query's first batch is slower."""
+        began = time.monotonic()
+        called_off = threading.Event()
+        scratch = scratch_location(self.checkpoint_root(), lease.kind, lease.key)
+
+        async def watch_lease() -> None:
+            await lease.wait_revoked()
+            called_off.set()
+
+        watcher = asyncio.create_task(watch_lease())
+        try:
+            spark = await asyncio.to_thread(self.session.get)
+            outcome = await asyncio.to_thread(
+                dry_run, spark, self.build, lease, name=name, scratch=scratch,
+                called_off=called_off,
+            )  # fmt: skip
+        except asyncio.CancelledError:
+            called_off.set()  # the thread stops its query within a poll
+            raise
+        except Exception as exc:
+            self.session.forget_if_gone(exc)
+            log.warning(
+                "spark.dry_run_failed",
+                query=name,
+                error=_first_line(exc),
+                then="the query's first batch after the cut-over runs cold",
+            )
+            return
+        finally:
+            watcher.cancel()
+        _log_dry_run(name, outcome, time.monotonic() - began)
 
     async def _prepare(self, lease: Lease, name: str, checkpoint: str) -> Any:
         """The daemon's session (started if need be) and the shard's writer, named
@@ -309,6 +352,21 @@ def _last_batch_id(query: Any) -> int | None:
 
 def _stop_in_background(query: Any) -> None:
     threading.Thread(target=_stop, args=(query,), name="workgroup-spark-stop", daemon=True).start()
+
+
+def _log_dry_run(name: str, outcome: DryRunOutcome, seconds: float) -> None:
+    if outcome.skipped is not None:
+        log.info(
+            "spark.dry_run_skipped", query=name, why=outcome.skipped, seconds=round(seconds, 3)
+        )
+        return
+    log.info(
+        "spark.query_dry_run",
+        query=name,
+        rows=outcome.rows,
+        seconds=round(seconds, 3),
+        duration_ms=outcome.duration_ms,
+    )
 
 
 def _first_line(failure: Any) -> str:

@@ -28,15 +28,24 @@ Rules:
    running on a Connect server.  On Kafka they do count: give the fence a
    lifetime (``fence_ttl_s``); the query fails once it expires, and the plugin
    restarts it with a fresh fence while the lease is held.
+5. A writer made while the plugin builds a shard's query for its *dry run*
+   (:mod:`workgroup_spark.dry_run`, a warm-up) is a dry one: it commits
+   nothing, and :func:`check_fence` ends its ``write`` there
+   (:class:`DryRunEnded`, caught by the writer), before anything is published.
+   A dry ``write`` that returns without calling :func:`check_fence` fails the
+   dry run (:class:`DryRunUnchecked`): it may have published something, so
+   only a query whose sink checks the fence before its commit point may ask
+   for dry runs (:func:`write_batch_parquet` does).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from workgroup.errors import WorkgroupError
@@ -56,6 +65,19 @@ _current: contextvars.ContextVar[tuple[FencedWriter, int] | None] = contextvars.
     "workgroup_spark_fenced_batch", default=None
 )
 
+#: The writers :func:`fenced` made while a dry run's query was built (rule 5).
+_dry_writers: contextvars.ContextVar[list[FencedWriter] | None] = contextvars.ContextVar(
+    "workgroup_spark_dry_writers", default=None
+)
+
+
+class DryRunEnded(WorkgroupError):
+    """A dry run's ``write`` reached :func:`check_fence`: it stops there, unpublished."""
+
+
+class DryRunUnchecked(WorkgroupError):
+    """A dry run's ``write`` returned without calling :func:`check_fence` first."""
+
 
 class FencedWriter:
     """``write`` behind a lease: what :func:`fenced` returns.  Picklable: a copy
@@ -67,6 +89,7 @@ class FencedWriter:
         write: BatchWriter,
         timeout_s: float,
         fence_ttl_s: float | None,
+        dry_run: bool = False,
     ) -> None:
         from workgroup.fence import Fence
 
@@ -76,6 +99,8 @@ class FencedWriter:
         self.write = write
         self.timeout_s = timeout_s
         self.fence_ttl_s = fence_ttl_s
+        #: Commits nothing and publishes nothing (rule 5).
+        self.dry_run = dry_run
         self.kind, self.key = holder.kind, holder.key
         self._token = holder.token
         self.__name__ = f"fenced_{getattr(write, '__name__', 'write')}"
@@ -90,7 +115,7 @@ class FencedWriter:
         # The lease (an event loop, a coordinator connection) stays in the daemon;
         # the fence is what another process can use on its own.
         fence = self.fence
-        if fence is None and self.lease is not None:
+        if fence is None and self.lease is not None and not self.dry_run:
             fence = self.lease.fence(ttl_s=self.fence_ttl_s)
         token = self.lease.token if self.lease is not None else self._token
         return {**self.__dict__, "lease": None, "fence": fence, "_token": token}
@@ -99,16 +124,28 @@ class FencedWriter:
         self.__dict__.update(state)
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
-        self._commit(batch_id, "spark.batch_fenced")
+        if not self.dry_run:
+            self._commit(batch_id, "spark.batch_fenced")
         current = _current.set((self, batch_id))
         try:
             self.write(batch_df, batch_id)
+        except DryRunEnded:
+            return  # the dry run went as far as a real batch would before publishing
         finally:
             _current.reset(current)
+        if self.dry_run:
+            raise DryRunUnchecked(
+                f"dry run of {self.kind}/{self.key}: {self.__name__[len('fenced_') :]}() "
+                "returned without calling check_fence() before publishing; "
+                "turn dry runs off for this query (dry_run=False)"
+            )
 
     def check(self, batch_id: int) -> None:
         """Ask the coordinator again whether the lease is held (by committing the
-        batch's record once more: refused once the lease ended)."""
+        batch's record once more: refused once the lease ended).  In a dry run:
+        raise :class:`DryRunEnded` (rule 5)."""
+        if self.dry_run:
+            raise DryRunEnded(f"dry run of {self.kind}/{self.key}: batch {batch_id} not published")
         self._commit(batch_id, "spark.write_fenced")
 
     def _commit(self, batch_id: int, event: str) -> None:
@@ -146,8 +183,24 @@ def fenced(
     :class:`~workgroup.LeaseLostError` and the batch writes nothing.  Works with a
     local JVM and with Spark Connect (where the function runs beside the server,
     with the lease's portable fence; ``fence_ttl_s``: its lifetime, for Kafka).
-    ``lease`` may also be a :class:`~workgroup.fence.Fence` made elsewhere."""
-    return FencedWriter(lease, write, timeout_s, fence_ttl_s)
+    ``lease`` may also be a :class:`~workgroup.fence.Fence` made elsewhere.
+    Made while a dry run's query is built, the writer is a dry one (rule 5)."""
+    dry_writers = _dry_writers.get()
+    writer = FencedWriter(lease, write, timeout_s, fence_ttl_s, dry_run=dry_writers is not None)
+    if dry_writers is not None:
+        dry_writers.append(writer)
+    return writer
+
+
+@contextlib.contextmanager
+def building_dry_run() -> Iterator[list[FencedWriter]]:
+    """Within it, :func:`fenced` makes dry writers (rule 5); yields those it made."""
+    writers: list[FencedWriter] = []
+    token = _dry_writers.set(writers)
+    try:
+        yield writers
+    finally:
+        _dry_writers.reset(token)
 
 
 def check_fence() -> None:
