@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -191,7 +190,7 @@ def failover(data: Path, how: str, remote: str | None = None) -> list[tuple[floa
             if how == "SIGKILL":
                 cluster.kill(victim)
             else:
-                cluster.signal(victim, signal.SIGTERM, "stop")
+                cluster.terminate(victim)
             delays = []
             for shard in moved:
                 cluster.wait_for(

@@ -3,7 +3,8 @@
 Shared by the demo, the end-to-end tests and the benchmark.  Each daemon runs in
 a process group of its own, so that its JVM (a child of the Python process)
 receives the same signals: a SIGKILL or a SIGSTOP reaches the whole daemon, as a
-crashed or frozen machine would.
+crashed or frozen machine would.  :meth:`EtlCluster.terminate` signals the
+daemon alone, as a service manager does.
 """
 
 from __future__ import annotations
@@ -132,7 +133,20 @@ class EtlCluster:
         daemon.process.wait()
         return daemon
 
+    def terminate(self, name: str) -> Daemon:
+        """SIGTERM to the daemon alone, without waiting: as a service manager stops
+        it (systemd's ``KillMode=mixed`` in ``deploy/``, a container's PID 1), its
+        JVM keeps running the queries it hands over until the daemon stops it."""
+        daemon = self.daemons[name]
+        daemon.expected_exit = True
+        self.marks.append(Mark(time.time(), "stop", name, daemon.pid))
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(daemon.pid, signal.SIGTERM)
+        return daemon
+
     def stop(self, name: str, timeout_s: float = 30.0) -> Daemon:
+        """SIGTERM to the daemon's whole process group (its JVM included), as
+        Ctrl-C ends a run: the demo's and the tests' way to end a daemon."""
         daemon = self.signal(name, signal.SIGTERM, "stop")
         try:
             daemon.process.wait(timeout_s)
