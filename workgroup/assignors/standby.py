@@ -30,6 +30,7 @@ subscribe to ``kind`` only never hold standbys.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 
 from workgroup.assignors.base import Assignment, AssignmentInput, Assignor, MemberInfo
@@ -70,12 +71,10 @@ class StandbyAssignor:
         active_kinds = {k for k in data.resources if not is_standby_kind(k)}
         members = sorted(data.members)
         active_owner: dict[Resource, str] = {}
-        standby_claims: dict[Resource, list[str]] = {}
+        standby_claims = claimed_standbys(data)
         for mid in members:
             for kind, key in data.members[mid].owned:
-                if is_standby_kind(kind):
-                    standby_claims.setdefault((active_kind(kind), key), []).append(mid)
-                elif kind in active_kinds:
+                if not is_standby_kind(kind) and kind in active_kinds:
                     active_owner.setdefault((kind, key), mid)
         promoted: dict[str, list[Resource]] = {}
         handed_over: set[Resource] = set()
@@ -111,63 +110,87 @@ class StandbyAssignor:
         active = self.base.assign(base_input)
         result: Assignment = {mid: list(active.get(mid, [])) for mid in members}
         if self.standbys:
-            self._add_standbys(data, active_kinds, result, standby_claims)
+            add_standbys(data, active_kinds, result, standby_claims, self.standbys)
         return result
 
-    def _add_standbys(
-        self,
-        data: AssignmentInput,
-        active_kinds: set[str],
-        result: Assignment,
-        standby_claims: dict[Resource, list[str]],
-    ) -> None:
-        owner = {r: mid for mid, rs in result.items() for r in rs}
-        load = Counter({mid: len(rs) for mid, rs in result.items()})
-        standby_load: Counter[str] = Counter()
-        #: (active holder, standby holder) -> resources they share: spread them so
-        #: that a departed member's resources are promoted on many members.
-        paired: Counter[tuple[str | None, str]] = Counter()
-        for kind in sorted(active_kinds):
-            twin = standby_kind(kind)
-            eligible = sorted(
-                m for m, info in data.members.items() if kind in info.kinds and twin in info.kinds
-            )
-            if not eligible:
-                continue
-            keys = data.resources[kind]
-            wanted = min(self.standbys, max(len(eligible) - 1, 0))
-            if not wanted:
-                continue
-            # Rule 2: ceil(resources * standbys / eligible members) per member.
-            cap = -(-len(keys) * wanted // len(eligible))
-            for key in sorted(keys, key=lambda k: resource_sort_key((kind, k))):
-                resource = (kind, key)
-                active_holder = owner.get(resource)
-                chosen: list[str] = []
-                for mid in standby_claims.get(resource, []):
-                    if (
-                        len(chosen) < wanted
-                        and mid != active_holder
-                        and mid in eligible
-                        and standby_load[mid] < cap
-                    ):
-                        chosen.append(mid)
-                        standby_load[mid] += 1
-                while len(chosen) < wanted:
-                    candidates = [m for m in eligible if m != active_holder and m not in chosen]
-                    if not candidates:
-                        break
-                    # Spread pairs apart, but never at the cost of balance: only
-                    # candidates within one of the least loaded are considered.
-                    least = min(load[m] for m in candidates)
-                    near = [m for m in candidates if load[m] <= least + 1]
-                    pick = min(near, key=lambda m: (paired[active_holder, m], load[m], m))
-                    chosen.append(pick)
-                    standby_load[pick] += 1
-                for mid in chosen:
-                    load[mid] += 1
-                    paired[active_holder, mid] += 1
-                    result[mid].append((twin, key))
+
+def claimed_standbys(data: AssignmentInput) -> dict[Resource, list[str]]:
+    """``resource -> the members that report holding its standby twin``, by member id."""
+    claims: dict[Resource, list[str]] = {}
+    for mid in sorted(data.members):
+        for kind, key in data.members[mid].owned:
+            if is_standby_kind(kind):
+                claims.setdefault((active_kind(kind), key), []).append(mid)
+    return claims
 
 
-__all__ = ["STANDBY_SUFFIX", "StandbyAssignor", "active_kind", "is_standby_kind", "standby_kind"]
+def add_standbys(
+    data: AssignmentInput,
+    active_kinds: set[str],
+    result: Assignment,
+    standby_claims: Mapping[Resource, list[str]],
+    standbys: int,
+) -> None:
+    """Rule 2: add to ``result`` (every resource of ``active_kinds`` in
+    ``data.resources`` placed, or not) the standby twins, ``standbys`` holders
+    per resource (at most eligible members - 1), none of them its active holder;
+    ``standby_claims``: :func:`claimed_standbys`.  Members subscribing to both
+    kinds are eligible."""
+    owner = {r: mid for mid, rs in result.items() for r in rs}
+    load = Counter({mid: len(rs) for mid, rs in result.items()})
+    standby_load: Counter[str] = Counter()
+    #: (active holder, standby holder) -> resources they share: spread them so
+    #: that a departed member's resources are promoted on many members.
+    paired: Counter[tuple[str | None, str]] = Counter()
+    for kind in sorted(active_kinds):
+        twin = standby_kind(kind)
+        eligible = sorted(
+            m for m, info in data.members.items() if kind in info.kinds and twin in info.kinds
+        )
+        if not eligible:
+            continue
+        keys = data.resources[kind]
+        wanted = min(standbys, max(len(eligible) - 1, 0))
+        if not wanted:
+            continue
+        # Rule 2: ceil(resources * standbys / eligible members) per member.
+        cap = -(-len(keys) * wanted // len(eligible))
+        for key in sorted(keys, key=lambda k: resource_sort_key((kind, k))):
+            resource = (kind, key)
+            active_holder = owner.get(resource)
+            chosen: list[str] = []
+            for mid in standby_claims.get(resource, []):
+                if (
+                    len(chosen) < wanted
+                    and mid != active_holder
+                    and mid in eligible
+                    and standby_load[mid] < cap
+                ):
+                    chosen.append(mid)
+                    standby_load[mid] += 1
+            while len(chosen) < wanted:
+                candidates = [m for m in eligible if m != active_holder and m not in chosen]
+                if not candidates:
+                    break
+                # Spread pairs apart, but never at the cost of balance: only
+                # candidates within one of the least loaded are considered.
+                least = min(load[m] for m in candidates)
+                near = [m for m in candidates if load[m] <= least + 1]
+                pick = min(near, key=lambda m: (paired[active_holder, m], load[m], m))
+                chosen.append(pick)
+                standby_load[pick] += 1
+            for mid in chosen:
+                load[mid] += 1
+                paired[active_holder, mid] += 1
+                result[mid].append((twin, key))
+
+
+__all__ = [
+    "STANDBY_SUFFIX",
+    "StandbyAssignor",
+    "active_kind",
+    "add_standbys",
+    "claimed_standbys",
+    "is_standby_kind",
+    "standby_kind",
+]

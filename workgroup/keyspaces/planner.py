@@ -31,7 +31,7 @@ round, each one pushing the member that is taking work further above the mean.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from workgroup.keyspaces.balancing import balance
@@ -71,12 +71,15 @@ def plan_next_map(
     max_token: int = 0,
     claimed: Collection[int] = (),
     warming: Mapping[int, str] | None = None,
+    standby: Mapping[int, Sequence[str]] | None = None,
 ) -> Plan:
     """The next map of ``current``'s keyspace for ``members`` (name -> capacity > 0);
     ``claimed``: the slice ids members hold now (their slots stay taken:
     :mod:`~workgroup.keyspaces.slot_pool`); ``warming``: ``slice id -> the
     member warming it up``, which keeps a slice whose owner is gone (a drain
-    or a departure with a hand-over) rather than it being placed afresh."""
+    or a departure with a hand-over) rather than it being placed afresh;
+    ``standby``: ``slice id -> its standby holders, preferred first``: a slice
+    whose owner is gone (and that nobody warms) goes to the first live one."""
     settings = settings or PlannerSettings()
     for member, capacity in members.items():
         if not member:
@@ -88,7 +91,7 @@ def plan_next_map(
     waited = handing_over(current, live, claimed)
     # A zero budget leaves every live member's slices where they are (orphans cost none).
     budget = ChurnBudget(0 if waited else int(settings.churn_budget * HASH_SPACE), live)
-    pieces = _pieces(current, loads, live, warming or {})
+    pieces = _pieces(current, loads, live, warming or {}, standby or {})
     splits = merges = 0
     n_members = max(len(members), 1)
     high = settings.max_slices_per_member * n_members
@@ -138,7 +141,11 @@ def handing_over(current: SliceMap, live: frozenset[str], claimed: Collection[in
 
 
 def _pieces(
-    current: SliceMap, loads: KeyspaceLoads, live: frozenset[str], warming: Mapping[int, str]
+    current: SliceMap,
+    loads: KeyspaceLoads,
+    live: frozenset[str],
+    warming: Mapping[int, str],
+    standby: Mapping[int, Sequence[str]],
 ) -> list[Piece]:
     points = sorted(loads.keys.items())
     pieces = []
@@ -155,7 +162,7 @@ def _pieces(
                 piece.end,
                 piece.id,
                 piece.token,
-                _holder(piece, live, warming),
+                _holder(piece, live, warming, standby),
                 max(loads.slices.get(piece.id, 0.0), sampled),
                 keys,
             )
@@ -163,14 +170,22 @@ def _pieces(
     return pieces
 
 
-def _holder(piece: Slice, live: frozenset[str], warming: Mapping[int, str]) -> str | None:
+def _holder(
+    piece: Slice,
+    live: frozenset[str],
+    warming: Mapping[int, str],
+    standby: Mapping[int, Sequence[str]],
+) -> str | None:
     """Who holds ``piece`` as the round starts: its owner if live, else the
     live member warming it up (placed there by an earlier round: placing it
-    afresh could pick another member and call the warm-up off), else nobody."""
+    afresh could pick another member and call the warm-up off), else its first
+    live standby holder (warm already), else nobody."""
     if piece.owner in live:
         return piece.owner
     warmer = warming.get(piece.id)
-    return warmer if warmer in live else None
+    if warmer in live:
+        return warmer
+    return next((holder for holder in standby.get(piece.id, ()) if holder in live), None)
 
 
 def moved_share(before: SliceMap, after: SliceMap, members: frozenset[str]) -> float:

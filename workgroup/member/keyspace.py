@@ -28,6 +28,11 @@ Rules:
    (a full restart).  The member remembers the generation whose assignment
    handed it its map (:attr:`MemberKeyspace.taken_in`): the map it may commit
    under that generation, and no other.
+6. **Standbys** (:attr:`KeyspaceConfig.standbys`): each slice of the map has a
+   standby twin, ``(keyspace + ".standby", slice id)``
+   (:func:`~workgroup.assignors.standby.standby_kind`), in the catalog beside
+   it; the leader's keyspace stage places the twins on members other than the
+   slice's owner.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import math
 from dataclasses import dataclass, field
 from threading import Lock
 
+from workgroup.assignors.standby import standby_kind
 from workgroup.errors import ConfigError, ProtocolError
 from workgroup.keyspaces.persisted import PersistedKeyspace
 from workgroup.keyspaces.report import KeyspaceReport, decode_report, encode_report
@@ -58,19 +64,31 @@ class KeyspaceConfig:
     name: str
     settings: PlannerSettings = field(default_factory=PlannerSettings)
     max_sampled_keys: int = DEFAULT_MAX_SAMPLED_KEYS
+    #: Standby holders per slice (rule 6).
+    standbys: int = 0
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("a keyspace needs a name")
+        if (
+            isinstance(self.standbys, bool)
+            or not isinstance(self.standbys, int)
+            or self.standbys < 0
+        ):
+            raise ConfigError(f"standbys must be an integer >= 0, got {self.standbys!r}")
         if isinstance(self.max_sampled_keys, bool) or self.max_sampled_keys < 0:
             raise ConfigError(
                 f"max_sampled_keys must be an integer >= 0, got {self.max_sampled_keys!r}"
             )
 
 
-def keyspace_catalog(smap: SliceMap) -> Catalog:
-    """The catalog of a keyspace's group under ``smap``: one resource per slice."""
-    return {smap.keyspace: [piece.id for piece in smap.slices]}
+def keyspace_catalog(smap: SliceMap, standbys: int = 0) -> Catalog:
+    """The catalog of a keyspace's group under ``smap``: one resource per slice,
+    and its standby twin when slices have ``standbys`` (rule 6)."""
+    ids = [piece.id for piece in smap.slices]
+    if standbys:
+        return {smap.keyspace: ids, standby_kind(smap.keyspace): list(ids)}
+    return {smap.keyspace: ids}
 
 
 def newer(candidate: SliceMap, than: SliceMap | None) -> bool:
@@ -120,7 +138,7 @@ class MemberKeyspace:
             return None
         self.map = smap
         self.taken_in = generation
-        return keyspace_catalog(smap)
+        return keyspace_catalog(smap, self.config.standbys)
 
     def record_key_load(self, point: int, load: float) -> None:
         """Rule 3: ``load`` (finite, >= 0) is the current load of the key at ``point``."""

@@ -59,6 +59,16 @@ Rules:
    current map, unchanged (its epoch does not rise).  Slices born from a split
    or a merge have new ids: nobody holds them yet, so they are handed out at
    once (after rule 5), never warmed.
+7. **Standbys** (:attr:`~workgroup.member.keyspace.KeyspaceConfig.standbys`):
+   after the map's owners, each slice of the next map gets that many holders of
+   its standby twin among the members that take both kinds, never its owner
+   (:func:`~workgroup.assignors.standby.add_standbys`: sticky, spread so that
+   a member's slices have their standbys on many members).  Slices born from
+   a split or a merge get new twins; the twins of retired slices are dropped
+   (their claims are expected, as rule 5's).  A slice whose owner is gone
+   (crashed, leaving, draining) goes to a live standby holder of it, one that
+   reported its standby ready first (:attr:`KeyspaceRound.standby`, the
+   planner's ``standby``), unless a member is already warming it up.
 """
 
 from __future__ import annotations
@@ -67,6 +77,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from workgroup.assignors.base import Assignment, AssignmentInput
+from workgroup.assignors.standby import add_standbys, claimed_standbys, standby_kind
 from workgroup.errors import ProtocolError
 from workgroup.keyspaces.loads import KeyspaceLoads
 from workgroup.keyspaces.persisted import PersistedKeyspace
@@ -78,7 +89,7 @@ from workgroup.member.keyspace import KeyspaceConfig, keyspace_catalog, newer
 from workgroup.member.round_plan import RoundPlan
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import MemberMetadata
-from workgroup.types import Resource
+from workgroup.types import Key, Resource
 
 log = get_logger(__name__)
 
@@ -102,17 +113,25 @@ class KeyspaceRound:
     #: ``slice id -> the member warming it up`` (rule 6): a slice whose owner
     #: left or drains stays with the member already warming it.
     warming: Mapping[int, str] = field(default_factory=dict)
+    #: ``slice id -> its standby holders``, those that reported the standby
+    #: ready first (rule 7): a slice whose owner is gone goes to the first live one.
+    standby: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def catalog_hash(self) -> bytes:
-        return catalog_hash(freeze_catalog(keyspace_catalog(self.current)))
+        return catalog_hash(freeze_catalog(keyspace_catalog(self.current, self.config.standbys)))
 
     @property
     def releasing(self) -> frozenset[Resource]:
         """The slices merged or split away that members still held when the
         current map was made (its retired slots): claims of them are expected."""
         name = self.config.name
-        return frozenset((name, piece_id) for _, piece_id in self.current.retired)
+        twin = standby_kind(name)
+        return frozenset(
+            (kind, piece_id)
+            for _, piece_id in self.current.retired
+            for kind in ((name, twin) if self.config.standbys else (name,))
+        )
 
     def known_ranges(self) -> dict[int, tuple[int, int]]:
         """``slice id -> (start, end)`` of every slice the leader knows the range of."""
@@ -158,6 +177,7 @@ def read_keyspace(
         for kind, key in meta.warming
         if kind == config.name and isinstance(key, int)
     }
+    standby = _standby_holders(config.name, metadata)
     maps: dict[bytes, SliceMap] = {}  # members mostly carry the same map: decode it once
     for member_id, meta in metadata.items():
         if not meta.user_data:
@@ -198,8 +218,29 @@ def read_keyspace(
         # owners held these ranges before tokens that were issued since.
         newest = _unowned(newest, epoch)
     return KeyspaceRound(
-        config, newest, max(max_token, newest.max_token), keys, claimed, warming=warming
+        config,
+        newest,
+        max(max_token, newest.max_token),
+        keys,
+        claimed,
+        warming=warming,
+        standby=standby,
     )
+
+
+def _standby_holders(
+    name: str, metadata: Mapping[str, MemberMetadata]
+) -> dict[int, tuple[str, ...]]:
+    """Rule 7: ``slice id -> the members holding its standby twin``, those that
+    report it ready first, then by member id."""
+    twin = standby_kind(name)
+    holders: dict[int, list[tuple[bool, str]]] = {}
+    for member_id, meta in metadata.items():
+        ready = frozenset(meta.ready)
+        for kind, key in meta.owned:
+            if kind == twin and isinstance(key, int):
+                holders.setdefault(key, []).append(((kind, key) not in ready, member_id))
+    return {key: tuple(mid for _, mid in sorted(found)) for key, found in holders.items()}
 
 
 def _unowned(smap: SliceMap, epoch: int) -> SliceMap:
@@ -226,16 +267,24 @@ def run_keyspace_stage(round_: KeyspaceRound, data: AssignmentInput) -> Keyspace
         max_token=round_.max_token,
         claimed=round_.claimed,
         warming=round_.warming,
+        standby=round_.standby,
     )
     target: Assignment = {mid: [] for mid in data.members}
     for piece in plan.map.slices:
         if piece.owner is not None and piece.owner in target:
             target[piece.owner].append((name, piece.id))
+    standbys = round_.config.standbys
+    catalog = keyspace_catalog(plan.map, standbys)
+    if standbys:
+        # Rule 7: the next map's slices, each with its twins on other members.
+        ids: list[Key] = [piece.id for piece in plan.map.slices]
+        placing = replace(data, resources={name: ids, standby_kind(name): ids})
+        add_standbys(placing, {name}, target, claimed_standbys(data), standbys)
     return KeyspacePlanned(
         plan,
         target,
         encode_map_only(plan.map),
-        catalog_hash(freeze_catalog(keyspace_catalog(plan.map))),
+        catalog_hash(freeze_catalog(catalog)),
     )
 
 

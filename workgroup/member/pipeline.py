@@ -251,7 +251,7 @@ class LeaderPipeline:
                 persisted=view.persisted if view is not None else None,
             )
             keyspace = replace(keyspace, ranges=self._slice_ranges)
-            catalog = freeze_catalog(keyspace_catalog(keyspace.current))
+            catalog = freeze_catalog(keyspace_catalog(keyspace.current, self._keyspace.standbys))
             catalog_hash = keyspace.catalog_hash
             # A member with an older map (or none yet) is not a mismatch: it
             # adopts the round's map with its assignment.
