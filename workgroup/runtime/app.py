@@ -286,6 +286,7 @@ class App:
         max_sampled_keys: int = 64,
         warm_up: bool = False,
         warmup_timeout_ms: int = 60_000,
+        standbys: int = 0,
     ) -> Callable[[F], F]:
         """Shard the keys of keyspace ``name`` (any ``str`` or ``int``) over the
         group's processes: the keys are hashed into slices (``docs/keyspaces.md``),
@@ -312,6 +313,13 @@ class App:
         with the slice's new token, or ``False`` once the move was called off.
         ``warmup_timeout_ms`` as for :meth:`worker`.  Slices born from a split
         or a merge are handed out at once.
+
+        ``standbys=N``: each slice also has N standby holders on other processes
+        (``lease.role == "standby"``: the lease owns no key, ``token_for``
+        refuses every key; warm up, then ``await lease.ready()``).  A slice whose
+        owner is gone (crashed, leaving, draining) goes to a standby holder of
+        it, one that reported ready first; slices born from a split or a merge
+        get standby holders of their own.
         """
         _check_called(name, "keyspace", "users")
         _check_name(name, "keyspace name")
@@ -339,6 +347,10 @@ class App:
             raise ConfigError(f"warm_up must be True or False, got {warm_up!r}")
         if isinstance(warmup_timeout_ms, bool) or warmup_timeout_ms <= 0:
             raise ConfigError(f"warmup_timeout_ms must be > 0, got {warmup_timeout_ms!r}")
+        if isinstance(standbys, bool) or not isinstance(standbys, int) or standbys < 0:
+            raise ConfigError(
+                f"keyspace {name!r}: standbys must be an integer >= 0, got {standbys!r}"
+            )
 
         def register(function: F) -> F:
             _check_signature(function, 1, f"keyspace {name!r}")
@@ -359,6 +371,7 @@ class App:
                 max_sampled_keys,
                 warm_up,
                 warmup_timeout_ms,
+                standbys,
             )
             return function
 

@@ -45,6 +45,13 @@ Rules:
    it takes the slice as the map now gives it (the token of the cut-over, above
    the previous owner's) and, after rule 6's proof of that token, returns
    ``True``; ``False`` once the move was called off or the lease ended.
+9. **Standbys** (``standbys=N``; the keyspace stage's rule 7): a slice's
+   standby twin held here runs the handler with :attr:`SliceLease.role`
+   ``"standby"``: the lease owns no key (:meth:`SliceLease.owns` is false,
+   :meth:`SliceLease.token_for` refuses every key) and needs no proof of a
+   token; :meth:`SliceLease.ready` reports the standby warm, which makes this
+   process the preferred next owner of the slice.  Once it is handed the
+   slice itself, an active lease of its own runs.
 """
 
 from __future__ import annotations
@@ -95,15 +102,19 @@ class SliceLease:
 
     @property
     def role(self) -> Role:
-        """``"active"``, or ``"warming"`` while the slice is warmed up here (rule 8)."""
+        """``"active"``, ``"warming"`` while the slice is warmed up here (rule
+        8), or ``"standby"`` (rule 9)."""
         return self.lease.role
 
     async def ready(self) -> bool:
         """Rule 8: say the slice is prepared; ``True`` once this process owns it
         (:attr:`slice` is then the map's, with the cut-over's token), ``False``
-        once the move was called off or the lease ended."""
+        once the move was called off or the lease ended.  A standby (rule 9)
+        returns at once: whether its lease is held."""
         if not await self.lease.ready():
             return False
+        if self.lease.role == "standby":
+            return True
         smap = self._view.map
         current = smap.by_id().get(self.slice.id) if smap is not None else None
         if current is not None and current.owner == self._owner:
@@ -136,8 +147,8 @@ class SliceLease:
     def owns(self, key: Key) -> bool:
         """Rule 3: whether ``key`` is this slice's, with this token, now."""
         smap = self._view.map
-        if smap is None or not self.lease.held:
-            return False
+        if smap is None or not self.lease.held or self.lease.role == "standby":
+            return False  # a standby owns no key (rule 9)
         current = smap.slice_for_key(key)
         return (
             current.id == self.slice.id
@@ -178,7 +189,9 @@ class KeyspaceGroup:
         self.spec = spec
         self.group_id = group_id
         self._indexed: tuple[SliceMap, dict[int, Slice]] | None = None
-        self.config = KeyspaceConfig(spec.name, spec.settings, spec.max_sampled_keys)
+        self.config = KeyspaceConfig(
+            spec.name, spec.settings, spec.max_sampled_keys, standbys=spec.standbys
+        )
         #: Set once the group's member exists.
         self.member: GroupMember | None = None
         #: The keyspace's state kept across restarts (rule 6), set with the member.
@@ -233,8 +246,14 @@ class KeyspaceGroup:
                 "process knows"
             )
         assert keyspace is not None
-        # A warming lease's slice has its current owner's token, proved already.
-        if self.state is not None and not await self.state.cover(piece.token, lease):
+        # A warming lease's slice has its current owner's token, proved already;
+        # a standby takes no token (rule 9).
+        standby = lease.role == "standby"
+        if (
+            not standby
+            and self.state is not None
+            and not await self.state.cover(piece.token, lease)
+        ):
             return  # the lease ended before the slots proved the slice's token
         state = self.state
         await self.spec.handler(

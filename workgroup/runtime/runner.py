@@ -839,6 +839,7 @@ class AppRunner:
                 clock=clock,
                 warm_up=spec.warm_up,
                 warmup_timeout_s=spec.warmup_timeout_ms / 1000,
+                standbys=spec.standbys,
                 keyspace=keyspace.config,
                 slot_for=keyspace.slot,
                 earlier_holder=keyspace.earlier_holder,

@@ -73,6 +73,8 @@ class KeyspaceSpec:
     warm_up: bool = False
     #: How long a slice's warm-up may take before its move falls back to a plain one.
     warmup_timeout_ms: int = 60_000
+    #: Standby holders per slice, on processes other than its owner.
+    standbys: int = 0
 
 
 def failure_policy(

@@ -36,6 +36,17 @@ def test_a_keyspace_without_settings_takes_the_planner_defaults() -> None:
     app.keyspace("users")(handler)
     assert app.keyspaces["users"].settings == PlannerSettings()
     assert app.keyspaces["users"].warm_up is False  # moves are plain unless asked
+    assert app.keyspaces["users"].standbys == 0
+
+
+def test_a_keyspace_declares_its_standbys_for_its_group() -> None:
+    from workgroup.runtime.keyspaces import KeyspaceGroup
+
+    app = workgroup.App("shop")
+    app.keyspace("users", standbys=2)(handler)
+    spec = app.keyspaces["users"]
+    assert spec.standbys == 2
+    assert KeyspaceGroup(spec, "shop.users").config.standbys == 2
 
 
 def plain(lease: Any) -> None:
@@ -55,6 +66,9 @@ def plain(lease: Any) -> None:
         (lambda app: app.keyspace("users", on_failure="release"), "not supported for keyspaces"),
         (lambda app: app.keyspace("users", warm_up="yes"), "warm_up must be True or False"),
         (lambda app: app.keyspace("users", warmup_timeout_ms=0), "warmup_timeout_ms must be > 0"),
+        (lambda app: app.keyspace("users", standbys=-1), "standbys must be an integer >= 0"),
+        (lambda app: app.keyspace("users", standbys=True), "standbys must be an integer >= 0"),
+        (lambda app: app.keyspace("users", standbys=1.5), "standbys must be an integer >= 0"),
         (lambda app: app.keyspace("taken")(handler), "declared twice"),
         (lambda app: app.keyspace("users")(lambda: None), "must take one argument"),
     ],

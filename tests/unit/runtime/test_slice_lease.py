@@ -179,3 +179,33 @@ async def test_a_warm_up_called_off_keeps_the_slice_it_warmed() -> None:
     assert await ready is False
     assert warming.slice == piece
     assert not warming.owns(KEY)
+
+
+async def test_a_standby_owns_no_key_and_is_ready_at_once() -> None:
+    """A slice's standby twin held here: the map names the owner (m1); the
+    standby (m2) owns no key, refuses every write, and says it is ready."""
+    member = view(WHOLE)
+    piece = WHOLE.slices[0]
+    reported: list[str] = []
+    lease = Lease(
+        "g.users",
+        "users",
+        piece.id,
+        slot=Slot("t1", 0),
+        store=Store(),
+        role="standby",
+        ready_sink=lambda: reported.append("ready"),
+    )
+    standby = SliceLease(lease, piece, member, "m2")
+    assert standby.role == "standby"
+    assert not standby.owns(KEY)
+    with pytest.raises(KeyMovedError):
+        standby.token_for(KEY)
+    assert await standby.ready() is True
+    assert reported == ["ready"]
+    assert standby.slice == piece
+    # Even a map that names this member (it was handed the slice itself, with an
+    # active lease of its own) gives the standby lease no key.
+    mine = SliceMap("users", (replace(piece, owner="m2", token=2),), max_token=2, epoch=2)
+    member.take(encode_report(KeyspaceReport(mine)), group_id="g")
+    assert not standby.owns(KEY)
