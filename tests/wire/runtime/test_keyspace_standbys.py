@@ -1,0 +1,165 @@
+"""``@app.keyspace(..., standbys=1)`` on the embedded coordinator: every slice
+has a standby holder on another process, whose lease owns no key; a drained
+process's slices go to their standby holders."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+import workgroup
+from tests.wire.runtime.test_keyspaces import (  # noqa: F401 (the coordinator fixture)
+    KEYS,
+    TIMEOUT_S,
+    bootstrap,
+)
+from workgroup.keyspaces import KeyMovedError, PlannerSettings, SliceMap
+from workgroup.member.driver import GroupMember, member_keyspace
+from workgroup.runtime.app import Settings
+from workgroup.runtime.keyspaces import SliceLease
+from workgroup.runtime.runner import AppRunner
+
+SETTINGS = PlannerSettings(
+    imbalance_tolerance=0.5, min_slices_per_member=3, max_slices_per_member=12
+)
+
+
+class Process:
+    """One process whose keyspace handler records its active and standby slice leases."""
+
+    def __init__(self, name: str, app_name: str) -> None:
+        self.name = name
+        self.app = workgroup.App(app_name, grace_ms=100)
+        #: Active slice leases, by slice id.
+        self.leases: dict[int, SliceLease] = {}
+        #: Standby slice leases, by slice id.
+        self.standbys: dict[int, SliceLease] = {}
+        #: Keys a standby lease was asked about and said it owns (none expected).
+        self.standby_owned: list[str] = []
+        self.runner: AppRunner | None = None
+
+        @self.app.keyspace("users", settings=SETTINGS, standbys=1)
+        async def serve(lease: SliceLease) -> None:
+            slice_id = lease.slice.id
+            table = self.standbys if lease.role == "standby" else self.leases
+            if lease.role == "standby":
+                self.standby_owned += [k for k in KEYS if lease.owns(k)]
+                assert await lease.ready() is True  # warm: replayed the slice's state
+            table[slice_id] = lease
+            try:
+                while lease.held:
+                    if lease.role == "active":
+                        lease.report_load(1.0)  # even loads: no split, no merge
+                    await asyncio.sleep(0.05)
+            finally:
+                if table.get(slice_id) is lease:
+                    del table[slice_id]
+
+    def start(self, server: str) -> tuple[asyncio.Event, asyncio.Task[None]]:
+        settings = Settings(
+            bootstrap=server,
+            session_timeout_ms=3_000,
+            heartbeat_interval_ms=200,
+            grace_ms=100,
+            balance_interval_ms=500,
+        )
+        stop = asyncio.Event()
+        self.runner = AppRunner(self.app, settings)
+        return stop, asyncio.create_task(self.runner.run(stop))
+
+    def member(self) -> GroupMember:
+        assert self.runner is not None
+        return next(g.member for g in self.runner.groups)
+
+    def map(self) -> SliceMap | None:
+        keyspace = member_keyspace(self.member())
+        return keyspace.map if keyspace is not None else None
+
+
+def standby_of(processes: list[Process]) -> dict[int, list[str]]:
+    """``slice id -> the member ids running its standby``."""
+    holders: dict[int, list[str]] = {}
+    for p in processes:
+        for slice_id in p.standbys:
+            holders.setdefault(slice_id, []).append(p.member().member_id)
+    return holders
+
+
+async def settle(processes: list[Process]) -> SliceMap:
+    """The map once every slice runs on its owner and on one standby holder
+    apart from it, and nothing moved for a while."""
+
+    def settled() -> SliceMap | None:
+        maps = [p.map() for p in processes]
+        first = maps[0]
+        if first is None or any(m != first for m in maps):
+            return None
+        ids = sorted(piece.id for piece in first.slices)
+        if sorted(s for p in processes for s in p.leases) != ids:
+            return None
+        holders = standby_of(processes)
+        if sorted(holders) != ids or any(
+            holders[piece.id] == [piece.owner] or len(holders[piece.id]) != 1
+            for piece in first.slices
+        ):
+            return None
+        return first
+
+    async with asyncio.timeout(TIMEOUT_S):
+        while True:
+            smap = settled()
+            if smap is not None:
+                await asyncio.sleep(0.6)
+                if settled() == smap:
+                    return smap
+            await asyncio.sleep(0.05)
+
+
+async def wait_for(condition: Callable[[], bool], what: str) -> None:
+    """Wait until ``condition`` holds (``what``: named when it never does)."""
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            while not condition():  # noqa: ASYNC110 (polls the processes' state)
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"not within {TIMEOUT_S} s: {what}") from None
+
+
+async def test_slices_have_standbys_and_a_drained_owner_s_slices_go_to_them(
+    bootstrap: str,  # noqa: F811
+) -> None:
+    app_name = f"ks-standby-{uuid.uuid4().hex[:8]}"
+    processes = [Process(name, app_name) for name in ("a", "b", "c")]
+    running = [p.start(bootstrap) for p in processes]
+    try:
+        smap = await settle(processes)
+        for p in processes:
+            assert p.standby_owned == []
+            for slice_id, lease in p.standbys.items():
+                assert lease.role == "standby"
+                key = next(k for k in KEYS if smap.slice_for_key(k).id == slice_id)
+                assert not lease.owns(key)
+                with pytest.raises(KeyMovedError):
+                    lease.token_for(key)
+        drained = next(p for p in processes if not p.member().is_leader)
+        others = [p for p in processes if p is not drained]
+        drained_id = drained.member().member_id
+        moving = {piece.id for piece in smap.slices if piece.owner == drained_id}
+        assert moving
+        holder = {slice_id: ids[0] for slice_id, ids in standby_of(processes).items()}
+        drained.member().drain()
+        await wait_for(
+            lambda: not drained.leases and not drained.standbys, "the drained process let go"
+        )
+        after = await settle(others)
+        for slice_id in moving:
+            piece = after.by_id()[slice_id]
+            assert piece.owner == holder[slice_id]  # its standby holder took it
+            assert piece.token > smap.by_id()[slice_id].token
+    finally:
+        for stop, _ in running:
+            stop.set()
+        await asyncio.gather(*(task for _, task in running), return_exceptions=True)
