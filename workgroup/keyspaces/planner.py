@@ -3,7 +3,8 @@
 :func:`plan_next_map` is pure and deterministic (the same inputs give the same
 map, byte for byte).  One round, in order (``reshaping``, then ``balancing``):
 
-1. slices whose owner left the group lose it;
+1. slices whose owner left the group lose it, to the member warming them up
+   or else to their first live standby holder (``warming``, ``standby``), if any;
 2. hot slices split (a hot key ends in a one-point slice of its own), and
    slices split until the group has its lower bound of slices;
 3. cold neighbours merge;
