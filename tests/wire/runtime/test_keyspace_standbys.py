@@ -6,28 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
 
 import pytest
 
 import workgroup
+from tests.wire.runtime.keyspace_processes import (
+    RunnerProcess,
+    settled_map,
+    wait_for,
+)
 from tests.wire.runtime.test_keyspaces import (  # noqa: F401 (the coordinator fixture)
     KEYS,
-    TIMEOUT_S,
     bootstrap,
 )
 from workgroup.keyspaces import KeyMovedError, PlannerSettings, SliceMap
-from workgroup.member.driver import GroupMember, member_keyspace
-from workgroup.runtime.app import Settings
 from workgroup.runtime.keyspaces import SliceLease
-from workgroup.runtime.runner import AppRunner
 
 SETTINGS = PlannerSettings(
     imbalance_tolerance=0.5, min_slices_per_member=3, max_slices_per_member=12
 )
 
 
-class Process:
+class Process(RunnerProcess):
     """One process whose keyspace handler records its active and standby slice leases."""
 
     def __init__(self, name: str, app_name: str) -> None:
@@ -39,7 +39,6 @@ class Process:
         self.standbys: dict[int, SliceLease] = {}
         #: Keys a standby lease was asked about and said it owns (none expected).
         self.standby_owned: list[str] = []
-        self.runner: AppRunner | None = None
 
         @self.app.keyspace("users", settings=SETTINGS, standbys=1)
         async def serve(lease: SliceLease) -> None:
@@ -57,26 +56,6 @@ class Process:
             finally:
                 if table.get(slice_id) is lease:
                     del table[slice_id]
-
-    def start(self, server: str) -> tuple[asyncio.Event, asyncio.Task[None]]:
-        settings = Settings(
-            bootstrap=server,
-            session_timeout_ms=3_000,
-            heartbeat_interval_ms=200,
-            grace_ms=100,
-            balance_interval_ms=500,
-        )
-        stop = asyncio.Event()
-        self.runner = AppRunner(self.app, settings)
-        return stop, asyncio.create_task(self.runner.run(stop))
-
-    def member(self) -> GroupMember:
-        assert self.runner is not None
-        return next(g.member for g in self.runner.groups)
-
-    def map(self) -> SliceMap | None:
-        keyspace = member_keyspace(self.member())
-        return keyspace.map if keyspace is not None else None
 
 
 def standby_of(processes: list[Process]) -> dict[int, list[str]]:
@@ -108,24 +87,7 @@ async def settle(processes: list[Process]) -> SliceMap:
             return None
         return first
 
-    async with asyncio.timeout(TIMEOUT_S):
-        while True:
-            smap = settled()
-            if smap is not None:
-                await asyncio.sleep(0.6)
-                if settled() == smap:
-                    return smap
-            await asyncio.sleep(0.05)
-
-
-async def wait_for(condition: Callable[[], bool], what: str) -> None:
-    """Wait until ``condition`` holds (``what``: named when it never does)."""
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            while not condition():  # noqa: ASYNC110 (polls the processes' state)
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"not within {TIMEOUT_S} s: {what}") from None
+    return await settled_map(settled)
 
 
 async def test_slices_have_standbys_and_a_drained_owner_s_slices_go_to_them(

@@ -7,29 +7,30 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
 
 import pytest
 
 import workgroup
+from tests.wire.runtime.keyspace_processes import (
+    TIMEOUT_S,
+    RunnerProcess,
+    settled_map,
+    wait_for,
+)
 from tests.wire.runtime.test_keyspaces import (  # noqa: F401 (the coordinator fixture)
     KEYS,
-    TIMEOUT_S,
     bootstrap,
 )
 from workgroup.directory import Directory
 from workgroup.keyspaces import KeyMovedError, PlannerSettings, SliceMap
-from workgroup.member.driver import GroupMember, member_keyspace
-from workgroup.runtime.app import Settings
 from workgroup.runtime.keyspaces import SliceLease
-from workgroup.runtime.runner import AppRunner
 
 SETTINGS = PlannerSettings(
     imbalance_tolerance=0.5, min_slices_per_member=3, max_slices_per_member=12
 )
 
 
-class Process:
+class Process(RunnerProcess):
     """One process whose keyspace handler warms moved slices up: it records
     each warming lease and says it is ready only once :attr:`prepared` is set."""
 
@@ -45,7 +46,6 @@ class Process:
         self.warm_tokens: dict[int, int] = {}
         self.taken_tokens: dict[int, int] = {}
         self.prepared = asyncio.Event()
-        self.runner: AppRunner | None = None
 
         @self.app.keyspace(
             "users", settings=SETTINGS, warm_up=True, warmup_timeout_ms=TIMEOUT_S * 1000
@@ -69,26 +69,6 @@ class Process:
                 if self.leases.get(slice_id) is lease:
                     del self.leases[slice_id]
 
-    def start(self, server: str) -> tuple[asyncio.Event, asyncio.Task[None]]:
-        settings = Settings(
-            bootstrap=server,
-            session_timeout_ms=3_000,
-            heartbeat_interval_ms=200,
-            grace_ms=100,
-            balance_interval_ms=500,
-        )
-        stop = asyncio.Event()
-        self.runner = AppRunner(self.app, settings)
-        return stop, asyncio.create_task(self.runner.run(stop))
-
-    def member(self) -> GroupMember:
-        assert self.runner is not None
-        return next(g.member for g in self.runner.groups)
-
-    def map(self) -> SliceMap | None:
-        keyspace = member_keyspace(self.member())
-        return keyspace.map if keyspace is not None else None
-
 
 async def settle(processes: list[Process]) -> SliceMap:
     """The map once every slice is held by its owner, and nothing moved for a while."""
@@ -105,24 +85,7 @@ async def settle(processes: list[Process]) -> SliceMap:
             return None
         return first
 
-    async with asyncio.timeout(TIMEOUT_S):
-        while True:
-            smap = settled()
-            if smap is not None:
-                await asyncio.sleep(0.6)
-                if settled() == smap:
-                    return smap
-            await asyncio.sleep(0.05)
-
-
-async def wait_for(condition: Callable[[], bool], what: str) -> None:
-    """Wait until ``condition`` holds (``what``: named when it never does)."""
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            while not condition():  # noqa: ASYNC110 (polls the processes' state)
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"not within {TIMEOUT_S} s: {what}") from None
+    return await settled_map(settled)
 
 
 async def test_a_moved_slice_is_warmed_up_before_its_next_owner_takes_it(

@@ -12,15 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 import workgroup
+from tests.wire.runtime.keyspace_processes import TIMEOUT_S, RunnerProcess, settled_map
 from workgroup.cli import main
 from workgroup.keyspaces import PlannerSettings, SliceMap, key_hash
-from workgroup.member.driver import GroupMember, member_keyspace
-from workgroup.runtime.app import Settings
 from workgroup.runtime.keyspaces import SliceLease
-from workgroup.runtime.runner import AppRunner
 from workgroup.testing import run_coordinator
 
-TIMEOUT_S = 40
 KEYS = [f"user-{i}" for i in range(300)]
 HOT = "user-7"
 
@@ -33,7 +30,7 @@ def bootstrap() -> Iterator[str]:
         yield server.bootstrap
 
 
-class Process:
+class Process(RunnerProcess):
     """One process of the app: its own App, and the slice leases its handlers hold."""
 
     def __init__(
@@ -46,7 +43,6 @@ class Process:
         self.leases: dict[int, SliceLease] = {}
         #: The token of every slice a handler ran with.
         self.tokens: list[int] = []
-        self.runner: AppRunner | None = None
 
         @self.app.keyspace("users", settings=settings)
         async def serve(lease: SliceLease) -> None:
@@ -64,30 +60,6 @@ class Process:
             finally:
                 if self.leases.get(lease.slice.id) is lease:
                     del self.leases[lease.slice.id]
-
-    def start(
-        self, bootstrap: str, instance_id: str | None = None, advertise: str | None = None
-    ) -> tuple[asyncio.Event, asyncio.Task[None]]:
-        settings = Settings(
-            bootstrap=bootstrap,
-            instance_id=instance_id,
-            advertise=advertise,
-            session_timeout_ms=3_000,
-            heartbeat_interval_ms=200,
-            grace_ms=100,
-            balance_interval_ms=500,
-        )
-        stop = asyncio.Event()
-        self.runner = AppRunner(self.app, settings)
-        return stop, asyncio.create_task(self.runner.run(stop))
-
-    def member(self) -> GroupMember:
-        assert self.runner is not None
-        return next(g.member for g in self.runner.groups)
-
-    def map(self) -> SliceMap | None:
-        keyspace = member_keyspace(self.member())
-        return keyspace.map if keyspace is not None else None
 
 
 def owners_of(processes: list[Process], key: str) -> list[str]:
@@ -109,14 +81,7 @@ def settled_now(processes: list[Process]) -> SliceMap | None:
 
 
 async def settle(processes: list[Process], timeout_s: float = TIMEOUT_S) -> SliceMap:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            smap = settled_now(processes)
-            if smap is not None:
-                await asyncio.sleep(0.6)
-                if settled_now(processes) == smap:
-                    return smap
-            await asyncio.sleep(0.05)
+    return await settled_map(lambda: settled_now(processes), timeout_s)
 
 
 async def test_slices_spread_every_key_has_one_owner_and_the_leader_leaving_hands_over(
