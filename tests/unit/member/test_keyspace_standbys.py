@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.unit.member.test_keyspace_warmups import Group, ids
+from tests.unit.member.test_keyspace_warmups import Group, hold_evenly, ids
 from workgroup.errors import ConfigError
 from workgroup.keyspaces import PlannerSettings, SliceMap
 from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace
@@ -74,18 +74,7 @@ class StandbyGroup(Group):
 def started(members: int, standbys: int) -> tuple[StandbyGroup, SliceMap]:
     """``members`` members holding twelve slices evenly, their twins placed."""
     group = StandbyGroup(standbys)
-    for i in range(members):
-        group.join(f"m{i}")
-    uniform = SliceMap.uniform("users", 12)
-    group.map = SliceMap(
-        "users",
-        tuple(replace(p, owner=f"m{i % members}") for i, p in enumerate(uniform.slices)),
-        max_token=uniform.max_token,
-        epoch=1,
-    )
-    for piece in group.map.slices:
-        assert piece.owner is not None
-        group.owned[piece.owner] += (("users", piece.id),)
+    hold_evenly(group, members)
     smap = group.settle()
     return group, smap
 

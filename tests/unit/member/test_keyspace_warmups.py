@@ -136,20 +136,26 @@ def started_group(max_warmups: int = 8) -> tuple[Group, SliceMap]:
     """m0 and m1 holding twelve slices: as many as three members need, so that
     a third one joining brings moves and no split."""
     group = Group(max_warmups)
-    group.join("m0")
-    group.join("m1")
+    hold_evenly(group, 2)
+    assert group.round() == group.map  # the members hold it: nothing changes
+    return group, group.map
+
+
+def hold_evenly(group: Group, members: int) -> SliceMap:
+    """Members ``m0``, ``m1``, ... join ``group`` and hold twelve slices in turn."""
+    for i in range(members):
+        group.join(f"m{i}")
     uniform = SliceMap.uniform("users", 12)
     group.map = SliceMap(
         "users",
-        tuple(replace(p, owner=f"m{i % 2}") for i, p in enumerate(uniform.slices)),
+        tuple(replace(p, owner=f"m{i % members}") for i, p in enumerate(uniform.slices)),
         max_token=uniform.max_token,
         epoch=1,
     )
     for piece in group.map.slices:
         assert piece.owner is not None
         group.owned[piece.owner] += (("users", piece.id),)
-    assert group.round() == group.map  # the members hold it: nothing changes
-    return group, group.map
+    return group.map
 
 
 def test_a_moved_slice_warms_up_while_the_map_keeps_its_owner_and_token() -> None:
