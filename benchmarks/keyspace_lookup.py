@@ -12,12 +12,20 @@ Four tables (one process, one core):
   lookups/s for any key.
 * **encoding**: the encoded slice map's bytes and encode/decode times, owned
   by 100 members.
-* **planner**: the leader's round (``plan_next_map``) at 100 members and 10,000
+* **planner**: the planner alone (``plan_next_map``) at 100 members and 10,000
   slices with skewed loads and hot keys: a steady round, a round after a member
-  joins, and one after a member leaves (best of ``--repeat``; target <= 1 s).
+  joins, and one after a member leaves (best of ``--repeat``).
+* **leader**: the leader's whole round at 100 members and 10,000 slices, as the
+  member machine runs it (``LeaderPipeline``): the members' JoinGroup metadata
+  read (each carries the map it holds, what it owns, the loads of its slices
+  and 8 sampled hot keys), the keyspace stage (the planner, the catalog, the
+  hand-overs withheld), and the 100 SyncGroup assignments encoded, each with
+  the next map.  Rounds: steady, one member joins, one leaves, and the first
+  round after a full restart (nobody carries a map).  Best of ``--repeat``;
+  target <= 1 s.
 
     .venv/bin/python benchmarks/keyspace_lookup.py [--keys N] [--repeat N]
-        [--only lookups|directory|encoding|planner] [--slices 100,10000,100000]
+        [--only lookups|directory|encoding|planner|leader] [--slices 100,10000,100000]
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from workgroup.client.keyspaces import newest_maps
 from workgroup.client.owners import join_owners
 from workgroup.client.reader import GroupSnapshot
 from workgroup.directory import Directory
+from workgroup.kafka.messages import JoinedMember
 from workgroup.keyspaces import (
     KeyspaceLoads,
     PlannerSettings,
@@ -45,9 +54,15 @@ from workgroup.keyspaces import (
     key_hash,
     plan_next_map,
 )
-from workgroup.keyspaces.report import encode_map_only
+from workgroup.keyspaces.report import KeyspaceReport, encode_map_only, encode_report
+from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace
+from workgroup.member.load_balancing import BalanceSettings
+from workgroup.member.pipeline import LeaderPipeline
+from workgroup.member.round_stages import run_round_stages
+from workgroup.protocol.catalog import FrozenCatalog
 from workgroup.protocol.endpoint import ENDPOINT_TAG
 from workgroup.protocol.metadata import BinaryCodec, MemberMetadata
+from workgroup.protocol.protocol import Protocol
 from workgroup.types import Key
 
 
@@ -202,11 +217,107 @@ def planner(repeat: int) -> Table:
     return table
 
 
+def joined_members(smap: SliceMap | None, members: Sequence[str], seed: int) -> list[JoinedMember]:
+    """What each of ``members`` sends in JoinGroup: the slices ``smap`` gives it
+    (as held), their loads, the map itself, and 8 sampled hot keys."""
+    rng = random.Random(seed)
+    owners = smap.owners() if smap is not None else {}
+    codec = PROTOCOL.codec
+    out = []
+    for member_id in members:
+        pieces = owners.get(member_id, [])
+        report = KeyspaceReport(smap, {rng.getrandbits(64): 5.0 for _ in range(8)})
+        meta = MemberMetadata(
+            kinds=("users",),
+            owned=tuple(("users", piece.id) for piece in pieces),
+            owned_generation=4 if pieces else -1,
+            loads=tuple(rng.random() for _ in pieces),
+            user_data=encode_report(report),
+        )
+        out.append(JoinedMember(member_id, None, codec.encode_metadata(meta)))
+    return out
+
+
+PROTOCOL = Protocol.of("cooperative-sticky")
+
+
+def leader_round(joined: list[JoinedMember], config: KeyspaceConfig) -> tuple[float, ...]:
+    """One round of a new leader: seconds to read, to plan, to encode; slices, bytes."""
+    pipeline = LeaderPipeline(
+        "bench",
+        reassign_delay_ms=0,
+        balance=BalanceSettings(),
+        max_warmups=0,
+        keyspace=config,
+        keyspace_view=MemberKeyspace(config),
+    )
+    started = time.perf_counter()
+    run = pipeline.begin(
+        0, 1, PROTOCOL, joined, generation=5, catalog=FrozenCatalog(), catalog_hash=b""
+    )
+    read = time.perf_counter()
+    result = run_round_stages(run.stages)
+    planned = time.perf_counter()
+    taken = pipeline.take(run.run_id)
+    assert taken is not None
+    assert result.keyspace is not None
+    blobs = pipeline.finish(0, taken, result)
+    encoded = time.perf_counter()
+    return (
+        read - started,
+        planned - read,
+        encoded - planned,
+        encoded - started,
+        float(len(result.keyspace.plan.map)),
+        float(max(len(blob) for _, blob in blobs)),
+    )
+
+
+def leader(repeat: int) -> Table:
+    table = Table(
+        title=f"the leader's whole round, 100 members, 10,000 slices (best of {repeat}; "
+        "target <= 1 s)"
+    )
+    for column in (
+        "round",
+        "read ms",
+        "plan ms",
+        "encode ms",
+        "round s",
+        "slices after",
+        "largest assignment",
+    ):
+        table.add_column(column, justify="right")
+    config = KeyspaceConfig("users", PlannerSettings())
+    names = [f"member-{i:03d}" for i in range(100)]
+    smap = owned(SliceMap.uniform("users", 10_000), 100)
+    smap = dataclasses.replace(smap, epoch=3)
+    scenarios = [
+        ("steady", joined_members(smap, names, 29)),
+        ("one joins", joined_members(smap, [*names, "member-100"], 29)),
+        ("one leaves", joined_members(smap, [n for n in names if n != "member-042"], 29)),
+        ("after a full restart", joined_members(None, names, 29)),
+    ]
+    for name, joined in scenarios:
+        runs = [leader_round(joined, config) for _ in range(repeat)]
+        best = min(runs, key=lambda r: r[3])
+        table.add_row(
+            name,
+            f"{best[0] * 1e3:.0f}",
+            f"{best[1] * 1e3:.0f}",
+            f"{best[2] * 1e3:.0f}",
+            f"{best[3]:.3f}",
+            f"{best[4]:,.0f}",
+            f"{best[5]:,.0f} B",
+        )
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--only", choices=["lookups", "directory", "encoding", "planner"])
+    parser.add_argument("--only", choices=["lookups", "directory", "encoding", "planner", "leader"])
     parser.add_argument(
         "--slices",
         type=lambda text: [int(n) for n in text.split(",")],
@@ -214,7 +325,7 @@ def main() -> None:
         help="slice counts of the lookup tables (comma-separated)",
     )
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=120)
     if args.only in (None, "lookups"):
         console.print(lookups(args.keys, args.repeat, args.slices))
     if args.only in (None, "directory"):
@@ -223,6 +334,8 @@ def main() -> None:
         console.print(encoding(args.repeat))
     if args.only in (None, "planner"):
         console.print(planner(args.repeat))
+    if args.only in (None, "leader"):
+        console.print(leader(args.repeat))
 
 
 if __name__ == "__main__":

@@ -15,17 +15,22 @@ load at all (a new keyspace is spread by share of the hash space).
    are within ``AIM`` of it (half): the loads of pieces split this round are
    estimates, and a plan right at the band's edge lands past it.
 3. When no piece can move only because each that would is wider than the
-   budget left, the best of them is cut (while ``spare`` allows more pieces):
-   its first ``budget left`` points become a piece of their own, which moves,
-   and the rest another, both born with new tokens.  Without the cut a piece
-   wider than the whole budget could never move: with few slices, a member
-   that joins after the first would never be handed one.  A member none of
-   whose pieces can move is left as it is for the rest of the round.
+   budget left, one is cut (while ``spare`` allows more pieces): a window of
+   ``budget left`` points becomes a piece of their own, which moves, and what
+   lies either side of it stays, each part born with a new token.  Without the
+   cut a piece wider than the whole budget could never move: with few slices, a
+   member that joins after the first would never be handed one.  The window is
+   the heaviest that passes rule 2's checks, among those at either end of a
+   piece and those starting at one of its sampled keys: a window that carries
+   no load is never cut (its move would change nothing, and cutting it again
+   and again would shred the piece up to the bound of slices).  A member none
+   of whose pieces can move is left as it is for the rest of the round.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from workgroup.keyspaces.pieces import ChurnBudget, Piece, TokenCounter
 from workgroup.keyspaces.reshaping import split
@@ -73,7 +78,7 @@ def balance(
         held[member].append(piece)
         carried[member] += weight(piece)
 
-    moves = cuts = 0
+    moves = cuts = added = 0
     stuck: set[str] = set()
     band = tolerance
     # Every move lowers the spread of weight per capacity; the cap only bounds the round.
@@ -90,32 +95,39 @@ def balance(
         band = tolerance * AIM  # out of the band: aim well within it
         donor_ratio = carried[donor] / capacities[donor]
         room = share[receiver] * (1 + tolerance) - carried[receiver]
+        # Rule 2's checks: within the receiver's room, and the receiver below the donor after.
+        fits = _Fits(room, donor_ratio * capacities[receiver] - carried[receiver])
         best: Piece | None = None
         best_score = (0.0, 0.0, 0)
-        wide: Piece | None = None
-        wide_score = (0.0, 0.0, 0)
+        wide: list[Piece] = []
         for piece in held[donor]:
             w = weight(piece)
-            if w <= 0 or w > room:
+            if w <= 0:
                 continue
-            if (carried[receiver] + w) / capacities[receiver] >= donor_ratio:
+            if piece.width > budget.remaining:
+                wide.append(piece)  # a window of it may still fit (rule 3)
+                continue
+            if not fits(w):
                 continue
             score = (w / piece.width, w, -piece.start)
-            if piece.width > budget.remaining:
-                if wide is None or score > wide_score:
-                    wide, wide_score = piece, score
-            elif best is None or score > best_score:
+            if best is None or score > best_score:
                 best, best_score = piece, score
-        if best is None and wide is not None and cuts < spare and budget.remaining > 0:
-            # Rule 3: the part the budget covers moves; the rest stays.
-            best, rest = split(wide, [wide.start + budget.remaining], tokens)
-            index = next(i for i, piece in enumerate(pieces) if piece is wide)
-            pieces[index : index + 1] = [best, rest]
-            held[donor].remove(wide)
-            held[donor] += [best, rest]
-            cuts += 1
-            if weight(best) <= 0:
-                continue
+        if best is None and wide and added < spare and budget.remaining > 0:
+            window = _best_window(wide, budget.remaining, fits, by_load)
+            if window is not None:
+                # Rule 3: the window the budget covers moves; the rest stays.
+                piece, start = window
+                end = start + budget.remaining
+                bounds = [p for p in (start, end) if piece.start < p < piece.end]
+                if len(bounds) <= spare - added:
+                    parts = split(piece, bounds, tokens)
+                    index = pieces.index(piece)
+                    pieces[index : index + 1] = parts
+                    held[donor].remove(piece)
+                    held[donor] += parts
+                    best = next(part for part in parts if part.start == start)
+                    added += len(bounds)
+                    cuts += 1
         if best is None:
             stuck.add(donor)
             continue
@@ -127,6 +139,37 @@ def balance(
         best.owner = receiver
         moves += 1
     return moves, cuts
+
+
+@dataclass(frozen=True, slots=True)
+class _Fits:
+    """Whether a weight may move to the receiver: above 0, at most ``room``,
+    below ``below`` (the receiver's weight stays under the donor's)."""
+
+    room: float
+    below: float
+
+    def __call__(self, weight: float) -> bool:
+        return 0 < weight <= self.room and weight < self.below
+
+
+def _best_window(
+    wide: list[Piece], width: int, fits: _Fits, by_load: bool
+) -> tuple[Piece, int] | None:
+    """Rule 3: the heaviest window of ``width`` points in one of ``wide`` that
+    ``fits`` (by weight), as ``(piece, its start)``; ``None`` if none carries weight."""
+    best: tuple[Piece, int] | None = None
+    best_score = (0.0, 0)
+    for piece in wide:
+        density = piece.spread_density()
+        starts = {piece.start, piece.end - width}
+        starts.update(min(point, piece.end - width) for point, _ in piece.keys)
+        for start in sorted(starts):
+            w = piece.load_of(start, start + width, density) if by_load else float(width)
+            score = (w, -start)
+            if fits(w) and (best is None or score > best_score):
+                best, best_score = (piece, start), score
+    return best
 
 
 __all__ = ["balance"]

@@ -11,7 +11,11 @@
   quarter of the split load (so a merged piece is never split back at once) and
   the count is above the lower bound; above the upper bound any pair merges.
   A pair with one owner merges first; a pair with two takes the heavier's owner
-  and spends the budget on the lighter part's range.
+  and spends the budget on the lighter part's range.  Merges spend at most
+  ``MERGE_SHARE`` of the budget while the count is within the bounds: the rest
+  is the balancing's (with slices spread over members, neighbours mostly have
+  two owners, and merges down to the lower bound would take the whole budget,
+  round after round, while a member stays out of the band).
 
 Children keep their parent's owner.  Every piece born here takes a new token
 (above all issued before: :class:`~workgroup.keyspaces.pieces.TokenCounter`) and
@@ -25,6 +29,10 @@ import math
 from itertools import pairwise
 
 from workgroup.keyspaces.pieces import ChurnBudget, Piece, TokenCounter
+
+#: The share of the round's budget merges may spend while the slice count is
+#: within its bounds.
+MERGE_SHARE = 0.5
 
 
 def cut_points(piece: Piece) -> list[int]:
@@ -139,6 +147,7 @@ def merge_pieces(
     )
     used: set[int] = set()
     merged: dict[int, Piece] = {}
+    limit = budget.remaining if count > high else int(budget.remaining * MERGE_SHARE)
     for _, load, _, i in pairs:
         if count <= low:
             break
@@ -149,8 +158,10 @@ def merge_pieces(
         owner = heavier.owner if heavier.owner is not None else lighter.owner
         if not (budget.allows(heavier, owner) and budget.allows(lighter, owner)):
             continue
-        if budget.cost(heavier, owner) + budget.cost(lighter, owner) > budget.remaining:
+        cost = budget.cost(heavier, owner) + budget.cost(lighter, owner)
+        if cost > min(limit, budget.remaining):
             continue
+        limit -= cost
         budget.spend(heavier, owner)
         budget.spend(lighter, owner)
         token = tokens.next()
@@ -172,4 +183,4 @@ def _owner_of(piece: Piece) -> str:
     return piece.owner or ""
 
 
-__all__ = ["cut_points", "merge_pieces", "split", "split_pieces"]
+__all__ = ["MERGE_SHARE", "cut_points", "merge_pieces", "split", "split_pieces"]
