@@ -1,6 +1,6 @@
 """``@app.keyspace(..., standbys=1)`` on the embedded coordinator: every slice
 has a standby holder on another process, whose lease owns no key; a drained
-process's slices go to their standby holders."""
+process's slices go to their standby holders, and so do a crashed one's."""
 
 from __future__ import annotations
 
@@ -125,3 +125,58 @@ async def test_slices_have_standbys_and_a_drained_owner_s_slices_go_to_them(
         for stop, _ in running:
             stop.set()
         await asyncio.gather(*(task for _, task in running), return_exceptions=True)
+
+
+async def test_a_crashed_owner_s_slices_go_to_their_standby_holders(
+    bootstrap: str,  # noqa: F811
+) -> None:
+    """A static member that stops sends no LeaveGroup: the group sees a crash,
+    and once its session expires each of its slices goes to its standby holder,
+    with a higher token."""
+    app_name = f"ks-standby-crash-{uuid.uuid4().hex[:8]}"
+    processes = [Process(name, app_name) for name in ("a", "b", "c")]
+    crashed = processes[2]
+    running = [
+        p.start(bootstrap, instance_id=f"{app_name}-c" if p is crashed else None) for p in processes
+    ]
+    try:
+        smap = await settle(processes)
+        crashed_id = crashed.member().member_id
+        moving = {piece.id for piece in smap.slices if piece.owner == crashed_id}
+        assert moving
+        holder = {slice_id: ids[0] for slice_id, ids in standby_of(processes).items()}
+        assert all(holder[slice_id] != crashed_id for slice_id in moving)
+        stop, task = running[2]
+        stop.set()
+        await task
+        others = processes[:2]
+
+        def taken_over() -> bool:
+            current = others[0].map()
+            return current is not None and all(
+                piece.owner != crashed_id for piece in current.slices
+            )
+
+        await wait_for(taken_over, "the crashed process's slices placed elsewhere")
+        after = await settled_map(lambda: _owned_by(others))
+        for slice_id in moving:
+            piece = after.by_id()[slice_id]
+            assert piece.owner == holder[slice_id]  # its standby holder took it
+            assert piece.token > smap.by_id()[slice_id].token
+    finally:
+        for stop, _ in running:
+            stop.set()
+        await asyncio.gather(*(task for _, task in running), return_exceptions=True)
+
+
+def _owned_by(processes: list[Process]) -> SliceMap | None:
+    """The map once every slice runs on its owner among ``processes`` (standbys
+    may still be placing: a crashed holder's twins need new holders)."""
+    maps = [p.map() for p in processes]
+    first = maps[0]
+    if first is None or any(m != first for m in maps):
+        return None
+    ids = sorted(piece.id for piece in first.slices)
+    if sorted(s for p in processes for s in p.leases) != ids:
+        return None
+    return first
