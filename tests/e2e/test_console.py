@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import pytest
 from examples.sharded_service.service import GROUP, SHARDS
 from workgroup.console.server import ConsoleServer
 from workgroup.testing import run_coordinator
+from workgroup.testing.servers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -26,13 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 EMPTY = "\u2013"
 #: Set to a directory to keep the screenshot (the README's picture).
 SCREENSHOT_DIR = os.environ.get("WORKGROUP_SCREENSHOT_DIR")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")

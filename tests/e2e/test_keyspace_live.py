@@ -375,15 +375,13 @@ async def test_live_keyspace_kill_during_split_freeze_across_split_and_drain(
             )
             assert not hot_slice(directory, second_hot)[2]  # not split yet
             # Once the frozen owner's slice moved, its new owner reports the key's
-            # load, but publishes a slice's load only from its next join: a member
-            # rejoins for the loads of the slices it published at its last join,
-            # not for a slice it received since.  The other slices' load doubling,
-            # every member rejoins, and the leader sees the key.
+            # load: the leader's probe after the round that moved it had the new
+            # owner publish the slice's load, and the key's makes it rejoin.
             await live.until(
                 "the frozen owner's hot key owned elsewhere",
                 lambda: owners(directory)[second_hot] not in (None, frozen.name),
             )
-            live.set_hot(second_hot, cold=2.0)
+            live.set_hot(second_hot)
 
             def superseded() -> bool:
                 _, token, alone = hot_slice(directory, second_hot)

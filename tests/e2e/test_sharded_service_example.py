@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,18 +19,12 @@ import pytest
 import workgroup
 from examples.sharded_service.service import GROUP, KIND, SHARDS, shard_of
 from workgroup.testing import run_coordinator
+from workgroup.testing.servers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSION_MS = 2_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Service:

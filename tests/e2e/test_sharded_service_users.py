@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import pytest
 import workgroup
 from examples.sharded_service.users import GROUP, KEYSPACE, Router
 from workgroup.testing import run_coordinator
+from workgroup.testing.servers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -27,13 +27,6 @@ KEYS = [f"user-{i}" for i in range(64)]
 #: No rebalance for load during the test: the slices move only when the test
 #: drains a process, so a first try that reaches its owner is never a race.
 BALANCE_INTERVAL_MS = 600_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Service:

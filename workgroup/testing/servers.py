@@ -68,15 +68,25 @@ class ServerExited(WorkgroupError):
     """A server that should be running has exited."""
 
 
+#: Ports :func:`free_port` handed out in this process: the kernel may give the
+#: same free port to two probes in a row, and two servers told to bind it clash.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A loopback TCP port that nothing listens on right now.
+    """A loopback TCP port that nothing listens on right now, and that this
+    process was not handed before.
 
     Another process may take it before the caller binds it; servers that can
     bind port 0 themselves (the coordinator) should do that instead.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((LOOPBACK, 0))
+            port = int(probe.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def tansu_binary() -> Path:
