@@ -52,6 +52,13 @@ Rules:
    reassignment delay, and the balancing probe; each asks for a round
    (:meth:`LeaderPipeline.delay_over`, :meth:`LeaderPipeline.probe_due`).
 5. A follower forgets the delays it kept while it led.
+6. **The group's size.**  A Kafka broker keeps a group's state (every member's
+   metadata and assignment) as one record of its ``__consumer_offsets`` topic,
+   at most ``message.max.bytes`` (1 MiB by default), and fails SyncGroup
+   (``UNKNOWN_SERVER_ERROR``) for a larger one.  The leader warns
+   (``member.group_record_large``) when a round's metadata and assignments add
+   up to more, and again each time they double.  A keyspace's members each
+   carry the map twice (metadata and assignment).
 """
 
 from __future__ import annotations
@@ -98,6 +105,9 @@ from workgroup.protocol.protocol import Protocol, RebalanceMode
 from workgroup.types import NO_GENERATION_ID, Resource, sorted_resources
 
 log = get_logger(__name__)
+
+#: The largest group state a Kafka broker stores with its defaults (rule 6).
+KAFKA_GROUP_RECORD_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +220,8 @@ class LeaderPipeline:
         self._round: LeaderRound | None = None
         #: What the last round decided, while the follow-up rounds carry it out.
         self._plan: RoundPlan | None = None
+        #: The group's size last warned about (rule 6): warned again once it doubles.
+        self._warned_group_bytes = 0
 
     @property
     def moves_total(self) -> Mapping[tuple[str, str], int]:
@@ -458,6 +470,7 @@ class LeaderPipeline:
                 plan.assigned, {mid for mid, meta in metadata.items() if meta.loads}
             ),
         )
+        self._check_group_bytes(round_, out)
         log.info(
             "member.assignment_computed",
             group=self._group_id,
@@ -469,6 +482,28 @@ class LeaderPipeline:
             common_version=round_.read.common_version,
         )
         return out
+
+    def _check_group_bytes(
+        self, round_: LeaderRound, assignments: Sequence[tuple[str, bytes]]
+    ) -> None:
+        """Rule 6: warn when the members' metadata and assignments would not fit
+        in one record of a Kafka broker's default size."""
+        size = sum(len(m.metadata) for m in round_.members) + sum(len(b) for _, b in assignments)
+        if size <= KAFKA_GROUP_RECORD_BYTES or size < 2 * self._warned_group_bytes:
+            return
+        self._warned_group_bytes = size
+        log.warning(
+            "member.group_record_large",
+            group=self._group_id,
+            generation=round_.generation,
+            members=len(round_.members),
+            bytes=size,
+            limit=KAFKA_GROUP_RECORD_BYTES,
+            why="a Kafka broker stores a group's metadata and assignments as one record "
+            "of at most message.max.bytes (1 MiB by default) and fails SyncGroup above it",
+            fix="raise message.max.bytes on the brokers, or give members fewer resources "
+            "(a keyspace: fewer slices per member)",
+        )
 
     # --- between rounds (rules 4 and 5) -------------------------------------------
 

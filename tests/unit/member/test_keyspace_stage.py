@@ -484,3 +484,37 @@ def test_a_slice_overlapping_one_another_member_releases_is_withheld_from_the_re
     assert unseen.assigned == {"m0": (), "m1": (("users", 52),), "m2": (("users", 3),)}
     assert set(unseen.withheld["m0"]) == {("users", 51), ("users", 53)}
     assert withhold_overlaps(planned, round_, next_map, {"m2": (("users", 3),)}) is planned
+
+
+def test_a_group_too_large_for_a_kafka_record_is_warned_about_once_per_doubling() -> None:
+    """Every member carries the map in its metadata and its assignment: 20 members
+    with 8,000 slices take 2 MB, above the 1 MiB a Kafka broker stores by default."""
+    names = [f"m{i:02d}" for i in range(20)]
+    settings = PlannerSettings(min_slices_per_member=1, max_slices_per_member=400)
+    config = KeyspaceConfig("users", settings)
+    smap = SliceMap.uniform("users", 8_000)
+    smap = SliceMap(
+        "users",
+        tuple(replace(p, owner=names[i % 20]) for i, p in enumerate(smap.slices)),
+        smap.max_token,
+        3,
+    )
+    metas = {
+        mid: metadata(
+            KeyspaceReport(smap),
+            owned=tuple(("users", p.id) for p in smap.slices if p.owner == mid),
+        )
+        for mid in names
+    }
+    pipeline = leader(config=config)
+    with capture_logs() as logs:
+        for generation in (2, 3):
+            round_(metas, pipeline=pipeline, generation=generation)
+    warned = [e for e in logs if e["event"] == "member.group_record_large"]
+    assert len(warned) == 1  # the same size again: not warned twice
+    assert warned[0]["bytes"] > warned[0]["limit"] == 1024 * 1024
+    assert warned[0]["members"] == 20
+    small = {mid: metadata() for mid in names[:3]}
+    with capture_logs() as logs:
+        round_(small)
+    assert not [e for e in logs if e["event"] == "member.group_record_large"]
