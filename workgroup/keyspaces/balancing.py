@@ -121,7 +121,7 @@ def balance(
                 bounds = [p for p in (start, end) if piece.start < p < piece.end]
                 if len(bounds) <= spare - added:
                     parts = split(piece, bounds, tokens)
-                    index = pieces.index(piece)
+                    index = next(i for i, p in enumerate(pieces) if p is piece)
                     pieces[index : index + 1] = parts
                     held[donor].remove(piece)
                     held[donor] += parts

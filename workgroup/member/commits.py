@@ -14,7 +14,10 @@ to the member; this module keeps the bookkeeping:
    failed with.  Commits are never dropped as stale: their callers wait.
 3. :class:`CommitRouter` chooses each partition's generation: a partition for a
    resource owned, or naming none, goes under the current generation; for a
-   resource still releasing, under the generation it was given up in; for any
+   resource still releasing, under the generation it was given up in, unless a
+   cooperative member joined a later generation since (its JoinGroup reported
+   the resource as owned: no other member holds it in the current generation),
+   then under the current one; for any
    other resource, ILLEGAL_GENERATION; without a valid generation,
    ILLEGAL_GENERATION (UNKNOWN_MEMBER_ID without a member id).  The machine
    says first whether anything may be sent at all (its ``refusal``).
@@ -51,6 +54,7 @@ from workgroup.member.actions import Action, CommitDone, CommitOutcome, Partitio
 from workgroup.member.generation import NO_GENERATION_ID, Generation
 from workgroup.member.ownership import Ownership
 from workgroup.member.requests import RequestIds
+from workgroup.protocol.protocol import RebalanceMode
 from workgroup.types import Resource
 
 log = get_logger(__name__)
@@ -181,6 +185,7 @@ class CommitRouter:
         current: Generation,
         ownership: Ownership,
         ids: RequestIds,
+        mode: RebalanceMode,
     ) -> list[Action]:
         """The requests for a commit, and its answer when nothing of it is sent;
         ``refusal``: why nothing may be sent (an error answers every partition)."""
@@ -200,6 +205,8 @@ class CommitRouter:
                 if given_up_in is None:
                     return ErrorCode.ILLEGAL_GENERATION  # lost or released: not ours
                 generation = given_up_in
+                if mode == "cooperative" and current.generation_id > given_up_in:
+                    generation = current.generation_id  # claimed in the join since (rule 3)
             if generation != NO_GENERATION_ID:
                 return generation
             return ErrorCode.ILLEGAL_GENERATION if member_id else ErrorCode.UNKNOWN_MEMBER_ID

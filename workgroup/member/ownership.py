@@ -15,7 +15,8 @@ Rules:
 3. Losing everything (:meth:`Ownership.lose`) drops what is releasing too.
 4. A releasing resource remembers the generation it was given up in (the
    generation whose assignment, or close, revoked it): its commits go under
-   that generation (:meth:`Ownership.given_up_in`, the machine's rule 11).
+   that generation, or the current one once a cooperative member joined a
+   later one (:meth:`Ownership.given_up_in`, the machine's rule 11).
 """
 
 from __future__ import annotations

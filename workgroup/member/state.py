@@ -171,12 +171,15 @@ Rules:
    partition is committed under, here and nowhere else.  A partition committed
    for a resource the member owns goes under the current generation; for a
    resource it gave up and is still releasing (rule 9), under the generation it
-   was given up in, so the coordinator refuses it once the group moved on (a
-   next owner may hold the resource by then); a partition naming no resource
-   goes under the current generation.  Nothing is sent, and the commit is
-   answered at once, where it cannot be accepted: a member not started, CLOSED,
-   FATAL or past its LeaveGroup gets UNKNOWN_MEMBER_ID; a member without a
-   coordinator, a retriable
+   was given up in, or under the current one if the member joined that after
+   giving it up with a cooperative protocol (it reported the resource as owned
+   in that JoinGroup, so no other member holds it in that generation; under
+   the generation it was given up in, a handler finishing its work could not
+   commit once another round ran meanwhile, and waited out its grace period);
+   a partition naming no resource goes under the current generation.  Nothing
+   is sent, and the commit is answered at once, where it cannot be accepted: a
+   member not started, CLOSED, FATAL or past its LeaveGroup gets
+   UNKNOWN_MEMBER_ID; a member without a coordinator, a retriable
    :class:`~workgroup.member.errors.CoordinatorUnavailableError`; a partition
    for a resource neither owned nor releasing (lost, released),
    ILLEGAL_GENERATION; one that would go without a valid generation,
@@ -476,6 +479,7 @@ class MemberMachine(MemberViews):
             current=self._membership.generation,
             ownership=self._holdings.ownership,
             ids=self._ids,
+            mode=self._membership.rebalance_mode,
         )
         return self._drain(now)
 
