@@ -36,6 +36,13 @@ from workgroup.coordinator.config import CoordinatorConfig
 from workgroup.coordinator.server import CoordinatorServer
 from workgroup.testing.servers import run_coordinator
 
+# A run started in the background by a shell without job control has SIGINT
+# ignored, and every process the tests start would inherit that: the tests of
+# Ctrl-C (a demo, `workgroup top`) would see their SIGINT ignored.  With a
+# handler here, what the tests start gets SIGINT's default again.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 STARTUP_TIMEOUT_S = 20.0
 #: The environment variable that marks the processes a pytest process started
 #: (not ``WORKGROUP_*``: some tests start daemons without those).
