@@ -342,17 +342,25 @@ async def test_member_missing_the_rebalance_is_removed(
     a = member(await connect(encoder), group_id, backend, rebalance_timeout_ms=1000)
     b = member(await connect(encoder), group_id, backend, rebalance_timeout_ms=1000)
     generation = await settle([a, b])
-    c = member(await connect(encoder), group_id, backend, rebalance_timeout_ms=1000)
-    c_join = asyncio.create_task(c.join())
-    assert await heartbeat_until(a, REBALANCE_IN_PROGRESS) == REBALANCE_IN_PROGRESS
-    # b never rejoins: once the rebalance timeout passes the group goes on without it.
-    ja, jc = await asyncio.gather(a.join(), c_join)
-    assert ja.error == jc.error == NONE
-    assert ja.generation == jc.generation == generation + 1
-    leader = ja if ja.is_leader else jc
-    assert set(leader.members) == {a.member_id, c.member_id}
-    await asyncio.gather(a.sync(), c.sync())
-    assert await b.heartbeat() == UNKNOWN_MEMBER_ID
+    # b heartbeats on, so that only the rebalance timeout can remove it: silent, its
+    # session (3 s) could expire first on a slow machine, and remove it on Tansu too.
+    b_alive = asyncio.create_task(heartbeat_until(b, UNKNOWN_MEMBER_ID, within_s=60))
+    try:
+        c = member(await connect(encoder), group_id, backend, rebalance_timeout_ms=1000)
+        c_join = asyncio.create_task(c.join())
+        assert await heartbeat_until(a, REBALANCE_IN_PROGRESS) == REBALANCE_IN_PROGRESS
+        # b never rejoins: once the rebalance timeout passes the group goes on without it.
+        ja, jc = await asyncio.gather(a.join(), c_join)
+        assert ja.error == jc.error == NONE
+        assert ja.generation == jc.generation == generation + 1
+        leader = ja if ja.is_leader else jc
+        assert set(leader.members) == {a.member_id, c.member_id}
+        await asyncio.gather(a.sync(), c.sync())
+        assert await asyncio.wait_for(b_alive, 10) == UNKNOWN_MEMBER_ID
+    finally:
+        b_alive.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+            await b_alive
     await asyncio.gather(a.leave(), c.leave())
 
 
