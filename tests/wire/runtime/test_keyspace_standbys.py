@@ -5,7 +5,9 @@ process's slices go to their standby holders, and so do a crashed one's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -67,20 +69,29 @@ def standby_of(processes: list[Process]) -> dict[int, list[str]]:
     return holders
 
 
+def owned_by(processes: list[Process]) -> SliceMap | None:
+    """The map once every slice runs on its owner among ``processes`` (standbys
+    may still be placing: a crashed holder's twins need new holders)."""
+    maps = [p.map() for p in processes]
+    first = maps[0]
+    if first is None or any(m != first for m in maps):
+        return None
+    ids = sorted(piece.id for piece in first.slices)
+    if sorted(s for p in processes for s in p.leases) != ids:
+        return None
+    return first
+
+
 async def settle(processes: list[Process]) -> SliceMap:
     """The map once every slice runs on its owner and on one standby holder
     apart from it, and nothing moved for a while."""
 
     def settled() -> SliceMap | None:
-        maps = [p.map() for p in processes]
-        first = maps[0]
-        if first is None or any(m != first for m in maps):
-            return None
-        ids = sorted(piece.id for piece in first.slices)
-        if sorted(s for p in processes for s in p.leases) != ids:
+        first = owned_by(processes)
+        if first is None:
             return None
         holders = standby_of(processes)
-        if sorted(holders) != ids or any(
+        if sorted(holders) != sorted(piece.id for piece in first.slices) or any(
             holders[piece.id] == [piece.owner] or len(holders[piece.id]) != 1
             for piece in first.slices
         ):
@@ -90,13 +101,48 @@ async def settle(processes: list[Process]) -> SliceMap:
     return await settled_map(settled)
 
 
+@contextlib.asynccontextmanager
+async def started(
+    processes: list[Process], address: str, instance_ids: dict[str, str] | None = None
+) -> AsyncIterator[dict[str, tuple[asyncio.Event, asyncio.Task[None]]]]:
+    """``processes`` running (``name -> (stop, task)``), stopped at the end."""
+    running = {
+        p.name: p.start(address, instance_id=(instance_ids or {}).get(p.name)) for p in processes
+    }
+    try:
+        yield running
+    finally:
+        for stop, _ in running.values():
+            stop.set()
+        await asyncio.gather(*(task for _, task in running.values()), return_exceptions=True)
+
+
+def leaving_slices(
+    smap: SliceMap, processes: list[Process], leaving: Process
+) -> tuple[set[int], dict[int, str]]:
+    """The slices ``leaving`` owns in ``smap``, and each slice's standby holder."""
+    member_id = leaving.member().member_id
+    moving = {piece.id for piece in smap.slices if piece.owner == member_id}
+    assert moving
+    holder = {slice_id: ids[0] for slice_id, ids in standby_of(processes).items()}
+    return moving, holder
+
+
+def check_taken_by_standbys(
+    before: SliceMap, after: SliceMap, moving: set[int], holder: dict[int, str]
+) -> None:
+    for slice_id in moving:
+        piece = after.by_id()[slice_id]
+        assert piece.owner == holder[slice_id]  # its standby holder took it
+        assert piece.token > before.by_id()[slice_id].token
+
+
 async def test_slices_have_standbys_and_a_drained_owner_s_slices_go_to_them(
     bootstrap: str,  # noqa: F811
 ) -> None:
     app_name = f"ks-standby-{uuid.uuid4().hex[:8]}"
     processes = [Process(name, app_name) for name in ("a", "b", "c")]
-    running = [p.start(bootstrap) for p in processes]
-    try:
+    async with started(processes, bootstrap):
         smap = await settle(processes)
         for p in processes:
             assert p.standby_owned == []
@@ -108,23 +154,12 @@ async def test_slices_have_standbys_and_a_drained_owner_s_slices_go_to_them(
                     lease.token_for(key)
         drained = next(p for p in processes if not p.member().is_leader)
         others = [p for p in processes if p is not drained]
-        drained_id = drained.member().member_id
-        moving = {piece.id for piece in smap.slices if piece.owner == drained_id}
-        assert moving
-        holder = {slice_id: ids[0] for slice_id, ids in standby_of(processes).items()}
+        moving, holder = leaving_slices(smap, processes, drained)
         drained.member().drain()
         await wait_for(
             lambda: not drained.leases and not drained.standbys, "the drained process let go"
         )
-        after = await settle(others)
-        for slice_id in moving:
-            piece = after.by_id()[slice_id]
-            assert piece.owner == holder[slice_id]  # its standby holder took it
-            assert piece.token > smap.by_id()[slice_id].token
-    finally:
-        for stop, _ in running:
-            stop.set()
-        await asyncio.gather(*(task for _, task in running), return_exceptions=True)
+        check_taken_by_standbys(smap, await settle(others), moving, holder)
 
 
 async def test_a_crashed_owner_s_slices_go_to_their_standby_holders(
@@ -136,17 +171,12 @@ async def test_a_crashed_owner_s_slices_go_to_their_standby_holders(
     app_name = f"ks-standby-crash-{uuid.uuid4().hex[:8]}"
     processes = [Process(name, app_name) for name in ("a", "b", "c")]
     crashed = processes[2]
-    running = [
-        p.start(bootstrap, instance_id=f"{app_name}-c" if p is crashed else None) for p in processes
-    ]
-    try:
+    async with started(processes, bootstrap, {"c": f"{app_name}-c"}) as running:
         smap = await settle(processes)
         crashed_id = crashed.member().member_id
-        moving = {piece.id for piece in smap.slices if piece.owner == crashed_id}
-        assert moving
-        holder = {slice_id: ids[0] for slice_id, ids in standby_of(processes).items()}
+        moving, holder = leaving_slices(smap, processes, crashed)
         assert all(holder[slice_id] != crashed_id for slice_id in moving)
-        stop, task = running[2]
+        stop, task = running["c"]
         stop.set()
         await task
         others = processes[:2]
@@ -158,25 +188,5 @@ async def test_a_crashed_owner_s_slices_go_to_their_standby_holders(
             )
 
         await wait_for(taken_over, "the crashed process's slices placed elsewhere")
-        after = await settled_map(lambda: _owned_by(others))
-        for slice_id in moving:
-            piece = after.by_id()[slice_id]
-            assert piece.owner == holder[slice_id]  # its standby holder took it
-            assert piece.token > smap.by_id()[slice_id].token
-    finally:
-        for stop, _ in running:
-            stop.set()
-        await asyncio.gather(*(task for _, task in running), return_exceptions=True)
-
-
-def _owned_by(processes: list[Process]) -> SliceMap | None:
-    """The map once every slice runs on its owner among ``processes`` (standbys
-    may still be placing: a crashed holder's twins need new holders)."""
-    maps = [p.map() for p in processes]
-    first = maps[0]
-    if first is None or any(m != first for m in maps):
-        return None
-    ids = sorted(piece.id for piece in first.slices)
-    if sorted(s for p in processes for s in p.leases) != ids:
-        return None
-    return first
+        after = await settled_map(lambda: owned_by(others))
+        check_taken_by_standbys(smap, after, moving, holder)
