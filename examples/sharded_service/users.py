@@ -110,11 +110,13 @@ async def users(lease: SliceLease) -> None:
 
 def owning_lease(key: str) -> SliceLease | None:
     """The lease of the slice that owns ``key`` here now (``None``: not this process's)."""
-    # Every lease of the process reads the one map the process knows.
+    # Every lease of the process reads the one map the process knows (whole,
+    # or the part of it this process works on).
     smap = next((lease.map for lease in list(leases.values())), None)
-    if smap is None:
+    piece = None if smap is None else smap.slice_for_key(key)
+    if piece is None:
         return None
-    held = leases.get(smap.slice_for_key(key).id)
+    held = leases.get(piece.id)
     return held if held is not None and held.owns(key) else None
 
 

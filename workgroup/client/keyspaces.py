@@ -3,14 +3,17 @@ and who holds each slice now (sans-I/O).
 
 Rules:
 
-1. **The newest map.**  Every member of a keyspace's group carries the map: the
-   leader hands it in every assignment (``user_data``) and each member reports
-   the newest it knows in its JoinGroup metadata (``user_data``, a
-   :class:`~workgroup.keyspaces.report.KeyspaceReport`).  A reader takes, per
-   keyspace, the newest of all these (highest ``epoch``, then ``max_token``:
+1. **The newest map.**  Two members of a keyspace's group carry the whole map
+   (:mod:`workgroup.member.keyspace` rule 1): the leader hands it in their
+   assignments (``user_data``) and they report it in their JoinGroup metadata
+   (``user_data``, a :class:`~workgroup.keyspaces.report.KeyspaceReport`);
+   every other member carries only its part.  A reader takes, per keyspace,
+   the newest whole map of all these (highest ``epoch``, then ``max_token``:
    the leader's own rule, :func:`~workgroup.member.keyspace.newer`).  Bytes that
    decode to no report are passed over (a group that serves no keyspace carries
-   none, or other data).
+   none, or other data).  While both carriers are gone (until the next round,
+   which the departure starts) the newest whole map may be older; rule 2 then
+   names no holder for a slice that moved since.
 2. **Who holds a slice** follows the client layer's one rule
    (:mod:`workgroup.client.owners`) for the resource ``(keyspace, slice id)``,
    and only when that member is the one the map names: while a slice moves
@@ -95,7 +98,7 @@ def newest_maps(
             smap = read.get(blob) or (None if before is None else before.get(blob))
             if smap is None:
                 try:
-                    smap = decode_report(blob, maps).map
+                    smap = decode_report(blob, maps).whole
                 except ProtocolError:
                     continue  # rule 1: not a keyspace's report
                 if smap is None:

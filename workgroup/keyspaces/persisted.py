@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workgroup.keyspaces.partial import PartialMap
 from workgroup.keyspaces.slices import SliceMap
 
 
@@ -23,7 +24,7 @@ class PersistedKeyspace:
     epoch: int = 0
     map: SliceMap | None = None
 
-    def covers(self, smap: SliceMap) -> bool:
+    def covers(self, smap: SliceMap | PartialMap) -> bool:
         """Whether this state proves every token ``smap`` issued, at its epoch."""
         return self.max_token >= smap.max_token and self.epoch >= smap.epoch
 

@@ -91,7 +91,10 @@ class AssignmentTaker:
                 generation=self._membership.generation.generation_id,
             )
             if adopted is not None:
-                member_catalog.change(adopted)
+                # A part names only this member's slices: the leader's digest
+                # stands for the whole map it is part of.
+                whole = self._keyspace.carrier
+                member_catalog.change(adopted, digest=None if whole else data.catalog_hash)
         catalog, catalog_hash = member_catalog.keys, member_catalog.digest
         config, membership = self._config, self._membership
         holdings, intents, departure = self._holdings, self._intents, self._departure

@@ -28,6 +28,8 @@ class MemberCatalog:
     def __init__(self, catalog: Catalog | None) -> None:
         self.frozen: FrozenCatalog = freeze_catalog(catalog or {})
         self.digest = catalog_hash(self.frozen)
+        #: Whether :attr:`frozen` is part of the catalog :attr:`digest` names.
+        self._part = False
         #: The digest the current assignment was computed with (as leader; rule 3).
         self._assigned_with = b""
 
@@ -35,13 +37,18 @@ class MemberCatalog:
     def keys(self) -> Mapping[str, tuple[str | int, ...]]:
         return self.frozen.keys
 
-    def change(self, catalog: Catalog) -> bool:
-        """Rule 2: ``True`` if ``catalog`` replaced the one read so far."""
+    def change(self, catalog: Catalog, *, digest: bytes | None = None) -> bool:
+        """Rule 2: ``True`` if ``catalog`` replaced the one read so far.
+
+        ``digest``: the digest of a larger catalog that ``catalog`` is the part
+        of this member reads (a keyspace's part of its map), instead of its own."""
         frozen = freeze_catalog(catalog)
-        digest = catalog_hash(frozen)
-        if digest == self.digest:
+        part = digest is not None
+        if digest is None:
+            digest = catalog_hash(frozen)
+        if digest == self.digest and ((not part and not self._part) or frozen == self.frozen):
             return False
-        self.frozen, self.digest = frozen, digest
+        self.frozen, self.digest, self._part = frozen, digest, part
         log.info("member.resources_changed", kinds=len(frozen.keys), resources=frozen.size)
         return True
 

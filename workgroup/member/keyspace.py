@@ -7,14 +7,22 @@ places the slices.
 
 Rules:
 
-1. **The map travels with the rounds.**  Every assignment carries the map the
-   leader made (``AssignmentData.user_data``); the member keeps the newest it
-   was handed (highest ``epoch``, then highest ``max_token``) and its catalog
-   becomes the map's slices (:func:`keyspace_catalog`), before the assignment
-   is taken, so that the leader's catalog and the member's agree.
+1. **The map travels once per round.**  Every assignment carries the map the
+   leader made (``AssignmentData.user_data``): whole to the map's two
+   *carriers* (the leader and one other member), and to every other member
+   the part it works on (:class:`~workgroup.keyspaces.partial.PartialMap`:
+   the slices it owns, warms up, holds standby or is withheld, with the map's
+   epoch and ``max_token``), so that a Kafka broker's group record holds about
+   one copy of the map however many members there are.  The member keeps the
+   newest it was handed (highest ``epoch``, then highest ``max_token``; of the
+   same map, the form handed last) and its catalog becomes the map's slices
+   (:func:`keyspace_catalog`; of a part, the part's slices under the leader's
+   digest), before the assignment is taken, so that the leader's catalog and
+   the member's agree.
 2. **The member reports it back**: its JoinGroup metadata's ``user_data`` is a
-   :class:`~workgroup.keyspaces.report.KeyspaceReport` with that map and its
-   sampled hot keys, so that any next leader starts from the newest map.
+   :class:`~workgroup.keyspaces.report.KeyspaceReport` with that map, whole or
+   in part, and its sampled hot keys, so that any next leader starts from the
+   newest map (from a carrier's copy, or rebuilt from the parts).
 3. **Sampled keys**: the application records a key's load by hash point; the
    report keeps the :attr:`KeyspaceConfig.max_sampled_keys` heaviest of those
    in slices the map gives this member (a key whose slice moved away is the new
@@ -44,6 +52,7 @@ from threading import Lock
 
 from workgroup.assignors.standby import standby_kind
 from workgroup.errors import ConfigError, ProtocolError
+from workgroup.keyspaces.partial import PartialMap
 from workgroup.keyspaces.persisted import PersistedKeyspace
 from workgroup.keyspaces.report import KeyspaceReport, decode_report, encode_report
 from workgroup.keyspaces.settings import PlannerSettings
@@ -82,7 +91,11 @@ class KeyspaceConfig:
             )
 
 
-def keyspace_catalog(smap: SliceMap, standbys: int = 0) -> Catalog:
+#: A keyspace's map as a member knows it: whole, or the part it works on (rule 1).
+KnownMap = SliceMap | PartialMap
+
+
+def keyspace_catalog(smap: KnownMap, standbys: int = 0) -> Catalog:
     """The catalog of a keyspace's group under ``smap``: one resource per slice,
     and its standby twin when slices have ``standbys`` (rule 6)."""
     ids = [piece.id for piece in smap.slices]
@@ -91,11 +104,16 @@ def keyspace_catalog(smap: SliceMap, standbys: int = 0) -> Catalog:
     return {smap.keyspace: ids}
 
 
-def newer(candidate: SliceMap, than: SliceMap | None) -> bool:
+def newer(candidate: KnownMap, than: KnownMap | None) -> bool:
     """Whether ``candidate`` is newer than ``than`` (rule 1)."""
     if than is None:
         return True
     return (candidate.epoch, candidate.max_token) > (than.epoch, than.max_token)
+
+
+def same_map(one: KnownMap, other: KnownMap | None) -> bool:
+    """Whether ``one`` and ``other`` are (parts of) the same map."""
+    return other is not None and (one.epoch, one.max_token) == (other.epoch, other.max_token)
 
 
 class MemberKeyspace:
@@ -103,8 +121,8 @@ class MemberKeyspace:
 
     def __init__(self, config: KeyspaceConfig) -> None:
         self.config = config
-        #: The newest map this member was handed (``None``: none yet).
-        self.map: SliceMap | None = None
+        #: The newest map this member was handed, whole or in part (``None``: none yet).
+        self.map: KnownMap | None = None
         #: The generation whose assignment carried :attr:`map` (rule 5; -1: none).
         self.taken_in = -1
         #: The state kept across restarts, as this process knows it (rule 5).
@@ -113,9 +131,15 @@ class MemberKeyspace:
         self._keys: dict[int, float] = {}
         self._lock = Lock()
 
+    @property
+    def carrier(self) -> bool:
+        """Whether this member was handed the whole map (rule 1)."""
+        return isinstance(self.map, SliceMap)
+
     def take(self, user_data: bytes, *, group_id: str, generation: int = -1) -> Catalog | None:
         """Rule 1: the catalog of the map an assignment of ``generation`` carries,
-        if it is newer than the one kept (``None``: nothing changes)."""
+        if it is newer than the one kept or another form of it (``None``:
+        nothing changes)."""
         if not user_data:
             return None
         try:
@@ -133,9 +157,12 @@ class MemberKeyspace:
                 )
             return None
         if self.map is not None and not newer(smap, self.map):
+            if not same_map(smap, self.map):
+                return None  # older
+            self.taken_in = generation  # the same map, handed again (rule 5)
             if smap == self.map:
-                self.taken_in = generation  # the same map, handed again (rule 5)
-            return None
+                return None
+            # The same map in another form: whole to a carrier, or another part.
         self.map = smap
         self.taken_in = generation
         return keyspace_catalog(smap, self.config.standbys)
@@ -160,7 +187,7 @@ class MemberKeyspace:
                 self._keys = {
                     point: load
                     for point, load in self._keys.items()
-                    if smap.slice_of(point).owner == member_id
+                    if (piece := smap.slice_of(point)) is not None and piece.owner == member_id
                 }
                 mine = list(self._keys.items())
             limit = self.config.max_sampled_keys
@@ -171,7 +198,9 @@ class MemberKeyspace:
 __all__ = [
     "DEFAULT_MAX_SAMPLED_KEYS",
     "KeyspaceConfig",
+    "KnownMap",
     "MemberKeyspace",
     "keyspace_catalog",
     "newer",
+    "same_map",
 ]

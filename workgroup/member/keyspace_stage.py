@@ -10,7 +10,14 @@ Rules:
 1. **Where the round starts** (:func:`read_keyspace`, when the round begins):
    the newest map the members report (highest ``epoch``, then ``max_token``),
    and the highest ``max_token`` any of them reports, so that a new leader
-   never issues a token again.  With no map anywhere, one slice over the whole
+   never issues a token again.  The map's carriers report it whole, the other
+   members their parts of it (:mod:`~workgroup.member.keyspace` rule 1); when
+   no member reports the newest map whole (both carriers gone at once), it is
+   rebuilt from the parts of it the members report
+   (:func:`~workgroup.keyspaces.partial.rebuild_map`: each live member's
+   slices keep their range, owner and token; each range nobody reported
+   becomes an unowned slice with a new token), logged as
+   ``member.keyspace_map_rebuilt``.  With no map anywhere, one slice over the whole
    space, unowned; the planner cuts it to the lower bound of slices.  The
    round's catalog is that map's slices (:func:`~workgroup.member.keyspace.keyspace_catalog`).
    **The kept state** (:class:`~workgroup.keyspaces.persisted.PersistedKeyspace`,
@@ -33,9 +40,14 @@ Rules:
    plan changed the map (or waited for a hand-over) is probed again a
    balancing interval later, with the loads of the slices it changed measured
    (:mod:`~workgroup.member.load_balancing` rule 5).
-4. **Every member is handed the next map** (:func:`~workgroup.keyspaces.report.encode_map_only`),
-   and the assignment names the next map's catalog, which members adopt
-   before taking it.
+4. **Every member is handed the next map** (:func:`member_maps`), and the
+   assignment names the next map's catalog, which members adopt before taking
+   it.  The map goes whole to two carriers: the leader, and the member that
+   carried it before (else the first other member by id); every other member
+   is handed its part of it: the slices the map gives it and those its
+   assignment names (handed, warming, withheld, standby), so that the group's
+   metadata and assignments hold about two copies of the map, not two per
+   member.
 5. **A slice no longer in the map is released before its range is handed on**
    (:func:`withhold_overlaps`): while a member still claims a slice that a
    merge or a split took away (its handler is stopping), no other member is
@@ -80,18 +92,23 @@ from workgroup.assignors.base import Assignment, AssignmentInput
 from workgroup.assignors.standby import add_standbys, claimed_standbys, standby_kind
 from workgroup.errors import ProtocolError
 from workgroup.keyspaces.loads import KeyspaceLoads
+from workgroup.keyspaces.partial import PartialMap, part_of, rebuild_map
 from workgroup.keyspaces.persisted import PersistedKeyspace
 from workgroup.keyspaces.planner import Plan, moved_share, plan_next_map
 from workgroup.keyspaces.report import decode_report, encode_map_only
 from workgroup.keyspaces.slices import Slice, SliceMap
 from workgroup.log import get_logger
-from workgroup.member.keyspace import KeyspaceConfig, keyspace_catalog, newer
+from workgroup.member.keyspace import KeyspaceConfig, KnownMap, keyspace_catalog, newer
 from workgroup.member.round_plan import RoundPlan
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.protocol.metadata import MemberMetadata
 from workgroup.types import Key, Resource
 
 log = get_logger(__name__)
+
+#: How many members carry the whole map (rule 4): the leader and one more, so
+#: that a new leader finds it whole unless both leave at once.
+CARRIERS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +133,8 @@ class KeyspaceRound:
     #: ``slice id -> its standby holders``, those that reported the standby
     #: ready first (rule 7): a slice whose owner is gone goes to the first live one.
     standby: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    #: The members that reported the current map whole (rule 4).
+    carriers: frozenset[str] = frozenset()
 
     @property
     def catalog_hash(self) -> bytes:
@@ -178,7 +197,9 @@ def read_keyspace(
         if kind == config.name and isinstance(key, int)
     }
     standby = _standby_holders(config.name, metadata)
-    maps: dict[bytes, SliceMap] = {}  # members mostly carry the same map: decode it once
+    maps: dict[bytes, SliceMap] = {}  # carriers carry the same map: decode it once
+    reported: dict[str, KnownMap] = {}
+    newest_known: KnownMap | None = None
     for member_id, meta in metadata.items():
         if not meta.user_data:
             continue
@@ -198,15 +219,25 @@ def read_keyspace(
         if smap is None or smap.keyspace != config.name:
             continue
         max_token = max(max_token, smap.max_token)
-        if newer(smap, newest):
+        reported[member_id] = smap
+        if newer(smap, newest_known):
+            newest_known = smap
+        if isinstance(smap, SliceMap) and newer(smap, newest):
             newest = smap
+    if newest_known is not None and newer(newest_known, newest):
+        newest = _rebuilt(newest_known, reported.values(), group_id)
+    carriers = frozenset(
+        member_id
+        for member_id, smap in reported.items()
+        if isinstance(smap, SliceMap) and newest is not None and smap == newest
+    )
     if persisted is not None:
         max_token, epoch = max(max_token, persisted.max_token), persisted.epoch
         kept = persisted.map
         if kept is not None and kept.keyspace == config.name and newer(kept, newest):
             # Only when no member carries it (a full restart): a member's map
             # with its owners is the same map, and keeps the owners.
-            newest = _unowned(kept, kept.epoch)
+            newest = _unowned(kept, max(kept.epoch, epoch))
     if newest is None:
         fresh = SliceMap.uniform(config.name, 1, first_token=max_token + 1)
         newest = replace(fresh, epoch=epoch)
@@ -225,7 +256,31 @@ def read_keyspace(
         claimed,
         warming=warming,
         standby=standby,
+        carriers=carriers,
     )
+
+
+def _rebuilt(newest: KnownMap, reported: Iterable[KnownMap], group_id: str) -> SliceMap:
+    """Rule 1: the newest map, whole, from the parts of it the members report."""
+    parts = [
+        smap
+        for smap in reported
+        if isinstance(smap, PartialMap)
+        and (smap.keyspace, smap.epoch, smap.max_token)
+        == (newest.keyspace, newest.epoch, newest.max_token)
+    ]
+    smap, gaps = rebuild_map(parts)
+    log.warning(
+        "member.keyspace_map_rebuilt",
+        group=group_id,
+        epoch=smap.epoch,
+        parts=len(parts),
+        slices_known=len(smap) - gaps,
+        ranges_unknown=gaps,
+        why="no member reported the newest map whole (its carriers left); "
+        "each range no member reported takes a new token",
+    )
+    return smap
 
 
 def _standby_holders(
@@ -337,6 +392,45 @@ def keep_staged_slices(
     return replace(planned, plan=plan_out, encoded=encode_map_only(smap))
 
 
+def member_maps(
+    planned: KeyspacePlanned,
+    round_: KeyspaceRound,
+    plan: RoundPlan,
+    leader_id: str,
+) -> dict[str, bytes]:
+    """Rule 4: each member's ``user_data``: the next map whole for the two
+    carriers, its part of it for every other member."""
+    name = round_.config.name
+    twin = standby_kind(name)
+    members = sorted(plan.assigned)
+    carriers = [leader_id] if leader_id in plan.assigned else []
+    for member_id in [*sorted(round_.carriers), *members]:
+        if len(carriers) == CARRIERS:
+            break
+        if member_id in plan.assigned and member_id not in carriers:
+            carriers.append(member_id)
+    smap = planned.plan.map
+    whole = planned.encoded
+    ids: dict[str, set[int]] = {member_id: set() for member_id in members}
+    for piece in smap.slices:
+        if piece.owner in ids:
+            ids[piece.owner].add(piece.id)
+    for given in (plan.assigned, plan.warming, plan.withheld):
+        for member_id, resources in given.items():
+            mine = ids.get(member_id)
+            if mine is None:
+                continue
+            mine.update(
+                key for kind, key in resources if kind in (name, twin) and isinstance(key, int)
+            )
+    return {
+        member_id: whole
+        if member_id in carriers
+        else encode_map_only(part_of(smap, ids[member_id]))
+        for member_id in members
+    }
+
+
 def withhold_overlaps(
     plan: RoundPlan,
     round_: KeyspaceRound,
@@ -400,9 +494,11 @@ def ranges_to_remember(round_: KeyspaceRound, next_map: SliceMap) -> dict[int, t
 
 
 __all__ = [
+    "CARRIERS",
     "KeyspacePlanned",
     "KeyspaceRound",
     "keep_staged_slices",
+    "member_maps",
     "ranges_to_remember",
     "read_keyspace",
     "run_keyspace_stage",

@@ -71,6 +71,7 @@ class Leading:
             generation=membership.generation.generation_id,
             catalog=self._catalog.frozen,
             catalog_hash=self._catalog.digest,
+            leader_id=result.leader,
         )
         membership.enter(State.ASSIGNING)
         self._out.append(run)

@@ -57,8 +57,9 @@ Rules:
    at most ``message.max.bytes`` (1 MiB by default), and fails SyncGroup
    (``UNKNOWN_SERVER_ERROR``) for a larger one.  The leader warns
    (``member.group_record_large``) when a round's metadata and assignments add
-   up to more, and again each time they double.  A keyspace's members each
-   carry the map twice (metadata and assignment).
+   up to more, and again each time they double.  A keyspace's map travels
+   whole to and from two members only (:mod:`~workgroup.member.keyspace`
+   rule 1).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ from workgroup.member.keyspace_stage import (
     KeyspacePlanned,
     KeyspaceRound,
     keep_staged_slices,
+    member_maps,
     ranges_to_remember,
     read_keyspace,
     withhold_overlaps,
@@ -127,6 +129,8 @@ class LeaderRound:
     stages: RoundStages
     #: The plan this round carries out (rule 3; ``None``: the assignor decides).
     carried: RoundPlan | None = None
+    #: The member leading the round (a keyspace's map goes to it whole).
+    leader_id: str = ""
 
     @property
     def infos(self) -> Mapping[str, MemberInfo]:
@@ -246,6 +250,7 @@ class LeaderPipeline:
         generation: int,
         catalog: FrozenCatalog,
         catalog_hash: bytes,
+        leader_id: str = "",
     ) -> RunAssignor:
         """Rule 1: read the members, remember the round, run the assignor.  In a
         keyspace's group the round's catalog is the newest map's slices
@@ -295,6 +300,7 @@ class LeaderPipeline:
             catalog=catalog,
             catalog_hash=catalog_hash,
             keyspace=keyspace,
+            leader_id=leader_id,
         )
         if prepared.ignored:
             log.warning(
@@ -317,6 +323,7 @@ class LeaderPipeline:
         catalog: FrozenCatalog,
         catalog_hash: bytes,
         keyspace: KeyspaceRound | None = None,
+        leader_id: str = "",
     ) -> tuple[RunAssignor, LeaderInput]:
         """:meth:`begin` with the metadata already read, reporting nothing."""
         prepared = build_input(members, read.metadata, catalog)
@@ -360,6 +367,7 @@ class LeaderPipeline:
             input=prepared.input,
             stages=stages,
             carried=plan,
+            leader_id=leader_id,
         )
         return RunAssignor(run_id, protocol.wire_name, stages), prepared
 
@@ -457,15 +465,18 @@ class LeaderPipeline:
             )
         metadata = round_.read.metadata
         keyspace = outcome.keyspace
-        if keyspace is not None:
+        keyspace_round = round_.stages.keyspace
+        user_data: bytes | Mapping[str, bytes] = b""
+        if keyspace is not None and keyspace_round is not None:
             _log_keyspace(self._group_id, round_.generation, keyspace)
+            user_data = member_maps(keyspace, keyspace_round, plan, round_.leader_id)
         out = encode_assignments(
             plan,
             round_.protocol.codec,
             round_.read,
             generation=round_.generation,
             catalog_hash=round_.catalog_hash if keyspace is None else keyspace.catalog_hash,
-            user_data=b"" if keyspace is None else keyspace.encoded,
+            user_data=user_data,
             loads_known=self._balancing.loads_known(
                 plan.assigned, {mid for mid, meta in metadata.items() if meta.loads}
             ),

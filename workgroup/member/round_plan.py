@@ -428,7 +428,7 @@ def encode_assignments(
     generation: int,
     catalog_hash: bytes,
     loads_known: Collection[str] = frozenset(),
-    user_data: bytes = b"",
+    user_data: bytes | Mapping[str, bytes] = b"",
 ) -> tuple[tuple[str, bytes], ...]:
     """Each member's SyncGroup assignment for ``plan``, in the plan's member order.
 
@@ -438,7 +438,8 @@ def encode_assignments(
     while resources are withheld.  The members of ``loads_known`` learn that
     the leader needs no first loads from them
     (:meth:`~workgroup.member.load_balancing.LeaderBalancing.loads_known`).
-    Every member is handed ``user_data`` (a keyspace's next map).
+    Every member is handed ``user_data``, or its own entry of it (a
+    keyspace's next map, whole or in part).
     """
     common = read.common_version
     version = min(common, codec.latest_version)
@@ -454,7 +455,7 @@ def encode_assignments(
             pending=plan.pending,
             warming=plan.warming.get(member_id, ()),
             loads_known=member_id in loads_known,
-            user_data=user_data,
+            user_data=user_data if isinstance(user_data, bytes) else user_data[member_id],
         )
         out.append((member_id, codec.encode_assignment(data, version)))
     return tuple(out)

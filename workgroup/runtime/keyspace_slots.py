@@ -18,6 +18,11 @@ Rules:
 2. **The epoch slot** (:func:`epoch_key`): its offset is the map's epoch, so
    that maps made after a restart are newer than any map a member from before
    it may still carry.
+2b. **The parts' token slot** (:func:`part_token_key`): a member handed only
+   its part of the map (:mod:`workgroup.member.keyspace` rule 1) cannot commit
+   the map, so it commits the map's highest token there, and its epoch in the
+   epoch slot; the token slot and the chunks stay as the last carrier wrote
+   them.  The highest token kept is the higher of the two token slots'.
 3. **The chunk slots** (:func:`chunk_key`): the encoded map
    (:func:`~workgroup.keyspaces.codec.encode_slice_map`), zlib-compressed and
    base64-encoded, cut into at most :data:`MAX_CHUNKS` pieces of
@@ -44,6 +49,7 @@ from dataclasses import dataclass
 
 from workgroup.errors import ProtocolError
 from workgroup.keyspaces.codec import decode_slice_map, encode_slice_map
+from workgroup.keyspaces.partial import PartialMap
 from workgroup.keyspaces.persisted import PersistedKeyspace
 from workgroup.keyspaces.slices import Slice, SliceMap
 from workgroup.runtime.slots import (
@@ -68,6 +74,12 @@ _TOKEN_FORMAT = re.compile(r"v1 epoch=(\d{1,19}) chunks=(\d{1,3})")
 def token_key(keyspace: str) -> Key:
     """The key of the slot whose offset is the keyspace's highest token (rule 1)."""
     return f"{STATE_PREFIX}{keyspace}/max-token"
+
+
+def part_token_key(keyspace: str) -> Key:
+    """The key of the slot whose offset is the highest token a member handed
+    part of the map committed (rule 2b)."""
+    return f"{STATE_PREFIX}{keyspace}/max-token-of-parts"
 
 
 def epoch_key(keyspace: str) -> Key:
@@ -104,9 +116,16 @@ class StateCommit:
     map_kept: bool
 
 
-def encode_persisted(smap: SliceMap) -> StateCommit:
-    """The slots' offsets and metadata that keep ``smap`` (rules 1-3)."""
+def encode_persisted(smap: SliceMap | PartialMap) -> StateCommit:
+    """The slots' offsets and metadata that keep ``smap`` (rules 1-3), or of
+    a part of a map, its highest token and epoch (rule 2b)."""
     name = smap.keyspace
+    epoch_slot = (smap.epoch, slot_header(epoch_key(name)) + str(smap.epoch))
+    if isinstance(smap, PartialMap):
+        key = part_token_key(name)
+        return StateCommit(
+            {key: (smap.max_token, slot_header(key)), epoch_key(name): epoch_slot}, False
+        )
     text = base64.b64encode(zlib.compress(encode_slice_map(smap), 6)).decode("ascii")
     chunks = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)]
     kept = len(chunks) <= MAX_CHUNKS
@@ -117,7 +136,7 @@ def encode_persisted(smap: SliceMap) -> StateCommit:
             smap.max_token,
             f"{slot_header(token_key(name))}v1 epoch={smap.epoch} chunks={len(chunks)}",
         ),
-        epoch_key(name): (smap.epoch, slot_header(epoch_key(name)) + str(smap.epoch)),
+        epoch_key(name): epoch_slot,
     }
     for index, chunk in enumerate(chunks):
         key = chunk_key(name, index)
@@ -161,11 +180,13 @@ def read_persisted(
     token: tuple[int, str | None],
     epoch_offset: int,
     chunks: Sequence[str | None] = (),
+    part_token: int = -1,
 ) -> ReadState:
     """The state the slots hold (rule 5): ``token`` is the token slot's offset
     (-1: never committed) and metadata, ``epoch_offset`` the epoch slot's,
-    ``chunks`` the chunk slots' metadata in order.  Never raises."""
-    max_token = max(token[0], 0)
+    ``chunks`` the chunk slots' metadata in order, ``part_token`` the parts'
+    token slot's offset (rule 2b).  Never raises."""
+    max_token = max(token[0], part_token, 0)
     epoch = max(epoch_offset, 0)
     count, named_epoch, error = chunk_count(keyspace, token[1])
     if error is not None or count == 0:
@@ -229,6 +250,7 @@ __all__ = [
     "chunk_key",
     "encode_persisted",
     "epoch_key",
+    "part_token_key",
     "pool_slot_key",
     "read_persisted",
     "slice_slot",

@@ -15,7 +15,9 @@ Rules:
    handler starts only once the slots hold a highest token at or above the
    slice's, so a full restart at any moment finds every token a handler could
    have written with.  The member commits its map itself (every member of the
-   round holds the same map, so which one commits first does not matter), as
+   round holds the same map or part of it, so which one commits first does
+   not matter: a part commits the map's highest token and epoch only,
+   :mod:`~workgroup.runtime.keyspace_slots` rule 2b), as
    one OffsetCommit, under the generation whose assignment handed it the map
    (:attr:`~workgroup.member.keyspace.MemberKeyspace.taken_in`) and only while
    that is the member's generation: the coordinator's fence refuses it once
@@ -35,12 +37,14 @@ from workgroup.clock import SYSTEM_CLOCK, Clock
 from workgroup.errors import CoordinatorError, ErrorCode, WorkgroupError
 from workgroup.kafka.messages import CommitPartition, CommitTopic, FetchedGroup
 from workgroup.keyspaces.persisted import PersistedKeyspace
+from workgroup.keyspaces.slices import SliceMap
 from workgroup.log import get_logger
 from workgroup.member.driver import GroupMember, member_keyspace
 from workgroup.runtime.keyspace_slots import (
     chunk_key,
     encode_persisted,
     epoch_key,
+    part_token_key,
     read_persisted,
     token_key,
 )
@@ -80,17 +84,22 @@ class KeyspaceState:
 
     async def read(self, offsets: GroupOffsets) -> PersistedKeyspace:
         """Rule 1: the state the slots hold."""
-        head = [self.slot(token_key(self.name)), self.slot(epoch_key(self.name))]
+        head = [
+            self.slot(token_key(self.name)),
+            self.slot(epoch_key(self.name)),
+            self.slot(part_token_key(self.name)),
+        ]
         await self._topics.ensure(slot.topic for slot in head)
         first = _by_slot(await offsets.fetch(fetch_topics(head)), self.group_id)
         token, epoch = first.get(head[0], (-1, None)), first.get(head[1], (-1, None))
-        found = read_persisted(self.name, token, epoch[0])
+        part_token = first.get(head[2], (-1, None))[0]
+        found = read_persisted(self.name, token, epoch[0], part_token=part_token)
         if found.chunks and found.error is None:
             chunks = [self.slot(chunk_key(self.name, i)) for i in range(found.chunks)]
             await self._topics.ensure(slot.topic for slot in chunks)
             read = _by_slot(await offsets.fetch(fetch_topics(chunks)), self.group_id)
             texts = [read.get(slot, (-1, None))[1] for slot in chunks]
-            found = read_persisted(self.name, token, epoch[0], texts)
+            found = read_persisted(self.name, token, epoch[0], texts, part_token)
         if found.error is not None:
             log.error("keyspace.state_unreadable", group=self.group_id, error=found.error)
         state = found.state
@@ -165,10 +174,12 @@ class KeyspaceState:
             return
         kept = view.persisted
         if kept is None or not kept.covers(smap):
-            view.persisted = PersistedKeyspace(
-                smap.max_token, smap.epoch, smap if commit.map_kept else None
-            )
-        if not commit.map_kept:
+            if isinstance(smap, SliceMap):
+                whole = smap if commit.map_kept else None
+            else:  # a part keeps no map: the one kept before stays the fallback
+                whole = None if kept is None else kept.map
+            view.persisted = PersistedKeyspace(smap.max_token, smap.epoch, whole)
+        if not commit.map_kept and isinstance(smap, SliceMap):
             log.warning(
                 "keyspace.map_not_kept",
                 group=self.group_id,

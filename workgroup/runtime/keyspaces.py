@@ -61,9 +61,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from workgroup.errors import ConfigError
 from workgroup.keyspaces.errors import KeyMovedError
 from workgroup.keyspaces.hashing import key_hash
-from workgroup.keyspaces.slices import Slice, SliceMap
+from workgroup.keyspaces.slices import Slice
 from workgroup.member.driver import GroupMember, member_keyspace
-from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace
+from workgroup.member.keyspace import KeyspaceConfig, KnownMap, MemberKeyspace
 from workgroup.runtime.keyspace_slots import pool_slot_key
 from workgroup.runtime.keyspace_state import KeyspaceState
 from workgroup.runtime.lease import Lease, Role
@@ -132,8 +132,10 @@ class SliceLease:
         return self.slice.token
 
     @property
-    def map(self) -> SliceMap | None:
-        """The newest map this process knows."""
+    def map(self) -> KnownMap | None:
+        """The newest map this process knows: whole, or the part of it this
+        member works on (:mod:`workgroup.member.keyspace` rule 1), whose
+        lookups answer ``None`` for a key of another member's slice."""
         return self._view.map
 
     @property
@@ -151,7 +153,8 @@ class SliceLease:
             return False  # a standby owns no key (rule 9)
         current = smap.slice_for_key(key)
         return (
-            current.id == self.slice.id
+            current is not None
+            and current.id == self.slice.id
             and current.token == self.slice.token
             and current.owner == self._owner
         )
@@ -163,7 +166,8 @@ class SliceLease:
         if self.owns(key):
             return self.slice.token
         smap = self._view.map
-        now = "unknown" if smap is None else str(smap.slice_for_key(key))
+        current = None if smap is None else smap.slice_for_key(key)
+        now = "another member's" if current is None else str(current)
         raise KeyMovedError(
             f"keyspace {self.keyspace!r}: key {key!r} is not in slice {self.slice.id} "
             f"(token {self.slice.token}) held here{'' if self.lease.held else ' (lease ended)'}; "
@@ -188,7 +192,7 @@ class KeyspaceGroup:
     def __init__(self, spec: KeyspaceSpec, group_id: str) -> None:
         self.spec = spec
         self.group_id = group_id
-        self._indexed: tuple[SliceMap, dict[int, Slice]] | None = None
+        self._indexed: tuple[KnownMap, dict[int, Slice]] | None = None
         self.config = KeyspaceConfig(
             spec.name, spec.settings, spec.max_sampled_keys, standbys=spec.standbys
         )
@@ -207,7 +211,7 @@ class KeyspaceGroup:
         """The member's view of the keyspace (``None``: no member yet)."""
         return member_keyspace(self.member) if self.member is not None else None
 
-    def _map(self) -> SliceMap | None:
+    def _map(self) -> KnownMap | None:
         keyspace = self.view()
         return keyspace.map if keyspace is not None else None
 

@@ -33,6 +33,8 @@ from workgroup.types import Resource
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "keyspaces"))
 from slice_map_strategies import slice_maps
 
+from tests.unit.member.keyspace_handed import handed_map
+
 PROTOCOL = Protocol.of("cooperative-sticky")
 CONFIG = KeyspaceConfig(
     "users", PlannerSettings(min_slices_per_member=4, max_slices_per_member=16, churn_budget=1.0)
@@ -103,14 +105,6 @@ def leader_round(
     """:func:`round_`, with the leader's pipeline after it."""
     pipeline = leader(persisted)
     return pipeline, round_(metas, now, pipeline=pipeline)
-
-
-def handed_map(assignments: dict[str, AssignmentData]) -> SliceMap:
-    maps = {decode_report(a.user_data).map for a in assignments.values()}
-    assert len(maps) == 1  # every member is handed the same map
-    smap = maps.pop()
-    assert smap is not None
-    return smap
 
 
 def check_handed(
@@ -487,8 +481,9 @@ def test_a_slice_overlapping_one_another_member_releases_is_withheld_from_the_re
 
 
 def test_a_group_too_large_for_a_kafka_record_is_warned_about_once_per_doubling() -> None:
-    """Every member carries the map in its metadata and its assignment: 20 members
-    with 8,000 slices take 2 MB, above the 1 MiB a Kafka broker stores by default."""
+    """Metadata too large for one Kafka record (1 MiB by default): 20 members
+    that each report a whole map of 8,000 slices (members report it whole only
+    when they carry it; see test_keyspace_carriers.py) take 2 MB."""
     names = [f"m{i:02d}" for i in range(20)]
     settings = PlannerSettings(min_slices_per_member=1, max_slices_per_member=400)
     config = KeyspaceConfig("users", settings)

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
+from tests.unit.member.keyspace_handed import handed_maps
 from workgroup.kafka.messages import JoinedMember
 from workgroup.keyspaces import PlannerSettings, SliceMap
-from workgroup.keyspaces.report import KeyspaceReport, decode_report, encode_report
-from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace
+from workgroup.keyspaces.report import KeyspaceReport, encode_report
+from workgroup.member.keyspace import KeyspaceConfig, KnownMap, MemberKeyspace
 from workgroup.member.load_balancing import BalanceSettings
 from workgroup.member.pipeline import LeaderPipeline
 from workgroup.member.round_plan import LEAVING_TAG
@@ -48,6 +49,8 @@ class Group:
         self.now = 0
         self.generation = 1
         self.map: SliceMap | None = None
+        #: What each member was handed last round (whole or its part).
+        self.handed: dict[str, KnownMap] = {}
         self.owned: dict[str, tuple[Resource, ...]] = {}
         self.warming: dict[str, tuple[Resource, ...]] = {}
         self.warms_up: dict[str, bool] = {}
@@ -75,7 +78,9 @@ class Group:
             owned=owned,
             owned_generation=self.generation - 1 if owned else -1,
             loads=tuple(self.slice_loads.get(key, 1.0) for key in ids(owned)),
-            user_data=encode_report(KeyspaceReport(self.map, self.keys.get(member_id, {}))),
+            user_data=encode_report(
+                KeyspaceReport(self.handed.get(member_id, self.map), self.keys.get(member_id, {}))
+            ),
             tags=((LEAVING_TAG, "1"),) if member_id in self.leaving else (),
             warms_up=self.warms_up[member_id],
             warming=self.warming[member_id],
@@ -107,10 +112,7 @@ class Group:
         self.assignments: dict[str, AssignmentData] = {
             mid: PROTOCOL.codec.decode_assignment(blob).value for mid, blob in blobs
         }
-        maps = {decode_report(a.user_data).map for a in self.assignments.values()}
-        assert len(maps) == 1  # every member is handed the same map
-        smap = maps.pop()
-        assert smap is not None
+        smap, self.handed = handed_maps(self.assignments)
         for mid, data in self.assignments.items():
             self.owned[mid] = data.assigned
             self.warming[mid] = data.warming

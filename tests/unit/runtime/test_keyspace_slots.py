@@ -12,12 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workgroup.keyspaces import SliceMap
+from workgroup.keyspaces.partial import part_of
 from workgroup.runtime import keyspace_slots
 from workgroup.runtime.keyspace_slots import (
     MAX_CHUNKS,
     chunk_key,
     encode_persisted,
     epoch_key,
+    part_token_key,
     read_persisted,
     token_key,
 )
@@ -60,6 +62,26 @@ def test_a_committed_map_reads_back_whole(smap: SliceMap) -> None:
     assert read.state.map == smap
     assert (read.state.max_token, read.state.epoch) == (smap.max_token, smap.epoch)
     assert read.state.covers(smap)
+
+
+def test_a_part_of_the_next_map_proves_its_tokens_and_leaves_the_kept_map_alone() -> None:
+    """A member handed only its part commits the map's highest token and epoch
+    in their own slots; the token slot and the chunks keep the map a carrier
+    committed, which a full restart starts from above every token."""
+    kept = SliceMap.uniform("users", 6)
+    token, _, chunks = committed(kept)
+    following = SliceMap("users", kept.slices, max_token=kept.max_token + 4, epoch=kept.epoch + 2)
+    commit = encode_persisted(part_of(following, {kept.slices[0].id}))
+    assert not commit.map_kept
+    assert set(commit.slots) == {part_token_key("users"), epoch_key("users")}
+    part_token, _ = commit.slots[part_token_key("users")]
+    new_epoch, _ = commit.slots[epoch_key("users")]
+    assert (part_token, new_epoch) == (following.max_token, following.epoch)
+    read = read_persisted("users", token, new_epoch, chunks, part_token)
+    assert read.error is None
+    assert read.state.map == kept  # ranges from the carrier's commit
+    assert read.state.max_token == following.max_token  # tokens from the part's
+    assert read.state.epoch == following.epoch
 
 
 def test_a_large_map_takes_several_chunks() -> None:

@@ -5,11 +5,12 @@ it holds, and the waits on them."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import workgroup
 from workgroup.keyspaces import SliceMap
 from workgroup.member.driver import GroupMember, member_keyspace
+from workgroup.member.keyspace import KnownMap, same_map
 from workgroup.runtime.app import Settings
 from workgroup.runtime.runner import AppRunner
 
@@ -44,9 +45,26 @@ class RunnerProcess:
         assert self.runner is not None
         return next(g.member for g in self.runner.groups)
 
-    def map(self) -> SliceMap | None:
+    def map(self) -> KnownMap | None:
+        """The map this process's member holds: whole if it carries it, else its part."""
         keyspace = member_keyspace(self.member())
         return keyspace.map if keyspace is not None else None
+
+
+def group_map(processes: Iterable[RunnerProcess]) -> SliceMap | None:
+    """The map every one of ``processes`` holds, whole or in part, once they
+    hold the same one and one of them carries it whole (``None`` until then)."""
+    held = [p.map() for p in processes]
+    whole = [m for m in held if isinstance(m, SliceMap)]
+    if not whole or any(m is None or not same_map(m, whole[0]) for m in held):
+        return None
+    smap = whole[0]
+    by_id = smap.by_id()
+    for m in held:
+        assert m is not None
+        if m != smap and any(by_id.get(piece.id) != piece for piece in m.slices):
+            return None  # a whole map and a part that disagree: not yet settled
+    return smap
 
 
 async def settled_map(

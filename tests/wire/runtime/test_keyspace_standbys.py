@@ -14,6 +14,7 @@ import pytest
 import workgroup
 from tests.wire.runtime.keyspace_processes import (
     RunnerProcess,
+    group_map,
     settled_map,
     wait_for,
 )
@@ -72,9 +73,8 @@ def standby_of(processes: list[Process]) -> dict[int, list[str]]:
 def owned_by(processes: list[Process]) -> SliceMap | None:
     """The map once every slice runs on its owner among ``processes`` (standbys
     may still be placing: a crashed holder's twins need new holders)."""
-    maps = [p.map() for p in processes]
-    first = maps[0]
-    if first is None or any(m != first for m in maps):
+    first = group_map(processes)
+    if first is None:
         return None
     ids = sorted(piece.id for piece in first.slices)
     if sorted(s for p in processes for s in p.leases) != ids:
@@ -182,7 +182,7 @@ async def test_a_crashed_owner_s_slices_go_to_their_standby_holders(
         others = processes[:2]
 
         def taken_over() -> bool:
-            current = others[0].map()
+            current = group_map(others)
             return current is not None and all(
                 piece.owner != crashed_id for piece in current.slices
             )

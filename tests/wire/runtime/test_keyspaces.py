@@ -12,11 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 import workgroup
-from tests.wire.runtime.keyspace_processes import TIMEOUT_S, RunnerProcess, settled_map
+from tests.wire.runtime.keyspace_processes import TIMEOUT_S, RunnerProcess, group_map, settled_map
 from workgroup.cli import main
 from workgroup.keyspaces import PlannerSettings, SliceMap, key_hash
 from workgroup.runtime.keyspaces import SliceLease
-from workgroup.testing import run_coordinator
+from workgroup.testing import capture_logs, run_coordinator
 
 KEYS = [f"user-{i}" for i in range(300)]
 HOT = "user-7"
@@ -68,9 +68,8 @@ def owners_of(processes: list[Process], key: str) -> list[str]:
 
 def settled_now(processes: list[Process]) -> SliceMap | None:
     """The map every process holds its share of, or ``None`` while anything moves."""
-    maps = [p.map() for p in processes]
-    first = maps[0]
-    if first is None or any(m is None or m.epoch != first.epoch for m in maps):
+    first = group_map(processes)
+    if first is None:
         return None
     held = [(p.name, slice_id) for p in processes for slice_id in p.leases]
     if sorted(s for _, s in held) != sorted(piece.id for piece in first.slices):
@@ -201,3 +200,45 @@ async def test_a_drained_process_hands_its_slices_over_and_stays_in_the_group(
         for stop, _ in running:
             stop.set()
         await asyncio.gather(*(task for _, task in running), return_exceptions=True)
+
+
+async def test_both_carriers_of_the_map_crash_and_the_survivor_rebuilds_it(
+    bootstrap: str,
+) -> None:
+    """Two processes carry the whole map; the third holds its part.  Both
+    carriers crash at once (static members: no LeaveGroup, their sessions
+    expire): the survivor leads, rebuilds the map from its part, keeps its
+    own slices with their tokens, and takes every other range with a token
+    above every token issued before."""
+    settings = PlannerSettings(
+        imbalance_tolerance=0.5, min_slices_per_member=3, max_slices_per_member=12
+    )
+    app_name = f"ks-carriers-{uuid.uuid4().hex[:8]}"
+    processes = [Process(name, app_name, settings, loads=False) for name in ("a", "b", "c")]
+    running = {p: p.start(bootstrap, instance_id=f"{app_name}-{p.name}") for p in processes}
+    try:
+        smap = await settle(processes)
+        carriers = [p for p in processes if isinstance(p.map(), SliceMap)]
+        (survivor,) = [p for p in processes if p not in carriers]
+        assert len(carriers) == 2
+        survivor_id = survivor.member().member_id
+        kept = {piece.id: piece.token for piece in smap.slices if piece.owner == survivor_id}
+        assert kept
+        with capture_logs() as logs:
+            for p in carriers:
+                running[p][0].set()
+            await asyncio.gather(*(running[p][1] for p in carriers))
+            after = await settle([survivor])
+        assert [e for e in logs if e["event"] == "member.keyspace_map_rebuilt"]
+        assert {piece.owner for piece in after.slices} == {survivor_id}
+        for piece in after.slices:
+            if piece.id in kept:
+                assert piece.token == kept[piece.id]  # its handler went on undisturbed
+            else:
+                assert piece.token > smap.max_token  # the crashed carriers' ranges: fenced
+        for key in KEYS:
+            assert owners_of([survivor], key) == [survivor.name], key
+    finally:
+        for stop, _ in running.values():
+            stop.set()
+        await asyncio.gather(*(task for _, task in running.values()), return_exceptions=True)
