@@ -16,15 +16,17 @@ Four tables (one process, one core):
   slices with skewed loads and hot keys: a steady round, a round after a member
   joins, and one after a member leaves (best of ``--repeat``).
 * **leader**: the leader's whole round at 100 members and 10,000 slices, as the
-  member machine runs it (``LeaderPipeline``): the members' JoinGroup metadata
-  read (each carries the map it holds, what it owns, the loads of its slices
-  and 8 sampled hot keys), the keyspace stage (the planner, the catalog, the
-  hand-overs withheld), and the 100 SyncGroup assignments encoded, each with
-  the next map.  Rounds: steady, one member joins, one leaves, and the first
-  round after a full restart (nobody carries a map).  Best of ``--repeat``;
-  target <= 1 s.  "group state": the members' metadata and assignments, which
-  a Kafka broker stores as one record (1 MiB by default: ``LeaderPipeline``'s
-  rule 6).
+  member machine runs it (``LeaderPipeline``, led by ``member-000``): the
+  members' JoinGroup metadata read (two carriers report the whole map, every
+  other member its part of it; each what it owns, the loads of its slices and
+  8 sampled hot keys), the keyspace stage (the planner, the catalog, the
+  hand-overs withheld), and the 100 SyncGroup assignments encoded (the next
+  map whole to two carriers, its part to every other member).  Rounds:
+  steady, one member joins, one leaves, both carriers leave at once (the map
+  rebuilt from the parts), and the first round after a full restart (nobody
+  carries a map).  Best of ``--repeat``; target <= 1 s.  "group state": the
+  members' metadata and assignments, which a Kafka broker stores as one
+  record (1 MiB by default: ``LeaderPipeline``'s rule 6).
 
     .venv/bin/python benchmarks/keyspace_lookup.py [--keys N] [--repeat N]
         [--only lookups|directory|encoding|planner|leader] [--slices 100,10000,100000]
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import random
+import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -56,6 +59,7 @@ from workgroup.keyspaces import (
     key_hash,
     plan_next_map,
 )
+from workgroup.keyspaces.partial import PartialMap, part_of
 from workgroup.keyspaces.report import KeyspaceReport, encode_map_only, encode_report
 from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace
 from workgroup.member.load_balancing import BalanceSettings
@@ -219,16 +223,24 @@ def planner(repeat: int) -> Table:
     return table
 
 
+#: The members the map went to whole in the round before.
+CARRIERS = ("member-000", "member-001")
+
+
 def joined_members(smap: SliceMap | None, members: Sequence[str], seed: int) -> list[JoinedMember]:
     """What each of ``members`` sends in JoinGroup: the slices ``smap`` gives it
-    (as held), their loads, the map itself, and 8 sampled hot keys."""
+    (as held), their loads, the map itself (whole from the carriers, else its
+    part), and 8 sampled hot keys."""
     rng = random.Random(seed)
     owners = smap.owners() if smap is not None else {}
     codec = PROTOCOL.codec
     out = []
     for member_id in members:
         pieces = owners.get(member_id, [])
-        report = KeyspaceReport(smap, {rng.getrandbits(64): 5.0 for _ in range(8)})
+        held: SliceMap | PartialMap | None = smap
+        if smap is not None and member_id not in CARRIERS:
+            held = part_of(smap, {piece.id for piece in pieces})
+        report = KeyspaceReport(held, {rng.getrandbits(64): 5.0 for _ in range(8)})
         meta = MemberMetadata(
             kinds=("users",),
             owned=tuple(("users", piece.id) for piece in pieces),
@@ -255,7 +267,14 @@ def leader_round(joined: list[JoinedMember], config: KeyspaceConfig) -> tuple[fl
     )
     started = time.perf_counter()
     run = pipeline.begin(
-        0, 1, PROTOCOL, joined, generation=5, catalog=FrozenCatalog(), catalog_hash=b""
+        0,
+        1,
+        PROTOCOL,
+        joined,
+        generation=5,
+        catalog=FrozenCatalog(),
+        catalog_hash=b"",
+        leader_id=joined[0].member_id,
     )
     read = time.perf_counter()
     result = run_round_stages(run.stages)
@@ -272,6 +291,7 @@ def leader_round(joined: list[JoinedMember], config: KeyspaceConfig) -> tuple[fl
         encoded - started,
         float(len(result.keyspace.plan.map)),
         float(max(len(blob) for _, blob in blobs)),
+        float(statistics.median(len(blob) for _, blob in blobs)),
         # What a Kafka broker stores as one record (pipeline rule 6).
         float(sum(len(m.metadata) for m in joined) + sum(len(blob) for _, blob in blobs)),
     )
@@ -290,6 +310,7 @@ def leader(repeat: int) -> Table:
         "round s",
         "slices after",
         "largest assignment",
+        "median assignment",
         "group state",
     ):
         table.add_column(column, justify="right")
@@ -301,6 +322,7 @@ def leader(repeat: int) -> Table:
         ("steady", joined_members(smap, names, 29)),
         ("one joins", joined_members(smap, [*names, "member-100"], 29)),
         ("one leaves", joined_members(smap, [n for n in names if n != "member-042"], 29)),
+        ("both carriers leave", joined_members(smap, names[2:], 29)),
         ("after a full restart", joined_members(None, names, 29)),
     ]
     for name, joined in scenarios:
@@ -314,7 +336,8 @@ def leader(repeat: int) -> Table:
             f"{best[3]:.3f}",
             f"{best[4]:,.0f}",
             f"{best[5]:,.0f} B",
-            f"{best[6] / 1e6:.1f} MB",
+            f"{best[6]:,.0f} B",
+            f"{best[7] / 1e6:.2f} MB",
         )
     return table
 
