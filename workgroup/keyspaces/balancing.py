@@ -4,13 +4,16 @@ Weights are the pieces' loads, or their widths while the keyspace reports no
 load at all (a new keyspace is spread by share of the hash space).
 
 1. A piece with no live owner goes to the member with the least weight per
-   capacity (ties: fewer pieces, then name).  It costs no budget.
+   capacity (ties: fewer pieces, then name) among those that do not refuse it
+   (any member when all do: a piece nobody else can run is better run than
+   idle).  It costs no budget.
 2. While the busiest member (weight per capacity) is above ``1 + tolerance``
    times its share, or the idlest below ``1 - tolerance`` times its share, one of
    the busiest member's pieces moves to the idlest: of the pieces whose range
    the budget still covers and whose move leaves the idlest below the busiest
-   (and within its band), the one with the most weight per hash point (the most
-   load moved for the fewest keys: a hot key's one-point piece first).  Once a
+   (and within its band) and that the idlest does not refuse, the one with the
+   most weight per hash point (the most load moved for the fewest keys: a hot
+   key's one-point piece first).  Once a
    member is out of the band, the moves go on until the busiest and the idlest
    are within ``AIM`` of it (half): the loads of pieces split this round are
    estimates, and a plan right at the band's edge lands past it.
@@ -72,7 +75,8 @@ def balance(
         else:
             orphans.append(piece)
     for piece in orphans:
-        member = min(held, key=lambda m: (carried[m] / capacities[m], len(held[m]), m))
+        takers = [m for m in held if not piece.refuses(m)] or list(held)
+        member = min(takers, key=lambda m: (carried[m] / capacities[m], len(held[m]), m))
         budget.spend(piece, member)
         piece.owner = member
         held[member].append(piece)
@@ -102,7 +106,7 @@ def balance(
         wide: list[Piece] = []
         for piece in held[donor]:
             w = weight(piece)
-            if w <= 0:
+            if w <= 0 or piece.refuses(receiver):
                 continue
             if piece.width > budget.remaining:
                 wide.append(piece)  # a window of it may still fit (rule 3)
@@ -113,6 +117,7 @@ def balance(
             if best is None or score > best_score:
                 best, best_score = piece, score
         if best is None and wide and added < spare and budget.remaining > 0:
+            # (wide holds no piece the receiver refuses: skipped above.)
             window = _best_window(wide, budget.remaining, fits, by_load)
             if window is not None:
                 # Rule 3: the window the budget covers moves; the rest stays.

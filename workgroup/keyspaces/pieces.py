@@ -23,6 +23,13 @@ class Piece:
     keys: list[tuple[int, float]] = field(default_factory=list)
     #: Born in this round (a split or a merge): it has its own new token.
     born: bool = False
+    #: The live members that refuse it (their handler of it kept failing,
+    #: ``on_failure="release"``): it goes to another member while one can take it.
+    refused_by: frozenset[str] = frozenset()
+
+    def refuses(self, member: str | None) -> bool:
+        """Whether ``member`` refuses this piece."""
+        return member is not None and member in self.refused_by
 
     @property
     def width(self) -> int:

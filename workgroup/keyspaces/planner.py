@@ -73,6 +73,7 @@ def plan_next_map(
     claimed: Collection[int] = (),
     warming: Mapping[int, str] | None = None,
     standby: Mapping[int, Sequence[str]] | None = None,
+    refused: Mapping[int, Collection[str]] | None = None,
 ) -> Plan:
     """The next map of ``current``'s keyspace for ``members`` (name -> capacity > 0);
     ``claimed``: the slice ids members hold now (their slots stay taken:
@@ -80,7 +81,11 @@ def plan_next_map(
     member warming it up``, which keeps a slice whose owner is gone (a drain
     or a departure with a hand-over) rather than it being placed afresh;
     ``standby``: ``slice id -> its standby holders, preferred first``: a slice
-    whose owner is gone (and that nobody warms) goes to the first live one."""
+    whose owner is gone (and that nobody warms) goes to the first live one;
+    ``refused``: ``slice id -> the members refusing it`` (their handler of it
+    kept failing): its owner, a warming member or a standby holder that
+    refuses it does not keep it, and nobody that refuses it is given it (nor
+    any piece split from it) while a member that does not can take it."""
     settings = settings or PlannerSettings()
     for member, capacity in members.items():
         if not member:
@@ -92,7 +97,7 @@ def plan_next_map(
     waited = handing_over(current, live, claimed)
     # A zero budget leaves every live member's slices where they are (orphans cost none).
     budget = ChurnBudget(0 if waited else int(settings.churn_budget * HASH_SPACE), live)
-    pieces = _pieces(current, loads, live, warming or {}, standby or {})
+    pieces = _pieces(current, loads, live, warming or {}, standby or {}, refused or {})
     splits = merges = 0
     n_members = max(len(members), 1)
     high = settings.max_slices_per_member * n_members
@@ -147,6 +152,7 @@ def _pieces(
     live: frozenset[str],
     warming: Mapping[int, str],
     standby: Mapping[int, Sequence[str]],
+    refused: Mapping[int, Collection[str]],
 ) -> list[Piece]:
     points = sorted(loads.keys.items())
     pieces = []
@@ -157,15 +163,22 @@ def _pieces(
             keys.append(points[position])
             position += 1
         sampled = sum(load for _, load in keys)
+        refusing = frozenset(refused.get(piece.id, ())) & live
+        if not live - refusing:
+            refusing = frozenset()  # every member refuses it: better run than idle
+        # A member refusing it keeps it not (an owner) nor takes it (a warming
+        # member, a standby holder): placed afresh, on a member that takes it.
+        holder = _holder(piece, live - refusing, warming, standby)
         pieces.append(
             Piece(
                 piece.start,
                 piece.end,
                 piece.id,
                 piece.token,
-                _holder(piece, live, warming, standby),
+                holder,
                 max(loads.slices.get(piece.id, 0.0), sampled),
                 keys,
+                refused_by=refusing,
             )
         )
     return pieces

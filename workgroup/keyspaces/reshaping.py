@@ -91,6 +91,7 @@ def split(piece: Piece, points: list[int], tokens: TokenCounter) -> list[Piece]:
                 piece.load_of(start, end, density),
                 piece.keys_in(start, end),
                 born=True,
+                refused_by=piece.refused_by,
             )
         )
     return children
@@ -143,7 +144,9 @@ def merge_pieces(
             i,
         )
         for i, (left, right) in enumerate(pairwise(pieces))
-        if not (left.born or right.born)
+        # A refused piece is not merged: the merged piece could land on the
+        # member refusing it, with its neighbour.
+        if not (left.born or right.born or left.refused_by or right.refused_by)
     )
     used: set[int] = set()
     merged: dict[int, Piece] = {}

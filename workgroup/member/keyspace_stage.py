@@ -81,6 +81,14 @@ Rules:
    (crashed, leaving, draining) goes to a live standby holder of it, one that
    reported its standby ready first (:attr:`KeyspaceRound.standby`, the
    planner's ``standby``), unless a member is already warming it up.
+8. **Refusals** (``on_failure="release"``: a member whose handler of a slice
+   kept failing gives it up and refuses it for a while, in its metadata's
+   tags): the planner takes them as a constraint (its ``refused``): a
+   refusing owner, warming member or standby holder does not keep the slice,
+   and no refusing member is given it, nor a slice split from it, while a
+   member that does not refuse it can take it (when every member refuses it,
+   it is placed anyway: better run than idle).  A refused standby twin is not
+   handed back to the member refusing it.
 """
 
 from __future__ import annotations
@@ -304,9 +312,23 @@ def _unowned(smap: SliceMap, epoch: int) -> SliceMap:
     return SliceMap(smap.keyspace, slices, smap.max_token, epoch, smap.retired)
 
 
-def run_keyspace_stage(round_: KeyspaceRound, data: AssignmentInput) -> KeyspacePlanned:
-    """Rules 2-4: plan the next map and hand each member its slices."""
+def run_keyspace_stage(
+    round_: KeyspaceRound,
+    data: AssignmentInput,
+    refusals: Mapping[str, frozenset[Resource]] | None = None,
+) -> KeyspacePlanned:
+    """Rules 2-4 and 8: plan the next map and hand each member its slices
+    (``refusals``: what each member refuses)."""
     name = round_.config.name
+    twin = standby_kind(name)
+    refused: dict[int, set[str]] = {}
+    refused_twins: dict[str, set[Key]] = {}
+    for member_id, resources in (refusals or {}).items():
+        for kind, key in resources:
+            if kind == name and isinstance(key, int):
+                refused.setdefault(key, set()).add(member_id)
+            elif kind == twin:
+                refused_twins.setdefault(member_id, set()).add(key)
     members = {mid: info.capacity for mid, info in data.members.items() if name in info.kinds}
     slice_loads = {
         key: load
@@ -323,6 +345,7 @@ def run_keyspace_stage(round_: KeyspaceRound, data: AssignmentInput) -> Keyspace
         claimed=round_.claimed,
         warming=round_.warming,
         standby=round_.standby,
+        refused=refused,
     )
     target: Assignment = {mid: [] for mid in data.members}
     for piece in plan.map.slices:
@@ -335,6 +358,13 @@ def run_keyspace_stage(round_: KeyspaceRound, data: AssignmentInput) -> Keyspace
         ids: list[Key] = [piece.id for piece in plan.map.slices]
         placing = replace(data, resources={name: ids, standby_kind(name): ids})
         add_standbys(placing, {name}, target, claimed_standbys(data), standbys)
+        for member_id, keys in refused_twins.items():
+            # Rule 8: a refused twin is not handed back (the slice has one
+            # standby fewer until the refusal ends).
+            if member_id in target:
+                target[member_id] = [
+                    r for r in target[member_id] if r[0] != twin or r[1] not in keys
+                ]
     return KeyspacePlanned(
         plan,
         target,

@@ -109,7 +109,7 @@ def run_round_stages(stages: RoundStages, target: Assignment | None = None) -> R
     decision).  Raises what the assignor raises."""
     data = stages.input
     if stages.keyspace is not None:
-        planned = run_keyspace_stage(stages.keyspace, data)
+        planned = run_keyspace_stage(stages.keyspace, data, stages.refusals)
         return RoundResult(planned.target, planned.target, stages.delay, None, planned)
     if stages.carry is not None:
         target = {mid: list(stages.carry.get(mid, ())) for mid in data.members}

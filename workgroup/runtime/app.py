@@ -301,8 +301,9 @@ class App:
         between processes with the planner's ``settings``
         (:class:`~workgroup.keyspaces.PlannerSettings`); the group is
         ``<app>.<name>``.  ``grace_ms``, ``on_failure`` and ``max_failures`` as
-        for :meth:`worker`, but ``"release"`` (the app-wide ``"release"``
-        retries here).
+        for :meth:`worker`: under ``"release"`` a slice whose handler kept
+        failing goes to another process, which the planner then never hands
+        it (nor a slice split from it) while the refusal lasts.
 
         ``warm_up=True``: a slice the planner moves from one process to another
         (a new process, balancing, a drain, a hand-over before leaving) is first
@@ -337,12 +338,6 @@ class App:
         if max_sampled_keys < 0:
             raise ConfigError(f"max_sampled_keys must be >= 0, got {max_sampled_keys}")
         _check_own_failure_policy(f"keyspace {name!r}", on_failure, max_failures)
-        if on_failure == "release":
-            # The planner places every slice: a refused one would come straight back.
-            raise ConfigError(
-                f"keyspace {name!r}: on_failure='release' is not supported for keyspaces; "
-                "use 'retry' or 'stop'"
-            )
         if not isinstance(warm_up, bool):
             raise ConfigError(f"warm_up must be True or False, got {warm_up!r}")
         if isinstance(warmup_timeout_ms, bool) or warmup_timeout_ms <= 0:

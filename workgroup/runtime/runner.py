@@ -820,13 +820,7 @@ class AppRunner:
                 handler=keyspace.handle,
                 assignors=("cooperative-sticky",),
                 grace_s=(spec.grace_ms if spec.grace_ms is not None else settings.grace_ms) / 1000,
-                # The app-wide "release" retries: the planner places every slice.
-                restart=failure_policy(
-                    spec.restart,
-                    spec.on_failure or ("retry" if settings.on_failure == "release" else None),
-                    spec.max_failures,
-                    settings,
-                ),
+                restart=failure_policy(spec.restart, spec.on_failure, spec.max_failures, settings),
                 settings=settings,
                 source=keyspace.slice_ids,
                 events=self.events,

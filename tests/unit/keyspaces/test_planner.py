@@ -609,3 +609,68 @@ def test_slices_wider_than_the_budget_are_cut_for_members_that_join_later() -> N
         assert len(plan.map) <= knobs.max_slices_per_member * len(members)
         smap = plan.map
     assert {s.owner for s in smap} == set(members)
+
+
+# --- refusals (on_failure="release") ----------------------------------------------------
+
+
+@settings(max_examples=200)
+@given(slice_maps(max_slices=20), members_strategy, settings_strategy, st.data())
+def test_a_refused_slice_and_its_pieces_go_to_members_that_take_them(
+    smap: SliceMap, members: dict[str, float], knobs: PlannerSettings, data: st.DataObject
+) -> None:
+    """Whatever the loads and settings: no range of a refused slice goes to a
+    member refusing it while another member can take it, and a slice that
+    changes owner takes a token above every token before."""
+    loads = data.draw(loads_for(smap))
+    ids = [piece.id for piece in smap.slices]
+    names = sorted(members) or ["x"]  # refusing nobody live
+    refused = {
+        piece_id: set(data.draw(st.lists(st.sampled_from(names), max_size=len(names))))
+        for piece_id in data.draw(st.lists(st.sampled_from(ids), max_size=5, unique=True))
+    }
+    plan = plan_next_map(smap, loads, members, knobs, refused=refused)
+    # A slice whose owner refuses it must go: its move is outside the budget.
+    forced = sum(
+        piece.width
+        for piece in smap.slices
+        if piece.owner in refused.get(piece.id, set()) & set(members)
+        and not set(members) <= refused[piece.id]
+    )
+    _check_round(smap, plan, members, knobs.churn_budget + forced / HASH_SPACE)
+    for before in smap.slices:
+        refusing = refused.get(before.id, set()) & set(members)
+        if not refusing or refusing == set(members):
+            continue
+        for after in plan.map.slices:
+            if after.start < before.end and before.start < after.end:
+                assert after.owner not in refusing, (before, after)
+                if after.owner != before.owner:
+                    assert after.token > smap.max_token
+
+
+def test_a_refused_slice_leaves_its_owner_without_spending_the_budget() -> None:
+    smap = _owned(SliceMap.uniform("users", 12), ["a", "b", "c"])
+    knobs = PlannerSettings(min_slices_per_member=4, max_slices_per_member=8, churn_budget=0.0)
+    failing = next(piece for piece in smap.slices if piece.owner == "a")
+    plan = plan_next_map(
+        smap, KeyspaceLoads(), {"a": 1, "b": 1, "c": 1}, knobs, refused={failing.id: ["a"]}
+    )
+    after = plan.map.slice_of(failing.start)
+    assert after.owner in ("b", "c")
+    assert after.token > smap.max_token  # the fence: a's token is stale
+    assert plan.moved == pytest.approx(1 / 12)  # the refused slice alone
+    assert plan.moves == 0  # a refusal costs no budget: the slice must go
+    for piece in smap.slices:
+        if piece.id != failing.id:
+            assert plan.map.by_id()[piece.id] == piece
+
+
+def test_a_slice_every_member_refuses_is_placed_anyway() -> None:
+    smap = _owned(SliceMap.uniform("users", 8), ["a", "b"])
+    knobs = PlannerSettings(min_slices_per_member=4, max_slices_per_member=8)
+    failing = smap.slices[0]
+    plan = plan_next_map(
+        smap, KeyspaceLoads(), {"a": 1, "b": 1}, knobs, refused={failing.id: ["a", "b"]}
+    )
+    assert plan.map.by_id()[failing.id] == failing  # better run than idle

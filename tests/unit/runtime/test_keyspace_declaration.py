@@ -63,7 +63,6 @@ def plain(lease: Any) -> None:
         (lambda app: app.keyspace("users", max_sampled_keys=-1), "max_sampled_keys"),
         (lambda app: app.keyspace("users", grace_ms=-1), "grace_ms"),
         (lambda app: app.keyspace("users", on_failure="explode"), "keyspace 'users'"),
-        (lambda app: app.keyspace("users", on_failure="release"), "not supported for keyspaces"),
         (lambda app: app.keyspace("users", warm_up="yes"), "warm_up must be True or False"),
         (lambda app: app.keyspace("users", warmup_timeout_ms=0), "warmup_timeout_ms must be > 0"),
         (lambda app: app.keyspace("users", standbys=-1), "standbys must be an integer >= 0"),

@@ -242,3 +242,62 @@ async def test_both_carriers_of_the_map_crash_and_the_survivor_rebuilds_it(
         for stop, _ in running.values():
             stop.set()
         await asyncio.gather(*(task for _, task in running.values()), return_exceptions=True)
+
+
+class FailingProcess(RunnerProcess):
+    """A process whose handler of the slice holding ``key`` keeps failing if
+    ``broken[key]`` names it (the first process to be handed that slice)."""
+
+    def __init__(self, name: str, app_name: str, broken: dict[str, str]) -> None:
+        self.name = name
+        self.app = workgroup.App(app_name, grace_ms=100)
+        self.leases: dict[int, SliceLease] = {}
+        settings = PlannerSettings(min_slices_per_member=3, max_slices_per_member=12)
+
+        @self.app.keyspace("users", settings=settings, on_failure="release", max_failures=2)
+        async def serve(lease: SliceLease) -> None:
+            if lease.owns(HOT) and broken.setdefault(HOT, name) == name:
+                raise RuntimeError(f"{name} cannot serve {HOT}")
+            self.leases[lease.slice.id] = lease
+            try:
+                await lease.wait_revoked()
+            finally:
+                if self.leases.get(lease.slice.id) is lease:
+                    del self.leases[lease.slice.id]
+
+
+async def test_a_slice_whose_handler_keeps_failing_is_released_to_another_process(
+    bootstrap: str,
+) -> None:
+    """``on_failure="release"``: the process whose handler of a slice failed
+    ``max_failures`` times gives it up and refuses it; the planner hands the
+    slice to the other process, with a higher token, and never back while the
+    refusal lasts."""
+    app_name = f"ks-release-{uuid.uuid4().hex[:8]}"
+    broken: dict[str, str] = {}
+    processes = [FailingProcess(name, app_name, broken) for name in ("a", "b")]
+    running = [p.start(bootstrap) for p in processes]
+    try:
+
+        def released() -> SliceMap | None:
+            smap = group_map(processes)
+            if smap is None or HOT not in broken:
+                return None
+            served = [p.name for p in processes for lease in p.leases.values() if lease.owns(HOT)]
+            return smap if served and broken[HOT] not in served else None
+
+        with capture_logs() as logs:
+            smap = await settled_map(released)
+        failing = next(p for p in processes if p.name == broken[HOT])
+        other = next(p for p in processes if p is not failing)
+        piece = smap.slice_for_key(HOT)
+        assert piece.owner == other.member().member_id
+        assert piece.id in other.leases
+        assert not any(lease.owns(HOT) for lease in failing.leases.values())
+        assert failing.leases  # it keeps serving its other slices
+        (gave_up,) = [e for e in logs if e["event"] == "worker.released"]
+        assert gave_up["failures"] == 2
+    finally:
+        for stop, _ in running:
+            stop.set()
+        await asyncio.gather(*(task for _, task in running), return_exceptions=True)
