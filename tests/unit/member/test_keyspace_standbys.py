@@ -189,3 +189,21 @@ def test_the_catalog_lists_each_slice_s_twin() -> None:
 
     catalog = view.take(encode_map_only(smap), group_id="g")
     assert catalog == {"users": [p.id for p in smap.slices], TWIN: [p.id for p in smap.slices]}
+
+
+def test_a_refused_slice_and_a_refused_twin_go_to_members_that_take_them() -> None:
+    """``on_failure="release"``: the member whose handler of a slice (or of its
+    standby twin) kept failing refuses it; the slice goes to another member
+    with a higher token, and the twin is not handed back to it."""
+    group, before = started(3, 1)
+    slice_id = next(p.id for p in before.slices if p.owner == "m0")
+    twin_id = next(key for key, holders in group.standby_holders().items() if "m1" in holders)
+    group.refuses = {"m0": (("users", slice_id),), "m1": ((TWIN, twin_id),)}
+    for mid, (given_up,) in group.refuses.items():  # released: no longer held
+        group.owned[mid] = tuple(r for r in group.owned[mid] if r != given_up)
+    after = group.settle()
+    moved = after.by_id()[slice_id]
+    assert moved.owner in ("m1", "m2")
+    assert moved.token > before.max_token
+    assert ("users", slice_id) not in group.owned["m0"]
+    assert (TWIN, twin_id) not in group.owned["m1"]

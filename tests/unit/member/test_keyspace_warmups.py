@@ -16,7 +16,7 @@ from workgroup.keyspaces.report import KeyspaceReport, encode_report
 from workgroup.member.keyspace import KeyspaceConfig, KnownMap, MemberKeyspace
 from workgroup.member.load_balancing import BalanceSettings
 from workgroup.member.pipeline import LeaderPipeline
-from workgroup.member.round_plan import LEAVING_TAG
+from workgroup.member.round_plan import LEAVING_TAG, REFUSES_TAG, encode_refusals
 from workgroup.member.round_stages import run_round_stages
 from workgroup.protocol.catalog import FrozenCatalog
 from workgroup.protocol.metadata import AssignmentData, MemberMetadata
@@ -55,6 +55,8 @@ class Group:
         self.warming: dict[str, tuple[Resource, ...]] = {}
         self.warms_up: dict[str, bool] = {}
         self.leaving: set[str] = set()
+        #: What each member refuses (``on_failure="release"``), in its tags.
+        self.refuses: dict[str, tuple[Resource, ...]] = {}
         #: A slice's load as its owner reports it (1.0 unless set): even loads,
         #: so that no slice is split or merged.
         self.slice_loads: dict[int, float] = {}
@@ -81,7 +83,14 @@ class Group:
             user_data=encode_report(
                 KeyspaceReport(self.handed.get(member_id, self.map), self.keys.get(member_id, {}))
             ),
-            tags=((LEAVING_TAG, "1"),) if member_id in self.leaving else (),
+            tags=(
+                *(((LEAVING_TAG, "1"),) if member_id in self.leaving else ()),
+                *(
+                    ((REFUSES_TAG, encode_refusals(self.refuses[member_id])),)
+                    if self.refuses.get(member_id)
+                    else ()
+                ),
+            ),
             warms_up=self.warms_up[member_id],
             warming=self.warming[member_id],
             ready=tuple(r for r in ready if r in self.warming[member_id]),
