@@ -60,6 +60,7 @@ from workgroup.errors import WorkgroupError
 from workgroup.keyspaces import PlannerSettings, SliceMap, key_hash
 from workgroup.keyspaces.planner import moved_share
 from workgroup.member.driver import member_keyspace
+from workgroup.member.keyspace import KnownMap, same_map
 from workgroup.protocol.metadata import AssignmentData, BinaryCodec, MemberMetadata
 from workgroup.runtime.app import Settings
 from workgroup.runtime.keyspaces import SliceLease
@@ -109,7 +110,8 @@ class Daemon:
         self.runner = AppRunner(self.app, settings)
         return stop, asyncio.create_task(self.runner.run(stop))
 
-    def map(self) -> SliceMap | None:
+    def map(self) -> KnownMap | None:
+        """The map this daemon holds: whole if it carries it, else its part."""
         if self.runner is None or not self.runner.groups:
             return None
         keyspace = member_keyspace(self.runner.groups[0].member)
@@ -123,9 +125,10 @@ class Daemon:
     def owning(self, key: int) -> SliceLease | None:
         """The lease whose slice owns ``key`` here now (``None``: refused with 421)."""
         smap = self.map()
-        if smap is None:
+        piece = None if smap is None else smap.slice_for_key(key)
+        if piece is None:
             return None
-        lease = self.leases.get(smap.slice_for_key(key).id)
+        lease = self.leases.get(piece.id)
         return lease if lease is not None and lease.owns(key) else None
 
 
@@ -200,8 +203,8 @@ async def settle(daemons: list[Daemon], timeout_s: float) -> SliceMap:
     async with asyncio.timeout(timeout_s):
         while True:
             maps = [d.map() for d in daemons]
-            first = maps[0]
-            if first is not None and all(m == first for m in maps):
+            first = newest_map(daemons)
+            if first is not None and all(m is not None and same_map(m, first) for m in maps):
                 held = sorted(s for d in daemons for s in d.leases)
                 if held == sorted(p.id for p in first.slices):
                     return first
@@ -209,7 +212,8 @@ async def settle(daemons: list[Daemon], timeout_s: float) -> SliceMap:
 
 
 def newest_map(daemons: list[Daemon]) -> SliceMap | None:
-    maps = [m for m in (d.map() for d in daemons) if m is not None]
+    """The newest whole map a daemon holds (two carry it whole)."""
+    maps = [m for m in (d.map() for d in daemons) if isinstance(m, SliceMap)]
     return max(maps, key=lambda m: (m.epoch, m.max_token), default=None)
 
 
