@@ -61,7 +61,17 @@ def test_exactly_once_across_a_zombie_and_a_sigkill(cluster: EtlCluster) -> None
         cluster.start("etl-a")
         cluster.start("etl-b")
         feeder.start(seconds=600)
-        cluster.wait_for("every shard to commit", lambda: cluster.all_committing(0), STEP_S)
+        # Both daemons own shards and commit them: etl-a's start may be slower
+        # than etl-b's (a JVM, a session), and etl-b then holds every shard
+        # until etl-a joins and is handed its share.
+        cluster.wait_for(
+            "every shard to commit under its owner's token, etl-a owning some",
+            lambda: (
+                any(member == "etl-a" for member, *_ in cluster.owners().values())
+                and cluster.all_committing(0, owners_only=True)
+            ),
+            STEP_S,
+        )
 
         # --- the zombie: freeze etl-a (Python and its JVM, if it has one) past its
         # session; on Connect its queries go on running on the server -----------
