@@ -58,7 +58,8 @@ def _halving_point(piece: Piece) -> int:
     cut = end - 1
     for point, load in piece.keys:
         spread = density * (point - position)
-        if before + spread >= half:
+        # (No spread load, e.g. a load so small it underflows: the keys decide.)
+        if density > 0 and before + spread >= half:
             cut = position + math.ceil((half - before) / density)
             break
         before += spread

@@ -674,3 +674,13 @@ def test_a_slice_every_member_refuses_is_placed_anyway() -> None:
         smap, KeyspaceLoads(), {"a": 1, "b": 1}, knobs, refused={failing.id: ["a", "b"]}
     )
     assert plan.map.by_id()[failing.id] == failing  # better run than idle
+
+
+def test_a_load_too_small_to_spread_cuts_at_its_keys() -> None:
+    """A slice's load so small that its density underflows to 0 (found by
+    hypothesis: a division by zero) is cut by its keys."""
+    smap = SliceMap("users", (Slice(1, 0, 2, 1), Slice(2, 2, HASH_SPACE, 2)), max_token=2)
+    knobs = PlannerSettings(1.0, 1, 1, 0.0)
+    loads = KeyspaceLoads({1: 5e-324}, {0: 0.0})
+    plan = plan_next_map(smap, loads, {"m0": 1.0, "m1": 1.0, "m2": 1.0}, knobs)
+    _check_round(smap, plan, {"m0": 1.0, "m1": 1.0, "m2": 1.0}, 0.0)
