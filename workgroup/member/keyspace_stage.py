@@ -93,7 +93,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from workgroup.assignors.base import Assignment, AssignmentInput
@@ -427,18 +427,25 @@ def member_maps(
     round_: KeyspaceRound,
     plan: RoundPlan,
     leader_id: str,
+    staying: Collection[str] = (),
 ) -> dict[str, bytes]:
-    """Rule 4: each member's ``user_data``: the next map whole for the two
-    carriers, its part of it for every other member."""
+    """Rule 4: each member's ``user_data``: the next map whole for the
+    carriers, its part of it for every other member.  ``staying``: the members
+    that take the keyspace (not leaving or draining): the leader and
+    :data:`CARRIERS` of them carry it, previous carriers first."""
     name = round_.config.name
     twin = standby_kind(name)
     members = sorted(plan.assigned)
-    carriers = [leader_id] if leader_id in plan.assigned else []
-    for member_id in [*sorted(round_.carriers), *members]:
-        if len(carriers) == CARRIERS:
+    carriers = {leader_id} & set(members)
+    kept = set(staying) & set(members)
+    for pool in (kept, set(members)):  # anyone, when too few members stay
+        for member_id in [*sorted(round_.carriers), *members]:
+            if len(carriers & pool) >= CARRIERS or len(carriers) >= len(members):
+                break
+            if member_id in pool:
+                carriers.add(member_id)
+        if len(carriers) >= CARRIERS:
             break
-        if member_id in plan.assigned and member_id not in carriers:
-            carriers.append(member_id)
     smap = planned.plan.map
     whole = planned.encoded
     ids: dict[str, set[int]] = {member_id: set() for member_id in members}

@@ -39,6 +39,7 @@ class Group:
         self.owned: dict[str, tuple[Resource, ...]] = {mid: () for mid in names}
         self.generation = 1
         self.sizes: list[int] = []
+        self.leaving: set[str] = set()
 
     def round(self, leader_id: str, pipeline: LeaderPipeline | None = None) -> SliceMap:
         pipeline = pipeline or leader(config=self.config)
@@ -48,7 +49,11 @@ class Group:
                 None,
                 PROTOCOL.codec.encode_metadata(
                     replace(
-                        metadata(KeyspaceReport(self.handed.get(mid)), owned=self.owned[mid]),
+                        metadata(
+                            KeyspaceReport(self.handed.get(mid)),
+                            owned=self.owned[mid],
+                            leaving=mid in self.leaving,
+                        ),
                         owned_generation=self.generation - 1 if self.owned[mid] else -1,
                     )
                 ),
@@ -225,3 +230,27 @@ def test_a_member_handed_its_part_answers_for_its_own_keys_only() -> None:
     older = SliceMap("users", smap.slices, smap.max_token, 3)
     assert member.take(encode_report(KeyspaceReport(older)), group_id="g") is None
     assert member.map == part
+
+
+def test_a_leaving_carrier_hands_the_carrying_to_a_member_that_stays() -> None:
+    names = ["a", "b", "c", "d"]
+    group = Group(names, KeyspaceConfig("users", PlannerSettings(min_slices_per_member=4)))
+    group.settle("a")
+    assert sorted(m for m, known in group.handed.items() if isinstance(known, SliceMap)) == [
+        "a",
+        "b",
+    ]
+    group.leaving = {"b"}
+    group.round("a")
+    assert sorted(m for m, known in group.handed.items() if isinstance(known, SliceMap)) == [
+        "a",
+        "c",
+    ]
+    # The leader leaving: two members that stay carry it beside it.
+    group.leaving = {"a"}
+    group.round("a")
+    assert sorted(m for m, known in group.handed.items() if isinstance(known, SliceMap)) == [
+        "a",
+        "b",
+        "c",
+    ]
