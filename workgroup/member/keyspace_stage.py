@@ -42,8 +42,10 @@ Rules:
    (:mod:`~workgroup.member.load_balancing` rule 5).
 4. **Every member is handed the next map** (:func:`member_maps`), and the
    assignment names the next map's catalog, which members adopt before taking
-   it.  The map goes whole to two carriers: the leader, and the member that
-   carried it before (else the first other member by id); every other member
+   it.  The map goes whole to the carriers: the leader and, among the
+   members that stay (not leaving or draining), the member that carried it
+   before, else the first by id (two that stay when the leader leaves or
+   drains); every other member
    is handed its part of it: the slices the map gives it and those its
    assignment names (handed, warming, withheld, standby), so that the group's
    metadata and assignments hold about two copies of the map, not two per
