@@ -54,10 +54,7 @@ def encode_slice_map(smap: SliceMap) -> bytes:
         if position:
             out.uvarint(piece.start - previous)
         previous = piece.start
-        out.uvarint(piece.id)
-        out.uvarint(piece.token)
-        out.uvarint(0 if piece.owner is None else owner_index[piece.owner])
-        out.uvarint(0 if piece.slot is None else piece.slot + 1)
+        _write_fields(out, piece, owner_index)
     out.uvarint(len(smap.retired))
     for slot, piece_id in smap.retired:
         out.uvarint(slot)
@@ -69,22 +66,18 @@ def decode_slice_map(data: bytes) -> SliceMap:
     """The map ``data`` encodes; :class:`ProtocolError` (one line) if it encodes none."""
     r = Reader(data, _WHAT)
     keyspace, epoch, max_token, owners = _read_head(r, _WHAT, SLICE_MAP_VERSION)
-    owner_count = len(owners) - 1
     count = r.uvarint()
     if count < 1 or (count - 1) * _MIN_SLICE_BYTES + 5 > r.remaining:
         raise ProtocolError(f"{_WHAT} is corrupt: {count} slices in {r.remaining} bytes")
     starts = [0]
-    fields: list[tuple[int, int, int, int]] = []
+    fields: list[tuple[int, int, str | None, int | None]] = []
     for position in range(count):
         if position:
             step = r.uvarint()
             if step == 0:
                 raise ProtocolError(f"{_WHAT} is corrupt: slice {position} is empty")
             starts.append(starts[-1] + step)
-        piece_id, token, owner, slot = r.uvarint(), r.uvarint(), r.uvarint(), r.uvarint()
-        if owner > owner_count:
-            raise ProtocolError(f"{_WHAT} is corrupt: slice {position} names owner {owner}")
-        fields.append((piece_id, token, owner, slot))
+        fields.append(_read_fields(r, _WHAT, position, owners))
     retired_count = r.uvarint()
     if retired_count * 2 > r.remaining:
         raise ProtocolError(
@@ -97,7 +90,7 @@ def decode_slice_map(data: bytes) -> SliceMap:
         raise ProtocolError(f"{_WHAT} is corrupt: a slice starts past the hash space")
     starts.append(HASH_SPACE)
     slices = tuple(
-        Slice(piece_id, starts[i], starts[i + 1], token, owners[owner], slot - 1 if slot else None)
+        Slice(piece_id, starts[i], starts[i + 1], token, owner, slot)
         for i, (piece_id, token, owner, slot) in enumerate(fields)
     )
     try:
@@ -147,6 +140,24 @@ def _read_head(r: Reader, what: str, expected: int) -> tuple[str, int, int, list
     return keyspace, epoch, max_token, owners
 
 
+def _write_fields(out: Writer, piece: Slice, owner_index: dict[str, int]) -> None:
+    """A slice's id, token, owner (its index plus one, 0: none), slot (plus one, 0: none)."""
+    out.uvarint(piece.id)
+    out.uvarint(piece.token)
+    out.uvarint(0 if piece.owner is None else owner_index[piece.owner])
+    out.uvarint(0 if piece.slot is None else piece.slot + 1)
+
+
+def _read_fields(
+    r: Reader, what: str, position: int, owners: list[str | None]
+) -> tuple[int, int, str | None, int | None]:
+    """What :func:`_write_fields` wrote: id, token, owner, slot."""
+    piece_id, token, owner, slot = r.uvarint(), r.uvarint(), r.uvarint(), r.uvarint()
+    if owner >= len(owners):
+        raise ProtocolError(f"{what} is corrupt: slice {position} names owner {owner}")
+    return piece_id, token, owners[owner], slot - 1 if slot else None
+
+
 def encode_partial_map(part: PartialMap) -> bytes:
     out = Writer()
     owner_index = _write_head(out, PARTIAL_MAP_VERSION, part)
@@ -156,10 +167,7 @@ def encode_partial_map(part: PartialMap) -> bytes:
         out.uvarint(piece.start - end)
         out.uvarint(piece.end - piece.start - 1)  # below 2**64, a whole space's too
         end = piece.end
-        out.uvarint(piece.id)
-        out.uvarint(piece.token)
-        out.uvarint(0 if piece.owner is None else owner_index[piece.owner])
-        out.uvarint(0 if piece.slot is None else piece.slot + 1)
+        _write_fields(out, piece, owner_index)
     return out.getvalue()
 
 
@@ -167,7 +175,6 @@ def decode_partial_map(data: bytes) -> PartialMap:
     """The part of a map ``data`` encodes; :class:`ProtocolError` (one line) if none."""
     r = Reader(data, _WHAT_PART)
     keyspace, epoch, max_token, owners = _read_head(r, _WHAT_PART, PARTIAL_MAP_VERSION)
-    owner_count = len(owners) - 1
     count = r.uvarint()
     if count * (_MIN_SLICE_BYTES + 1) > r.remaining:
         raise ProtocolError(f"{_WHAT_PART} is corrupt: {count} slices in {r.remaining} bytes")
@@ -176,10 +183,8 @@ def decode_partial_map(data: bytes) -> PartialMap:
     for position in range(count):
         start = end + r.uvarint()
         end = start + r.uvarint() + 1
-        piece_id, token, owner, slot = r.uvarint(), r.uvarint(), r.uvarint(), r.uvarint()
-        if owner > owner_count:
-            raise ProtocolError(f"{_WHAT_PART} is corrupt: slice {position} names owner {owner}")
-        slices.append(Slice(piece_id, start, end, token, owners[owner], slot - 1 if slot else None))
+        piece_id, token, owner, slot = _read_fields(r, _WHAT_PART, position, owners)
+        slices.append(Slice(piece_id, start, end, token, owner, slot))
     if r.remaining:
         raise ProtocolError(f"{_WHAT_PART} is corrupt: {r.remaining} unexpected trailing bytes")
     try:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from workgroup.keyspaces.errors import InvalidSliceMapError
 from workgroup.keyspaces.hashing import HASH_SPACE, key_hash
-from workgroup.keyspaces.slices import Slice, SliceMap
+from workgroup.keyspaces.slices import Slice, SliceMap, check_slice
 from workgroup.types import Key
 
 
@@ -112,41 +112,23 @@ def rebuild_map(parts: Iterable[PartialMap]) -> tuple[SliceMap, int]:
 
 
 def _check(keyspace: str, slices: Iterable[Slice], max_token: int, epoch: int) -> None:
+    where = f"part of the map of {keyspace!r}"
     if not keyspace:
         raise InvalidSliceMapError("a part of a slice map needs a keyspace name")
     if epoch < 0:
-        raise InvalidSliceMapError(f"part of the map of {keyspace!r}: epoch {epoch} is negative")
+        raise InvalidSliceMapError(f"{where}: epoch {epoch} is negative")
     end = 0
     ids: set[int] = set()
     for piece in slices:
         if piece.start < end:
             raise InvalidSliceMapError(
-                f"part of the map of {keyspace!r}: slice {piece.id} overlaps the one before "
-                "or is out of order"
+                f"{where}: slice {piece.id} overlaps the one before or is out of order"
             )
-        if not piece.start < piece.end <= HASH_SPACE:
-            raise InvalidSliceMapError(
-                f"part of the map of {keyspace!r}: slice {piece.id} is empty, reversed "
-                "or past the hash space"
-            )
-        if piece.id in ids:
-            raise InvalidSliceMapError(
-                f"part of the map of {keyspace!r}: slice id {piece.id} repeats"
-            )
-        if not 1 <= piece.id <= piece.token <= max_token:
-            raise InvalidSliceMapError(
-                f"part of the map of {keyspace!r}: slice {piece.id} has token {piece.token}, "
-                f"not in {piece.id}..{max_token}"
-            )
-        if piece.owner == "":
-            raise InvalidSliceMapError(
-                f"part of the map of {keyspace!r}: slice {piece.id} has an empty owner name"
-            )
+        if piece.end > HASH_SPACE:
+            raise InvalidSliceMapError(f"{where}: slice {piece.id} ends past the hash space")
         if piece.slot is not None and piece.slot < 0:
-            raise InvalidSliceMapError(
-                f"part of the map of {keyspace!r}: slice {piece.id} has slot {piece.slot}"
-            )
-        ids.add(piece.id)
+            raise InvalidSliceMapError(f"{where}: slice {piece.id} has slot {piece.slot}")
+        check_slice(where, piece, max_token, ids)
         end = piece.end
 
 

@@ -27,9 +27,9 @@ class Piece:
     #: ``on_failure="release"``): it goes to another member while one can take it.
     refused_by: frozenset[str] = frozenset()
 
-    def refuses(self, member: str | None) -> bool:
+    def refuses(self, member: str) -> bool:
         """Whether ``member`` refuses this piece."""
-        return member is not None and member in self.refused_by
+        return member in self.refused_by
 
     @property
     def width(self) -> int:

@@ -167,32 +167,33 @@ def _check(keyspace: str, slices: Iterable[Slice], max_token: int, epoch: int) -
                 f"slice map of {keyspace!r}: {what} at {expected:#x} "
                 f"(slice {piece.id} starts at {piece.start:#x})"
             )
-        if piece.end <= piece.start:
-            raise InvalidSliceMapError(
-                f"slice map of {keyspace!r}: slice {piece.id} is empty or reversed"
-            )
-        if piece.id in ids:
-            raise InvalidSliceMapError(f"slice map of {keyspace!r}: slice id {piece.id} repeats")
-        if not 1 <= piece.id <= piece.token:
-            raise InvalidSliceMapError(
-                f"slice map of {keyspace!r}: slice id {piece.id} is not a token it held "
-                f"(1..{piece.token})"
-            )
-        if not 1 <= piece.token <= max_token:
-            raise InvalidSliceMapError(
-                f"slice map of {keyspace!r}: slice {piece.id} has token {piece.token}, "
-                f"outside 1..{max_token}"
-            )
-        if piece.owner == "":
-            raise InvalidSliceMapError(
-                f"slice map of {keyspace!r}: slice {piece.id} has an empty owner name"
-            )
-        ids.add(piece.id)
+        check_slice(f"slice map of {keyspace!r}", piece, max_token, ids)
         expected = piece.end
     if expected != HASH_SPACE:
         raise InvalidSliceMapError(
             f"slice map of {keyspace!r}: the slices end at {expected:#x}, not at 2**64"
         )
+
+
+def check_slice(where: str, piece: Slice, max_token: int, ids: set[int]) -> None:
+    """What every slice of a map (or a part of one, ``where``) must be: not
+    empty, its id new among ``ids`` (added to them) and a token it held, its
+    token at most ``max_token``, its owner named."""
+    if piece.end <= piece.start:
+        raise InvalidSliceMapError(f"{where}: slice {piece.id} is empty or reversed")
+    if piece.id in ids:
+        raise InvalidSliceMapError(f"{where}: slice id {piece.id} repeats")
+    if not 1 <= piece.id <= piece.token:
+        raise InvalidSliceMapError(
+            f"{where}: slice id {piece.id} is not a token it held (1..{piece.token})"
+        )
+    if not 1 <= piece.token <= max_token:
+        raise InvalidSliceMapError(
+            f"{where}: slice {piece.id} has token {piece.token}, outside 1..{max_token}"
+        )
+    if piece.owner == "":
+        raise InvalidSliceMapError(f"{where}: slice {piece.id} has an empty owner name")
+    ids.add(piece.id)
 
 
 def _check_slots(
@@ -216,4 +217,4 @@ def _check_slots(
             )
 
 
-__all__ = ["Slice", "SliceMap"]
+__all__ = ["Slice", "SliceMap", "check_slice"]

@@ -98,7 +98,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from workgroup.assignors.base import Assignment, AssignmentInput
+from workgroup.assignors.base import Assignment, AssignmentInput, MemberInfo
 from workgroup.assignors.standby import add_standbys, claimed_standbys, standby_kind
 from workgroup.errors import ProtocolError
 from workgroup.keyspaces.loads import KeyspaceLoads
@@ -331,7 +331,7 @@ def run_keyspace_stage(
                 refused.setdefault(key, set()).add(member_id)
             elif kind == twin:
                 refused_twins.setdefault(member_id, set()).add(key)
-    members = {mid: info.capacity for mid, info in data.members.items() if name in info.kinds}
+    members = _takers(name, data.members)
     slice_loads = {
         key: load
         for (kind, key), load in data.resource_loads.items()
@@ -429,25 +429,15 @@ def member_maps(
     round_: KeyspaceRound,
     plan: RoundPlan,
     leader_id: str,
-    staying: Collection[str] = (),
+    infos: Mapping[str, MemberInfo],
 ) -> dict[str, bytes]:
     """Rule 4: each member's ``user_data``: the next map whole for the
-    carriers, its part of it for every other member.  ``staying``: the members
-    that take the keyspace (not leaving or draining): the leader and
-    :data:`CARRIERS` of them carry it, previous carriers first."""
+    carriers (:func:`_carriers`), its part of it for every other member
+    (``infos``: the round's members, as the planner saw them)."""
     name = round_.config.name
     twin = standby_kind(name)
     members = sorted(plan.assigned)
-    carriers = {leader_id} & set(members)
-    kept = set(staying) & set(members)
-    for pool in (kept, set(members)):  # anyone, when too few members stay
-        for member_id in [*sorted(round_.carriers), *members]:
-            if len(carriers & pool) >= CARRIERS or len(carriers) >= len(members):
-                break
-            if member_id in pool:
-                carriers.add(member_id)
-        if len(carriers) >= CARRIERS:
-            break
+    carriers = _carriers(leader_id, round_.carriers, members, _takers(name, infos))
     smap = planned.plan.map
     whole = planned.encoded
     ids: dict[str, set[int]] = {member_id: set() for member_id in members}
@@ -468,6 +458,30 @@ def member_maps(
         else encode_map_only(part_of(smap, ids[member_id]))
         for member_id in members
     }
+
+
+def _carriers(
+    leader_id: str, before: Collection[str], members: list[str], staying: Collection[str]
+) -> set[str]:
+    """Rule 4: the leader, and :data:`CARRIERS` members beside it that stay
+    (one when the leader stays), those that carried the map ``before`` first;
+    any members when too few stay."""
+    candidates = [
+        m for m in dict.fromkeys([*sorted(before), *members]) if m in members and m != leader_id
+    ]
+    carriers = {leader_id} & set(members)
+    wanted = CARRIERS - (leader_id in staying)
+    carriers.update([m for m in candidates if m in staying][:wanted])
+    for member_id in candidates:
+        if len(carriers) >= CARRIERS:
+            break
+        carriers.add(member_id)
+    return carriers
+
+
+def _takers(name: str, infos: Mapping[str, MemberInfo]) -> dict[str, float]:
+    """The members that take keyspace ``name`` (not leaving nor draining), by capacity."""
+    return {mid: info.capacity for mid, info in infos.items() if name in info.kinds}
 
 
 def withhold_overlaps(

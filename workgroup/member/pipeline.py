@@ -469,12 +469,7 @@ class LeaderPipeline:
         user_data: bytes | Mapping[str, bytes] = b""
         if keyspace is not None and keyspace_round is not None:
             _log_keyspace(self._group_id, round_.generation, keyspace)
-            staying = [
-                mid
-                for mid, info in round_.infos.items()
-                if keyspace_round.config.name in info.kinds
-            ]
-            user_data = member_maps(keyspace, keyspace_round, plan, round_.leader_id, staying)
+            user_data = member_maps(keyspace, keyspace_round, plan, round_.leader_id, round_.infos)
         out = encode_assignments(
             plan,
             round_.protocol.codec,

@@ -10,86 +10,41 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.member.keyspace_handed import handed_maps
-from tests.unit.member.test_keyspace_stage import PROTOCOL, leader, metadata
-from workgroup.kafka.messages import JoinedMember
+from tests.unit.member.test_keyspace_warmups import Group
 from workgroup.keyspaces import HASH_SPACE, PlannerSettings, SliceMap
 from workgroup.keyspaces.partial import PartialMap, part_of, rebuild_map
 from workgroup.keyspaces.report import KeyspaceReport, decode_report, encode_report
 from workgroup.member.catalog import MemberCatalog
-from workgroup.member.keyspace import KeyspaceConfig, KnownMap, MemberKeyspace, keyspace_catalog
-from workgroup.member.pipeline import KAFKA_GROUP_RECORD_BYTES, LeaderPipeline
-from workgroup.member.round_stages import run_round_stages
-from workgroup.protocol.catalog import FrozenCatalog, catalog_hash, freeze_catalog
-from workgroup.protocol.metadata import AssignmentData
+from workgroup.member.keyspace import KeyspaceConfig, MemberKeyspace, keyspace_catalog
+from workgroup.member.pipeline import KAFKA_GROUP_RECORD_BYTES
+from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.testing import capture_logs
-from workgroup.types import Resource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "keyspaces"))
 from slice_map_strategies import slice_maps
 
 
-class Group:
-    """Members that report back what they were handed, led by ``leader_id``."""
+class CarrierGroup(Group):
+    """Members that report back what they were handed, led by the member
+    each round names (a new leader when it changes)."""
 
     def __init__(self, names: list[str], config: KeyspaceConfig) -> None:
-        self.names = names
-        self.config = config
-        self.handed: dict[str, KnownMap] = {}
-        self.owned: dict[str, tuple[Resource, ...]] = {mid: () for mid in names}
-        self.generation = 1
-        self.sizes: list[int] = []
-        self.leaving: set[str] = set()
+        super().__init__(0, config)
+        for name in names:
+            self.join(name)
 
-    def round(self, leader_id: str, pipeline: LeaderPipeline | None = None) -> SliceMap:
-        pipeline = pipeline or leader(config=self.config)
-        joined = [
-            JoinedMember(
-                mid,
-                None,
-                PROTOCOL.codec.encode_metadata(
-                    replace(
-                        metadata(
-                            KeyspaceReport(self.handed.get(mid)),
-                            owned=self.owned[mid],
-                            leaving=mid in self.leaving,
-                        ),
-                        owned_generation=self.generation - 1 if self.owned[mid] else -1,
-                    )
-                ),
-            )
-            for mid in self.names
-        ]
-        run = pipeline.begin(
-            0,
-            self.generation,
-            PROTOCOL,
-            joined,
-            generation=self.generation,
-            catalog=FrozenCatalog(),
-            catalog_hash=b"",
-            leader_id=leader_id,
-        )
-        taken = pipeline.take(run.run_id)
-        assert taken is not None
-        blobs = pipeline.finish(0, taken, run_round_stages(run.stages))
-        self.sizes.append(sum(len(m.metadata) for m in joined) + sum(len(b) for _, b in blobs))
-        assignments: dict[str, AssignmentData] = {
-            mid: PROTOCOL.codec.decode_assignment(blob).value for mid, blob in blobs
-        }
-        smap, self.handed = handed_maps(assignments)
+    def lead(self, leader_id: str) -> SliceMap:
+        """One round led by ``leader_id``."""
+        if leader_id != self.leader_id:
+            self.new_leader()
+            self.leader_id = leader_id
+        smap = self.round()
         assert isinstance(self.handed[leader_id], SliceMap)  # the leader carries it
-        for mid, data in assignments.items():
-            self.owned[mid] = tuple(
-                r for r in (*self.owned[mid], *data.assigned) if r not in data.revoked
-            )
-        self.generation += 1
         return smap
 
     def settle(self, leader_id: str) -> SliceMap:
-        pipeline = leader(config=self.config)
         for _ in range(6):
-            smap = self.round(leader_id, pipeline)
+            smap = self.lead(leader_id)
         return smap
 
 
@@ -98,7 +53,7 @@ def test_the_group_of_sixty_members_fits_one_kafka_record() -> None:
     50 slices each took about 2.5 MB, over the 1 MiB a Kafka broker stores."""
     names = [f"m{i:02d}" for i in range(60)]
     config = KeyspaceConfig("users", PlannerSettings(min_slices_per_member=50))
-    group = Group(names, config)
+    group = CarrierGroup(names, config)
     with capture_logs() as logs:
         smap = group.settle("m07")
     assert len(smap.slices) >= 50 * 60
@@ -111,15 +66,14 @@ def test_the_group_of_sixty_members_fits_one_kafka_record() -> None:
 def test_a_new_leader_plans_from_the_other_carrier_s_copy() -> None:
     names = ["a", "b", "c", "d"]
     config = KeyspaceConfig("users", PlannerSettings(min_slices_per_member=4))
-    group = Group(names, config)
+    group = CarrierGroup(names, config)
     before = group.settle("a")
     carriers = sorted(mid for mid, m in group.handed.items() if isinstance(m, SliceMap))
     assert carriers == ["a", "b"]
     # a leaves; c (handed a part) leads and reads b's whole copy.
-    group.names.remove("a")
-    del group.owned["a"], group.handed["a"]
+    group.gone("a")
     with capture_logs() as logs:
-        after = group.round("c")
+        after = group.lead("c")
     assert not [e for e in logs if e["event"] == "member.keyspace_map_rebuilt"]
     assert after.epoch == before.epoch + 1
     kept = {p.id: p for p in before.slices if p.owner != "a"}
@@ -136,13 +90,12 @@ def test_a_new_leader_plans_from_the_other_carrier_s_copy() -> None:
 def test_with_both_carriers_gone_the_map_is_rebuilt_from_the_parts() -> None:
     names = ["a", "b", "c", "d"]
     config = KeyspaceConfig("users", PlannerSettings(min_slices_per_member=4))
-    group = Group(names, config)
+    group = CarrierGroup(names, config)
     before = group.settle("a")
     for gone in ("a", "b"):  # both carriers crash at once
-        group.names.remove(gone)
-        del group.owned[gone], group.handed[gone]
+        group.gone(gone)
     with capture_logs() as logs:
-        after = group.round("c")
+        after = group.lead("c")
     rebuilt = [e for e in logs if e["event"] == "member.keyspace_map_rebuilt"]
     assert len(rebuilt) == 1
     assert rebuilt[0]["parts"] == 2
@@ -234,21 +187,21 @@ def test_a_member_handed_its_part_answers_for_its_own_keys_only() -> None:
 
 def test_a_leaving_carrier_hands_the_carrying_to_a_member_that_stays() -> None:
     names = ["a", "b", "c", "d"]
-    group = Group(names, KeyspaceConfig("users", PlannerSettings(min_slices_per_member=4)))
+    group = CarrierGroup(names, KeyspaceConfig("users", PlannerSettings(min_slices_per_member=4)))
     group.settle("a")
     assert sorted(m for m, known in group.handed.items() if isinstance(known, SliceMap)) == [
         "a",
         "b",
     ]
     group.leaving = {"b"}
-    group.round("a")
+    group.lead("a")
     assert sorted(m for m, known in group.handed.items() if isinstance(known, SliceMap)) == [
         "a",
         "c",
     ]
     # The leader leaving: two members that stay carry it beside it.
     group.leaving = {"a"}
-    group.round("a")
+    group.lead("a")
     assert sorted(m for m, known in group.handed.items() if isinstance(known, SliceMap)) == [
         "a",
         "b",

@@ -37,15 +37,14 @@ class Group:
     """A keyspace's group as its leader sees it: each member's map, what it
     owns and warms, round after round on a fake clock."""
 
-    def __init__(self, max_warmups: int) -> None:
-        self.pipeline = LeaderPipeline(
-            "g",
-            reassign_delay_ms=0,
-            balance=BalanceSettings(),
-            max_warmups=max_warmups,
-            keyspace=CONFIG,
-            keyspace_view=MemberKeyspace(CONFIG),
-        )
+    def __init__(self, max_warmups: int, config: KeyspaceConfig = CONFIG) -> None:
+        self.max_warmups = max_warmups
+        self.config = config
+        self.new_leader()
+        #: The member leading the rounds (the map goes to it whole).
+        self.leader_id = ""
+        #: Each round's metadata and assignments, in bytes (a Kafka record's size).
+        self.sizes: list[int] = []
         self.now = 0
         self.generation = 1
         self.map: SliceMap | None = None
@@ -63,6 +62,17 @@ class Group:
         #: ``member id -> its sampled key loads by hash point``.
         self.keys: dict[str, dict[int, float]] = {}
 
+    def new_leader(self) -> None:
+        """Another member leads from the next round: a pipeline with no memory."""
+        self.pipeline = LeaderPipeline(
+            "g",
+            reassign_delay_ms=0,
+            balance=BalanceSettings(),
+            max_warmups=self.max_warmups,
+            keyspace=self.config,
+            keyspace_view=MemberKeyspace(self.config),
+        )
+
     def join(self, member_id: str, *, warms_up: bool = True) -> None:
         self.owned[member_id] = ()
         self.warming[member_id] = ()
@@ -72,6 +82,7 @@ class Group:
         """The member crashed: it is no longer in the group and hands nothing over."""
         for table in (self.owned, self.warming, self.warms_up):
             del table[member_id]
+        self.handed.pop(member_id, None)
 
     def metadata(self, member_id: str, ready: tuple[Resource, ...]) -> MemberMetadata:
         owned = self.owned[member_id]
@@ -114,10 +125,12 @@ class Group:
             generation=self.generation,
             catalog=FrozenCatalog(),
             catalog_hash=b"",
+            leader_id=self.leader_id,
         )
         taken = self.pipeline.take(run.run_id)
         assert taken is not None
         blobs = self.pipeline.finish(self.now, taken, run_round_stages(run.stages))
+        self.sizes.append(sum(len(m.metadata) for m in joined) + sum(len(b) for _, b in blobs))
         self.assignments: dict[str, AssignmentData] = {
             mid: PROTOCOL.codec.decode_assignment(blob).value for mid, blob in blobs
         }
