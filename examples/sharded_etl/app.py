@@ -34,9 +34,9 @@ SHARDS = layout.shard_count()
 PUBLISH_EVERY_S = float(os.environ.get("ETL_PUBLISH_EVERY_S", "3"))
 TRIGGER_MS = int(os.environ.get("ETL_TRIGGER_MS", "1000"))  # 0: batches back to back
 FILES_PER_BATCH = int(os.environ.get("ETL_FILES_PER_BATCH", "50"))
-#: A moved shard's warm-up runs one batch of its query dry (its sink checks the fence);
-#: off by default: measured, it did not shorten moves on Connect (docs/spark.md).
-DRY_RUN = parse_switch("ETL_DRY_RUN", os.environ.get("ETL_DRY_RUN"), default=False)
+#: A moved shard's warm-up runs one batch of its query dry (its sink checks the fence)
+#: where the plan is new: a daemon with a JVM of its own that joins (docs/spark.md).
+DRY_RUN = parse_switch("ETL_DRY_RUN", os.environ.get("ETL_DRY_RUN"), default=True)
 
 app = workgroup.App("etl", session_timeout_ms=int(os.environ.get("ETL_SESSION_MS", "6000")),
                     grace_ms=10_000)  # fmt: skip

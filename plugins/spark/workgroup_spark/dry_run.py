@@ -9,9 +9,11 @@ before the cut-over, that cost moves off the moved shard's critical path.
 
 Rules:
 
-1. Only for a query that asks for it (``spark.query(kind, dry_run=True)``)
-   and only while its lease warms up (a planned move: the previous owner's
-   query still runs, so the dry run adds nothing to the shard's gap).
+1. Only for a query that asks for it (``spark.query(kind, dry_run=True)``),
+   only while its lease warms up (a planned move: the previous owner's query
+   still runs, so the dry run adds nothing to the shard's gap), and only
+   where the plan is new: in a JVM of the daemon's own that has not yet run
+   a batch of it (:mod:`workgroup_spark.query` rule 2).
 2. ``build(spark, lease)`` runs with :func:`~workgroup_spark.sinks.building_dry_run`:
    every :func:`~workgroup_spark.fenced` writer it makes is a dry one, which
    commits nothing and stops each ``write`` at its

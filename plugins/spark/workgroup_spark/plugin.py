@@ -159,10 +159,12 @@ class SparkQueries:
         are ready before the old owner stops; :mod:`workgroup_spark.query` rule 2).
         ``dry_run``: the warm-up also runs one batch of the query's own plan,
         dry, so that its first batch after the cut-over is not the first of its
-        kind (:mod:`workgroup_spark.dry_run`); only for a ``build`` whose sink is
-        a :func:`~workgroup_spark.fenced` write that calls
-        :func:`~workgroup_spark.check_fence` before publishing, as
-        :func:`~workgroup_spark.write_batch_parquet` does."""
+        kind (:mod:`workgroup_spark.dry_run`), where the plan is new: in the
+        daemon's own JVM before any batch of it ran there (a daemon that
+        joins), never on Spark Connect, whose server runs the plan already.
+        Only for a ``build`` whose sink is a :func:`~workgroup_spark.fenced`
+        write that calls :func:`~workgroup_spark.check_fence` before
+        publishing, as :func:`~workgroup_spark.write_batch_parquet` does."""
 
         def register(build: B) -> B:
             handler = ShardQuery(

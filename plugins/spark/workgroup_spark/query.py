@@ -18,7 +18,12 @@ Rules:
    returns; one that fails falls back to a plain move.  A query that asks for
    it (``dry_run=True``) also runs one batch of its own plan dry before it
    says it is ready (:mod:`workgroup_spark.dry_run`), so that its first real
-   batch is not the first of its kind in this session.
+   batch is not the first of its kind in this session; only where that is
+   so: the session is this daemon's own JVM (a Spark Connect server runs the
+   plan for the shard's current owner already), and no batch of the plan with
+   rows has run in it yet (a daemon that joins, not one that takes shards of a
+   kind it runs).  Warm-ups run their dry runs one at a time, so the first
+   warms the plan and the others skip theirs.
 3. Revoked (the shard moves, or the daemon stops): the micro-batch in flight
    may finish, up to the lease's grace period; then the query is stopped and
    the handler returns, which lets the new owner start.  Batches back to back
@@ -102,8 +107,11 @@ class ShardQuery:
         self.checkpoint_root = checkpoint_root
         self.metrics = metrics
         self.poll_interval_s = poll_interval_s
-        #: Warm-ups run one batch of the query's own plan dry (rule 2).
+        #: Warm-ups run one batch of the query's own plan dry, where it pays (rule 2).
         self.dry_run = dry_run
+        #: A batch of the plan with rows has run in this daemon's session (rule 2).
+        self.plan_ran = False
+        self._dry_runs = asyncio.Lock()  # one at a time: the first warms the plan
         self.__name__ = getattr(build, "__name__", "spark_query")
 
     async def __call__(self, lease: Lease) -> None:
@@ -125,7 +133,7 @@ class ShardQuery:
                     warmed_s=round(time.monotonic() - began, 3),
                 )
                 if self.dry_run:
-                    await self._dry_run(lease, name)
+                    await self._dry_run_where_it_pays(lease, name)
                 if not await lease.ready():
                     log.info("spark.warmup_called_off", query=name, why=lease.end_reason)
                     return  # the move was called off: the previous owner carries on
@@ -182,6 +190,25 @@ class ShardQuery:
         finally:
             self.metrics.active.labels(*labels).set(0)
 
+    async def _dry_run_where_it_pays(self, lease: Lease, name: str) -> None:
+        """A dry run unless the plan is warm already or runs elsewhere (rule 2)."""
+        async with self._dry_runs:
+            if lease.revoked:
+                return
+            why_not = self.dry_run_not_needed()
+            if why_not is not None:
+                log.info("spark.dry_run_skipped", query=name, why=why_not, seconds=0.0)
+                return
+            await self._dry_run(lease, name)
+
+    def dry_run_not_needed(self) -> str | None:
+        """Why this daemon's next warm-up needs no dry run (``None``: it does)."""
+        if self.session.remote:
+            return "the Spark Connect server runs this plan for the shard's owner already"
+        if self.plan_ran:
+            return "a batch of this plan has run in this daemon's session already"
+        return None
+
     async def _dry_run(self, lease: Lease, name: str) -> None:
         """One batch of the shard's plan, dry (rule 2), logged; a failure is logged
         too: the warm-up goes on, only the real query's first batch is slower."""
@@ -214,6 +241,8 @@ class ShardQuery:
             return
         finally:
             watcher.cancel()
+        if outcome.rows > 0:
+            self.plan_ran = True
         _log_dry_run(name, outcome, time.monotonic() - began)
 
     async def _prepare(self, lease: Lease, name: str, checkpoint: str) -> Any:
@@ -245,6 +274,8 @@ class ShardQuery:
                 continue
             first_of_run, last_batch = last_batch < 0, progress.batch_id
             self.metrics.batch(labels, progress)
+            if progress.input_rows:
+                self.plan_ran = True  # rule 2: warm-ups of this kind need no dry run now
             # The first trigger of a run has no rate: Spark divides its rows by
             # an infinite interval (0.0).  Reported, it would tell the leader a
             # busy shard is idle (rule 7).
@@ -333,10 +364,10 @@ def _stop_after_batch(query: Any, wait_s: float) -> None:
     except Exception:
         done = None
     while time.monotonic() < deadline:
+        # Two reads a poll (each a round trip on Spark Connect): a batch completed
+        # (batches back to back), or none runs (a stopped query runs none either).
         try:
-            if not query.isActive or not query.status["isTriggerActive"]:
-                break
-            if _last_batch_id(query) != done:
+            if _last_batch_id(query) != done or not query.status["isTriggerActive"]:
                 break
         except Exception:
             break

@@ -154,6 +154,11 @@ class SessionHolder:
     def started(self) -> bool:
         return self._session is not None
 
+    @property
+    def remote(self) -> bool:
+        """The session is a Spark Connect server's, not a JVM of this daemon's own."""
+        return bool(self.options.remote)
+
     def get(self) -> Any:
         """The session, made on first use (blocking: call it from a thread)."""
         with self._lock:

@@ -394,6 +394,8 @@ class FakeWriter:
 
 
 class FakeSession:
+    remote = False  # a JVM of the daemon's own
+
     def __init__(self) -> None:
         self.made = 0
         self.failures: list[BaseException] = []
