@@ -225,8 +225,16 @@ def _epoch(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+#: ``--keep DIR``: every run's data and logs stay in a directory of their own under DIR.
+KEEP: Path | None = None
+
+
 @contextlib.contextmanager
 def workdir() -> Iterator[Path]:
+    if KEEP is not None:
+        KEEP.mkdir(parents=True, exist_ok=True)
+        yield Path(tempfile.mkdtemp(prefix="run-", dir=KEEP))
+        return
     with tempfile.TemporaryDirectory(prefix="wg-spark-bench-") as name:
         yield Path(name)
 
@@ -259,7 +267,12 @@ def main() -> None:
     )
     parser.add_argument("--skip-failover", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument(
+        "--keep", type=Path, help="keep every run's data and logs under this directory"
+    )
     args = parser.parse_args()
+    global KEEP
+    KEEP = args.keep
     print(f"machine: {os.cpu_count()} cores; {args.events:,} events in {SHARDS} shards; {load()}")
 
     if not args.skip_throughput:
