@@ -268,7 +268,14 @@ class ShardQuery:
     ) -> int:
         """Metrics, a log event and the lease's load (rule 7) for each batch
         completed since ``last_batch``."""
-        for report in query.recentProgress:
+        latest = query.lastProgress
+        if not latest or int(latest["batchId"]) <= last_batch:
+            return last_batch
+        # The usual poll finds one new batch: its report alone.  The server keeps
+        # up to 100 (each serialised and parsed on every read): read them only
+        # when batches were missed, or at a run's first.
+        one_new = last_batch >= 0 and int(latest["batchId"]) == last_batch + 1
+        for report in [latest] if one_new else query.recentProgress:
             progress = BatchProgress.parse(report)
             if progress.batch_id <= last_batch:
                 continue

@@ -138,7 +138,7 @@ async def test_a_daemon_that_runs_the_kind_already_takes_shards_without_dry_runs
     writer.query.recentProgress = [{**REPORT, "batchId": 0, "numInputRows": 0}]
     await asyncio.sleep(0.1)
     assert not handler.plan_ran  # an empty batch ran none of the plan
-    writer.query.recentProgress.append({**REPORT, "batchId": 1})
+    writer.query.recentProgress = [*writer.query.reports, {**REPORT, "batchId": 1}]
     await _until(lambda: handler.plan_ran)
     owned.end(EndReason.REVOKED, grace_s=2.0)
     await asyncio.wait_for(task, 5)

@@ -352,7 +352,8 @@ class FakeQuery:
         self.id = "query-id"
         self.isActive = True
         self.trigger_active = False
-        self.recentProgress: list[dict[str, Any]] = []
+        self.reports: list[dict[str, Any]] = []
+        self.recent_reads = 0  # reads of every kept report (the server serialises each)
         self.failure: Exception | None = None
         self.stopped_at: float | None = None
         self.stopped = threading.Event()
@@ -362,8 +363,17 @@ class FakeQuery:
         return {"isTriggerActive": self.trigger_active}
 
     @property
+    def recentProgress(self) -> list[dict[str, Any]]:
+        self.recent_reads += 1
+        return list(self.reports)
+
+    @recentProgress.setter
+    def recentProgress(self, reports: list[dict[str, Any]]) -> None:
+        self.reports = list(reports)
+
+    @property
     def lastProgress(self) -> dict[str, Any] | None:
-        return self.recentProgress[-1] if self.recentProgress else None
+        return self.reports[-1] if self.reports else None
 
     def exception(self) -> Exception | None:
         return self.failure
@@ -485,6 +495,34 @@ async def test_each_batch_with_a_rate_reports_it_as_the_shards_load() -> None:
     assert reported == [250.0, 300.0]
     await asyncio.sleep(0.1)
     assert len(reported) == 2  # each batch once
+    lease.end(EndReason.REVOKED, grace_s=1.0)
+    await asyncio.wait_for(task, 5)
+
+
+async def test_a_poll_that_finds_one_new_batch_reads_its_report_alone() -> None:
+    """Spark keeps a query's last 100 reports, and every read of them is
+    serialised on the server and parsed here (a round trip on Connect): a poll
+    reads them all only at a run's first batch or when batches were missed."""
+    lease = await _held_lease(FakeStore())
+    writer, metrics = FakeWriter(), SparkMetrics()
+    task = asyncio.create_task(shard_query(writer, metrics)(lease))
+    await _until(lambda: writer.query is not None)
+    query = writer.query
+    assert query is not None
+    labels = ("etl.shard", "shard", "s-0")
+    batches = metrics.batches.labels(*labels)
+    query.recentProgress = [{**REPORT, "batchId": n} for n in range(100, 103)]
+    await _until(lambda: batches._value.get() == 3)  # a run's first poll: every report
+    assert query.recent_reads == 1
+    for batch in range(103, 106):  # one new batch a poll: its report alone
+        query.recentProgress = [*query.reports, {**REPORT, "batchId": batch}]
+        await _until(lambda: batches._value.get() == batch - 99)
+    assert query.recent_reads == 1
+    query.recentProgress = [*query.reports, *({**REPORT, "batchId": n} for n in (106, 107))]
+    await _until(lambda: batches._value.get() == 8)  # two since the last poll: all read
+    assert query.recent_reads == 2
+    await asyncio.sleep(0.1)
+    assert batches._value.get() == 8  # each batch counted once
     lease.end(EndReason.REVOKED, grace_s=1.0)
     await asyncio.wait_for(task, 5)
 
