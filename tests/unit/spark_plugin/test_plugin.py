@@ -516,7 +516,7 @@ async def test_a_poll_that_finds_one_new_batch_reads_its_report_alone() -> None:
     assert query.recent_reads == 1
     for batch in range(103, 106):  # one new batch a poll: its report alone
         query.recentProgress = [*query.reports, {**REPORT, "batchId": batch}]
-        await _until(lambda: batches._value.get() == batch - 99)
+        await _until(lambda n=batch - 99: batches._value.get() == n)  # type: ignore[misc]
     assert query.recent_reads == 1
     query.recentProgress = [*query.reports, *({**REPORT, "batchId": n} for n in (106, 107))]
     await _until(lambda: batches._value.get() == 8)  # two since the last poll: all read
