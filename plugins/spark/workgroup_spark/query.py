@@ -191,17 +191,36 @@ class ShardQuery:
             self.metrics.active.labels(*labels).set(0)
 
     async def _dry_run_where_it_pays(self, lease: Lease, name: str) -> None:
-        """A dry run unless the plan is warm already or runs elsewhere (rule 2)."""
-        async with self._dry_runs:
+        """A dry run unless the plan is warm already or runs elsewhere (rule 2).
+        A warm-up called off while another's dry run runs returns at once."""
+        turn = asyncio.ensure_future(self._dry_runs.acquire())
+        called_off = asyncio.ensure_future(lease.wait_revoked())
+        try:
+            await asyncio.wait({turn, called_off}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            called_off.cancel()
+            if not turn.done():
+                turn.cancel()
+                turn.add_done_callback(self._hand_on_turn)
+        if not turn.done():
+            return
+        try:
             if lease.revoked:
                 return
-            why_not = self.dry_run_not_needed()
+            why_not = self._why_no_dry_run()
             if why_not is not None:
-                log.info("spark.dry_run_skipped", query=name, why=why_not, seconds=0.0)
+                log.info("spark.dry_run_skipped", query=name, why=why_not)
                 return
             await self._dry_run(lease, name)
+        finally:
+            self._dry_runs.release()
 
-    def dry_run_not_needed(self) -> str | None:
+    def _hand_on_turn(self, turn: asyncio.Future[Any]) -> None:
+        """A turn given before its cancel arrived, to a warm-up gone: hand it on."""
+        if not turn.cancelled():
+            self._dry_runs.release()
+
+    def _why_no_dry_run(self) -> str | None:
         """Why this daemon's next warm-up needs no dry run (``None``: it does)."""
         if self.session.remote:
             return "the Spark Connect server runs this plan for the shard's owner already"

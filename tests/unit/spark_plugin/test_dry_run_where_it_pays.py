@@ -28,6 +28,8 @@ class RecordedDryRuns:
 
     def __init__(self, rows: int = 50, seconds: float = 0.2) -> None:
         self.rows, self.seconds = rows, seconds
+        #: Set: each run lasts until it is opened instead (the test decides when).
+        self.gate: threading.Event | None = None
         self.keys: list[str] = []
         self.running = 0
         self.most_at_once = 0
@@ -38,7 +40,10 @@ class RecordedDryRuns:
             self.keys.append(str(lease.key))
             self.running += 1
             self.most_at_once = max(self.most_at_once, self.running)
-        time.sleep(self.seconds)
+        if self.gate is not None:
+            assert self.gate.wait(10), "the test never opened the gate"
+        else:
+            time.sleep(self.seconds)
         with self._lock:
             self.running -= 1
         return DryRunOutcome(rows=self.rows, duration_ms={"addBatch": 100})
@@ -158,3 +163,51 @@ async def test_warm_ups_on_a_spark_connect_server_never_run_dry(
     assert [e["why"] for e in events] == [
         "the Spark Connect server runs this plan for the shard's owner already"
     ] * 2
+
+
+async def test_a_warm_up_called_off_while_another_runs_its_dry_run_returns_at_once(
+    dry_runs: RecordedDryRuns,
+) -> None:
+    dry_runs.gate = threading.Event()
+    handler = _handler(FakeSession(), FakeWriter())
+    ready: list[str] = []
+    first, second = _warming("s-1", ready), _warming("s-2", ready)
+    running = asyncio.create_task(handler(first))
+    await _until(lambda: dry_runs.running == 1)
+    waiting = asyncio.create_task(handler(second))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()  # its turn comes after the first's dry run
+    second.end(EndReason.WARMUP_ENDED)  # its move was called off
+    await asyncio.wait_for(waiting, 5)  # while the first's dry run still runs
+    assert ready == []
+    assert dry_runs.running == 1  # the first still runs
+    dry_runs.gate.set()
+    await _until(lambda: ready == ["s-1"])
+    first.end(EndReason.WARMUP_ENDED)
+    await asyncio.wait_for(running, 5)
+    # The turn was handed on, not kept by the warm-up called off.
+    await _warm_up(handler, ["s-3"])
+    assert dry_runs.keys == ["s-1"]
+
+
+async def test_a_warm_up_cancelled_while_waiting_for_its_turn_leaves_the_turn_free(
+    dry_runs: RecordedDryRuns,
+) -> None:
+    dry_runs.gate = threading.Event()
+    dry_runs.rows = 0  # the plan stays cold: every warm-up wants its own dry run
+    handler = _handler(FakeSession(), FakeWriter())
+    ready: list[str] = []
+    first, second = _warming("s-1", ready), _warming("s-2", ready)
+    running = asyncio.create_task(handler(first))
+    await _until(lambda: dry_runs.running == 1)
+    waiting = asyncio.create_task(handler(second))
+    await asyncio.sleep(0.1)
+    waiting.cancel()  # the runtime gave up on it (its grace period ended)
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    dry_runs.gate.set()
+    await _until(lambda: ready == ["s-1"])
+    first.end(EndReason.WARMUP_ENDED)
+    await asyncio.wait_for(running, 5)
+    await asyncio.wait_for(_warm_up(handler, ["s-3"]), 5)  # its turn came: no deadlock
+    assert dry_runs.keys == ["s-1", "s-3"]
