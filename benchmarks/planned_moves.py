@@ -411,6 +411,16 @@ class SparkRow:
     load: float
     layout: str = "jvm"
     write_gap_max_s: float | None = None
+    #: Where the write gap goes, mean seconds per move (``GAP_PARTS``); moves
+    #: whose old owner's stop or new owner's start was not logged are left out.
+    gap_parts_s: dict[str, float] | None = None
+
+
+#: The write gap's parts, in order: the old owner's last output to its query's
+#: stop (the rest of its batch, then ``stop()``); that stop to the lease taken
+#: by the new owner (the hand-over); the lease to the new query's start
+#: (``build()``, ``start()``); that start to the new owner's first output.
+GAP_PARTS = ("old batch + stop", "hand-over", "start", "first batch")
 
 
 def _log_events(path: Path, *names: str) -> list[dict[str, Any]]:
@@ -527,6 +537,7 @@ def spark_run(args: Any, data: Path, mode: str, remote: str | None = None) -> li
             and since <= e["time"] <= until
         ]
         query_gaps, write_gaps = [], []
+        parts: list[tuple[float, ...]] = []
         for event in acquired:
             key, token = str(event["key"]), event["token"]
             name = f"etl.shard.{key}"
@@ -551,6 +562,9 @@ def spark_run(args: Any, data: Path, mode: str, remote: str | None = None) -> li
             )
             if first_new is not None and last_old is not None:
                 write_gaps.append(max(first_new - last_old, 0.0))
+                if start is not None and stop is not None and stop >= last_old:
+                    marks = (last_old, stop, event["time"], start, first_new)
+                    parts.append(tuple(b - a for a, b in itertools.pairwise(marks)))
         lease_gap, lease_moves, double, warmups = lease_figures(logs, since, until, "etl.shard")
         rows.append(
             SparkRow(
@@ -565,6 +579,17 @@ def spark_run(args: Any, data: Path, mode: str, remote: str | None = None) -> li
                 double_owned=double,
                 warmup_median_s=statistics.median(warmups) if warmups else None,
                 load=load,
+                gap_parts_s=(
+                    dict(
+                        zip(
+                            GAP_PARTS,
+                            (statistics.mean(p) for p in zip(*parts, strict=True)),
+                            strict=True,
+                        )
+                    )
+                    if parts
+                    else None
+                ),
             )
         )
     return rows
@@ -731,6 +756,13 @@ def print_spark(rows: list[SparkRow], args: Any) -> None:
             f"{write:>17} {write_max:>16} {r.lease_gap_per_move_s:>17.2f} {r.double_owned:>12} "
             f"{warm:>18}"
         )
+    print("\nWhere each write gap goes, mean s per move (from the daemons' logs and output):")
+    header = f"{'layout':<8} {'move':<14} {'mode':<8} " + " ".join(f"{p:>16}" for p in GAP_PARTS)
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        cells = ["-" if r.gap_parts_s is None else f"{r.gap_parts_s[p]:.2f}" for p in GAP_PARTS]
+        print(f"{r.layout:<8} {r.move:<14} {r.mode:<8} " + " ".join(f"{c:>16}" for c in cells))
 
 
 # --- main ----------------------------------------------------------------------------
