@@ -103,7 +103,9 @@ class AssignmentTaker:
         member_id = membership.generation.member_id
         membership.enter(State.STABLE)
         # A follow-up round is due: notice it (the revoking members start it) fast.
-        heartbeat.expedited = data.pending
+        # So is one while this member drains with resources left: each ends in a
+        # round (a cut-over once a warm-up elsewhere is ready) that revokes here.
+        heartbeat.expedited = data.pending or (intents.draining and bool(data.assigned))
         heartbeat.schedule(now)
         if data.catalog_hash and data.catalog_hash != catalog_hash:
             log.warning(

@@ -9,7 +9,8 @@ Rules:
    sent (or the member joined / got its assignment); a failed one is retried
    after the back-off; after a rediscovery the next one is due at once.  While
    *expedited* (the member knows a follow-up round is due: the rest of the group
-   must notice the rebalance its revoking members start), every
+   must notice the rebalance its revoking members start; or it drains with
+   resources left, whose cut-overs come in rounds others start), every
    ``min(heartbeat_interval_ms, EXPEDITED_INTERVAL_MS)``.
 2. Proof of life: an answer from the coordinator proves the session was alive
    when the request was sent.  A JoinGroup/SyncGroup the coordinator held

@@ -148,6 +148,53 @@ def test_a_pending_follow_up_round_expedites_heartbeats_until_it_is_done() -> No
     assert m.next_deadline() == 170 + 3_000  # settled: back to the configured interval
 
 
+def test_a_draining_member_with_resources_left_heartbeats_fast_until_they_are_gone() -> None:
+    """Its resources warm up elsewhere; each cut-over is a round another member
+    starts (the one whose warm-up is ready), which this member notices at its
+    next heartbeat: within 100 ms, not a whole interval."""
+    m = make()
+    now = to_stable(m)
+    assert m.next_deadline() == now + 3_000
+    rejoin = sent(m.drain(now + 10))
+    assert isinstance(rejoin.request, JoinGroup)
+    sync = sent(
+        m.response(
+            now + 11,
+            rejoin.request_id,
+            JoinGroupResult(ErrorCode.NONE, 6, "workgroup", "sticky.v1", "leader-1", "me-1"),
+        )
+    )
+    # The drain's round: both shards stay here while they warm up elsewhere.
+    blob = CODEC.encode_assignment(
+        AssignmentData(assigned=(("shard", 0), ("shard", 1)), generation=6)
+    )
+    ack_callbacks(
+        m, m.response(now + 12, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), now + 12
+    )
+    assert m.next_deadline() == now + 12 + EXPEDITED_INTERVAL_MS
+    hb = sent(m.tick(now + 12 + EXPEDITED_INTERVAL_MS))
+    cut_over = sent(
+        m.response(now + 120, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS))
+    )
+    assert isinstance(cut_over.request, JoinGroup)
+    sync = sent(
+        m.response(
+            now + 130,
+            cut_over.request_id,
+            JoinGroupResult(ErrorCode.NONE, 7, "workgroup", "sticky.v1", "leader-1", "me-1"),
+        )
+    )
+    # Everything cut over: nothing left to hand on, the configured interval again.
+    blob = CODEC.encode_assignment(
+        AssignmentData(revoked=(("shard", 0), ("shard", 1)), generation=7)
+    )
+    ack_callbacks(
+        m, m.response(now + 140, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), now + 140
+    )
+    assert m.owned == set()
+    assert m.next_deadline() == now + 140 + 3_000
+
+
 def test_unknown_member_id_loses_resources_and_resets_member_id() -> None:
     m = make()
     now = to_stable(m)
