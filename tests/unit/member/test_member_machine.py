@@ -148,6 +148,18 @@ def test_a_pending_follow_up_round_expedites_heartbeats_until_it_is_done() -> No
     assert m.next_deadline() == 170 + 3_000  # settled: back to the configured interval
 
 
+def _round(m: MemberMachine, now: int, join_id: int, generation: int, data: AssignmentData) -> None:
+    """Answer the member's JoinGroup (at ``now``), then its SyncGroup with ``data``."""
+    joined = JoinGroupResult(
+        ErrorCode.NONE, generation, "workgroup", "sticky.v1", "leader-1", "me-1"
+    )
+    sync = sent(m.response(now, join_id, joined))
+    blob = CODEC.encode_assignment(data)
+    ack_callbacks(
+        m, m.response(now + 1, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), now + 1
+    )
+
+
 def test_a_draining_member_with_resources_left_heartbeats_fast_until_they_are_gone() -> None:
     """Its resources warm up elsewhere; each cut-over is a round another member
     starts (the one whose warm-up is ready), which this member notices at its
@@ -157,40 +169,17 @@ def test_a_draining_member_with_resources_left_heartbeats_fast_until_they_are_go
     assert m.next_deadline() == now + 3_000
     rejoin = sent(m.drain(now + 10))
     assert isinstance(rejoin.request, JoinGroup)
-    sync = sent(
-        m.response(
-            now + 11,
-            rejoin.request_id,
-            JoinGroupResult(ErrorCode.NONE, 6, "workgroup", "sticky.v1", "leader-1", "me-1"),
-        )
-    )
     # The drain's round: both shards stay here while they warm up elsewhere.
-    blob = CODEC.encode_assignment(
-        AssignmentData(assigned=(("shard", 0), ("shard", 1)), generation=6)
-    )
-    ack_callbacks(
-        m, m.response(now + 12, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), now + 12
-    )
+    both = (("shard", 0), ("shard", 1))
+    _round(m, now + 11, rejoin.request_id, 6, AssignmentData(assigned=both, generation=6))
     assert m.next_deadline() == now + 12 + EXPEDITED_INTERVAL_MS
     hb = sent(m.tick(now + 12 + EXPEDITED_INTERVAL_MS))
     cut_over = sent(
         m.response(now + 120, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS))
     )
     assert isinstance(cut_over.request, JoinGroup)
-    sync = sent(
-        m.response(
-            now + 130,
-            cut_over.request_id,
-            JoinGroupResult(ErrorCode.NONE, 7, "workgroup", "sticky.v1", "leader-1", "me-1"),
-        )
-    )
     # Everything cut over: nothing left to hand on, the configured interval again.
-    blob = CODEC.encode_assignment(
-        AssignmentData(revoked=(("shard", 0), ("shard", 1)), generation=7)
-    )
-    ack_callbacks(
-        m, m.response(now + 140, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), now + 140
-    )
+    _round(m, now + 139, cut_over.request_id, 7, AssignmentData(revoked=both, generation=7))
     assert m.owned == set()
     assert m.next_deadline() == now + 140 + 3_000
 

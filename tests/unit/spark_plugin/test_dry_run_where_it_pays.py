@@ -165,9 +165,11 @@ async def test_warm_ups_on_a_spark_connect_server_never_run_dry(
     ] * 2
 
 
-async def test_a_warm_up_called_off_while_another_runs_its_dry_run_returns_at_once(
+async def _one_runs_one_waits(
     dry_runs: RecordedDryRuns,
-) -> None:
+) -> tuple[ShardQuery, list[str], tuple[Lease, Lease], tuple[asyncio.Task[None], ...]]:
+    """Two warm-ups on a cold JVM: the first's dry run runs until the test opens
+    ``dry_runs.gate``; the second waits for its turn."""
     dry_runs.gate = threading.Event()
     handler = _handler(FakeSession(), FakeWriter())
     ready: list[str] = []
@@ -177,10 +179,18 @@ async def test_a_warm_up_called_off_while_another_runs_its_dry_run_returns_at_on
     waiting = asyncio.create_task(handler(second))
     await asyncio.sleep(0.1)
     assert not waiting.done()  # its turn comes after the first's dry run
+    return handler, ready, (first, second), (running, waiting)
+
+
+async def test_a_warm_up_called_off_while_another_runs_its_dry_run_returns_at_once(
+    dry_runs: RecordedDryRuns,
+) -> None:
+    handler, ready, (first, second), (running, waiting) = await _one_runs_one_waits(dry_runs)
     second.end(EndReason.WARMUP_ENDED)  # its move was called off
     await asyncio.wait_for(waiting, 5)  # while the first's dry run still runs
     assert ready == []
     assert dry_runs.running == 1  # the first still runs
+    assert dry_runs.gate is not None
     dry_runs.gate.set()
     await _until(lambda: ready == ["s-1"])
     first.end(EndReason.WARMUP_ENDED)
@@ -193,18 +203,12 @@ async def test_a_warm_up_called_off_while_another_runs_its_dry_run_returns_at_on
 async def test_a_warm_up_cancelled_while_waiting_for_its_turn_leaves_the_turn_free(
     dry_runs: RecordedDryRuns,
 ) -> None:
-    dry_runs.gate = threading.Event()
     dry_runs.rows = 0  # the plan stays cold: every warm-up wants its own dry run
-    handler = _handler(FakeSession(), FakeWriter())
-    ready: list[str] = []
-    first, second = _warming("s-1", ready), _warming("s-2", ready)
-    running = asyncio.create_task(handler(first))
-    await _until(lambda: dry_runs.running == 1)
-    waiting = asyncio.create_task(handler(second))
-    await asyncio.sleep(0.1)
+    handler, ready, (first, _), (running, waiting) = await _one_runs_one_waits(dry_runs)
     waiting.cancel()  # the runtime gave up on it (its grace period ended)
     with pytest.raises(asyncio.CancelledError):
         await waiting
+    assert dry_runs.gate is not None
     dry_runs.gate.set()
     await _until(lambda: ready == ["s-1"])
     first.end(EndReason.WARMUP_ENDED)
