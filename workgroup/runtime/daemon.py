@@ -14,7 +14,9 @@ Rules:
    and the member's close timeout) cannot be stopped and would keep the process
    alive: the daemon logs ``app.threads_abandoned`` and ends the process, which
    ends the thread.  Its member sent no LeaveGroup, so its resource moves only
-   when the session expires, after the thread is gone.
+   when the session expires, after the thread is gone.  So with a start-up
+   function stopped while its thread runs (an engine that does not answer:
+   ``app.startup_abandoned``): the member never joined.
 3. What the event loop cannot hand to anyone (a task's error nobody read) is
    logged as ``loop.unhandled_error``, so a JSON log stays JSON.
 """
@@ -67,6 +69,14 @@ async def serve_until_signalled(app: DeclaredApp, settings: Settings) -> None:
                 count=len(threads),
                 first=[f"{kind}/{key}" for kind, key in threads[:3]],
                 why="handler threads outlived their grace period; ending the process ends them",
+            )
+            _flush_and_exit(0 if sys.exc_info()[0] is None else 1)
+        if runner.startup_abandoned:  # rule 2, for a start-up still waiting on its engine
+            log.warning(
+                "app.startup_abandoned",
+                app=app.name,
+                why="a start-up function still runs (its engine does not answer); "
+                "ending the process ends it",
             )
             _flush_and_exit(0 if sys.exc_info()[0] is None else 1)
 

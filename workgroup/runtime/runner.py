@@ -58,8 +58,10 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
+import threading
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
@@ -735,6 +737,9 @@ class AppRunner:
         self.app = app
         self._clock = clock
         self.settings = settings
+        #: A start-up function's thread still ran when the app stopped (the
+        #: daemon ends the process rather than wait for it: daemon.py rule 2).
+        self.startup_abandoned = False
         self.metrics = RuntimeMetrics(per_resource=settings.resource_metrics)
         for collector in app.collectors:
             self.metrics.registry.register(collector)
@@ -1027,14 +1032,14 @@ class AppRunner:
         a thread still starting runs on, and the clean-ups stop what it made)."""
         for function in self.app.startups:
             if inspect.iscoroutinefunction(function):
-                work: Any = function()
+                starting: asyncio.Future[Any] = asyncio.ensure_future(function())
             else:
-                work = asyncio.to_thread(function)
-            starting = asyncio.ensure_future(work)
+                starting = _in_daemon_thread(function)
             stopping = asyncio.ensure_future(stop.wait())
             await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
             stopping.cancel()
             if not starting.done():
+                self.startup_abandoned = not inspect.iscoroutinefunction(function)
                 starting.cancel()
                 await asyncio.gather(starting, return_exceptions=True)
                 return False
@@ -1072,3 +1077,30 @@ def _one(name: str) -> ResourceFunction:
 
 
 __all__ = ["DEFAULT_BOOTSTRAP", "AppRunner", "GroupRunner"]
+
+
+def _in_daemon_thread(function: Callable[[], Any]) -> asyncio.Future[Any]:
+    """``function()`` in a thread of its own that the process does not wait for at
+    exit: a start-up stuck on an engine that never answers (a Spark Connect
+    server that is gone) must not keep a stopped daemon alive, as a thread of
+    asyncio's default executor would (it is joined when the loop closes)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def run() -> None:
+        try:
+            result = function()
+        except BaseException as exc:  # handed to the awaiting task, as to_thread would
+            error = exc
+            call: Callable[[], None] = lambda: future.set_exception(error)  # noqa: E731
+        else:
+            call = lambda: future.set_result(result)  # noqa: E731
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, call)
+
+    threading.Thread(target=run, name="workgroup-startup", daemon=True).start()
+    return future

@@ -108,6 +108,8 @@ def parse_conf(text: str) -> dict[str, str]:
 
 #: How long the warm-up query may take before it is given up (logged, not fatal).
 WARM_UP_TIMEOUT_S = 180.0
+#: How long stopping waits for a session still being made (``SessionHolder.stop``).
+STOP_WAIT_S = 1.0
 
 
 class SessionHolder:
@@ -222,9 +224,17 @@ class SessionHolder:
         return session
 
     def stop(self) -> None:
-        """Stop the session's queries and the session (its JVM exits with the process)."""
-        with self._lock:
+        """Stop the session's queries and the session (its JVM exits with the process).
+        A session still being made (its server does not answer) is left to end
+        with the process: waiting for it would keep a stopped daemon alive."""
+        if not self._lock.acquire(timeout=STOP_WAIT_S):
+            log.info("spark.session_still_starting", app=self.options.app_name,
+                     then="it ends with the process")  # fmt: skip
+            return
+        try:
             session, self._session = self._session, None
+        finally:
+            self._lock.release()
         if session is None:
             return
         try:
