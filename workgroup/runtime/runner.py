@@ -1029,7 +1029,8 @@ class AppRunner:
 
     async def _start_up(self, stop: asyncio.Event) -> bool:
         """Run the app's start-up functions before joining (False: stopped meanwhile;
-        a thread still starting runs on, and the clean-ups stop what it made)."""
+        a thread still starting runs on: the clean-ups stop what it made, and the
+        daemon ends the process rather than wait for it)."""
         for function in self.app.startups:
             if inspect.iscoroutinefunction(function):
                 starting: asyncio.Future[Any] = asyncio.ensure_future(function())
