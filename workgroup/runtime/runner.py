@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import inspect
 import threading
@@ -1103,5 +1104,8 @@ def _in_daemon_thread(function: Callable[[], Any]) -> asyncio.Future[Any]:
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
             loop.call_soon_threadsafe(settle, call)
 
-    threading.Thread(target=run, name="workgroup-startup", daemon=True).start()
+    # The caller's context goes along, as with asyncio.to_thread (the runner's
+    # log binding names the process in the start-up's events).
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(run,), name="workgroup-startup", daemon=True).start()
     return future
