@@ -1078,9 +1078,6 @@ def _one(name: str) -> ResourceFunction:
     return source
 
 
-__all__ = ["DEFAULT_BOOTSTRAP", "AppRunner", "GroupRunner"]
-
-
 def _in_daemon_thread(function: Callable[[], Any]) -> asyncio.Future[Any]:
     """``function()`` in a thread of its own that the process does not wait for at
     exit: a start-up stuck on an engine that never answers (a Spark Connect
@@ -1095,17 +1092,17 @@ def _in_daemon_thread(function: Callable[[], Any]) -> asyncio.Future[Any]:
 
     def run() -> None:
         try:
-            result = function()
+            outcome = functools.partial(future.set_result, function())
         except BaseException as exc:  # handed to the awaiting task, as to_thread would
-            error = exc
-            call: Callable[[], None] = lambda: future.set_exception(error)  # noqa: E731
-        else:
-            call = lambda: future.set_result(result)  # noqa: E731
+            outcome = functools.partial(future.set_exception, exc)
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-            loop.call_soon_threadsafe(settle, call)
+            loop.call_soon_threadsafe(settle, outcome)
 
     # The caller's context goes along, as with asyncio.to_thread (the runner's
     # log binding names the process in the start-up's events).
     context = contextvars.copy_context()
     threading.Thread(target=context.run, args=(run,), name="workgroup-startup", daemon=True).start()
     return future
+
+
+__all__ = ["DEFAULT_BOOTSTRAP", "AppRunner", "GroupRunner"]
