@@ -28,7 +28,8 @@ Rules:
    may finish, up to the lease's grace period; then the query is stopped and
    the handler returns, which lets the new owner start.  Batches back to back
    (each longer than the trigger) leave no idle moment: the query stops as
-   soon as one completes.
+   soon as one completes.  The checkpoint's commit log says when, where this
+   process can read it (:mod:`workgroup_spark.checkpoint`).
 4. Lost or fenced (the session is gone, someone else may own the shard): the
    query is stopped at once, without waiting for the batch.
 5. A query that fails raises :class:`SparkQueryFailed` from the handler:
@@ -48,17 +49,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from workgroup.errors import WorkgroupError
 from workgroup.log import get_logger
 from workgroup.runtime.lease import Lease
+from workgroup_spark.checkpoint import BatchEnd, read_checkpoint
 from workgroup_spark.dry_run import DryRunOutcome, dry_run, scratch_location
 from workgroup_spark.progress import BatchProgress, SparkMetrics
 from workgroup_spark.session import SessionHolder
@@ -71,9 +71,12 @@ Build = Callable[[Any, Lease], Any]
 POLL_INTERVAL_S = 1.0
 #: Kept from the grace period for ``query.stop()`` itself.
 STOP_MARGIN_S = 1.0
+#: How often a revoked query's checkpoint is looked at for its batch's commit (a stat).
+COMMIT_WATCH_S = 0.01
+#: How often Spark is asked meanwhile whether the query still runs (a round trip).
+STATUS_EVERY_S = 0.5
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]")
-_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 class SparkQueryFailed(WorkgroupError):
@@ -173,7 +176,7 @@ class ShardQuery:
                 how = "at once"
             else:
                 grace = lease.grace_left_s or 0.0
-                await asyncio.to_thread(_stop_after_batch, query, grace - STOP_MARGIN_S)
+                await asyncio.to_thread(_stop_after_batch, query, grace - STOP_MARGIN_S, checkpoint)
                 how = "after its batch"
             await asyncio.to_thread(self._report, query, labels, last_batch)
             log.info(
@@ -320,43 +323,6 @@ class ShardQuery:
         return last_batch
 
 
-@dataclass(frozen=True, slots=True)
-class CheckpointState:
-    """What a shard's checkpoint says: its last planned batch (``offsets/``) and its
-    last committed one (``commits/``); ``None``: none yet, or not readable here."""
-
-    last_batch: int | None = None
-    committed_batch: int | None = None
-
-
-def read_checkpoint(location: str) -> CheckpointState:
-    """Read a query's checkpoint log where this process can (a local path or a
-    ``file:`` URI), which also brings it into the page cache before the query
-    starts; elsewhere (``s3a://``, ``hdfs://``) the query reads it when it starts."""
-    if location.startswith("file:"):
-        location = location.removeprefix("file:").removeprefix("//")
-    elif _URI_SCHEME.match(location):
-        return CheckpointState()
-    return CheckpointState(
-        _last_batch(os.path.join(location, "offsets")),
-        _last_batch(os.path.join(location, "commits")),
-    )
-
-
-def _last_batch(directory: str) -> int | None:
-    """The highest batch id among a checkpoint log's files (``0``, ``1``, ...), read."""
-    try:
-        batches = [int(name) for name in os.listdir(directory) if name.isdigit()]
-    except OSError:
-        return None
-    if not batches:
-        return None
-    last = max(batches)
-    with contextlib.suppress(OSError), open(os.path.join(directory, str(last)), "rb") as file:
-        file.read()
-    return last
-
-
 async def _start(writer: Any) -> Any:
     """Start the query in a thread; if cancelled meanwhile, stop it once it exists."""
     future = asyncio.get_running_loop().run_in_executor(None, writer.start)
@@ -377,28 +343,57 @@ def _stop(query: Any) -> None:
         query.stop()
 
 
-def _stop_after_batch(query: Any, wait_s: float) -> None:
+def _stop_after_batch(query: Any, wait_s: float, checkpoint: str) -> None:
     """Let the batch in flight finish (up to ``wait_s``), then stop the query: at
     the first moment no batch runs, or as soon as a batch completes.  A query
     whose batches take longer than its trigger runs them back to back, with no
     idle moment to wait for; stopping right after a batch interrupts only one
     that has just begun (its input is read again by the next owner), so the
-    next owner's first output follows this one's last by one batch."""
+    next owner's first output follows this one's last by one batch.  Where the
+    checkpoint is readable here its commit log says when the batch is done
+    (:class:`~workgroup_spark.checkpoint.BatchEnd`), within milliseconds and
+    before the next is planned; elsewhere Spark's progress and status do."""
     deadline = time.monotonic() + max(wait_s, 0.0)
     try:
-        done = _last_batch_id(query)
+        completed = _last_batch_id(query)
     except Exception:
-        done = None
+        completed = None
+    # Read after Spark's progress: Spark commits a batch before it reports it.
+    batch_end = BatchEnd.of(checkpoint)
+    if batch_end is not None and not batch_end.behind(completed):
+        _wait_for_commit(query, batch_end, deadline)
+    else:
+        _wait_for_progress(query, completed, deadline)
+    _stop(query)
+
+
+def _wait_for_commit(query: Any, batch_end: BatchEnd, deadline: float) -> None:
+    """Until the batch in flight commits; a query that ended commits nothing
+    more, so Spark is asked whether it runs, now and then."""
+    next_status = time.monotonic() + STATUS_EVERY_S
+    while not batch_end.done() and time.monotonic() < deadline:
+        if time.monotonic() >= next_status:
+            try:
+                if not query.isActive:
+                    return
+            except Exception:
+                return
+            next_status = time.monotonic() + STATUS_EVERY_S
+        time.sleep(COMMIT_WATCH_S)
+
+
+def _wait_for_progress(query: Any, done: int | None, deadline: float) -> None:
+    """Until a batch after ``done`` completes, or none runs, by Spark's progress
+    and status."""
     while time.monotonic() < deadline:
         # Two reads a poll (each a round trip on Spark Connect): a batch completed
         # (batches back to back), or none runs (a stopped query runs none either).
         try:
             if _last_batch_id(query) != done or not query.status["isTriggerActive"]:
-                break
+                return
         except Exception:
-            break
+            return
         time.sleep(0.05)
-    _stop(query)
 
 
 def _last_batch_id(query: Any) -> int | None:

@@ -40,7 +40,7 @@ from workgroup_spark import (
     write_batch_parquet,
 )
 from workgroup_spark.progress import SparkMetrics
-from workgroup_spark.query import CheckpointState, ShardQuery, read_checkpoint
+from workgroup_spark.query import ShardQuery
 from workgroup_spark.session import SessionOptions
 
 # --- entry point and options ---------------------------------------------------------
@@ -357,9 +357,11 @@ class FakeQuery:
         self.failure: Exception | None = None
         self.stopped_at: float | None = None
         self.stopped = threading.Event()
+        self.status_reads = 0  # each a round trip on Spark Connect
 
     @property
     def status(self) -> dict[str, Any]:
+        self.status_reads += 1
         return {"isTriggerActive": self.trigger_active}
 
     @property
@@ -422,12 +424,14 @@ class FakeSession:
         return False
 
 
-def shard_query(writer: Any, metrics: SparkMetrics | None = None) -> ShardQuery:
+def shard_query(
+    writer: Any, metrics: SparkMetrics | None = None, checkpoint_root: str = "/ckpt"
+) -> ShardQuery:
     return ShardQuery(
         app_name="etl",
         build=lambda session, lease: writer,
         session=FakeSession(),  # type: ignore[arg-type]
-        checkpoint_root=lambda: "/ckpt",
+        checkpoint_root=lambda: checkpoint_root,
         metrics=metrics or SparkMetrics(),
         poll_interval_s=0.02,
     )
@@ -547,6 +551,83 @@ async def test_a_query_with_batches_back_to_back_stops_as_soon_as_one_completes(
     await asyncio.wait_for(task, 5)
     assert query.stopped_at is not None
     assert query.stopped_at - completed < 1.0
+
+
+def _checkpoint(root: Path, planned: int, committed: int) -> Path:
+    """``root/shard/s-0`` as Spark leaves it: batches up to ``planned`` in
+    ``offsets/``, up to ``committed`` in ``commits/``."""
+    location = root / "shard" / "s-0"
+    for log, last in (("offsets", planned), ("commits", committed)):
+        (location / log).mkdir(parents=True)
+        for batch in range(last + 1):
+            (location / log / str(batch)).write_text("v1\n")
+    return location
+
+
+async def test_a_revoked_query_stops_when_its_batch_commits_in_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Read here, the checkpoint's commit log says when the batch in flight is
+    done: the query stops then, before its next batch is planned, without
+    asking Spark (a round trip each on Connect) whether a batch runs."""
+    checkpoint = _checkpoint(tmp_path, planned=4, committed=3)
+    lease = await _held_lease(FakeStore())
+    writer = FakeWriter()
+    task = asyncio.create_task(shard_query(writer, checkpoint_root=str(tmp_path))(lease))
+    await _until(lambda: writer.query is not None)
+    query = writer.query
+    assert query is not None
+    query.recentProgress = [{**REPORT, "batchId": 3}]
+    query.trigger_active = True  # and Spark's progress never changes below
+    lease.end(EndReason.REVOKED, grace_s=30.0)
+    await asyncio.sleep(0.3)
+    assert query.stopped_at is None  # batch 4 runs
+    committed = time.monotonic()
+    (checkpoint / "commits" / "4").write_text("v1\n")
+    await asyncio.wait_for(task, 5)
+    assert query.stopped_at is not None
+    assert query.stopped_at - committed < 1.0
+    assert query.status_reads == 0
+
+
+async def test_a_checkpoint_behind_sparks_progress_is_not_the_querys(tmp_path: Path) -> None:
+    """A path on this machine that Spark has gone past (the server's checkpoint
+    is on another disk) says nothing: Spark's progress decides, as elsewhere."""
+    _checkpoint(tmp_path, planned=1, committed=1)  # stale: no batch in flight by it
+    lease = await _held_lease(FakeStore())
+    writer = FakeWriter()
+    task = asyncio.create_task(shard_query(writer, checkpoint_root=str(tmp_path))(lease))
+    await _until(lambda: writer.query is not None)
+    query = writer.query
+    assert query is not None
+    query.recentProgress = [{**REPORT, "batchId": 7}]
+    query.trigger_active = True  # batch 8 runs
+    lease.end(EndReason.REVOKED, grace_s=30.0)
+    await asyncio.sleep(0.3)
+    assert query.stopped_at is None
+    query.recentProgress = [*query.reports, {**REPORT, "batchId": 8}]
+    await asyncio.wait_for(task, 5)
+    assert query.stopped_at is not None
+
+
+async def test_a_query_that_ends_during_its_batch_is_not_waited_for(tmp_path: Path) -> None:
+    """A query that failed or stopped commits nothing more: Spark is asked now
+    and then whether it runs, and the wait ends there, not with the grace period."""
+    _checkpoint(tmp_path, planned=4, committed=3)
+    lease = await _held_lease(FakeStore())
+    writer = FakeWriter()
+    task = asyncio.create_task(shard_query(writer, checkpoint_root=str(tmp_path))(lease))
+    await _until(lambda: writer.query is not None)
+    query = writer.query
+    assert query is not None
+    query.recentProgress = [{**REPORT, "batchId": 3}]
+    lease.end(EndReason.REVOKED, grace_s=30.0)
+    await asyncio.sleep(0.1)
+    ended = time.monotonic()
+    query.isActive = False
+    await asyncio.wait_for(task, 5)
+    assert query.stopped_at is not None
+    assert query.stopped_at - ended < 2.0
 
 
 async def test_a_batch_that_outlasts_the_grace_period_is_stopped() -> None:
@@ -769,16 +850,6 @@ async def test_a_warm_up_called_off_never_starts_the_query(tmp_path: Path) -> No
     lease.end(EndReason.WARMUP_ENDED)  # the move went away: the owner keeps the shard
     await asyncio.wait_for(task, 5)
     assert writer.query is None
-
-
-def test_a_checkpoint_is_read_where_this_process_can(tmp_path: Path) -> None:
-    (tmp_path / "offsets").mkdir()
-    (tmp_path / "offsets" / "0").write_text("v1")
-    (tmp_path / "offsets" / ".0.crc").write_text("x")
-    assert read_checkpoint(str(tmp_path)) == CheckpointState(0, None)
-    assert read_checkpoint(f"file://{tmp_path}") == CheckpointState(0, None)
-    assert read_checkpoint(str(tmp_path / "never-run")) == CheckpointState()
-    assert read_checkpoint("s3a://bucket/ckpt/shard/s-0") == CheckpointState()
 
 
 def test_a_session_is_warmed_up_once_and_a_failed_warm_up_is_only_logged(
