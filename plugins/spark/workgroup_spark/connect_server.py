@@ -6,8 +6,10 @@ client (``remote="sc://127.0.0.1:<port>"``) with no JVM of its own.
 
 Rules:
 
-1. The server runs in the foreground (``--wait``), in a process group of its own,
-   bound to loopback; stopping it sends SIGTERM to the group, then SIGKILL.
+1. The server runs in the foreground (``spark-submit`` running
+   :mod:`workgroup_spark.connect_main`, Spark's own server main but for rule 6),
+   in a process group of its own, bound to loopback; stopping it sends SIGTERM
+   to the group, then SIGKILL.
 2. Its Python workers (``foreachBatch`` functions run beside the server) use
    ``python`` (``PYSPARK_PYTHON``), which must have pyspark and the functions'
    modules (``PYTHONPATH`` is passed on); without it they fail with
@@ -29,6 +31,10 @@ Rules:
    new interpreter importing them, so a moved shard's first batch does not
    wait for them.  A pool that is not ready yet, or gone, only makes workers
    cold again.
+6. Its sessions share one class loader (artifact isolation off,
+   :data:`DEFAULT_SERVER_CONF`), so a query's generated code is compiled once
+   on the server, not again by every run of it (each run is a new session),
+   such as each move of a shard; ``conf=`` may turn isolation back on.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workgroup.errors import WorkgroupError
-from workgroup_spark import worker_pool
+from workgroup_spark import connect_main, worker_pool
 from workgroup_spark.worker_launcher import POOL_SOCKET_ENV
 
 #: Settings for a small server shared by a few thin daemons on one machine.
@@ -59,6 +65,11 @@ DEFAULT_SERVER_CONF: Mapping[str, str] = {
     # A new owner's query with the same checkpoint stops a dead owner's run still
     # on the server (Spark's default; set here because exactly-once relies on it).
     "spark.sql.streaming.stopActiveRunOnRestart": "true",
+    # Rule 6: Spark's server main turns these on; with them, each run of a query
+    # (a session of its own) compiled its 15 classes again: 0.3-0.5 s of a moved
+    # shard's first batch on 2 cores.
+    "spark.sql.artifact.isolation.enabled": "false",
+    "spark.sql.artifact.isolation.alwaysApplyClassloader": "false",
 }
 
 
@@ -134,14 +145,19 @@ def run_connect_server(
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
     }
-    argv = ["bash", str(home / "sbin" / "start-connect-server.sh"), "--wait"]
+    argv = ["bash", str(home / "bin" / "spark-submit"), "--name", "Spark Connect server"]
     for key, value in settings.items():
         argv += ["--conf", f"{key}={value}"]
+    argv.append(str(Path(connect_main.__file__).resolve()))
     server_env = {
-        **os.environ,
+        # A process that made a Connect session carries pyspark's mark: the
+        # server's driver would then make one too instead of the server's session.
+        **{k: v for k, v in os.environ.items() if k not in _CONNECT_CLIENT_ENV},
+        "SPARK_CONNECT_MODE": "0",
         "SPARK_HOME": str(home),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": python,
+        "PYSPARK_DRIVER_PYTHON": python,
         # Not under site-packages: the log and pid directories of spark-daemon.sh.
         "SPARK_LOG_DIR": str(log.parent),
         "SPARK_PID_DIR": str(log.parent),
@@ -171,6 +187,9 @@ def run_connect_server(
             worker_pool.wait_ready(socket_path, POOL_READY_TIMEOUT_S)
         yield ConnectServer(port, process.pid, log)
 
+
+#: What marks a process as a Spark Connect client to pyspark (kept from the server's driver).
+_CONNECT_CLIENT_ENV = frozenset({"SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_API_MODE"})
 
 #: How long the server's start waits for its worker pool beyond its own listening.
 POOL_READY_TIMEOUT_S = 60.0
@@ -226,8 +245,8 @@ def _wait_listening(
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the process group (the server's script and its JVM; the worker
-    pool and its forks), SIGKILL if it is still there after 30 s."""
+    """SIGTERM to the process group (``spark-submit``, its JVM and the driver
+    program; the worker pool and its forks), SIGKILL if it is still there after 30 s."""
     for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(process.pid, sig)
