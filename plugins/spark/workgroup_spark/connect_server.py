@@ -158,7 +158,7 @@ def run_connect_server(
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": python,
         "PYSPARK_DRIVER_PYTHON": python,
-        # Not under site-packages: the log and pid directories of spark-daemon.sh.
+        # Where Spark's scripts would put logs and pid files: not under site-packages.
         "SPARK_LOG_DIR": str(log.parent),
         "SPARK_PID_DIR": str(log.parent),
         **(env or {}),

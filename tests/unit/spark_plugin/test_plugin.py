@@ -564,6 +564,23 @@ def _checkpoint(root: Path, planned: int, committed: int) -> Path:
     return location
 
 
+async def _revoked_query(
+    checkpoint_root: Path, *, last_batch: int, trigger_active: bool = True
+) -> tuple[asyncio.Task[None], FakeQuery]:
+    """A shard's query whose last completed batch (by Spark) is ``last_batch``,
+    revoked with a long grace period: its owner now waits for the batch in flight."""
+    lease = await _held_lease(FakeStore())
+    writer = FakeWriter()
+    task = asyncio.create_task(shard_query(writer, checkpoint_root=str(checkpoint_root))(lease))
+    await _until(lambda: writer.query is not None)
+    query = writer.query
+    assert query is not None
+    query.recentProgress = [{**REPORT, "batchId": last_batch}]
+    query.trigger_active = trigger_active
+    lease.end(EndReason.REVOKED, grace_s=30.0)
+    return task, query
+
+
 async def test_a_revoked_query_stops_when_its_batch_commits_in_the_checkpoint(
     tmp_path: Path,
 ) -> None:
@@ -571,15 +588,7 @@ async def test_a_revoked_query_stops_when_its_batch_commits_in_the_checkpoint(
     done: the query stops then, before its next batch is planned, without
     asking Spark (a round trip each on Connect) whether a batch runs."""
     checkpoint = _checkpoint(tmp_path, planned=4, committed=3)
-    lease = await _held_lease(FakeStore())
-    writer = FakeWriter()
-    task = asyncio.create_task(shard_query(writer, checkpoint_root=str(tmp_path))(lease))
-    await _until(lambda: writer.query is not None)
-    query = writer.query
-    assert query is not None
-    query.recentProgress = [{**REPORT, "batchId": 3}]
-    query.trigger_active = True  # and Spark's progress never changes below
-    lease.end(EndReason.REVOKED, grace_s=30.0)
+    task, query = await _revoked_query(tmp_path, last_batch=3)  # Spark's progress stays
     await asyncio.sleep(0.3)
     assert query.stopped_at is None  # batch 4 runs
     committed = time.monotonic()
@@ -594,15 +603,7 @@ async def test_a_checkpoint_behind_sparks_progress_is_not_the_querys(tmp_path: P
     """A path on this machine that Spark has gone past (the server's checkpoint
     is on another disk) says nothing: Spark's progress decides, as elsewhere."""
     _checkpoint(tmp_path, planned=1, committed=1)  # stale: no batch in flight by it
-    lease = await _held_lease(FakeStore())
-    writer = FakeWriter()
-    task = asyncio.create_task(shard_query(writer, checkpoint_root=str(tmp_path))(lease))
-    await _until(lambda: writer.query is not None)
-    query = writer.query
-    assert query is not None
-    query.recentProgress = [{**REPORT, "batchId": 7}]
-    query.trigger_active = True  # batch 8 runs
-    lease.end(EndReason.REVOKED, grace_s=30.0)
+    task, query = await _revoked_query(tmp_path, last_batch=7)  # batch 8 runs
     await asyncio.sleep(0.3)
     assert query.stopped_at is None
     query.recentProgress = [*query.reports, {**REPORT, "batchId": 8}]
@@ -614,14 +615,7 @@ async def test_a_query_that_ends_during_its_batch_is_not_waited_for(tmp_path: Pa
     """A query that failed or stopped commits nothing more: Spark is asked now
     and then whether it runs, and the wait ends there, not with the grace period."""
     _checkpoint(tmp_path, planned=4, committed=3)
-    lease = await _held_lease(FakeStore())
-    writer = FakeWriter()
-    task = asyncio.create_task(shard_query(writer, checkpoint_root=str(tmp_path))(lease))
-    await _until(lambda: writer.query is not None)
-    query = writer.query
-    assert query is not None
-    query.recentProgress = [{**REPORT, "batchId": 3}]
-    lease.end(EndReason.REVOKED, grace_s=30.0)
+    task, query = await _revoked_query(tmp_path, last_batch=3, trigger_active=False)
     await asyncio.sleep(0.1)
     ended = time.monotonic()
     query.isActive = False
