@@ -52,12 +52,7 @@ def local_path(location: str) -> str | None:
 def read_checkpoint(location: str) -> CheckpointState:
     """The checkpoint's last planned and committed batches, their files read (rule 2)."""
     path = local_path(location)
-    if path is None:
-        return CheckpointState()
-    return CheckpointState(
-        _last_batch(os.path.join(path, "offsets"), read=True),
-        _last_batch(os.path.join(path, "commits"), read=True),
-    )
+    return CheckpointState() if path is None else _state(path, read=True)
 
 
 class BatchEnd:
@@ -67,9 +62,10 @@ class BatchEnd:
     __slots__ = ("_commit", "committed")
 
     def __init__(self, path: str) -> None:
-        planned = _last_batch(os.path.join(path, "offsets"))
+        state = _state(path, read=False)
+        planned = state.last_batch
         #: The last batch committed when the watch was made (``None``: none yet).
-        self.committed = _last_batch(os.path.join(path, "commits"))
+        self.committed = state.committed_batch
         in_flight = planned is not None and (self.committed is None or self.committed < planned)
         #: The commit file that ends the batch in flight (``None``: none runs).
         self._commit = os.path.join(path, "commits", str(planned)) if in_flight else None
@@ -99,7 +95,15 @@ class BatchEnd:
         return self._commit is None or os.path.exists(self._commit)
 
 
-def _last_batch(directory: str, *, read: bool = False) -> int | None:
+def _state(path: str, *, read: bool) -> CheckpointState:
+    """The last batch of each log under ``path`` (``read``: their files too)."""
+    return CheckpointState(
+        _last_batch(os.path.join(path, "offsets"), read=read),
+        _last_batch(os.path.join(path, "commits"), read=read),
+    )
+
+
+def _last_batch(directory: str, *, read: bool) -> int | None:
     """The highest batch id among a checkpoint log's files (``0``, ``1``, ...)."""
     try:
         batches = [int(name) for name in os.listdir(directory) if name.isdigit()]

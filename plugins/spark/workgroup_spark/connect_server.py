@@ -65,9 +65,7 @@ DEFAULT_SERVER_CONF: Mapping[str, str] = {
     # A new owner's query with the same checkpoint stops a dead owner's run still
     # on the server (Spark's default; set here because exactly-once relies on it).
     "spark.sql.streaming.stopActiveRunOnRestart": "true",
-    # Rule 6: Spark's server main turns these on; with them, each run of a query
-    # (a session of its own) compiled its 15 classes again: 0.3-0.5 s of a moved
-    # shard's first batch on 2 cores.
+    # Rule 6 (why: workgroup_spark.connect_main).
     "spark.sql.artifact.isolation.enabled": "false",
     "spark.sql.artifact.isolation.alwaysApplyClassloader": "false",
 }
