@@ -74,9 +74,9 @@ class ApplicationRequests:
         if changed and membership.is_leader and membership.state is State.STABLE:
             membership.ask_rejoin("resources changed")
 
-    def ready(self, resources: Iterable[Resource]) -> None:
+    def ready(self, now: int, resources: Iterable[Resource]) -> None:
         """Rule 3: warm-ups (or owned resources) ready."""
-        fresh = self._intents.mark_ready(resources, self._holdings.ownership.resources)
+        fresh = self._intents.mark_ready(resources, self._holdings.ownership.resources, now)
         if fresh:
             log.info(
                 "member.warmup_ready",
@@ -111,6 +111,6 @@ class ApplicationRequests:
     def released(self, now: int, resources: Iterable[Resource]) -> None:
         """Rule 5: the application's work on revoked ``resources`` stopped."""
         if not self._over:
-            self._membership.released(self._holdings.released(resources))
+            self._membership.released(self._holdings.confirmed_released(resources, now))
             if self._membership.state is State.LEAVING:
                 self._closing.maybe_finish(now)

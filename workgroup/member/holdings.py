@@ -19,7 +19,11 @@ Rules:
    returns, or, with ``confirm_release``, until :meth:`Holdings.released` names
    them, each on its own.  With ``confirm_release`` a revocation opens the
    release window: a cooperative JoinGroup waits until ``RELEASE_WINDOW_MS``
-   after it for the releases.
+   after it for the releases.  A confirmed release that leaves others
+   releasing keeps the window open until ``GATHER_MS`` after it: releases
+   come in bunches (a daemon's queries end their batches on the same
+   trigger), and one that just misses a round's JoinGroup needs a round of
+   its own, which the others notice only at their next heartbeat.
 4. A loss drops what is releasing too; with ``confirm_release`` that is
    reported in ``on_lost`` (the work on it must stop now), without it the
    running ``on_revoked`` callbacks say so already.
@@ -56,6 +60,9 @@ log = get_logger(__name__)
 #: once nothing is releasing): what is released by then goes to others in that
 #: round instead of one more (rule 3).
 RELEASE_WINDOW_MS = 100
+#: A release that leaves others releasing holds the JoinGroup this long for them
+#: (rule 3): a round costs the others' heartbeat interval, this costs little.
+GATHER_MS = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +190,14 @@ class Holdings:
             )
         return done
 
+    def confirmed_released(self, resources: Iterable[Resource], now: int) -> tuple[Resource, ...]:
+        """The application confirmed releases (``confirm_release``): as
+        :meth:`released`, and the window stays open for the rest (rule 3)."""
+        done = self.released(resources)
+        if done and self.confirm_release and self.ownership.releasing:
+            self.release_window_until = max(self.release_window_until, now + GATHER_MS)
+        return done
+
     def give_up(
         self, resources: Iterable[Resource], reason: str, member_id: str
     ) -> tuple[Resource, ...]:
@@ -305,4 +320,4 @@ class Holdings:
         return self._catalog_key_sets
 
 
-__all__ = ["RELEASE_WINDOW_MS", "GiveBack", "Holdings"]
+__all__ = ["GATHER_MS", "RELEASE_WINDOW_MS", "GiveBack", "Holdings"]

@@ -17,19 +17,26 @@ Rules:
    assignment then assigns is *promoted* (it stops being a warm-up, no callback
    but ``on_assigned``); one it neither assigns nor warms *ends*.  Ready marks
    (:meth:`Intents.mark_ready`) belong to warm-ups or owned resources only.
+   A warm-up ready while others are not yet holds the member's next JoinGroup
+   until ``GATHER_MS`` after it, or until none is left unready
+   (:attr:`Intents.ready_window_until`): warm-ups that share a session get
+   ready together, and one that just misses a round's JoinGroup needs a
+   cut-over round of its own.
 4. Static-restart probe: a static member's first assignment in a process that
    is empty, withholds nothing and warms nothing, while its catalog lists work
    of its kinds, asks for one round: the count of such asks is the tag
    :data:`~workgroup.member.round_plan.ASKS_TAG` (new metadata makes the coordinator
    rebalance).
 5. No intent keeps a timer: refusals end by the clock when the tags are written,
-   so :meth:`Intents.next_deadline` is always ``None`` (the machine asks anyway).
+   and the JoinGroup's timing reads the ready window, so
+   :meth:`Intents.next_deadline` is always ``None`` (the machine asks anyway).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from workgroup.member.holdings import GATHER_MS
 from workgroup.member.round_plan import ASKS_TAG, DRAINING_TAG, REFUSES_TAG, encode_refusals
 from workgroup.protocol.metadata import AssignmentData
 from workgroup.types import Resource, sorted_resources
@@ -45,6 +52,8 @@ class Intents:
         #: Warming up here, and reported ready (rule 3).
         self._warming: set[Resource] = set()
         self._ready: set[Resource] = set()
+        #: A JoinGroup waits until then for the warm-ups not ready yet (rule 3).
+        self.ready_window_until = 0
         #: No assignment was applied yet in this process (rule 4).
         self._first_assignment = True
         #: Rounds asked for with metadata changed only to be seen (rule 4).
@@ -61,6 +70,11 @@ class Intents:
 
     def ready_sorted(self) -> tuple[Resource, ...]:
         return sorted_resources(self._ready)
+
+    @property
+    def unready(self) -> bool:
+        """Some warm-up is not ready yet (rule 3)."""
+        return not self._warming <= self._ready
 
     def refused(self, now: int) -> frozenset[Resource]:
         return frozenset(r for r, until in self._refused.items() if until > now)
@@ -94,13 +108,16 @@ class Intents:
         return changed
 
     def mark_ready(
-        self, resources: Iterable[Resource], owned: frozenset[Resource]
+        self, resources: Iterable[Resource], owned: frozenset[Resource], now: int
     ) -> set[Resource]:
-        """Mark warm-ups (or owned resources) ready; returns those newly marked."""
+        """Mark warm-ups (or owned resources) ready; returns those newly marked.
+        With others still unready, the ready window opens (rule 3)."""
         fresh = {
             r for r in resources if (r in self._warming or r in owned) and r not in self._ready
         }
         self._ready.update(fresh)
+        if fresh and self.unready:
+            self.ready_window_until = max(self.ready_window_until, now + GATHER_MS)
         return fresh
 
     def end_warmups(self, keep: Iterable[Resource] = ()) -> tuple[Resource, ...]:

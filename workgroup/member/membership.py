@@ -39,7 +39,9 @@ Rules:
    session's end and, with a JoinGroup/SyncGroup in flight, the starvation
    watchdog.
 7. Moves the machine's rules call for: JOINING (the next JoinGroup now or
-   after the back-off; an eager member revokes everything first), finding the
+   after the back-off, and not within the release or ready window of
+   :mod:`~workgroup.member.holdings` and :mod:`~workgroup.member.intents` while
+   what it waits for is outstanding; an eager member revokes everything first), finding the
    coordinator again, a round for changed metadata (only while in the group),
    a round after releases a cooperative JoinGroup already reported (with
    ``confirm_release``), and why a commit cannot be sent at all (not in the
@@ -58,6 +60,7 @@ from workgroup.member.errors import CoordinatorUnavailableError
 from workgroup.member.generation import NO_GENERATION, Generation
 from workgroup.member.heartbeat import HeartbeatTimer
 from workgroup.member.holdings import Holdings
+from workgroup.member.intents import Intents
 from workgroup.member.lookup import CoordinatorLookup
 from workgroup.member.outcomes import CoordinatorLost, Fail, Lose, Outcome, Rejoin, Reset
 from workgroup.member.requests import InFlight
@@ -104,9 +107,12 @@ _IN_SESSION = frozenset(
 class Membership:
     """One member's standing in its group (see the module docstring)."""
 
-    def __init__(self, config: MemberConfig, holdings: Holdings, departure: Departure) -> None:
+    def __init__(
+        self, config: MemberConfig, holdings: Holdings, intents: Intents, departure: Departure
+    ) -> None:
         self._config = config
         self._holdings = holdings
+        self._intents = intents
         self._departure = departure
         self._state = State.UNJOINED
         self.generation: Generation = NO_GENERATION
@@ -366,11 +372,15 @@ class Membership:
     # --- JoinGroup timing -------------------------------------------------------
 
     def join_ready_at(self) -> int:
-        """When the next JoinGroup may go: after the back-off, and within the
-        release window only once nothing is releasing any more."""
+        """When the next JoinGroup may go: after the back-off; within the release
+        window only once nothing is releasing any more, and within the ready
+        window only once every warm-up is ready."""
+        at = self.join_at
         if self._holdings.releasing:
-            return max(self.join_at, self._holdings.release_window_until)
-        return self.join_at
+            at = max(at, self._holdings.release_window_until)
+        if self._intents.unready:
+            at = max(at, self._intents.ready_window_until)
+        return at
 
     def join_may_go(self) -> bool:
         """Nothing but the clock holds the next JoinGroup back: a known coordinator,

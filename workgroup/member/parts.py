@@ -109,9 +109,9 @@ def build_parts(
         keyspace_view=keyspace,
     )
     departure = Departure(dynamic=config.instance_id is None)
-    membership = Membership(config, holdings, departure)
-    loads = LoadMeter(config.balance.smoothing_ms)
     intents = Intents()
+    membership = Membership(config, holdings, intents, departure)
+    loads = LoadMeter(config.balance.smoothing_ms)
     outgoing = Outgoing(config, ids, out, membership, holdings, intents, departure, loads, keyspace)
     closing = Closing(config, out, membership, holdings, intents, departure, outgoing)
     return MemberParts(

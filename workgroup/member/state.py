@@ -144,7 +144,10 @@ Rules:
    (:mod:`~workgroup.member.holdings`) after a revocation for the releases (less
    once nothing is releasing), so that prompt
    handlers' resources go out in that round, and a release after the JoinGroup
-   that reported it asks for another round, which hands it out.  With
+   that reported it asks for another round, which hands it out.  A release
+   that leaves others releasing holds that JoinGroup up to ``GATHER_MS`` for
+   them (releases come in bunches; each round missed costs the others'
+   heartbeat interval).  With
    ``confirm_release`` no round is asked for a resource while it is releasing
    (the leader would only withhold it again, round after round): its release
    asks for the round.  Eager members send no JoinGroup while anything is releasing (they heartbeat
@@ -214,12 +217,14 @@ Rules:
    resources in an assignment's ``warming`` that it does not assign are warmed
    up: ``on_warming`` starts them, and they are reported in the metadata as
    ``warming`` (and ``ready`` once :meth:`MemberMachine.ready` names them; that
-   asks for a round, the cut-over).  A warming resource the assignment then
-   assigns is simply added (``on_assigned``: the application promotes its warm
-   work); one the assignment neither assigns nor warms, and every warm-up at a
-   loss, a hand-over or a close, ends with ``on_warming_ended``.  Warming
-   resources are never owned: they are not committed for, not reported owned,
-   not revoked.  A member without ``warm_up`` ignores ``warming``.
+   asks for a round, the cut-over, whose JoinGroup waits up to ``GATHER_MS``
+   for warm-ups not ready yet, so that those ready together cut over together).
+   A warming resource the assignment then assigns is simply added
+   (``on_assigned``: the application promotes its warm work); one the
+   assignment neither assigns nor warms, and every warm-up at a loss, a
+   hand-over or a close, ends with ``on_warming_ended``.  Warming resources are
+   never owned: they are not committed for, not reported owned, not revoked.
+   A member without ``warm_up`` ignores ``warming``.
 15. Drain (:meth:`MemberMachine.drain`): a draining member stays in the group
    and takes nothing (tag ``workgroup.draining``); the leader moves what it
    owns to others, with warm-ups where they can.  Undraining rejoins to take
@@ -394,7 +399,7 @@ class MemberMachine(MemberViews):
         too (a standby holder ready to take over: the leader's assignor sees it
         in ``MemberInfo.ready``).  Other resources are ignored."""
         self._observe(now)
-        self._requests.ready(resources)
+        self._requests.ready(now, resources)
         return self._drain(now)
 
     def drain(self, now: int, draining: bool = True) -> list[Action]:

@@ -35,7 +35,7 @@ def parts(
     )
     out: list[Action] = []
     holdings = Holdings("g", RequestIds(), out, confirm_release=False, on_callback_error="log")
-    membership = Membership(config, holdings, Departure(dynamic=True))
+    membership = Membership(config, holdings, Intents(), Departure(dynamic=True))
     return config, membership, Responses(config, membership), out
 
 

@@ -12,7 +12,8 @@ from workgroup.member.config import MemberConfig
 from workgroup.member.departure import Departure
 from workgroup.member.errors import CallbackError, CoordinatorUnavailableError
 from workgroup.member.generation import Generation
-from workgroup.member.holdings import RELEASE_WINDOW_MS, GiveBack, Holdings
+from workgroup.member.holdings import GATHER_MS, RELEASE_WINDOW_MS, GiveBack, Holdings
+from workgroup.member.intents import Intents
 from workgroup.member.lookup import CoordinatorLookup
 from workgroup.member.membership import Membership
 from workgroup.member.ownership import Ownership
@@ -236,6 +237,50 @@ def test_holdings_report_each_change_with_what_is_owned_after_it() -> None:
     assert part.next_deadline() is None
 
 
+def test_a_release_that_leaves_others_releasing_keeps_the_window_open_for_them() -> None:
+    part, _ = holdings(confirm_release=True)
+    part.assign([A, B], 3)
+    part.revoke([A, B], 3, seen=1_000)
+    # Long after the revocation's window, A's work stops: B may follow within GATHER_MS.
+    assert part.confirmed_released([A], now=5_000) == (A,)
+    assert part.release_window_until == 5_000 + GATHER_MS
+    # The last release opens nothing: no release is left to wait for.
+    assert part.confirmed_released([B], now=5_010) == (B,)
+    assert part.release_window_until == 5_000 + GATHER_MS
+    assert not part.releasing
+
+
+def test_a_warm_up_ready_while_others_are_not_opens_the_ready_window() -> None:
+    intents = Intents()
+    intents.start(frozenset(), {A, B})
+    assert intents.unready
+    assert intents.mark_ready([A], frozenset(), now=2_000) == {A}
+    assert intents.ready_window_until == 2_000 + GATHER_MS
+    assert intents.mark_ready([A], frozenset(), now=2_001) == set()  # not fresh: no change
+    assert intents.mark_ready([B], frozenset(), now=2_003) == {B}
+    assert not intents.unready
+    assert intents.ready_window_until == 2_000 + GATHER_MS
+
+
+def test_the_join_waits_in_a_window_only_while_its_kind_is_outstanding() -> None:
+    config = MemberConfig(group_id="g", protocols=(Protocol("sticky", StickyTestAssignor()),))
+    part, _ = holdings(confirm_release=True)
+    intents = Intents()
+    member = Membership(config, part, intents, Departure(dynamic=True))
+    member.join_at = 100
+    part.release_window_until = 500  # nothing releasing: not read
+    intents.ready_window_until = 700  # no warm-up: not read
+    assert member.join_ready_at() == 100
+    intents.start(frozenset(), {A})
+    assert member.join_ready_at() == 700
+    part.assign([B], 3)
+    part.revoke([B], 3, seen=0)  # its window ends at RELEASE_WINDOW_MS
+    part.release_window_until = 900
+    assert member.join_ready_at() == 900
+    intents.mark_ready([A], frozenset(), now=0)
+    assert member.join_ready_at() == 900  # every warm-up ready: its window is not read
+
+
 def test_confirmed_releases_open_the_window_and_a_loss_reports_them_lost() -> None:
     part, out = holdings(confirm_release=True)
     part.assign([A, B], 3)
@@ -288,7 +333,7 @@ def test_foreign_resources_are_dropped_from_an_assignment() -> None:
 def membership() -> Membership:
     config = MemberConfig(group_id="g", protocols=(Protocol("sticky", StickyTestAssignor()),))
     part, _ = holdings()
-    return Membership(config, part, Departure(dynamic=True))
+    return Membership(config, part, Intents(), Departure(dynamic=True))
 
 
 def test_an_asked_round_keeps_its_first_reason_and_wins_over_a_follow_up() -> None:

@@ -22,7 +22,7 @@ from workgroup.kafka.messages import (
 )
 from workgroup.member.actions import Action, Closed, InvokeCallback, SendRequest
 from workgroup.member.config import MemberConfig
-from workgroup.member.holdings import RELEASE_WINDOW_MS
+from workgroup.member.holdings import GATHER_MS, RELEASE_WINDOW_MS
 from workgroup.member.round_plan import LEAVING_TAG, plan_round, withholding_claims
 from workgroup.member.state import MemberMachine
 from workgroup.member.transitions import State
@@ -239,16 +239,20 @@ def test_a_closing_cooperative_member_hands_each_resource_over_once_released() -
     meta = metadata(join)
     assert dict(meta.tags).get(LEAVING_TAG) == "1"
     assert meta.owned == (S1, S2)  # S0 goes to another member in this round
-    # S1's handler stops during the round: the next one hands it out.
+    # S1's handler stops during the round: the next one hands it out, once S2's
+    # release had GATHER_MS to join it (S2 is still releasing).
     m.released(now + 200, [S1])
-    again = sent(join_and_sync(m, join, now + 201, 6, ()))
+    assert not only(join_and_sync(m, join, now + 201, 6, ()), SendRequest)
+    assert m.next_deadline() == now + 200 + GATHER_MS
+    again = sent(m.tick(now + 200 + GATHER_MS))
     assert metadata(again).owned == (S2,)
-    actions = join_and_sync(m, again, now + 202, 7, ())
+    now += 200 + GATHER_MS
+    actions = join_and_sync(m, again, now + 1, 7, ())
     assert m.state is State.STABLE
     assert m.releasing == {S2}
     assert not only(actions, SendRequest)
     # S2's handler takes its grace period: heartbeats go on, beyond the session.
-    now, other = heartbeat_until(m, now + 202, now + 12_000)
+    now, other = heartbeat_until(m, now + 1, now + 12_000)
     assert not [a for a in other if isinstance(a, SendRequest)]
     leave = sent(m.released(now + 1, [S2]))
     assert isinstance(leave.request, LeaveGroup)
@@ -288,7 +292,9 @@ def test_a_closing_member_handed_its_own_resources_again_waits_for_its_releases(
     # Nothing until a release asks for the round that hands it over.
     now, other = heartbeat_until(m, now + 200, now + 3_000)
     assert not [a for a in other if isinstance(a, SendRequest)]
-    follow_up = sent(m.released(now + 1, [S0]))
+    # S0's release asks for it, after GATHER_MS for S1's (still releasing).
+    assert not only(m.released(now + 1, [S0]), SendRequest)
+    follow_up = sent(m.tick(now + 1 + GATHER_MS))
     assert isinstance(follow_up.request, JoinGroup)
     assert metadata(follow_up).owned == (S1,)
 
@@ -327,3 +333,53 @@ def test_without_confirmed_releases_the_callback_return_releases() -> None:
     assert m.state is State.LEAVING
     leave = sent(ack_callbacks(m, actions, now))
     assert isinstance(leave.request, LeaveGroup)
+
+
+def test_releases_that_come_together_go_out_in_one_round() -> None:
+    m = make()
+    now = to_stable(m, (S0, S1, S2))
+    now, join = other_members_round(m, now)
+    actions = join_and_sync(m, join, now + 1, 6, (S0,))
+    assert not only(ack_callbacks(m, actions, now + 2), SendRequest)
+    # Both handlers run long past the revocation's window, then stop 10 ms apart
+    # (queries ending their batches on one trigger).
+    now, other = heartbeat_until(m, now + 2, now + 2_000)
+    assert not [a for a in other if isinstance(a, SendRequest)]
+    assert not only(m.released(now + 1, [S1]), SendRequest)
+    assert m.next_deadline() == now + 1 + GATHER_MS  # S2 may still join this round
+    (join,) = only(m.released(now + 11, [S2]), SendRequest)
+    assert isinstance(join.request, JoinGroup)  # at once: nothing is left releasing
+    assert metadata(join).owned == (S0,)  # both go to others in this one round
+
+
+def test_warm_ups_ready_together_are_cut_over_in_one_round() -> None:
+    m = make(warm_up=True)
+    now = to_stable(m, (S0,))
+    now, join = other_members_round(m, now)
+    actions = join_and_sync(m, join, now + 1, 6, (S0,), warming=(S1, S2))
+    (warming,) = only(actions, InvokeCallback)
+    assert warming.kind == "on_warming"
+    assert warming.resources == (S1, S2)
+    assert not only(ack_callbacks(m, actions, now + 2), SendRequest)
+    # S1 is ready first: the JoinGroup waits up to GATHER_MS for S2.
+    assert not only(m.ready(now + 500, [S1]), SendRequest)
+    assert m.next_deadline() == now + 500 + GATHER_MS
+    (join,) = only(m.ready(now + 503, [S2]), SendRequest)
+    assert isinstance(join.request, JoinGroup)
+    assert metadata(join).ready == (S1, S2)
+
+
+def test_a_warm_up_ready_alone_waits_no_longer_than_the_window() -> None:
+    m = make(warm_up=True)
+    now = to_stable(m, (S0,))
+    now, join = other_members_round(m, now)
+    actions = join_and_sync(m, join, now + 1, 6, (S0,), warming=(S1, S2))
+    ack_callbacks(m, actions, now + 2)
+    assert not only(m.ready(now + 500, [S1]), SendRequest)
+    join = sent(m.tick(now + 500 + GATHER_MS))
+    assert isinstance(join.request, JoinGroup)
+    assert metadata(join).ready == (S1,)
+    # S2's ready, after that JoinGroup went, asks for the next round.
+    assert not only(m.ready(now + 600, [S2]), SendRequest)
+    again = sent(join_and_sync(m, join, now + 601, 7, (S0,), warming=(S1, S2)))
+    assert metadata(again).ready == (S1, S2)
