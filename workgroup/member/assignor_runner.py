@@ -4,8 +4,9 @@ loop (asyncio).
 Rules:
 
 1. :func:`~workgroup.member.round_stages.run_round_stages` (the assignor, the
-   reassignment delay, refusals, balancing) runs in a worker thread: a slow
-   assignor or a large balancing holds up no heartbeat.
+   reassignment delay, refusals, balancing) runs in a thread of the member's own
+   (:mod:`~workgroup.member.threads`): a slow assignor or a large balancing holds
+   up no heartbeat, and the application's threads hold up no round.
 2. What it returns, or its failure as a :class:`~workgroup.errors.WorkgroupError`,
    goes to the machine (``assignment_done``), whose to judge it is (it fails
    the member on an error).  An exception
@@ -15,7 +16,6 @@ Rules:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from workgroup.errors import WorkgroupError
@@ -23,6 +23,7 @@ from workgroup.log import get_logger
 from workgroup.member.actions import Action, RunAssignor
 from workgroup.member.round_stages import RoundResult, run_round_stages
 from workgroup.member.state import MemberMachine
+from workgroup.member.threads import in_member_thread
 
 log = get_logger(__name__)
 
@@ -30,7 +31,7 @@ log = get_logger(__name__)
 async def run_assignor(action: RunAssignor) -> RoundResult | WorkgroupError:
     """The result of ``action``'s stages, or the failure of one."""
     try:
-        return await asyncio.to_thread(run_round_stages, action.stages)
+        return await in_member_thread(run_round_stages, action.stages)
     except WorkgroupError as exc:
         return exc
     except Exception as exc:

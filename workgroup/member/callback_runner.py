@@ -5,9 +5,10 @@ Rules:
 
 1. One callback runs at a time, in the order of the changes (the machine's
    rule 8); the next starts only once the machine heard how the last one ended.
-2. A coroutine function runs in the event loop; a plain function in a worker
-   thread (``asyncio.to_thread``), so that blocking work in it does not hold up
-   heartbeats; an awaitable it returns is awaited.
+2. A coroutine function runs in the event loop; a plain function in a thread
+   of the member's own (:mod:`~workgroup.member.threads`), so that blocking work
+   in it does not hold up heartbeats, nor the application's threads it; an
+   awaitable it returns is awaited.
 3. A callback that raised has still made its change: the machine hears of the
    failure (with its traceback, if asked for) and applies its callback-error
    policy (its rule 12).  A cancellation is not a failure: it ends the runner.
@@ -24,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from workgroup.member.actions import Action, InvokeCallback
 from workgroup.member.state import MemberMachine
+from workgroup.member.threads import in_member_thread
 from workgroup.types import Resource
 
 #: ``callback(resources, generation)``: a coroutine function (run in the event
@@ -88,7 +90,7 @@ class CallbackRunner:
                 await callback(action.resources, action.generation)
             else:
                 # A thread: a plain callback that blocks must not stop heartbeats.
-                outcome = await asyncio.to_thread(callback, action.resources, action.generation)
+                outcome = await in_member_thread(callback, action.resources, action.generation)
                 if inspect.isawaitable(outcome):
                     await outcome
         except asyncio.CancelledError:

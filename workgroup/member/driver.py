@@ -115,8 +115,9 @@ class GroupMember:
     with no resources is not reported.  While a callback runs, :attr:`assignment`
     is the full set owned right after its change.  Callbacks run one at a time in
     the order of the changes; a coroutine function runs in the event loop, a
-    plain function in a worker thread (``asyncio.to_thread``), so blocking work
-    in it does not hold up heartbeats.
+    plain function in a thread of the member's own pool, so blocking work in it
+    holds up no heartbeat (and threads the application keeps busy hold up no
+    callback).
 
     Args:
         bootstrap: ``HOST:PORT[,HOST:PORT...]`` or a sequence of them (IPv6 as

@@ -19,6 +19,12 @@ Rules:
    ``app.startup_abandoned``): the member never joined.
 3. What the event loop cannot hand to anyone (a task's error nobody read) is
    logged as ``loop.unhandled_error``, so a JSON log stays JSON.
+4. The daemon's event loop lends up to ``HANDLER_THREADS`` threads to
+   ``asyncio.to_thread`` (asyncio's own default is the CPU count plus 4): every
+   handler may block in one for as long as it owns its resource, as the docs
+   suggest for blocking work, and none waits for another's to end.  Threads are
+   made only when none is idle.  (:meth:`workgroup.App.serve` runs in the
+   caller's loop and leaves its executor alone.)
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import contextlib
 import os
 import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from workgroup.log import get_logger, log_loop_errors
 from workgroup.runtime.config import Settings
@@ -38,6 +45,8 @@ log = get_logger(__name__)
 
 #: Exit status after a second signal (stop at once, nothing revoked).
 FORCED_EXIT = 130
+#: Threads ``asyncio.to_thread`` may use at once in a daemon (rule 4).
+HANDLER_THREADS = 512
 
 
 async def serve_until_signalled(app: DeclaredApp, settings: Settings) -> None:
@@ -90,7 +99,11 @@ def _flush_and_exit(status: int) -> None:
 
 def run_app(app: DeclaredApp, settings: Settings) -> None:
     """Run ``app`` in this process until a signal (blocking)."""
-    asyncio.run(serve_until_signalled(app, settings))
+    with asyncio.Runner() as runner:
+        runner.get_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=HANDLER_THREADS, thread_name_prefix="asyncio")
+        )  # rule 4
+        runner.run(serve_until_signalled(app, settings))
 
 
-__all__ = ["FORCED_EXIT", "run_app", "serve_until_signalled"]
+__all__ = ["FORCED_EXIT", "HANDLER_THREADS", "run_app", "serve_until_signalled"]

@@ -364,6 +364,43 @@ async def test_a_blocking_plain_callback_does_not_cost_the_session(bootstrap: st
         assert earlier[3] <= later[2]
 
 
+async def test_rounds_and_callbacks_go_on_while_the_apps_threads_are_all_busy(
+    bootstrap: str,
+) -> None:
+    """The application keeps every thread of the loop's default executor busy
+    (handlers awaiting ``asyncio.to_thread`` until revoked): the leader still
+    computes its rounds and plain callbacks still run, in the member's own threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = asyncio.get_running_loop()
+    busy = ThreadPoolExecutor(max_workers=1)
+    loop.set_default_executor(busy)
+    release = threading.Event()
+    blocked = asyncio.ensure_future(asyncio.to_thread(release.wait))  # the only thread
+    callback_threads: list[str] = []
+
+    def assigned(resources: tuple[Resource, ...], generation: int) -> None:
+        callback_threads.append(threading.current_thread().name)
+
+    group = new_group()
+    try:
+        async with (
+            member(bootstrap, group, on_assigned=assigned) as a,
+            asyncio.timeout(TIMEOUT_S),
+        ):
+            await a.wait_for(lambda m: m.stable and m.assignment == ALL)
+            async with member(bootstrap, group) as b:
+                await a.wait_for(lambda m: m.stable and len(m.assignment) == 3)
+                await b.wait_for(lambda m: m.stable and len(m.assignment) == 3)
+        assert not blocked.done()  # the default executor's thread was busy all along
+        assert callback_threads
+        assert all(name.startswith("workgroup-member") for name in callback_threads)
+    finally:
+        release.set()
+        await blocked
+        busy.shutdown()
+
+
 async def test_callback_error_log_keeps_the_change_and_logs_one_line(bootstrap: str) -> None:
     def broken(resources: tuple[Resource, ...], generation: int) -> None:
         raise ValueError("boom")
