@@ -36,9 +36,13 @@ Rules:
    meanwhile, and the daemon's new lease is still taking its token when the
    fence looks.
 3. While the group rebalances (REBALANCE_IN_PROGRESS, a group that is not
-   Stable when described), on any other retriable code (``RETRIABLE_CODES``)
-   and while the coordinator cannot be reached, the fence tries again with
-   back-off until ``timeout_s``, then raises a one-line
+   Stable when described) the fence looks again every ``REBALANCE_POLL_S``:
+   a round ends within a heartbeat interval or two, and the writer's batch
+   waits on it (a moved shard's last batch is written during the cut-over's
+   rounds: with a growing back-off, rounds of 0.5 s held it up to a second
+   more).  On any other retriable code (``RETRIABLE_CODES``) and while the
+   coordinator cannot be reached, it tries again with a growing back-off.
+   Either way until ``timeout_s``, then it raises a one-line
    :class:`FenceTimeoutError` (retriable) naming the address.
 4. **check** proves the lease still holds without writing: a Heartbeat under
    the fence's member id, instance id and generation (the coordinator validates
@@ -109,6 +113,8 @@ if TYPE_CHECKING:
 
 _BACKOFF_S = 0.05
 _MAX_BACKOFF_S = 1.0
+#: How often a fence looks again while the group rebalances (rule 3).
+REBALANCE_POLL_S = 0.05
 
 T = TypeVar("T")
 
@@ -242,6 +248,7 @@ class Fence:
         backoff = _BACKOFF_S
         last = "no answer yet"
         while True:
+            rebalancing = False
             try:
                 with _connection(self) as conn:
                     generation = _generations.get(self._identity, self.generation)
@@ -256,11 +263,12 @@ class Fence:
                     if error is ErrorCode.ILLEGAL_GENERATION:
                         if self._look_again(conn, generation, deadline):
                             continue
-                        last = "the group was rebalancing"
+                        last, rebalancing = "the group was rebalancing", True
                     elif error in RETRIABLE_CODES:  # rule 3
                         if error is ErrorCode.NOT_COORDINATOR:
                             conn.close()
                         last = error.name
+                        rebalancing = error is ErrorCode.REBALANCE_IN_PROGRESS
                     else:
                         raise CoordinatorError(error, f"{self._name}: {what} refused: {error.name}")
             except CoordinatorUnavailableError as exc:
@@ -268,7 +276,7 @@ class Fence:
             left = deadline - SYSTEM_CLOCK.monotonic()
             from random import uniform  # only when trying again: not with the module
 
-            pause = backoff * uniform(0.5, 1.0)
+            pause = (REBALANCE_POLL_S if rebalancing else backoff) * uniform(0.5, 1.0)
             if pause >= left:
                 # A try with no time left could only say "timed out": the error
                 # keeps why the last real try failed (e.g. Connection refused).
@@ -278,7 +286,8 @@ class Fence:
                     f"{timeout_s:g} s ({last})"
                 )
             time.sleep(pause)
-            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+            if not rebalancing:
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
     @property
     def _identity(self) -> tuple[object, ...]:
@@ -490,6 +499,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "PASSWORD_ENV",
     "PASSWORD_FILE_ENV",
+    "REBALANCE_POLL_S",
     "Fence",
     "FenceTimeoutError",
     "make_fence",
