@@ -398,25 +398,31 @@ def test_while_the_group_rebalances_the_fence_waits_then_times_out(
         fence().commit("v", timeout_s=0.3)
 
 
+def pauses_of(
+    scripted: list[Scripted], monkeypatch: pytest.MonkeyPatch, conn: Scripted
+) -> list[float]:
+    """The fence's pauses (not slept) while it commits through ``conn``."""
+    pauses: list[float] = []
+    monkeypatch.setattr(fence_module.time, "sleep", pauses.append)
+    scripted[:] = [conn]
+    fence().commit("v", timeout_s=30)
+    return pauses
+
+
 def test_while_the_group_rebalances_the_fence_looks_again_often_not_later_and_later(
     scripted: list[Scripted], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A moved shard's last batch is written during the cut-over's rounds: the fence
     looks again every REBALANCE_POLL_S, so the batch goes on once the round ends."""
-    pauses: list[float] = []
-    monkeypatch.setattr(fence_module.time, "sleep", pauses.append)
     in_round = [ErrorCode.REBALANCE_IN_PROGRESS] * 8
-    scripted.append(Scripted(commits=[*in_round, ErrorCode.NONE], group=described()))
-    fence().commit("v", timeout_s=30)
+    conn = Scripted(commits=[*in_round, ErrorCode.NONE], group=described())
+    pauses = pauses_of(scripted, monkeypatch, conn)
     assert len(pauses) == 8
     assert all(pause <= fence_module.REBALANCE_POLL_S for pause in pauses)
     # A stale generation while the group is described mid-round: the same.
-    pauses.clear()
-    scripted[0] = Scripted(
-        commits=[ErrorCode.ILLEGAL_GENERATION] * 8 + [ErrorCode.NONE],
-        group=described(state="CompletingRebalance"),
-    )
-    fence().commit("v", timeout_s=30)
+    stale = [ErrorCode.ILLEGAL_GENERATION] * 8
+    conn = Scripted(commits=[*stale, ErrorCode.NONE], group=described(state="CompletingRebalance"))
+    pauses = pauses_of(scripted, monkeypatch, conn)
     assert len(pauses) == 8
     assert all(pause <= fence_module.REBALANCE_POLL_S for pause in pauses)
 
@@ -424,11 +430,9 @@ def test_while_the_group_rebalances_the_fence_looks_again_often_not_later_and_la
 def test_an_unreachable_coordinator_is_tried_again_later_and_later(
     scripted: list[Scripted], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pauses: list[float] = []
-    monkeypatch.setattr(fence_module.time, "sleep", pauses.append)
     errors = [ErrorCode.COORDINATOR_NOT_AVAILABLE] * 6
-    scripted.append(Scripted(commits=[*errors, ErrorCode.NONE], group=described()))
-    fence().commit("v", timeout_s=30)
+    conn = Scripted(commits=[*errors, ErrorCode.NONE], group=described())
+    pauses = pauses_of(scripted, monkeypatch, conn)
     assert len(pauses) == 6
     assert pauses[-1] > 4 * fence_module.REBALANCE_POLL_S  # it backs off
 
