@@ -1,7 +1,8 @@
 """Handlers that block in ``asyncio.to_thread`` for as long as they own their shard,
 more of them than asyncio's default executor has threads, in ``workgroup run``
 daemons: every handler's work starts, and a daemon that joins gets its share
-(the leader's rounds do not wait for the handlers' threads)."""
+(the leader's rounds do not wait for the handlers' threads); a call that outlives
+its grace period does not keep a stopped daemon alive."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,51 +53,74 @@ def wait_until(what: str, condition: Callable[[], bool]) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_every_threaded_handler_works_and_a_joining_daemon_gets_its_share(
-    tmp_path: Path,
-) -> None:
-    out = tmp_path / "threaded.jsonl"
-    env = {
+def start(tmp_path: Path, bootstrap: str, name: str, **env: str) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable, "-m", "workgroup", "run", "tests.e2e.apps.threaded_shards:app",
+        "--bootstrap", bootstrap, "--instance-id", name, "--log-format", "json",
+        "--leave-on-stop",
+    ]  # fmt: skip
+    environment = {
         **os.environ,
-        "THREADED_OUT": str(out),
+        "THREADED_OUT": str(tmp_path / "threaded.jsonl"),
         "THREADED_SHARDS": str(SHARDS),
         "THREADED_APP": f"threaded-{tmp_path.name}",
         "PYTHONUNBUFFERED": "1",
+        **env,
     }
-    daemons: list[subprocess.Popen[bytes]] = []
+    with (tmp_path / f"{name}.log").open("wb") as log:
+        return subprocess.Popen(argv, cwd=ROOT, env=environment, stdout=log, stderr=log)
+
+
+@pytest.fixture
+def bootstrap() -> Iterator[str]:
     with run_coordinator(
         "--initial-rebalance-delay-ms", "0", "--min-session-timeout-ms", "1000"
     ) as coordinator:
-        try:
-            for name in ("a", "b"):
-                argv = [
-                    sys.executable, "-m", "workgroup", "run",
-                    "tests.e2e.apps.threaded_shards:app",
-                    "--bootstrap", coordinator.bootstrap, "--instance-id", name,
-                    "--log-format", "json", "--leave-on-stop",
-                ]  # fmt: skip
-                with (tmp_path / f"{name}.log").open("wb") as log:
-                    daemons.append(
-                        subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=log)
-                    )
-                if name == "a":
-                    wait_until("a's 12 handlers to work", lambda: len(working(out)) == SHARDS)
-            a, b = (d.pid for d in daemons)
-            wait_until(
-                "b to work on its share",
-                lambda: (
-                    sorted(working(out).values()).count(b) == SHARDS // 2
-                    and len(working(out)) == SHARDS
-                ),
-            )
-            assert sorted(working(out).values()).count(a) == SHARDS // 2
-            for daemon in daemons:
-                daemon.send_signal(signal.SIGTERM)
-            for daemon in daemons:
-                assert daemon.wait(TIMEOUT_S) == 0
-            assert working(out) == {}  # every blocking loop saw its revocation and ended
-        finally:
-            for daemon in daemons:
-                if daemon.poll() is None:
-                    daemon.kill()
-                    daemon.wait()
+        yield coordinator.bootstrap
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for daemon in started:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+
+
+def test_every_threaded_handler_works_and_a_joining_daemon_gets_its_share(
+    tmp_path: Path, bootstrap: str, daemons: list[subprocess.Popen[bytes]]
+) -> None:
+    out = tmp_path / "threaded.jsonl"
+    daemons.append(start(tmp_path, bootstrap, "a"))
+    wait_until("a's 12 handlers to work", lambda: len(working(out)) == SHARDS)
+    daemons.append(start(tmp_path, bootstrap, "b"))
+    a, b = (d.pid for d in daemons)
+    wait_until(
+        "b to work on its share",
+        lambda: (
+            sorted(working(out).values()).count(b) == SHARDS // 2 and len(working(out)) == SHARDS
+        ),
+    )
+    assert sorted(working(out).values()).count(a) == SHARDS // 2
+    for daemon in daemons:
+        daemon.send_signal(signal.SIGTERM)
+    for daemon in daemons:
+        assert daemon.wait(TIMEOUT_S) == 0
+    assert working(out) == {}  # every blocking loop saw its revocation and ended
+
+
+def test_a_to_thread_call_that_outlives_the_grace_period_ends_with_the_process(
+    tmp_path: Path, bootstrap: str, daemons: list[subprocess.Popen[bytes]]
+) -> None:
+    out = tmp_path / "threaded.jsonl"
+    daemon = start(tmp_path, bootstrap, "a", THREADED_STUBBORN="shard-0")
+    daemons.append(daemon)
+    wait_until("a's 12 handlers to work", lambda: len(working(out)) == SHARDS)
+    stopped = time.monotonic()
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(TIMEOUT_S) == 0  # not held by the thread it cannot stop
+    assert time.monotonic() - stopped < 10  # the grace period (1 s) and the stop
+    assert "app.threads_abandoned" in (tmp_path / "a.log").read_text()
+    assert list(working(out)) == ["shard-0"]  # it never ended: the process ended it

@@ -15,9 +15,13 @@ import workgroup
 
 SHARDS = int(os.environ.get("THREADED_SHARDS", "12"))
 OUT = os.environ.get("THREADED_OUT", "threaded.jsonl")
+#: This shard's blocking work ignores its revocation: it outlives the grace period.
+STUBBORN = os.environ.get("THREADED_STUBBORN", "")
 _write = threading.Lock()
 
-app = workgroup.App(os.environ.get("THREADED_APP", "threaded"), session_timeout_ms=3_000)
+app = workgroup.App(
+    os.environ.get("THREADED_APP", "threaded"), session_timeout_ms=3_000, grace_ms=1_000
+)
 
 
 @app.resources("shard")
@@ -34,7 +38,7 @@ def record(event: str, key: object) -> None:
 def blocking_work(lease: workgroup.Lease) -> None:
     """A client library's blocking loop, until the lease is revoked."""
     record("start", lease.key)
-    while not lease.revoked:
+    while not lease.revoked or lease.key == STUBBORN:
         time.sleep(0.02)
     record("end", lease.key)
 
