@@ -212,6 +212,9 @@ def failover(data: Path, how: str, remote: str | None = None) -> list[tuple[floa
             return delays
         finally:
             feeder.stop()
+            # Stopped, not only killed: on a Connect server a killed daemon's
+            # queries run on, into the next trial's load and this run's files.
+            cluster.stop_all()
             cluster.kill_all()
 
 

@@ -82,20 +82,4 @@ async def test_a_dry_run_runs_one_batch_of_the_shards_query_and_publishes_nothin
         assert not (root / "shard").exists()  # the shard's own checkpoint untouched
         assert list(spark.streams.active) == []
     finally:
-        await asyncio.to_thread(holder.stop)
-        await asyncio.to_thread(_end_gateway)
-
-
-def _end_gateway() -> None:
-    """End this process's JVM (pyspark keeps it after the session stops)."""
-    from pyspark import SparkContext
-
-    gateway = SparkContext._gateway
-    if gateway is None:
-        return
-    process = getattr(gateway, "proc", None)
-    gateway.shutdown()
-    SparkContext._gateway = SparkContext._jvm = None
-    if process is not None:
-        process.stdin.close()  # the JVM exits at the end of its standard input
-        process.wait(60)
+        await asyncio.to_thread(holder.stop)  # its JVM too

@@ -722,6 +722,125 @@ def test_stopping_a_session_whose_jvm_is_gone_is_not_a_failure() -> None:
     assert not holder.started
 
 
+def test_the_local_checkpoint_manager_is_named_where_each_spark_keeps_it() -> None:
+    from workgroup_spark.session import local_checkpoint_manager
+
+    package = "org.apache.spark.sql.execution.streaming"
+    old = f"{package}.FileSystemBasedCheckpointFileManager"
+    new = f"{package}.checkpointing.FileSystemBasedCheckpointFileManager"
+    assert local_checkpoint_manager("4.0.1") == old
+    assert local_checkpoint_manager("4.1.0") == new
+    assert local_checkpoint_manager("4.3.0") == new
+    assert local_checkpoint_manager("5.0.0-preview1") == new
+
+
+@pytest.mark.parametrize(
+    ("root", "local"),
+    [
+        ("/srv/etl/checkpoints", True),
+        ("file:/srv/etl/checkpoints", True),
+        ("FILE:///srv/etl/checkpoints", True),
+        ("hdfs://namenode:8020/etl", False),
+        ("s3a://bucket/etl", False),
+        (None, False),
+    ],
+)
+def test_only_checkpoints_on_this_machine_are_local(root: str | None, local: bool) -> None:
+    from workgroup_spark.session import is_local_path
+
+    assert is_local_path(root) is local
+
+
+class ConfSession:
+    """A session's ``conf`` and ``version``, as the checkpoint manager's choice uses them."""
+
+    version = "4.3.0"
+
+    def __init__(self, *, refuse: bool = False) -> None:
+        self.settings: dict[str, str] = {}
+        self.refuse = refuse
+        self.conf = self
+
+    def set(self, key: str, value: str) -> None:
+        if self.refuse:
+            raise RuntimeError("[CANNOT_MODIFY_CONFIG] Cannot modify the value of a config")
+        self.settings[key] = value
+
+
+def test_a_session_for_local_checkpoints_renames_without_starting_processes() -> None:
+    from workgroup.testing import capture_logs
+    from workgroup_spark.session import (
+        CHECKPOINT_MANAGER_SETTING,
+        SessionHolder,
+        local_checkpoint_manager,
+    )
+
+    local = ConfSession()
+    SessionHolder(SessionOptions("etl"), checkpoint_root="/srv/ck")._choose_checkpoint_manager(
+        local
+    )
+    assert local.settings == {CHECKPOINT_MANAGER_SETTING: local_checkpoint_manager("4.3.0")}
+    for holder in (
+        SessionHolder(SessionOptions("etl"), checkpoint_root="s3a://bucket/ck"),  # not local
+        SessionHolder(SessionOptions("etl")),  # no checkpoint root known
+        SessionHolder(  # the user's choice wins
+            SessionOptions("etl", conf={CHECKPOINT_MANAGER_SETTING: "com.example.Manager"}),
+            checkpoint_root="/srv/ck",
+        ),
+    ):
+        untouched = ConfSession()
+        holder._choose_checkpoint_manager(untouched)
+        assert untouched.settings == {}
+    with capture_logs() as logs:  # refused: Spark's default, and the session goes on
+        SessionHolder(SessionOptions("etl"), checkpoint_root="/srv/ck")._choose_checkpoint_manager(
+            ConfSession(refuse=True)
+        )
+    [refused] = [e for e in logs if e["event"] == "spark.checkpoint_manager_refused"]
+    assert refused["error"].startswith("RuntimeError: [CANNOT_MODIFY_CONFIG]")
+
+
+class FakeGateway:
+    """pyspark's gateway as :func:`workgroup_spark.session._end_jvm` finds it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.shut = False
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+
+@pytest.mark.parametrize(
+    ("program", "ends_by"),
+    [
+        ("import sys; sys.stdin.read()", "the end of its input"),  # as Spark's gateway does
+        (
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)",
+            "a kill",
+        ),
+    ],
+)
+def test_a_stopped_session_leaves_no_jvm_behind(
+    monkeypatch: pytest.MonkeyPatch, program: str, ends_by: str
+) -> None:
+    from pyspark import SparkContext
+
+    from workgroup_spark import session as session_module
+
+    jvm = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE)
+    gateway = FakeGateway(jvm)
+    monkeypatch.setattr(SparkContext, "_gateway", gateway)
+    monkeypatch.setattr(SparkContext, "_jvm", object())
+    began = time.monotonic()
+    session_module._end_jvm(wait_s=2.0)
+    assert jvm.poll() is not None, ends_by  # gone before the daemon goes on
+    if ends_by == "the end of its input":
+        assert time.monotonic() - began < 2.0  # not waited out
+    assert gateway.shut
+    assert SparkContext._gateway is None  # a new session starts a new JVM
+    assert SparkContext._jvm is None
+
+
 # --- warm-ups (planned moves) ----------------------------------------------------------
 
 
