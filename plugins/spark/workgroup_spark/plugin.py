@@ -7,7 +7,6 @@ point) makes; :mod:`workgroup_spark` re-exports it.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -17,7 +16,7 @@ from workgroup.runtime.app import App
 from workgroup_spark.java import check_java
 from workgroup_spark.progress import SparkMetrics
 from workgroup_spark.query import Build, ShardQuery
-from workgroup_spark.session import SessionHolder, SessionOptions
+from workgroup_spark.session import URI_SCHEME, SessionHolder, SessionOptions
 
 B = TypeVar("B", bound=Build)
 
@@ -30,8 +29,6 @@ DEFAULT_CHECKPOINT_ROOT = "spark-checkpoints"
 #: A warm-up may start a JVM (11-20 s on two cores, over a minute when several
 #: start at once): past this the move falls back to a plain one.
 DEFAULT_WARMUP_TIMEOUT_MS = 180_000
-
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 def parse_switch(name: str, value: str | None, default: bool = True) -> bool:
@@ -51,7 +48,7 @@ def resolve_checkpoint_root(root: str, *, remote: str | None) -> str:
     path as given; a relative path resolved against this process's working
     directory, except with Spark Connect, where the server, not the daemon, would
     resolve it (:class:`ConfigError`)."""
-    if _URI.match(root) or os.path.isabs(root):
+    if URI_SCHEME.match(root) or os.path.isabs(root):
         return root
     if remote:
         raise ConfigError(

@@ -31,10 +31,11 @@ attempt (the runtime restarts it with back-off) opens a new one.
 
 A daemon's own JVM ignores SIGTERM, as pyspark makes it ignore SIGINT: the
 daemon stops gracefully on either, hands its shards over (each query finishes
-its batch), then stops the session, and the JVM exits when the daemon does (it
-reads its end of a pipe from the daemon).  A SIGTERM to the daemon's whole
-process group (``kill -TERM -- -PGID``) would otherwise end the JVM at once, and
-with it the queries the daemon is handing over.
+its batch), then stops the session and ends the JVM (:func:`_end_jvm`).  A
+SIGTERM to the daemon's whole process group (``kill -TERM -- -PGID``) would
+otherwise end the JVM at once, and with it the queries the daemon is handing
+over.  A daemon killed outright still takes its JVM along: the JVM exits at the
+end of its standard input, a pipe from the daemon.
 
 Checkpoints on this machine's file system (a path, or a ``file:`` URI) are
 written through Spark's FileSystem-based checkpoint file manager
@@ -84,7 +85,8 @@ DEFAULT_CONF: Mapping[str, str] = {
 #: The Spark setting that names the checkpoint file manager (see the module's docstring).
 CHECKPOINT_MANAGER_SETTING = "spark.sql.streaming.checkpointFileManagerClass"
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+#: A URI's scheme (``s3a:``, ``file:``) at the start of a path.
+URI_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
 
 def local_checkpoint_manager(spark_version: str) -> str:
@@ -99,7 +101,7 @@ def is_local_path(root: str | None) -> bool:
     """``root`` is on this machine's file system: a path, or a ``file:`` URI."""
     if not root:
         return False
-    scheme = _SCHEME.match(root)
+    scheme = URI_SCHEME.match(root)
     return scheme is None or scheme.group(1).lower() == "file"
 
 
@@ -304,8 +306,15 @@ class SessionHolder:
         if session is None:
             return
         try:
+            self._stop_session(session)
+        finally:
+            if not self.options.remote:
+                _end_jvm(JVM_EXIT_WAIT_S)
+
+    def _stop_session(self, session: Any) -> None:
+        try:
             queries = list(session.streams.active)
-        except Exception as exc:  # the JVM is gone already (signalled with the process group)
+        except Exception as exc:  # the JVM is gone already (killed, or its pipe closed)
             log.info("spark.session_gone", app=self.options.app_name, error=_first_line(exc))
             return
         for query in queries:
@@ -315,8 +324,6 @@ class SessionHolder:
                 log.warning("spark.query_stop_failed", name=query.name, error=_first_line(exc))
         session.stop()
         log.info("spark.session_stopped", app=self.options.app_name)
-        if not self.options.remote:
-            _end_jvm(JVM_EXIT_WAIT_S)
 
 
 def _end_jvm(wait_s: float) -> None:
