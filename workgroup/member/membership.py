@@ -41,11 +41,12 @@ Rules:
 7. Moves the machine's rules call for: JOINING (the next JoinGroup now or
    after the back-off, and not within the release or ready window of
    :mod:`~workgroup.member.holdings` and :mod:`~workgroup.member.intents` while
-   what it waits for is outstanding; an eager member revokes everything first), finding the
-   coordinator again, a round for changed metadata (only while in the group),
-   a round after releases a cooperative JoinGroup already reported (with
-   ``confirm_release``), and why a commit cannot be sent at all (not in the
-   group or past its LeaveGroup: UNKNOWN_MEMBER_ID; no coordinator: retriable).
+   what it waits for is outstanding; an eager member revokes everything
+   first), finding the coordinator again, a round for changed metadata (only
+   while in the group), a round after releases a cooperative JoinGroup already
+   reported (with ``confirm_release``), and why a commit cannot be sent at all
+   (not in the group or past its LeaveGroup: UNKNOWN_MEMBER_ID; no
+   coordinator: retriable).
 """
 
 from __future__ import annotations
