@@ -10,7 +10,7 @@ worker thread, as a thread handler stops), the start of ``b``'s ``on_assigned``
 for ``a``'s shards and the moment ``b`` owns all 6, then heals and waits for
 3 + 3 again.  The gap is ``b`` starting minus ``a`` stopping: it must be
 positive, and the margin is what keeps it so when ``a`` runs late.  The default
-heartbeat is the daemon's (a third of the session, at most 500 ms).
+heartbeat is the daemon's (a third of the session, at most 250 ms).
 ``python benchmarks/partition.py --help``.
 """
 

@@ -35,7 +35,7 @@ def test_an_app_names_its_groups_after_kinds_and_leaders() -> None:
     assert sorted(app.workers) == ["shard"]
     assert sorted(app.leaders) == ["publisher"]
     assert app.group_id("shard") == "billing.shard"
-    assert app.settings.heartbeat_ms() == 500  # a third of the session, at most 500 ms
+    assert app.settings.heartbeat_ms() == 250  # a third of the session, at most 250 ms
 
 
 @pytest.mark.parametrize(
@@ -165,9 +165,10 @@ def test_the_session_margin_and_request_timeout_are_settings(tmp_path: Path) -> 
     )
     assert settings.session_margin_ms == 1_500
     assert settings.request_timeout_ms == 5_000
-    # A margin that leaves less than two heartbeat intervals (2 x 500 ms) of the session.
+    # A margin that leaves less than two heartbeat intervals (2 x 250 ms) of the session.
     with pytest.raises(ConfigError, match="must leave two heartbeat intervals"):
-        resolve(app.settings, flags={"session_margin_ms": 5_001}, environ={}, config_file=None)
+        resolve(app.settings, flags={"session_margin_ms": 5_501}, environ={}, config_file=None)
+    resolve(app.settings, flags={"session_margin_ms": 5_500}, environ={}, config_file=None)
     with pytest.raises(ConfigError, match="request_timeout_ms must be > 0"):
         resolve(
             app.settings, flags={}, environ={"WORKGROUP_REQUEST_TIMEOUT_MS": "0"}, config_file=None
