@@ -425,12 +425,18 @@ class FakeSession:
 
 
 def shard_query(
-    writer: Any, metrics: SparkMetrics | None = None, checkpoint_root: str = "/ckpt"
+    writer: Any,
+    metrics: SparkMetrics | None = None,
+    checkpoint_root: str = "/ckpt",
+    *,
+    remote: bool = False,
 ) -> ShardQuery:
+    session = FakeSession()
+    session.remote = remote
     return ShardQuery(
         app_name="etl",
         build=lambda session, lease: writer,
-        session=FakeSession(),  # type: ignore[arg-type]
+        session=session,  # type: ignore[arg-type]
         checkpoint_root=lambda: checkpoint_root,
         metrics=metrics or SparkMetrics(),
         poll_interval_s=0.02,
@@ -565,13 +571,14 @@ def _checkpoint(root: Path, planned: int, committed: int) -> Path:
 
 
 async def _revoked_query(
-    checkpoint_root: Path, *, last_batch: int, trigger_active: bool = True
+    checkpoint_root: Path, *, last_batch: int, trigger_active: bool = True, remote: bool = False
 ) -> tuple[asyncio.Task[None], FakeQuery]:
     """A shard's query whose last completed batch (by Spark) is ``last_batch``,
     revoked with a long grace period: its owner now waits for the batch in flight."""
     lease = await _held_lease(FakeStore())
     writer = FakeWriter()
-    task = asyncio.create_task(shard_query(writer, checkpoint_root=str(checkpoint_root))(lease))
+    handler = shard_query(writer, checkpoint_root=str(checkpoint_root), remote=remote)
+    task = asyncio.create_task(handler(lease))
     await _until(lambda: writer.query is not None)
     query = writer.query
     assert query is not None
@@ -600,10 +607,11 @@ async def test_a_revoked_query_stops_when_its_batch_commits_in_the_checkpoint(
 
 
 async def test_a_checkpoint_behind_sparks_progress_is_not_the_querys(tmp_path: Path) -> None:
-    """A path on this machine that Spark has gone past (the server's checkpoint
-    is on another disk) says nothing: Spark's progress decides, as elsewhere."""
+    """On Spark Connect, a path on this machine that Spark has gone past (the
+    server's checkpoint is on another disk) says nothing: Spark's progress
+    decides, as elsewhere."""
     _checkpoint(tmp_path, planned=1, committed=1)  # stale: no batch in flight by it
-    task, query = await _revoked_query(tmp_path, last_batch=7)  # batch 8 runs
+    task, query = await _revoked_query(tmp_path, last_batch=7, remote=True)  # batch 8 runs
     await asyncio.sleep(0.3)
     assert query.stopped_at is None
     query.recentProgress = [*query.reports, {**REPORT, "batchId": 8}]
