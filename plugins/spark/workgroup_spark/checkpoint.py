@@ -13,7 +13,9 @@ Rules:
 3. :class:`BatchEnd` tells a revoked query's owner when its batch in flight
    has completed: the batch planned last (``offsets/``) is the one in flight
    unless it has a commit already; the moment its ``commits/<N>`` appears it
-   is done.  A stat every few milliseconds: no round trip to Spark, so the
+   is done.  A trigger that has begun but not yet planned its batch shows
+   nothing in flight; its plan is ``offsets/<N+1>`` appearing
+   (:meth:`BatchEnd.planned_since`).  A stat every few milliseconds: no round trip to Spark, so the
    query is stopped before it plans its next batch (Spark Connect's status
    and progress are a round trip each, 30-150 ms on a busy server).  A path
    that names another machine's disk (a Connect server's) may exist here too:
@@ -59,16 +61,19 @@ class BatchEnd:
     """Whether a running query's batch in flight has completed, from its
     checkpoint (rule 3); made when the query is revoked."""
 
-    __slots__ = ("_commit", "committed")
+    __slots__ = ("_commit", "_next_plan", "_path", "committed")
 
     def __init__(self, path: str) -> None:
         state = _state(path, read=False)
         planned = state.last_batch
+        self._path = path
         #: The last batch committed when the watch was made (``None``: none yet).
         self.committed = state.committed_batch
         in_flight = planned is not None and (self.committed is None or self.committed < planned)
         #: The commit file that ends the batch in flight (``None``: none runs).
         self._commit = os.path.join(path, "commits", str(planned)) if in_flight else None
+        #: The offsets file of the batch planned next (batch ids follow each other).
+        self._next_plan = os.path.join(path, "offsets", str(0 if planned is None else planned + 1))
 
     @classmethod
     def of(cls, location: str) -> BatchEnd | None:
@@ -93,6 +98,11 @@ class BatchEnd:
     def done(self) -> bool:
         """No batch was in flight, or the one that was has committed."""
         return self._commit is None or os.path.exists(self._commit)
+
+    def planned_since(self) -> BatchEnd | None:
+        """The watch of the batch planned after this one was made (``None``: none
+        yet): a stat of its ``offsets/`` file."""
+        return BatchEnd(self._path) if os.path.exists(self._next_plan) else None
 
 
 def _state(path: str, *, read: bool) -> CheckpointState:

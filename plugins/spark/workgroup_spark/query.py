@@ -29,7 +29,8 @@ Rules:
    the handler returns, which lets the new owner start.  Batches back to back
    (each longer than the trigger) leave no idle moment: the query stops as
    soon as one completes.  The checkpoint's commit log says when, where this
-   process can read it (:mod:`workgroup_spark.checkpoint`).
+   process can read it (:mod:`workgroup_spark.checkpoint`).  A trigger that
+   has begun counts as a batch in flight before its batch is planned.
 4. Lost or fenced (the session is gone, someone else may own the shard): the
    query is stopped at once, without waiting for the batch.
 5. A query that fails raises :class:`SparkQueryFailed` from the handler:
@@ -75,6 +76,8 @@ STOP_MARGIN_S = 1.0
 COMMIT_WATCH_S = 0.01
 #: How often Spark is asked meanwhile whether the query still runs (a round trip).
 STATUS_EVERY_S = 0.5
+#: How often a trigger that has not planned its batch yet is looked at again.
+PLAN_WATCH_S = 0.02
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]")
 
@@ -381,7 +384,14 @@ def _stop_after_batch(query: Any, wait_s: float, checkpoint: str, *, own_jvm: bo
 
 def _wait_for_commit(query: Any, batch_end: BatchEnd, deadline: float) -> None:
     """Until the batch in flight commits; a query that ended commits nothing
-    more, so Spark is asked whether it runs, now and then."""
+    more, so Spark is asked whether it runs, now and then.  With none in flight
+    by the checkpoint, a trigger may have begun without planning its batch yet
+    (:func:`_wait_for_plan`)."""
+    if not batch_end.in_flight:
+        planned = _wait_for_plan(query, batch_end, deadline)
+        if planned is None:
+            return
+        batch_end = planned
     next_status = time.monotonic() + STATUS_EVERY_S
     while not batch_end.done() and time.monotonic() < deadline:
         if time.monotonic() >= next_status:
@@ -392,6 +402,31 @@ def _wait_for_commit(query: Any, batch_end: BatchEnd, deadline: float) -> None:
                 return
             next_status = time.monotonic() + STATUS_EVERY_S
         time.sleep(COMMIT_WATCH_S)
+
+
+def _wait_for_plan(query: Any, batch_end: BatchEnd, deadline: float) -> BatchEnd | None:
+    """The batch a trigger now running plans (``None``: none runs; stop now).
+
+    Spark writes a batch's ``offsets/`` file only once it has listed the new
+    input, 20-150 ms into the trigger.  Stopped in that window, the query does
+    not stop there: the batch runs on into ``foreachBatch``, ``stop()`` waits
+    for it (0.45 s in a planned move on two busy cores) and its work is lost,
+    so that the shard's write gap gained a whole idle interval.  Spark's status
+    says whether a trigger runs; while one does, its plan is awaited, then its
+    commit."""
+    while time.monotonic() < deadline:
+        planned = batch_end.planned_since()
+        if planned is not None:
+            return planned
+        try:
+            running = bool(query.status["isTriggerActive"])
+        except Exception:
+            return None
+        if not running:
+            # A trigger that planned, ran and committed a batch since the last look.
+            return batch_end.planned_since()
+        time.sleep(PLAN_WATCH_S)
+    return None
 
 
 def _wait_for_progress(query: Any, done: int | None, deadline: float) -> None:

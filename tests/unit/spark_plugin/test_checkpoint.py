@@ -59,6 +59,33 @@ def test_a_first_batch_in_flight_ends_at_its_commit(tmp_path: Path) -> None:
     assert batch_end.done()
 
 
+def test_a_batch_planned_after_the_watch_is_watched_next(tmp_path: Path) -> None:
+    _log(tmp_path, "offsets", 0, 1, 2)
+    _log(tmp_path, "commits", 0, 1, 2)
+    batch_end = BatchEnd.of(str(tmp_path))
+    assert batch_end is not None
+    assert not batch_end.in_flight
+    assert batch_end.planned_since() is None  # Spark's temp file is no plan
+    (tmp_path / "offsets" / "3").write_text("v1\n")
+    planned = batch_end.planned_since()
+    assert planned is not None
+    assert planned.in_flight
+    assert not planned.done()
+    (tmp_path / "commits" / "3").write_text("v1\n")
+    assert planned.done()
+
+
+def test_a_first_batch_planned_after_the_watch_is_watched_next(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    batch_end = BatchEnd.of(str(tmp_path))
+    assert batch_end is not None
+    assert not batch_end.in_flight
+    (tmp_path / "offsets" / "0").write_text("v1\n")
+    planned = batch_end.planned_since()
+    assert planned is not None
+    assert planned.in_flight
+
+
 def test_a_checkpoint_not_written_here_is_not_watched(tmp_path: Path) -> None:
     assert BatchEnd.of(str(tmp_path / "on-the-server-only")) is None
     assert BatchEnd.of("hdfs://namenode/ckpt/shard/s-0") is None

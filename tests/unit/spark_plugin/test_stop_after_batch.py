@@ -14,17 +14,23 @@ from workgroup_spark.query import _stop_after_batch
 class FakeQuery:
     """A running query whose progress says batch ``completed`` is done."""
 
-    def __init__(self, completed: int) -> None:
+    def __init__(self, completed: int, *, trigger_active: bool = True) -> None:
         self.completed = completed
+        self.trigger_active = trigger_active
         self.progress_reads = 0
+        self.status_reads = 0
         self.stopped = threading.Event()
         self.isActive = True
-        self.status = {"isTriggerActive": True}
 
     @property
     def lastProgress(self) -> dict[str, Any]:
         self.progress_reads += 1
         return {"batchId": self.completed}
+
+    @property
+    def status(self) -> dict[str, Any]:
+        self.status_reads += 1
+        return {"isTriggerActive": self.trigger_active}
 
     def stop(self) -> None:
         self.stopped.set()
@@ -58,14 +64,41 @@ def test_a_query_of_the_daemons_own_jvm_stops_at_its_commit_without_asking_spark
     assert query.progress_reads == 0  # the commit log alone said when
 
 
-def test_a_query_of_the_daemons_own_jvm_with_nothing_in_flight_stops_at_once(
-    tmp_path: Path,
-) -> None:
+def test_an_idle_query_stops_at_once(tmp_path: Path) -> None:
     _checkpoint(tmp_path, planned=3, committed=3)
-    query = FakeQuery(completed=3)
+    query = FakeQuery(completed=3, trigger_active=False)
     _stop_in_thread(query, tmp_path, own_jvm=True).join(10)
     assert query.stopped.is_set()
     assert query.progress_reads == 0
+    assert query.status_reads == 1  # Spark says no trigger runs
+
+
+def test_a_trigger_that_has_not_planned_its_batch_yet_is_waited_for(tmp_path: Path) -> None:
+    """Batch 3 is committed and nothing is planned, but a trigger runs: it is
+    listing its input.  Stopped now, it would run on into foreachBatch with
+    ``stop()`` waiting and its work lost; its batch is awaited instead."""
+    _checkpoint(tmp_path, planned=3, committed=3)
+    query = FakeQuery(completed=3, trigger_active=True)
+    thread = _stop_in_thread(query, tmp_path, own_jvm=True)
+    assert not query.stopped.wait(0.1)
+    (tmp_path / "offsets" / "4").write_text("v1\n")  # the trigger planned batch 4
+    assert not query.stopped.wait(0.1)
+    reads = query.status_reads
+    (tmp_path / "commits" / "4").write_text("v1\n")
+    thread.join(10)
+    assert query.stopped.is_set()
+    assert query.status_reads == reads  # from its plan on, the commit log alone
+
+
+def test_a_trigger_that_finds_no_new_input_ends_the_wait(tmp_path: Path) -> None:
+    _checkpoint(tmp_path, planned=3, committed=3)
+    query = FakeQuery(completed=3, trigger_active=True)
+    thread = _stop_in_thread(query, tmp_path, own_jvm=True)
+    assert not query.stopped.wait(0.1)
+    query.trigger_active = False  # no batch: nothing new to read
+    thread.join(10)
+    assert query.stopped.is_set()
+    assert not (tmp_path / "offsets" / "4").exists()
 
 
 def test_a_servers_query_checks_the_checkpoint_against_sparks_progress(tmp_path: Path) -> None:
