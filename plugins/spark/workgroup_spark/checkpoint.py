@@ -15,12 +15,13 @@ Rules:
    unless it has a commit already; the moment its ``commits/<N>`` appears it
    is done.  A trigger that has begun but not yet planned its batch shows
    nothing in flight; its plan is ``offsets/<N+1>`` appearing
-   (:meth:`BatchEnd.planned_since`).  A stat every few milliseconds: no round trip to Spark, so the
-   query is stopped before it plans its next batch (Spark Connect's status
-   and progress are a round trip each, 30-150 ms on a busy server).  A path
-   that names another machine's disk (a Connect server's) may exist here too:
-   a checkpoint that has not committed the query's last completed batch, by
-   Spark's progress, is not the query's (:meth:`BatchEnd.behind`).
+   (:meth:`BatchEnd.planned_since`).  A stat every few milliseconds: no
+   round trip to Spark, so the query is stopped before it plans its next
+   batch (Spark Connect's status and progress are a round trip each, 30-150
+   ms on a busy server).  A path that names another machine's disk (a
+   Connect server's) may exist here too: a checkpoint that has not committed
+   the query's last completed batch, by Spark's progress, is not the query's
+   (:meth:`BatchEnd.behind`).
 """
 
 from __future__ import annotations
