@@ -40,7 +40,7 @@ from workgroup_spark import (
     write_batch_parquet,
 )
 from workgroup_spark.progress import SparkMetrics
-from workgroup_spark.query import ShardQuery
+from workgroup_spark.query import ShardQuery, _stop_after_batch
 from workgroup_spark.session import SessionOptions
 
 # --- entry point and options ---------------------------------------------------------
@@ -358,6 +358,7 @@ class FakeQuery:
         self.stopped_at: float | None = None
         self.stopped = threading.Event()
         self.status_reads = 0  # each a round trip on Spark Connect
+        self.progress_reads = 0
 
     @property
     def status(self) -> dict[str, Any]:
@@ -375,6 +376,7 @@ class FakeQuery:
 
     @property
     def lastProgress(self) -> dict[str, Any] | None:
+        self.progress_reads += 1
         return self.reports[-1] if self.reports else None
 
     def exception(self) -> Exception | None:
@@ -617,6 +619,99 @@ async def test_a_checkpoint_behind_sparks_progress_is_not_the_querys(tmp_path: P
     query.recentProgress = [*query.reports, {**REPORT, "batchId": 8}]
     await asyncio.wait_for(task, 5)
     assert query.stopped_at is not None
+
+
+def _query_done_up_to(batch: int, *, trigger_active: bool = True) -> FakeQuery:
+    """A running query whose progress says batch ``batch`` is done."""
+    query = FakeQuery("etl.shard.s-0")
+    query.recentProgress = [{**REPORT, "batchId": batch}]
+    query.trigger_active = trigger_active
+    return query
+
+
+def _stop_in_thread(query: FakeQuery, checkpoint: Path, *, own_jvm: bool) -> threading.Thread:
+    thread = threading.Thread(
+        target=_stop_after_batch, args=(query, 30.0, str(checkpoint)), kwargs={"own_jvm": own_jvm}
+    )
+    thread.start()
+    return thread
+
+
+def test_a_query_of_the_daemons_own_jvm_stops_at_its_commit_without_asking_spark(
+    tmp_path: Path,
+) -> None:
+    checkpoint = _checkpoint(tmp_path, planned=3, committed=2)
+    query = _query_done_up_to(2)
+    thread = _stop_in_thread(query, checkpoint, own_jvm=True)
+    assert not query.stopped.wait(0.1)  # batch 3 still runs
+    (checkpoint / "commits" / "3").write_text("v1\n")
+    thread.join(10)
+    assert query.stopped.is_set()
+    assert query.progress_reads == 0  # the commit log alone said when
+
+
+def test_an_idle_query_stops_at_once(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path, planned=3, committed=3)
+    query = _query_done_up_to(3, trigger_active=False)
+    _stop_in_thread(query, checkpoint, own_jvm=True).join(10)
+    assert query.stopped.is_set()
+    assert query.progress_reads == 0
+    assert query.status_reads == 1  # Spark says no trigger runs
+
+
+def test_a_trigger_that_has_not_planned_its_batch_yet_is_waited_for(tmp_path: Path) -> None:
+    """Batch 3 is committed and nothing is planned, but a trigger runs: it is
+    listing its input.  Stopped now, it would run on into foreachBatch with
+    ``stop()`` waiting and its work lost; its batch is awaited instead."""
+    checkpoint = _checkpoint(tmp_path, planned=3, committed=3)
+    query = _query_done_up_to(3)
+    thread = _stop_in_thread(query, checkpoint, own_jvm=True)
+    assert not query.stopped.wait(0.1)
+    (checkpoint / "offsets" / "4").write_text("v1\n")  # the trigger planned batch 4
+    assert not query.stopped.wait(0.1)
+    reads = query.status_reads
+    (checkpoint / "commits" / "4").write_text("v1\n")
+    thread.join(10)
+    assert query.stopped.is_set()
+    assert query.status_reads == reads  # from its plan on, the commit log alone
+
+
+def test_a_trigger_that_finds_no_new_input_ends_the_wait(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path, planned=3, committed=3)
+    query = _query_done_up_to(3)
+    thread = _stop_in_thread(query, checkpoint, own_jvm=True)
+    assert not query.stopped.wait(0.1)
+    query.trigger_active = False  # no batch: nothing new to read
+    thread.join(10)
+    assert query.stopped.is_set()
+    assert not (checkpoint / "offsets" / "4").exists()
+
+
+def test_a_servers_query_checks_the_checkpoint_against_sparks_progress(tmp_path: Path) -> None:
+    """On Spark Connect the same path may name another machine's disk: this one
+    is behind what Spark reports (batch 5 done, 2 committed here), so Spark's
+    progress says when the batch in flight is done."""
+    checkpoint = _checkpoint(tmp_path, planned=3, committed=2)
+    query = _query_done_up_to(5)
+    thread = _stop_in_thread(query, checkpoint, own_jvm=False)
+    assert not query.stopped.wait(0.1)
+    (checkpoint / "commits" / "3").write_text("v1\n")  # not the query's: still running
+    assert not query.stopped.wait(0.1)
+    query.recentProgress = [{**REPORT, "batchId": 6}]
+    thread.join(10)
+    assert query.stopped.is_set()
+    assert query.progress_reads >= 2
+
+
+def test_a_servers_query_whose_checkpoint_is_here_stops_at_its_commit(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path, planned=3, committed=2)
+    query = _query_done_up_to(2)
+    thread = _stop_in_thread(query, checkpoint, own_jvm=False)
+    assert not query.stopped.wait(0.1)
+    (checkpoint / "commits" / "3").write_text("v1\n")
+    thread.join(10)
+    assert query.stopped.is_set()
+    assert query.progress_reads == 1  # once, to check the checkpoint is the query's
 
 
 async def test_a_query_that_ends_during_its_batch_is_not_waited_for(tmp_path: Path) -> None:
