@@ -14,7 +14,8 @@ Rules:
    the catalog; a follower's goes to the leader with its next JoinGroup).
 3. Warm-ups (or owned resources) newly ready, and a drain started or ended,
    change the member's metadata: a round follows, also after the one under
-   way.  A closed or failed member neither drains nor undrains.
+   way if its JoinGroup went without the change (one still to go carries
+   it).  A closed or failed member neither drains nor undrains.
 4. Giving resources up (:meth:`ApplicationRequests.give_up`: no callback) asks
    for a round only when something owned was given up; a refusal gives them
    up and names them in the metadata until it ends.

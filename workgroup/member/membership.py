@@ -282,9 +282,14 @@ class Membership:
 
     def metadata_changed(self, reason: str) -> None:
         """The leader must see the new metadata: a round follows, also after the
-        round under way (its JoinGroup may have gone without it)."""
-        if self._state not in (State.UNJOINED, State.LEAVING, State.CLOSED, State.FATAL):
-            self.ask_rejoin(reason)
+        round under way if its JoinGroup went without it.  A JoinGroup still to
+        go (JOINING, held back by a window or a back-off) carries it: asking
+        then would start a round that changes nothing."""
+        if self._state in (State.UNJOINED, State.LEAVING, State.CLOSED, State.FATAL):
+            return
+        if self._state is State.JOINING and not self.pending.rebalancing:
+            return
+        self.ask_rejoin(reason)
 
     def released(self, done: tuple[Resource, ...]) -> None:
         """Revoked resources whose work stopped (the machine's rule 9).  A

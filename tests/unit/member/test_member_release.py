@@ -367,6 +367,12 @@ def test_warm_ups_ready_together_are_cut_over_in_one_round() -> None:
     (join,) = only(m.ready(now + 503, [S2]), SendRequest)
     assert isinstance(join.request, JoinGroup)
     assert metadata(join).ready == (S1, S2)
+    # That JoinGroup told the leader of both: its round (the cut-over) asks for
+    # no other.  The follow-up it announces is started by the revoking owner.
+    actions = join_and_sync(m, join, now + 504, 7, (S0,), warming=(S1, S2), pending=True)
+    assert not [a for a in only(actions, SendRequest) if isinstance(a.request, JoinGroup)]
+    now, later = heartbeat_until(m, now + 505, now + 2_000)
+    assert not [a for a in only(later, SendRequest) if isinstance(a.request, JoinGroup)]
 
 
 def test_a_warm_up_ready_alone_waits_no_longer_than_the_window() -> None:
