@@ -52,6 +52,8 @@ from workgroup_spark.connect_server import ConnectServer, run_connect_server  # 
 SHARDS = 4
 FILES_PER_BATCH = 25  # per shard; the baseline takes SHARDS times as many per batch
 SESSION_MS = 6_000
+#: The issue's targets for a moved shard's first output after each signal.
+FAILOVER_TARGETS_S = {"SIGKILL": SESSION_MS / 1000 + 2, "SIGTERM": 2.0}
 FAILOVER_LAYOUTS = {"jvm": "2, a JVM each", "connect": "2 thin, one Connect server"}
 
 
@@ -268,12 +270,19 @@ def main() -> None:
     parser.add_argument(
         "--failover-layouts", default="jvm,connect", help="jvm, connect or both (jvm,connect)"
     )
+    parser.add_argument(
+        "--signals", default="SIGKILL,SIGTERM", help="failover signals: SIGKILL, SIGTERM or both"
+    )
     parser.add_argument("--skip-failover", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument(
         "--keep", type=Path, help="keep every run's data and logs under this directory"
     )
     args = parser.parse_args()
+    signals = [name for name in args.signals.split(",") if name]
+    for name in signals:
+        if name not in FAILOVER_TARGETS_S:
+            parser.error(f"--signals: {name!r} is neither SIGKILL nor SIGTERM")
     global KEEP
     KEEP = args.keep
     print(f"machine: {os.cpu_count()} cores; {args.events:,} events in {SHARDS} shards; {load()}")
@@ -342,7 +351,8 @@ def main() -> None:
                 if layout_name == "connect":
                     logs = stack.enter_context(workdir())
                     remote = stack.enter_context(connect_server(logs))[0].remote
-                for how, target in (("SIGKILL", SESSION_MS / 1000 + 2), ("SIGTERM", 2.0)):
+                for how in signals:
+                    target = FAILOVER_TARGETS_S[how]
                     delays: list[tuple[float, float]] = []
                     for _ in range(args.trials):
                         with workdir() as data:

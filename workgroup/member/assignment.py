@@ -8,7 +8,7 @@ are asked of :mod:`~workgroup.member.membership`.
 
 Rules:
 
-1. The member is STABLE, and heartbeats every 100 ms while the assignment says
+1. The member is STABLE, and heartbeats every 50 ms while the assignment says
    a follow-up round is due (the machine's rule 2); the assignment settles the
    follow-up it does not announce.  A leader's catalog that is not this
    member's is logged (``member.catalog_mismatch``); the leader's wins, and a

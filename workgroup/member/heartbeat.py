@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 #: Heartbeat interval while a follow-up round is due: the revoking members start
 #: it at once, the others notice it at their next heartbeat (rule 1).
-EXPEDITED_INTERVAL_MS = 100
+EXPEDITED_INTERVAL_MS = 50
 
 
 @dataclass(slots=True)

@@ -57,7 +57,7 @@ Rules:
    every ``heartbeat_interval_ms`` — also while callbacks run and while closing
    (rule 9): the machine never waits for a callback except before it sends a
    JoinGroup or LeaveGroup.  While
-   the last assignment says a follow-up round is due, every 100 ms: the
+   the last assignment says a follow-up round is due, every 50 ms: the
    revoking members start it, the others must notice it to join it.
 3. Errors, as Kafka's clients handle them (each code's ``MemberAction`` in
    :data:`workgroup.errors.ERROR_MEANINGS`):
@@ -114,7 +114,7 @@ Rules:
    (which keeps its resources for a restart instead), first hands over: it
    rejoins tagged as leaving, takes nothing, keeps working until the round
    revokes its resources, then leaves (the others, expecting the follow-up
-   round, notice it within 100 ms); if that takes longer than three heartbeat
+   round, notice it within 50 ms); if that takes longer than three heartbeat
    intervals plus a second, it just leaves, though never with a JoinGroup or
    SyncGroup of its own in flight: that answer may name it leader, and a group
    whose leader left before syncing waits on it (Tansu never recovers), so it

@@ -131,21 +131,27 @@ def test_a_pending_follow_up_round_expedites_heartbeats_until_it_is_done() -> No
     )
     ack_callbacks(m, m.response(3, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), 3)
     assert not m.settled
-    # The others' revocations start the follow-up: notice it within 100 ms.
+    # The others' revocations start the follow-up: notice it within EXPEDITED_INTERVAL_MS.
     assert m.next_deadline() == 3 + EXPEDITED_INTERVAL_MS
-    hb = sent(m.tick(3 + EXPEDITED_INTERVAL_MS))
-    rejoin = sent(m.response(150, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS)))
+    noticed = 3 + EXPEDITED_INTERVAL_MS
+    hb = sent(m.tick(noticed))
+    rejoin = sent(
+        m.response(noticed + 1, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS))
+    )
     assert isinstance(rejoin.request, JoinGroup)
     actions = m.response(
-        160,
+        noticed + 2,
         rejoin.request_id,
         JoinGroupResult(ErrorCode.NONE, 6, "workgroup", "sticky.v1", "leader-1", "me-1"),
     )
     sync = sent(actions)
     blob = CODEC.encode_assignment(AssignmentData(assigned=(("shard", 0),), generation=6))
-    ack_callbacks(m, m.response(170, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), 170)
+    synced = noticed + 3
+    ack_callbacks(
+        m, m.response(synced, sync.request_id, SyncGroupResult(ErrorCode.NONE, blob)), synced
+    )
     assert m.settled
-    assert m.next_deadline() == 170 + 3_000  # settled: back to the configured interval
+    assert m.next_deadline() == synced + 3_000  # settled: back to the configured interval
 
 
 def _round(m: MemberMachine, now: int, join_id: int, generation: int, data: AssignmentData) -> None:
@@ -163,7 +169,7 @@ def _round(m: MemberMachine, now: int, join_id: int, generation: int, data: Assi
 def test_a_draining_member_with_resources_left_heartbeats_fast_until_they_are_gone() -> None:
     """Its resources warm up elsewhere; each cut-over is a round another member
     starts (the one whose warm-up is ready), which this member notices at its
-    next heartbeat: within 100 ms, not a whole interval."""
+    next heartbeat: within EXPEDITED_INTERVAL_MS, not a whole interval."""
     m = make()
     now = to_stable(m)
     assert m.next_deadline() == now + 3_000
@@ -173,15 +179,16 @@ def test_a_draining_member_with_resources_left_heartbeats_fast_until_they_are_go
     both = (("shard", 0), ("shard", 1))
     _round(m, now + 11, rejoin.request_id, 6, AssignmentData(assigned=both, generation=6))
     assert m.next_deadline() == now + 12 + EXPEDITED_INTERVAL_MS
-    hb = sent(m.tick(now + 12 + EXPEDITED_INTERVAL_MS))
+    noticed = now + 12 + EXPEDITED_INTERVAL_MS
+    hb = sent(m.tick(noticed))
     cut_over = sent(
-        m.response(now + 120, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS))
+        m.response(noticed + 1, hb.request_id, HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS))
     )
     assert isinstance(cut_over.request, JoinGroup)
     # Everything cut over: nothing left to hand on, the configured interval again.
-    _round(m, now + 139, cut_over.request_id, 7, AssignmentData(revoked=both, generation=7))
+    _round(m, noticed + 2, cut_over.request_id, 7, AssignmentData(revoked=both, generation=7))
     assert m.owned == set()
-    assert m.next_deadline() == now + 140 + 3_000
+    assert m.next_deadline() == noticed + 3 + 3_000
 
 
 def test_unknown_member_id_loses_resources_and_resets_member_id() -> None:
