@@ -17,6 +17,11 @@ Two measurements, on real daemons, Spark and a ``workgroup coordinator`` on loop
   its next batch is written by its new owner.  SIGTERM runs use
   ``--leave-on-stop`` (a scale-down: the shards move at once); a static member
   stopped without it keeps its shards for its restart (the demo's rolling restart).
+  Spark fires a 1 s trigger on the whole second, and a shard whose batch is in
+  flight when its cut-over comes finishes that batch first: how long a move
+  takes depends on where in the second the signal lands.  Trial *i* of *n*
+  signals at ``(i + 0.5) / n`` of the trigger interval past the second, so that
+  the trials sample that phase evenly instead of by chance.
 
 Usage::
 
@@ -52,6 +57,9 @@ from workgroup_spark.connect_server import ConnectServer, run_connect_server  # 
 SHARDS = 4
 FILES_PER_BATCH = 25  # per shard; the baseline takes SHARDS times as many per batch
 SESSION_MS = 6_000
+#: The daemons' trigger interval (the app's ``ETL_TRIGGER_MS``, 1 s unless set):
+#: failover trials signal at chosen phases of it (the module's docstring).
+TRIGGER_S = int(os.environ.get("ETL_TRIGGER_MS", "1000")) / 1000
 #: The issue's targets for a moved shard's first output after each signal.
 FAILOVER_TARGETS_S = {"SIGKILL": SESSION_MS / 1000 + 2, "SIGTERM": 2.0}
 FAILOVER_LAYOUTS = {"jvm": "2, a JVM each", "connect": "2 thin, one Connect server"}
@@ -169,10 +177,13 @@ def sharded(data: Path, written: int, daemons: int, remote: str | None = None) -
     )
 
 
-def failover(data: Path, how: str, remote: str | None = None) -> list[tuple[float, float]]:
+def failover(
+    data: Path, how: str, remote: str | None = None, phase: float = 0.0
+) -> list[tuple[float, float]]:
     """For each moved shard, seconds from the signal until its new owner acquired
     it (lease) and until its new owner's first batch was written (output), with
-    JVM daemons, or thin daemons on the Connect server ``remote``."""
+    JVM daemons, or thin daemons on the Connect server ``remote``.  The signal
+    goes ``phase`` (0-1) of a trigger interval past the interval's start."""
     env = {"WORKGROUP_SPARK_REMOTE": remote} if remote else {}
     with run_coordinator(log=data / "coordinator.log") as coordinator:
         cluster = EtlCluster(
@@ -186,6 +197,8 @@ def failover(data: Path, how: str, remote: str | None = None) -> list[tuple[floa
             feeder.start(seconds=600)
             cluster.wait_for("every shard to commit", lambda: cluster.all_committing(0), 180)
             time.sleep(5)
+            if TRIGGER_S > 0:
+                time.sleep((phase * TRIGGER_S - time.time() % TRIGGER_S) % TRIGGER_S)
             victim = cluster.busiest()
             moved = sorted(k for k, (m, *_) in cluster.owners().items() if m == victim)
             signalled = time.time()
@@ -354,9 +367,15 @@ def main() -> None:
                 for how in signals:
                     target = FAILOVER_TARGETS_S[how]
                     delays: list[tuple[float, float]] = []
-                    for _ in range(args.trials):
+                    for trial in range(args.trials):
                         with workdir() as data:
-                            delays += failover(data, how, remote)
+                            phase = (trial + 0.5) / args.trials
+                            moved = failover(data, how, remote, phase)
+                        delays += moved
+                        print(
+                            f"({layout_name} {how} at {phase:.2f} s past the second: first "
+                            f"output {', '.join(f'{d[1]:.2f}' for d in moved)} s; {load()})"
+                        )
                     lease = [d[0] for d in delays]
                     output = [d[1] for d in delays]
                     print(
