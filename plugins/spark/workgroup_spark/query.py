@@ -160,6 +160,10 @@ class ShardQuery:
             id=str(query.id),
         )
         last_batch = -1
+        # The daemon's own JVM writes the checkpoint at this path; a Spark Connect
+        # server's path may name another machine's disk, until a poll finds Spark's
+        # batches committed here (rule 3: read then at the stop, not asked again).
+        checkpoint_here = not self.session.remote
         try:
             while not lease.revoked:
                 with contextlib.suppress(TimeoutError):
@@ -167,6 +171,8 @@ class ShardQuery:
                 if lease.revoked:
                     break
                 last_batch = await asyncio.to_thread(self._report, query, labels, last_batch, lease)
+                if not checkpoint_here and last_batch >= 0:
+                    checkpoint_here = await asyncio.to_thread(_commits_here, checkpoint, last_batch)
                 if not query.isActive:
                     failure = query.exception()
                     if failure is not None:
@@ -181,7 +187,7 @@ class ShardQuery:
                 grace = lease.grace_left_s or 0.0
                 await asyncio.to_thread(
                     _stop_after_batch, query, grace - STOP_MARGIN_S, checkpoint,
-                    own_jvm=not self.session.remote,
+                    checkpoint_here=checkpoint_here,
                 )  # fmt: skip
                 how = "after its batch"
             await asyncio.to_thread(self._report, query, labels, last_batch)
@@ -349,7 +355,7 @@ def _stop(query: Any) -> None:
         query.stop()
 
 
-def _stop_after_batch(query: Any, wait_s: float, checkpoint: str, *, own_jvm: bool) -> None:
+def _stop_after_batch(query: Any, wait_s: float, checkpoint: str, *, checkpoint_here: bool) -> None:
     """Let the batch in flight finish (up to ``wait_s``), then stop the query: at
     the first moment no batch runs, or as soon as a batch completes.  A query
     whose batches take longer than its trigger runs them back to back, with no
@@ -360,13 +366,14 @@ def _stop_after_batch(query: Any, wait_s: float, checkpoint: str, *, own_jvm: bo
     (:class:`~workgroup_spark.checkpoint.BatchEnd`), within milliseconds and
     before the next is planned; elsewhere Spark's progress and status do.
 
-    A query in this process's own JVM (``own_jvm``) writes a local checkpoint
-    on this machine: the commit log is read at once.  Elsewhere (a Spark
-    Connect server) a local path may name another machine's disk, so Spark's
-    progress is read first to check it (:meth:`BatchEnd.behind`); that read
-    took up to 0.29 s on a busy JVM, before the watch even began."""
+    A checkpoint known to be the query's at this path (``checkpoint_here``: the
+    daemon's own JVM, or a Spark Connect server whose batches a poll found
+    committed here) has its commit log read at once.  Otherwise a local path
+    may name another machine's disk, so Spark's progress is read first to
+    check it (:meth:`BatchEnd.behind`); that read took up to 0.29 s on a busy
+    JVM, before the watch even began, and a trigger could fire meanwhile."""
     deadline = time.monotonic() + max(wait_s, 0.0)
-    batch_end = BatchEnd.of(checkpoint) if own_jvm else None
+    batch_end = BatchEnd.of(checkpoint) if checkpoint_here else None
     completed: int | None = None
     if batch_end is None:
         with contextlib.suppress(Exception):
@@ -441,6 +448,13 @@ def _wait_for_progress(query: Any, done: int | None, deadline: float) -> None:
         except Exception:
             return
         time.sleep(0.05)
+
+
+def _commits_here(checkpoint: str, completed: int) -> bool:
+    """The checkpoint at this path has committed Spark's last completed batch
+    (read after Spark's progress: Spark commits a batch before it reports it)."""
+    batch_end = BatchEnd.of(checkpoint)
+    return batch_end is not None and not batch_end.behind(completed)
 
 
 def _last_batch_id(query: Any) -> int | None:

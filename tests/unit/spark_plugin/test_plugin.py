@@ -621,6 +621,37 @@ async def test_a_checkpoint_behind_sparks_progress_is_not_the_querys(tmp_path: P
     assert query.stopped_at is not None
 
 
+async def test_a_servers_query_whose_batches_commit_here_is_stopped_by_its_commit_log(
+    tmp_path: Path,
+) -> None:
+    """On Spark Connect, once a poll finds Spark's last batch committed at this
+    path, the path is the query's: revoked, the query is watched through its
+    commit log at once, without first asking Spark for its progress (a round
+    trip in which the next trigger could fire)."""
+    checkpoint = _checkpoint(tmp_path, planned=3, committed=3)
+    lease = await _held_lease(FakeStore())
+    writer = FakeWriter()
+    handler = shard_query(writer, checkpoint_root=str(tmp_path), remote=True)
+    task = asyncio.create_task(handler(lease))
+    await _until(lambda: writer.query is not None)
+    query = writer.query
+    assert query is not None
+    query.recentProgress = [{**REPORT, "batchId": 3}]
+    await _until(lambda: query.progress_reads >= 2)  # polls found batch 3 committed here
+    handler.poll_interval_s = 60.0  # no poll from now on: every read below is the stop's
+    await asyncio.sleep(0.1)
+    (checkpoint / "offsets" / "4").write_text("v1\n")  # batch 4 runs
+    query.trigger_active = True
+    reads = query.progress_reads
+    lease.end(EndReason.REVOKED, grace_s=30.0)
+    await asyncio.sleep(0.2)
+    assert query.stopped_at is None
+    assert query.progress_reads == reads
+    (checkpoint / "commits" / "4").write_text("v1\n")
+    await asyncio.wait_for(task, 5)
+    assert query.stopped_at is not None
+
+
 def _query_done_up_to(batch: int, *, trigger_active: bool = True) -> FakeQuery:
     """A running query whose progress says batch ``batch`` is done."""
     query = FakeQuery("etl.shard.s-0")
@@ -629,9 +660,13 @@ def _query_done_up_to(batch: int, *, trigger_active: bool = True) -> FakeQuery:
     return query
 
 
-def _stop_in_thread(query: FakeQuery, checkpoint: Path, *, own_jvm: bool) -> threading.Thread:
+def _stop_in_thread(
+    query: FakeQuery, checkpoint: Path, *, checkpoint_here: bool
+) -> threading.Thread:
     thread = threading.Thread(
-        target=_stop_after_batch, args=(query, 30.0, str(checkpoint)), kwargs={"own_jvm": own_jvm}
+        target=_stop_after_batch,
+        args=(query, 30.0, str(checkpoint)),
+        kwargs={"checkpoint_here": checkpoint_here},
     )
     thread.start()
     return thread
@@ -642,7 +677,7 @@ def test_a_query_of_the_daemons_own_jvm_stops_at_its_commit_without_asking_spark
 ) -> None:
     checkpoint = _checkpoint(tmp_path, planned=3, committed=2)
     query = _query_done_up_to(2)
-    thread = _stop_in_thread(query, checkpoint, own_jvm=True)
+    thread = _stop_in_thread(query, checkpoint, checkpoint_here=True)
     assert not query.stopped.wait(0.1)  # batch 3 still runs
     (checkpoint / "commits" / "3").write_text("v1\n")
     thread.join(10)
@@ -653,7 +688,7 @@ def test_a_query_of_the_daemons_own_jvm_stops_at_its_commit_without_asking_spark
 def test_an_idle_query_stops_at_once(tmp_path: Path) -> None:
     checkpoint = _checkpoint(tmp_path, planned=3, committed=3)
     query = _query_done_up_to(3, trigger_active=False)
-    _stop_in_thread(query, checkpoint, own_jvm=True).join(10)
+    _stop_in_thread(query, checkpoint, checkpoint_here=True).join(10)
     assert query.stopped.is_set()
     assert query.progress_reads == 0
     assert query.status_reads == 1  # Spark says no trigger runs
@@ -665,7 +700,7 @@ def test_a_trigger_that_has_not_planned_its_batch_yet_is_waited_for(tmp_path: Pa
     ``stop()`` waiting and its work lost; its batch is awaited instead."""
     checkpoint = _checkpoint(tmp_path, planned=3, committed=3)
     query = _query_done_up_to(3)
-    thread = _stop_in_thread(query, checkpoint, own_jvm=True)
+    thread = _stop_in_thread(query, checkpoint, checkpoint_here=True)
     assert not query.stopped.wait(0.1)
     (checkpoint / "offsets" / "4").write_text("v1\n")  # the trigger planned batch 4
     assert not query.stopped.wait(0.1)
@@ -679,7 +714,7 @@ def test_a_trigger_that_has_not_planned_its_batch_yet_is_waited_for(tmp_path: Pa
 def test_a_trigger_that_finds_no_new_input_ends_the_wait(tmp_path: Path) -> None:
     checkpoint = _checkpoint(tmp_path, planned=3, committed=3)
     query = _query_done_up_to(3)
-    thread = _stop_in_thread(query, checkpoint, own_jvm=True)
+    thread = _stop_in_thread(query, checkpoint, checkpoint_here=True)
     assert not query.stopped.wait(0.1)
     query.trigger_active = False  # no batch: nothing new to read
     thread.join(10)
@@ -693,7 +728,7 @@ def test_a_servers_query_checks_the_checkpoint_against_sparks_progress(tmp_path:
     progress says when the batch in flight is done."""
     checkpoint = _checkpoint(tmp_path, planned=3, committed=2)
     query = _query_done_up_to(5)
-    thread = _stop_in_thread(query, checkpoint, own_jvm=False)
+    thread = _stop_in_thread(query, checkpoint, checkpoint_here=False)
     assert not query.stopped.wait(0.1)
     (checkpoint / "commits" / "3").write_text("v1\n")  # not the query's: still running
     assert not query.stopped.wait(0.1)
@@ -706,7 +741,7 @@ def test_a_servers_query_checks_the_checkpoint_against_sparks_progress(tmp_path:
 def test_a_servers_query_whose_checkpoint_is_here_stops_at_its_commit(tmp_path: Path) -> None:
     checkpoint = _checkpoint(tmp_path, planned=3, committed=2)
     query = _query_done_up_to(2)
-    thread = _stop_in_thread(query, checkpoint, own_jvm=False)
+    thread = _stop_in_thread(query, checkpoint, checkpoint_here=False)
     assert not query.stopped.wait(0.1)
     (checkpoint / "commits" / "3").write_text("v1\n")
     thread.join(10)
