@@ -62,6 +62,10 @@ DEFAULT_SERVER_CONF: Mapping[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
+    # As the daemons' own JVMs (session.DEFAULT_CONF).  At INFO the server logs
+    # each job's plan: 3 MB in 35 s of two thin daemons' four shards, against
+    # 49 KB at WARN, and 5 % more of the server's CPU (0.96 cores, not 0.91).
+    "spark.log.level": "WARN",
     # A new owner's query with the same checkpoint stops a dead owner's run still
     # on the server (Spark's default; set here because exactly-once relies on it).
     "spark.sql.streaming.stopActiveRunOnRestart": "true",

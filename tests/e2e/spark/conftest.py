@@ -41,7 +41,11 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
     # checkout's examples, workgroup and workgroup_spark.
     path = os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "plugins" / "spark"),
                                          os.environ.get("PYTHONPATH")]))  # fmt: skip
-    with run_connect_server(log, env={"PYTHONPATH": path}) as server:
+    # At INFO (the server's default is WARN): test_warmup counts the code the
+    # server generates, which Spark logs at INFO.
+    with run_connect_server(
+        log, env={"PYTHONPATH": path}, conf={"spark.log.level": "INFO"}
+    ) as server:
         yield server
 
 
