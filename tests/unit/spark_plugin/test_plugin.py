@@ -572,11 +572,10 @@ def _checkpoint(root: Path, planned: int, committed: int) -> Path:
     return location
 
 
-async def _revoked_query(
-    checkpoint_root: Path, *, last_batch: int, trigger_active: bool = True, remote: bool = False
-) -> tuple[asyncio.Task[None], FakeQuery]:
-    """A shard's query whose last completed batch (by Spark) is ``last_batch``,
-    revoked with a long grace period: its owner now waits for the batch in flight."""
+async def _running_query(
+    checkpoint_root: Path, *, last_batch: int, remote: bool = False
+) -> tuple[asyncio.Task[None], FakeQuery, ShardQuery, Lease]:
+    """A shard's query running, whose last completed batch (by Spark) is ``last_batch``."""
     lease = await _held_lease(FakeStore())
     writer = FakeWriter()
     handler = shard_query(writer, checkpoint_root=str(checkpoint_root), remote=remote)
@@ -585,6 +584,17 @@ async def _revoked_query(
     query = writer.query
     assert query is not None
     query.recentProgress = [{**REPORT, "batchId": last_batch}]
+    return task, query, handler, lease
+
+
+async def _revoked_query(
+    checkpoint_root: Path, *, last_batch: int, trigger_active: bool = True, remote: bool = False
+) -> tuple[asyncio.Task[None], FakeQuery]:
+    """A shard's query whose last completed batch (by Spark) is ``last_batch``,
+    revoked with a long grace period: its owner now waits for the batch in flight."""
+    task, query, _, lease = await _running_query(
+        checkpoint_root, last_batch=last_batch, remote=remote
+    )
     query.trigger_active = trigger_active
     lease.end(EndReason.REVOKED, grace_s=30.0)
     return task, query
@@ -629,14 +639,7 @@ async def test_a_servers_query_whose_batches_commit_here_is_stopped_by_its_commi
     commit log at once, without first asking Spark for its progress (a round
     trip in which the next trigger could fire)."""
     checkpoint = _checkpoint(tmp_path, planned=3, committed=3)
-    lease = await _held_lease(FakeStore())
-    writer = FakeWriter()
-    handler = shard_query(writer, checkpoint_root=str(tmp_path), remote=True)
-    task = asyncio.create_task(handler(lease))
-    await _until(lambda: writer.query is not None)
-    query = writer.query
-    assert query is not None
-    query.recentProgress = [{**REPORT, "batchId": 3}]
+    task, query, handler, lease = await _running_query(tmp_path, last_batch=3, remote=True)
     await _until(lambda: query.progress_reads >= 2)  # polls found batch 3 committed here
     handler.poll_interval_s = 60.0  # no poll from now on: every read below is the stop's
     await asyncio.sleep(0.1)
