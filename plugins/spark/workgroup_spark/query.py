@@ -172,7 +172,8 @@ class ShardQuery:
                     break
                 last_batch = await asyncio.to_thread(self._report, query, labels, last_batch, lease)
                 if not checkpoint_here and last_batch >= 0:
-                    checkpoint_here = await asyncio.to_thread(_commits_here, checkpoint, last_batch)
+                    found = await asyncio.to_thread(_querys_checkpoint, checkpoint, last_batch)
+                    checkpoint_here = found is not None
                 if not query.isActive:
                     failure = query.exception()
                     if failure is not None:
@@ -378,10 +379,7 @@ def _stop_after_batch(query: Any, wait_s: float, checkpoint: str, *, checkpoint_
     if batch_end is None:
         with contextlib.suppress(Exception):
             completed = _last_batch_id(query)
-        # Read after Spark's progress: Spark commits a batch before it reports it.
-        batch_end = BatchEnd.of(checkpoint)
-        if batch_end is not None and batch_end.behind(completed):
-            batch_end = None
+        batch_end = _querys_checkpoint(checkpoint, completed)
     if batch_end is not None:
         _wait_for_commit(query, batch_end, deadline)
     else:
@@ -450,11 +448,13 @@ def _wait_for_progress(query: Any, done: int | None, deadline: float) -> None:
         time.sleep(0.05)
 
 
-def _commits_here(checkpoint: str, completed: int) -> bool:
-    """The checkpoint at this path has committed Spark's last completed batch
-    (read after Spark's progress: Spark commits a batch before it reports it)."""
+def _querys_checkpoint(checkpoint: str, completed: int | None) -> BatchEnd | None:
+    """The watch of the checkpoint at this path, if it has committed Spark's last
+    completed batch ``completed``: then it is the query's (``None``: it is not, or
+    is not readable here).  Read after Spark's progress: Spark commits a batch
+    before it reports it."""
     batch_end = BatchEnd.of(checkpoint)
-    return batch_end is not None and not batch_end.behind(completed)
+    return None if batch_end is None or batch_end.behind(completed) else batch_end
 
 
 def _last_batch_id(query: Any) -> int | None:
