@@ -222,13 +222,17 @@ class Settings:
         heartbeats a second per member are little for a coordinator (the
         embedded one answers 6,000-9,000 a second on two cores).
         """
-        return self.heartbeat_interval_ms or max(
-            min(self.session_timeout_ms // 3, DEFAULT_MAX_HEARTBEAT_MS), 1
-        )
+        if self.heartbeat_interval_ms is not None:
+            return self.heartbeat_interval_ms
+        return max(min(self.session_timeout_ms // 3, DEFAULT_MAX_HEARTBEAT_MS), 1)
 
     def validated(self) -> Settings:
         if self.session_timeout_ms <= 0:
             raise ConfigError(f"session_timeout_ms must be > 0, got {self.session_timeout_ms}")
+        if self.heartbeat_interval_ms is not None and self.heartbeat_interval_ms <= 0:
+            raise ConfigError(
+                f"heartbeat_interval_ms must be > 0, got {self.heartbeat_interval_ms}"
+            )
         if self.heartbeat_ms() >= self.session_timeout_ms:
             raise ConfigError(
                 f"heartbeat_interval_ms ({self.heartbeat_ms()}) must be below "

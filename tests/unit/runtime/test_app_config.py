@@ -173,6 +173,12 @@ def test_the_session_margin_and_request_timeout_are_settings(tmp_path: Path) -> 
         resolve(
             app.settings, flags={}, environ={"WORKGROUP_REQUEST_TIMEOUT_MS": "0"}, config_file=None
         )
+    # Zero is not "the default": it is refused as negatives are, naming the setting.
+    for value in (0, -5):
+        with pytest.raises(ConfigError, match=f"heartbeat_interval_ms must be > 0, got {value}"):
+            resolve(
+                app.settings, flags={"heartbeat_interval_ms": value}, environ={}, config_file=None
+            )
 
 
 def test_a_grace_period_must_fit_in_the_rebalance_timeout_with_the_cancellation_margin() -> None:
