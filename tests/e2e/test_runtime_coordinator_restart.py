@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_runtime_daemon import Daemons, committed, continues_from, with_signal
+from tests.e2e.test_runtime_daemon import (
+    Daemons,
+    committed,
+    continues_from,
+    wait_for_members,
+    with_signal,
+)
 from workgroup.testing import run_coordinator
 from workgroup.testing.servers import free_port
 
@@ -47,7 +53,7 @@ def test_checkpoints_and_tokens_survive_a_coordinator_sigkill(tmp_path: Path) ->
             # Hand over: the next holder starts from the last accepted checkpoint
             # with a higher token than any before.
             b = daemons.start()
-            time.sleep(1.0)
+            wait_for_members(listen, "fenced.writer", 2)
             stopped_at = time.time()
             with_signal(a, signal.SIGTERM)
             assert a.wait(15) == 0

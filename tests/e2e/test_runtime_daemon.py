@@ -161,7 +161,7 @@ def test_sigterm_hands_the_leader_over_with_its_checkpoint(daemons: Daemons) -> 
     assert leader["token"] == 1
     b = daemons.start()
     daemons.wait_for("commits", lambda records: len(committed(records, a.pid)) >= 3)
-    time.sleep(1.0)  # b is in the group
+    wait_for_members(daemons.bootstrap, "fenced.writer", 2)  # b is in the group
     stopped_at = time.time()
     with_signal(a, signal.SIGTERM)
     assert a.wait(10) == 0
@@ -204,7 +204,7 @@ def test_a_paused_leader_never_commits_after_its_successor(
     daemons.wait_for("commits", lambda records: len(committed(records, a.pid)) >= 3)
     if replacement == "dynamic":
         b = daemons.start()
-        time.sleep(1.0)
+        wait_for_members(daemons.bootstrap, "fenced.writer", 2)
         with_signal(a, signal.SIGSTOP)
     else:
         with_signal(a, signal.SIGSTOP)
@@ -245,7 +245,9 @@ def test_a_stopped_static_leader_keeps_its_place_unless_told_to_leave(
     a = daemons.start("writer-a", "--leave-on-stop") if leave else daemons.start("writer-a")
     first_active(daemons)
     b = daemons.start("writer-b")
-    time.sleep(1.0)
+    # The bounds are for a group of two: a process start on a loaded machine can
+    # take longer than any fixed sleep, and b joining after a stopped is another case.
+    wait_for_members(daemons.bootstrap, "fenced.writer", 2)
     stopped_at = time.time()
     with_signal(a, signal.SIGTERM)
     assert a.wait(10) == 0
