@@ -146,7 +146,9 @@ class ShardQuery:
             writer = await self._prepare(lease, name, checkpoint)
             if writer is None:
                 return
+            starting = time.monotonic()
             query = await _start(writer)
+            started = time.monotonic()
         except Exception as exc:
             # A Connect session the server closed: the restart opens a new one.
             self.session.forget_if_gone(exc)
@@ -158,6 +160,7 @@ class ShardQuery:
             token=lease.token,
             checkpoint=checkpoint,
             id=str(query.id),
+            start_s=round(started - starting, 3),
         )
         last_batch = -1
         # The daemon's own JVM writes the checkpoint at this path; a Spark Connect
@@ -181,6 +184,7 @@ class ShardQuery:
                         raise SparkQueryFailed(f"query {name} failed: {_first_line(failure)}")
                     log.info("spark.query_ended", query=name, token=lease.token)
                     return
+            stopping = time.monotonic()
             if lease.lost:
                 await asyncio.to_thread(_stop, query)
                 how = "at once"
@@ -191,10 +195,12 @@ class ShardQuery:
                     checkpoint_here=checkpoint_here,
                 )  # fmt: skip
                 how = "after its batch"
+            stop_s = round(time.monotonic() - stopping, 3)
             await asyncio.to_thread(self._report, query, labels, last_batch)
             log.info(
-                "spark.query_stopped", query=name, token=lease.token, why=lease.end_reason, how=how
-            )
+                "spark.query_stopped", query=name, token=lease.token, why=lease.end_reason, how=how,
+                stop_s=stop_s,
+            )  # fmt: skip
         except asyncio.CancelledError:
             # The grace period is over, or the lease was lost: stop without waiting here.
             _stop_in_background(query)
