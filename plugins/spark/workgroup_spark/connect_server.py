@@ -35,6 +35,9 @@ Rules:
    :data:`DEFAULT_SERVER_CONF`), so a query's generated code is compiled once
    on the server, not again by every run of it (each run is a new session),
    such as each move of a shard; ``conf=`` may turn isolation back on.
+7. Once it listens, its JIT compiler threads run at a lower priority than its
+   work (:mod:`workgroup_spark.jit`): a young server compiles for minutes, in
+   the CPU its batches leave rather than ahead of them.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workgroup.errors import WorkgroupError
-from workgroup_spark import connect_main, worker_pool
+from workgroup_spark import connect_main, jit, worker_pool
 from workgroup_spark.worker_launcher import POOL_SOCKET_ENV
 
 #: Settings for a small server shared by a few thin daemons on one machine.
@@ -183,6 +186,7 @@ def run_connect_server(
             )
         stack.callback(_stop, process)
         _wait_listening(process, port, log, start_timeout_s)
+        jit.lower_compiler_priority(process.pid)  # rule 7
         if warm_workers:
             # Started first, the pool imports while the JVM starts; a pool not ready
             # by now costs nothing but cold workers until it is.

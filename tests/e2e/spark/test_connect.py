@@ -5,6 +5,7 @@ then a clear error in the query, and nothing written."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 
 from workgroup.fence import make_fence
 from workgroup.security import Security
-from workgroup_spark import fenced, write_batch_parquet
+from workgroup_spark import fenced, jit, write_batch_parquet
 from workgroup_spark.connect_server import ConnectServer, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -87,3 +88,16 @@ def test_a_session_the_server_closed_is_replaced(connect_server: ConnectServer) 
     assert second is not first
     assert second.range(4).count() == 4
     holder.stop()
+
+
+def test_the_servers_jit_compiles_below_its_work(connect_server: ConnectServer) -> None:
+    """The server ``run_connect_server`` starts has its compiler threads, and only
+    them, at the niceness :mod:`workgroup_spark.jit` gives them."""
+    niceness: dict[str, int] = {}
+    for task in Path(f"/proc/{connect_server.pid}/task").iterdir():
+        name = (task / "comm").read_text().strip()
+        niceness[name] = max(niceness.get(name, 0), os.getpriority(os.PRIO_PROCESS, int(task.name)))
+    compilers = {name: nice for name, nice in niceness.items() if "CompilerThre" in name}
+    assert compilers, f"no compiler thread among {sorted(niceness)}"
+    assert set(compilers.values()) == {jit.COMPILER_NICENESS}
+    assert niceness.get("VM Thread") == 0
