@@ -99,5 +99,6 @@ def test_the_servers_jit_compiles_below_its_work(connect_server: ConnectServer) 
         niceness[name] = max(niceness.get(name, 0), os.getpriority(os.PRIO_PROCESS, int(task.name)))
     compilers = {name: nice for name, nice in niceness.items() if "CompilerThre" in name}
     assert compilers, f"no compiler thread among {sorted(niceness)}"
-    assert set(compilers.values()) == {jit.COMPILER_NICENESS}
-    assert niceness.get("VM Thread") == 0
+    started = os.getpriority(os.PRIO_PROCESS, connect_server.pid)  # a suite run under `nice`
+    assert set(compilers.values()) == {max(jit.COMPILER_NICENESS, started)}
+    assert niceness.get("VM Thread") == started
