@@ -14,7 +14,9 @@ Two measurements, on real daemons, Spark and a ``workgroup coordinator`` on loop
   first daemon to the first batch of any shard, and of every shard.
 * **failover**: two daemons with input arriving; SIGKILL (then, in a fresh run,
   SIGTERM) the one that owns most shards; for each moved shard, the time until
-  its next batch is written by its new owner.  SIGTERM runs use
+  its next batch is written by its new owner, and the shard's output gap: from
+  the last batch its old owner wrote (after the signal too, if a batch was in
+  flight) to the new owner's first.  SIGTERM runs use
   ``--leave-on-stop`` (a scale-down: the shards move at once); a static member
   stopped without it keeps its shards for its restart (the demo's rolling restart).
   Spark fires a 1 s trigger on the whole second, and a shard whose batch is in
@@ -179,11 +181,12 @@ def sharded(data: Path, written: int, daemons: int, remote: str | None = None) -
 
 def failover(
     data: Path, how: str, remote: str | None = None, phase: float = 0.0
-) -> list[tuple[float, float]]:
+) -> list[tuple[float, float, float]]:
     """For each moved shard, seconds from the signal until its new owner acquired
-    it (lease) and until its new owner's first batch was written (output), with
-    JVM daemons, or thin daemons on the Connect server ``remote``.  The signal
-    goes ``phase`` (0-1) of a trigger interval past the interval's start."""
+    it (lease) and until its new owner's first batch was written (output), and
+    from its old owner's last batch to that one (output gap), with JVM daemons,
+    or thin daemons on the Connect server ``remote``.  The signal goes ``phase``
+    (0-1) of a trigger interval past the interval's start."""
     env = {"WORKGROUP_SPARK_REMOTE": remote} if remote else {}
     with run_coordinator(log=data / "coordinator.log") as coordinator:
         cluster = EtlCluster(
@@ -218,12 +221,10 @@ def failover(
                     poll_s=0.05,
                 )
                 _, token, acquired = cluster.owners()[shard]
-                first = min(
-                    b["time"]
-                    for b in cluster.batches()
-                    if b["shard"] == shard and b["token"] == token
-                )
-                delays.append((acquired - signalled, first - signalled))
+                written = [b for b in cluster.batches() if b["shard"] == shard]
+                first = min(b["time"] for b in written if b["token"] == token)
+                last_old = max(b["time"] for b in written if b["token"] < token)
+                delays.append((acquired - signalled, first - signalled, first - last_old))
             return delays
         finally:
             feeder.stop()
@@ -355,9 +356,10 @@ def main() -> None:
         print()
         print(
             "| daemons | signal | moved shards | lease, median s | lease, max s "
-            "| first output, median s | first output, max s | target (output) | load after |"
+            "| first output, median s | first output, max s | target (output) "
+            "| output gap, median s | output gap, max s | load after |"
         )
-        print("|---|---|---:|---:|---:|---:|---:|---|---:|")
+        print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
         for layout_name in args.failover_layouts.split(","):
             with contextlib.ExitStack() as stack:
                 remote = None
@@ -366,7 +368,7 @@ def main() -> None:
                     remote = stack.enter_context(connect_server(logs))[0].remote
                 for how in signals:
                     target = FAILOVER_TARGETS_S[how]
-                    delays: list[tuple[float, float]] = []
+                    delays: list[tuple[float, float, float]] = []
                     for trial in range(args.trials):
                         with workdir() as data:
                             phase = (trial + 0.5) / args.trials
@@ -374,15 +376,18 @@ def main() -> None:
                         delays += moved
                         print(
                             f"({layout_name} {how} at {phase:.2f} s past the second: first "
-                            f"output {', '.join(f'{d[1]:.2f}' for d in moved)} s; {load()})"
+                            f"output {', '.join(f'{d[1]:.2f}' for d in moved)} s, output gap "
+                            f"{', '.join(f'{d[2]:.2f}' for d in moved)} s; {load()})"
                         )
                     lease = [d[0] for d in delays]
                     output = [d[1] for d in delays]
+                    gap = [d[2] for d in delays]
                     print(
                         f"| {FAILOVER_LAYOUTS[layout_name]} | {how} | {len(delays)} "
                         f"| {statistics.median(lease):.2f} | {max(lease):.2f} "
                         f"| {statistics.median(output):.2f} | {max(output):.2f} "
-                        f"| <= {target:.0f} s | {os.getloadavg()[0]:.1f} |"
+                        f"| <= {target:.0f} s | {statistics.median(gap):.2f} | {max(gap):.2f} "
+                        f"| {os.getloadavg()[0]:.1f} |"
                     )
 
 
