@@ -5,6 +5,7 @@ then a clear error in the query, and nothing written."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -95,8 +96,10 @@ def test_the_servers_jit_compiles_below_its_work(connect_server: ConnectServer) 
     them, at the niceness :mod:`workgroup_spark.jit` gives them."""
     niceness: dict[str, int] = {}
     for task in Path(f"/proc/{connect_server.pid}/task").iterdir():
-        name = (task / "comm").read_text().strip()
-        niceness[name] = max(niceness.get(name, 0), os.getpriority(os.PRIO_PROCESS, int(task.name)))
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            name = (task / "comm").read_text().strip()
+            nice = os.getpriority(os.PRIO_PROCESS, int(task.name))
+            niceness[name] = max(niceness.get(name, nice), nice)
     compilers = {name: nice for name, nice in niceness.items() if "CompilerThre" in name}
     assert compilers, f"no compiler thread among {sorted(niceness)}"
     started = os.getpriority(os.PRIO_PROCESS, connect_server.pid)  # a suite run under `nice`
