@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -89,3 +91,14 @@ def left_behind(me: int, name: str, value: str) -> list[int]:
 def _parent(pid: int) -> int | None:
     stat = _stat(pid)
     return None if stat is None else stat[1]
+
+
+def threads(pid: int) -> dict[int, tuple[str, int]]:
+    """``tid -> (name, niceness)`` of every thread of ``pid`` (one that ends
+    meanwhile is left out: HotSpot ends idle compiler threads on big machines)."""
+    found = {}
+    for task in (PROC / str(pid) / "task").iterdir():
+        tid = int(task.name)
+        with contextlib.suppress(OSError):
+            found[tid] = ((task / "comm").read_text().strip(), os.getpriority(os.PRIO_PROCESS, tid))
+    return found

@@ -148,7 +148,7 @@ class ShardQuery:
                 return
             starting = time.monotonic()
             query = await _start(writer)
-            started = time.monotonic()
+            start_s = round(time.monotonic() - starting, 3)
         except Exception as exc:
             # A Connect session the server closed: the restart opens a new one.
             self.session.forget_if_gone(exc)
@@ -160,7 +160,7 @@ class ShardQuery:
             token=lease.token,
             checkpoint=checkpoint,
             id=str(query.id),
-            start_s=round(started - starting, 3),
+            start_s=start_s,
         )
         last_batch = -1
         # The daemon's own JVM writes the checkpoint at this path; a Spark Connect

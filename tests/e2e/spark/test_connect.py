@@ -5,7 +5,6 @@ then a clear error in the query, and nothing written."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.processes import threads
 from workgroup.fence import make_fence
 from workgroup.security import Security
 from workgroup_spark import fenced, jit, write_batch_parquet
@@ -95,11 +95,8 @@ def test_the_servers_jit_compiles_below_its_work(connect_server: ConnectServer) 
     """The server ``run_connect_server`` starts has its compiler threads, and only
     them, at the niceness :mod:`workgroup_spark.jit` gives them."""
     niceness: dict[str, int] = {}
-    for task in Path(f"/proc/{connect_server.pid}/task").iterdir():
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            name = (task / "comm").read_text().strip()
-            nice = os.getpriority(os.PRIO_PROCESS, int(task.name))
-            niceness[name] = max(niceness.get(name, nice), nice)
+    for name, nice in threads(connect_server.pid).values():
+        niceness[name] = max(niceness.get(name, nice), nice)
     compilers = {name: nice for name, nice in niceness.items() if "CompilerThre" in name}
     assert compilers, f"no compiler thread among {sorted(niceness)}"
     started = os.getpriority(os.PRIO_PROCESS, connect_server.pid)  # a suite run under `nice`

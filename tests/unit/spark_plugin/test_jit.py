@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import threads
 from workgroup_spark import jit
 
 pytestmark = [
@@ -28,17 +28,6 @@ public class Waiter {
     }
 }
 """
-
-
-def threads(pid: int) -> dict[int, tuple[str, int]]:
-    """``tid -> (name, niceness)`` of every thread of ``pid`` (one that ends
-    meanwhile is left out: HotSpot ends idle compiler threads on big machines)."""
-    found = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        tid = int(task.name)
-        with contextlib.suppress(OSError):
-            found[tid] = ((task / "comm").read_text().strip(), os.getpriority(os.PRIO_PROCESS, tid))
-    return found
 
 
 def compilers(pid: int) -> dict[int, int]:
