@@ -190,9 +190,6 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]error:[/red] {exc}")
             cluster.kill_all()
             return 1
-        except KeyboardInterrupt:
-            cluster.kill_all()
-            return 130
         finally:
             status.stop()
             feeder.stop()
@@ -285,4 +282,5 @@ if __name__ == "__main__":
         try:
             sys.exit(main())
         except KeyboardInterrupt:  # every process the demo started is stopped on the way out
+            print("demo: interrupted; what it started is stopped", file=sys.stderr)
             sys.exit(130)
