@@ -22,6 +22,8 @@ from .backends import Backend, free_port, run_backend
 
 RESOURCES = {"shard": list(range(12))}
 TIMEOUT_S = 60
+#: The revocation test's session: twice the default, so a loaded machine's stall stays inside it.
+LOADED_MACHINE_SESSION_MS = 6_000
 
 
 @pytest.fixture(scope="module", params=["embedded", pytest.param("tansu", marks=pytest.mark.tansu)])
@@ -60,9 +62,10 @@ class OwnershipLog:
 
 
 class Group:
-    def __init__(self, backend: Backend, mode: str) -> None:
+    def __init__(self, backend: Backend, mode: str, session_timeout_ms: int | None = None) -> None:
         self.backend = backend
         self.mode = mode
+        self.session_timeout_ms = session_timeout_ms or backend.session_timeout_ms
         self.group_id = f"wire-{mode}-{uuid.uuid4().hex[:8]}"
         self.members: dict[str, GroupMember] = {}
         self.log = OwnershipLog()
@@ -96,7 +99,7 @@ class Group:
             self.group_id,
             protocols or [self.protocol()],
             instance_id=instance_id,
-            session_timeout_ms=self.backend.session_timeout_ms,
+            session_timeout_ms=self.session_timeout_ms,
             rebalance_timeout_ms=10_000,
             heartbeat_interval_ms=300,
             resources=resources or RESOURCES,  # type: ignore[arg-type]
@@ -160,8 +163,8 @@ class Group:
 async def make_group(backend: Backend) -> AsyncIterator:  # type: ignore[type-arg]
     groups: list[Group] = []
 
-    def make(mode: str) -> Group:
-        group = Group(backend, mode)
+    def make(mode: str, session_timeout_ms: int | None = None) -> Group:
+        group = Group(backend, mode, session_timeout_ms)
         groups.append(group)
         return group
 
@@ -293,17 +296,23 @@ async def test_version_probing_over_the_wire(make_group) -> None:  # type: ignor
 async def test_heartbeats_flow_while_a_revocation_runs_longer_than_the_session(
     make_group, backend: Backend
 ) -> None:  # type: ignore[no-untyped-def]
-    group = make_group("cooperative")
-    slow_s = 2 * backend.session_timeout_ms / 1000
+    # A session that a loaded machine keeps: on two busy cores the broker and this loop have
+    # both stalled for ~1.7 s, which lost the default 3 s session between two heartbeats.
+    group = make_group("cooperative", session_timeout_ms=LOADED_MACHINE_SESSION_MS)
+    slow_s = 2 * LOADED_MACHINE_SESSION_MS / 1000
+
+    measuring = True
 
     async def slow(resources: tuple[Resource, ...], generation: int) -> None:
-        await asyncio.sleep(slow_s)
+        if measuring:  # the revocations on close, after the check, need not wait
+            await asyncio.sleep(slow_s)
 
     for name in "abc":
         await group.add(name, on_revoked=slow)
     await group.settle(3)
     await group.add("d")
     after = await group.settle(4, limit_s=60)
+    measuring = False
     assert sorted(len(v) for v in after.values()) == [3, 3, 3, 3]
     assert not [e for e in group.log.events if e[2] == "on_lost"]
     group.log.check_exclusive()
