@@ -39,6 +39,9 @@ class BatchProgress:
     input_rate_given: bool
     processed_rows_per_s: float
     duration_s: float
+    #: Where the trigger's time went, in ms (Spark's ``durationMs`` without its
+    #: total): ``addBatch`` (the sink), ``latestOffset`` (listing the input), ...
+    parts_ms: dict[str, int]
     watermark: float | None  # seconds since the epoch; None without a watermark
     timestamp: str
 
@@ -53,6 +56,11 @@ class BatchProgress:
             input_rate_given=_given(_total(report, "inputRowsPerSecond")),
             processed_rows_per_s=_rate(_total(report, "processedRowsPerSecond")),
             duration_s=float(durations.get("triggerExecution") or 0) / 1000,
+            parts_ms={
+                str(part): int(ms)
+                for part, ms in durations.items()
+                if part != "triggerExecution" and isinstance(ms, int | float) and math.isfinite(ms)
+            },
             watermark=_epoch(watermark),
             timestamp=str(report.get("timestamp", "")),
         )

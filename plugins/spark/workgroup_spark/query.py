@@ -143,11 +143,13 @@ class ShardQuery:
                 if not await lease.ready():
                     log.info("spark.warmup_called_off", query=name, why=lease.end_reason)
                     return  # the move was called off: the previous owner carries on
+            building = time.monotonic()
             writer = await self._prepare(lease, name, checkpoint)
             if writer is None:
                 return
             starting = time.monotonic()
             query = await _start(writer)
+            build_s = round(starting - building, 3)
             start_s = round(time.monotonic() - starting, 3)
         except Exception as exc:
             # A Connect session the server closed: the restart opens a new one.
@@ -160,6 +162,7 @@ class ShardQuery:
             token=lease.token,
             checkpoint=checkpoint,
             id=str(query.id),
+            build_s=build_s,
             start_s=start_s,
         )
         last_batch = -1
@@ -337,6 +340,8 @@ class ShardQuery:
                     rows=progress.input_rows,
                     rows_per_s=round(progress.processed_rows_per_s, 1),
                     duration_ms=round(progress.duration_s * 1000),
+                    parts_ms=progress.parts_ms,
+                    began=progress.timestamp,
                     watermark=progress.watermark,
                 )
         return last_batch

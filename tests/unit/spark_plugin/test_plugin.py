@@ -156,7 +156,7 @@ REPORT = {
     "numInputRows": 1200,
     "inputRowsPerSecond": 400.0,
     "processedRowsPerSecond": "NaN",
-    "durationMs": {"triggerExecution": 1500},
+    "durationMs": {"triggerExecution": 1500, "addBatch": 1200, "latestOffset": 40},
     "eventTime": {"watermark": "2026-11-25T00:00:10.000Z"},
     "timestamp": "2026-11-25T00:00:11.000Z",
 }
@@ -169,6 +169,7 @@ def test_a_progress_report_becomes_a_batch() -> None:
     assert progress.input_rows_per_s == 400.0
     assert progress.processed_rows_per_s == 0.0  # Spark's NaN for an empty batch
     assert progress.duration_s == 1.5
+    assert progress.parts_ms == {"addBatch": 1200, "latestOffset": 40}  # the total apart
     assert progress.watermark == pytest.approx(1795564810.0)
     no_watermark = BatchProgress.parse(
         {**REPORT, "eventTime": {"watermark": "1970-01-01T00:00:00.000Z"}}
@@ -193,13 +194,17 @@ def test_a_spark_connect_report_counts_its_sources() -> None:
     rows=st.one_of(st.none(), st.integers(0, 2**40)),
     rate=st.one_of(st.none(), st.floats(allow_nan=True), st.text(max_size=5)),
     duration=st.one_of(st.none(), st.integers(0, 10**9)),
+    part=st.one_of(st.none(), st.integers(0, 10**9), st.floats(), st.text(max_size=5)),
 )
-def test_progress_parsing_takes_what_spark_may_send(rows: Any, rate: Any, duration: Any) -> None:
+def test_progress_parsing_takes_what_spark_may_send(
+    rows: Any, rate: Any, duration: Any, part: Any
+) -> None:
     report = {"batchId": 1, "numInputRows": rows, "inputRowsPerSecond": rate,
-              "durationMs": {"triggerExecution": duration}}  # fmt: skip
+              "durationMs": {"triggerExecution": duration, "addBatch": part}}  # fmt: skip
     progress = BatchProgress.parse(report)
     assert progress.input_rows >= 0
     assert not math.isnan(progress.input_rows_per_s)
+    assert all(isinstance(ms, int) for ms in progress.parts_ms.values())
 
 
 # --- sinks ------------------------------------------------------------------------------------
