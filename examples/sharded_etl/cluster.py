@@ -23,6 +23,7 @@ from typing import Any
 
 from examples.sharded_etl import layout
 from workgroup.runtime.events import read_events
+from workgroup.testing.signals import interrupts_deferred
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "examples.sharded_etl.app:app"
@@ -103,7 +104,8 @@ class EtlCluster:
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
             **self.extra_env,
         }
-        with log.open("wb") as sink:
+        # Recorded before an interrupt is let through: kill_all() stops what history has.
+        with log.open("wb") as sink, interrupts_deferred():
             process = subprocess.Popen(
                 [*argv, *extra],
                 cwd=ROOT,
@@ -113,9 +115,9 @@ class EtlCluster:
                 env=env,
                 start_new_session=True,
             )
-        daemon = Daemon(name, process, log, time.time())
-        self.daemons[name] = daemon
-        self.history.append(daemon)
+            daemon = Daemon(name, process, log, time.time())
+            self.daemons[name] = daemon
+            self.history.append(daemon)
         self.marks.append(Mark(daemon.started_at, "start", name, process.pid))
         return daemon
 

@@ -20,7 +20,7 @@ from workgroup.testing.servers import (
     run_tansu,
     tansu_binary,
 )
-from workgroup.testing.signals import interrupt_on_termination
+from workgroup.testing.signals import interrupt_on_termination, interrupts_deferred
 
 __all__ = [
     "FakeClock",
@@ -36,6 +36,7 @@ __all__ = [
     "check_ownership",
     "free_port",
     "interrupt_on_termination",
+    "interrupts_deferred",
     "random_schedule",
     "read_log",
     "run_coordinator",

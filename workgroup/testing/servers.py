@@ -32,10 +32,11 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from workgroup.clock import SYSTEM_CLOCK
 from workgroup.errors import ConfigError, WorkgroupError
+from workgroup.testing.signals import interrupts_deferred
 
 __all__ = [
     "ServerExited",
@@ -161,6 +162,21 @@ SERVER_START_TIMEOUT_S = 30.0
 
 
 @contextlib.contextmanager
+def _spawned(
+    name: str, host: str, port: int, argv: Sequence[str], log: Path | IO[bytes], **popen: Any
+) -> Iterator[ServerProcess]:
+    """The server's process, stopped on the way out.  An interrupt (Ctrl-C,
+    SIGTERM) while it starts is delivered once its stop is in place: one between
+    the two would leave the server running."""
+    with contextlib.ExitStack() as stops:
+        with interrupts_deferred():
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, **popen)
+            server = ServerProcess(name, host, port, process, log)
+            stops.callback(server.stop)
+        yield server
+
+
+@contextlib.contextmanager
 def run_tansu(
     *, port: int = 0, log: Log = None, startup_timeout_s: float = SERVER_START_TIMEOUT_S
 ) -> Iterator[ServerProcess]:
@@ -181,14 +197,12 @@ def run_tansu(
         "--storage-engine",
         "memory://tansu/",
     ]
-    with _log_file(log) as (sink, log_ref):
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
-        server = ServerProcess("tansu", LOOPBACK, port, process, log_ref)
-        try:
-            _wait_accepting(server, SYSTEM_CLOCK.monotonic() + startup_timeout_s)
-            yield server
-        finally:
-            server.stop()
+    with (
+        _log_file(log) as (sink, log_ref),
+        _spawned("tansu", LOOPBACK, port, argv, log_ref, stdout=sink, stderr=sink) as server,
+    ):
+        _wait_accepting(server, SYSTEM_CLOCK.monotonic() + startup_timeout_s)
+        yield server
 
 
 @contextlib.contextmanager
@@ -210,29 +224,24 @@ def run_coordinator(
     if command is None:
         command = [sys.executable, "-m", "workgroup", "coordinator"]
     argv = [*command, "--listen", listen, *args]
-    with _log_file(log) as (sink, log_ref):
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=sink,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        server = ServerProcess("coordinator", "", 0, process, log_ref)
-        try:
-            deadline = SYSTEM_CLOCK.monotonic() + startup_timeout_s
-            line = _read_first_line(server, deadline)
-            if not line.startswith(_LISTENING_PREFIX):
-                raise ServerStartError(
-                    f"the coordinator's first line is {line!r}, not 'listening on HOST:PORT'"
-                    f"{_quoted(server.log_tail())}"
-                )
-            host, _, port = line.removeprefix(_LISTENING_PREFIX).rpartition(":")
-            server.host, server.port = host.strip("[]"), int(port)
-            _wait_accepting(server, deadline)
-            yield server
-        finally:
-            server.stop()
+    with (
+        _log_file(log) as (sink, log_ref),
+        _spawned(
+            "coordinator", "", 0, argv, log_ref,
+            stdout=subprocess.PIPE, stderr=sink, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        ) as server,
+    ):  # fmt: skip
+        deadline = SYSTEM_CLOCK.monotonic() + startup_timeout_s
+        line = _read_first_line(server, deadline)
+        if not line.startswith(_LISTENING_PREFIX):
+            raise ServerStartError(
+                f"the coordinator's first line is {line!r}, not 'listening on HOST:PORT'"
+                f"{_quoted(server.log_tail())}"
+            )
+        host, _, port = line.removeprefix(_LISTENING_PREFIX).rpartition(":")
+        server.host, server.port = host.strip("[]"), int(port)
+        _wait_accepting(server, deadline)
+        yield server
 
 
 #: Where Debian's ``postgresql`` package puts the server's programs.
@@ -328,30 +337,23 @@ def run_postgres(*, startup_timeout_s: float = 60.0) -> Iterator[PostgresServer]
             "-c", f"listen_addresses={LOOPBACK}", "-c", "fsync=off",
             "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
         ]  # fmt: skip
-        with _log_file(log_path) as (sink, log_ref):
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=sink,
-                stderr=sink,
-                user=user,
-                group=group,
-                extra_groups=extra_groups,
-            )
-            server = ServerProcess("postgres", LOOPBACK, port, process, log_ref)
-            try:
-                deadline = SYSTEM_CLOCK.monotonic() + startup_timeout_s
-                while b"ready to accept connections" not in log_path.read_bytes():
-                    server.check_alive()
-                    if SYSTEM_CLOCK.monotonic() >= deadline:
-                        raise ServerStartError(
-                            f"PostgreSQL did not start within {startup_timeout_s:g} s"
-                            f"{_quoted(server.log_tail())}"
-                        )
-                    time.sleep(0.05)
-                yield PostgresServer(LOOPBACK, port, POSTGRES_USER, server)
-            finally:
-                server.stop()
+        with (
+            _log_file(log_path) as (sink, log_ref),
+            _spawned(
+                "postgres", LOOPBACK, port, argv, log_ref, stdout=sink, stderr=sink,
+                user=user, group=group, extra_groups=extra_groups,
+            ) as server,
+        ):  # fmt: skip
+            deadline = SYSTEM_CLOCK.monotonic() + startup_timeout_s
+            while b"ready to accept connections" not in log_path.read_bytes():
+                server.check_alive()
+                if SYSTEM_CLOCK.monotonic() >= deadline:
+                    raise ServerStartError(
+                        f"PostgreSQL did not start within {startup_timeout_s:g} s"
+                        f"{_quoted(server.log_tail())}"
+                    )
+                time.sleep(0.05)
+            yield PostgresServer(LOOPBACK, port, POSTGRES_USER, server)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

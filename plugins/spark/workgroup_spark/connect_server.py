@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workgroup.errors import WorkgroupError
+from workgroup.testing.signals import interrupts_deferred
 from workgroup_spark import connect_main, jit, worker_pool
 from workgroup_spark.worker_launcher import POOL_SOCKET_ENV
 
@@ -175,7 +176,8 @@ def run_connect_server(
             server_env["PYSPARK_PYTHON"] = str(
                 worker_pool.launcher_script(log.parent / "worker-python", python)
             )
-        with log.open("ab") as sink:
+        # An interrupt while the server starts waits until its stop is in place.
+        with log.open("ab") as sink, interrupts_deferred():
             process = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -184,7 +186,7 @@ def run_connect_server(
                 env=server_env,
                 start_new_session=True,
             )
-        stack.callback(_stop, process)
+            stack.callback(_stop, process)
         _wait_listening(process, port, log, start_timeout_s)
         jit.lower_compiler_priority(process.pid)  # rule 7
         if warm_workers:
@@ -210,20 +212,19 @@ def _worker_pool(
     directory = Path(tempfile.mkdtemp(prefix="wg-spark-pool-"))
     socket_path = directory / "pool.sock"
     argv = [python, "-m", "workgroup_spark.worker_pool", str(socket_path), *preload]
-    with (logs / "worker-pool.log").open("ab") as sink:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env={**env, "PYTHONPATH": _pool_path(env)},
-            start_new_session=True,
-        )
-    try:
+    with contextlib.ExitStack() as stops:
+        stops.callback(shutil.rmtree, directory, ignore_errors=True)
+        with (logs / "worker-pool.log").open("ab") as sink, interrupts_deferred():
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env={**env, "PYTHONPATH": _pool_path(env)},
+                start_new_session=True,
+            )
+            stops.callback(_stop, process)
         yield socket_path
-    finally:
-        _stop(process)
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _pool_path(env: Mapping[str, str]) -> str:

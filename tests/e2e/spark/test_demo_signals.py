@@ -71,7 +71,11 @@ def test_the_demo_stops_its_daemons_and_jvms_on_a_termination_signal(
         assert {os.getsid(pid) for pid in started_by(data)} - {os.getsid(demo.pid)}
         demo.send_signal(signum)
         assert demo.wait(60) == 130
-        wait_until(lambda: not started_by(data), 30, "every daemon and JVM to exit")
+        try:
+            wait_until(lambda: not started_by(data), 30, "every daemon and JVM to exit")
+        except AssertionError as exc:
+            left = "; ".join(f"{pid}: {command[:200]}" for pid, command in started_by(data).items())
+            raise AssertionError(f"{exc}; still running: {left}") from None
     finally:
         if demo.poll() is None:
             demo.kill()
