@@ -25,7 +25,7 @@ from typing import Any
 
 import workgroup
 from examples.sharded_etl import layout
-from examples.sharded_etl.summary import publish_summary
+from examples.sharded_etl.summary import OutputTotals, publish_summary
 from examples.sharded_etl.transform import batch_table
 from workgroup_spark import fenced, parse_switch, write_batch_parquet
 
@@ -85,9 +85,10 @@ def aggregate_shard(session: Any, lease: workgroup.Lease) -> Any:
 async def publisher(lease: workgroup.Lease) -> None:
     """Compact every shard's output into one summary, every few seconds, fenced."""
     print(f"publisher: active with token {lease.token}", flush=True)
+    totals = OutputTotals(DATA, SHARDS)  # each publication reads only the new batch files
     while not lease.revoked:
         await lease.commit(f"publishing at {time.time():.3f}")  # refused once the lease is gone
-        await asyncio.to_thread(publish_summary, DATA, SHARDS, lease.token)
+        await asyncio.to_thread(publish_summary, DATA, SHARDS, lease.token, totals)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(lease.wait_revoked(), PUBLISH_EVERY_S)
     print(f"publisher: token {lease.token} handed over", flush=True)

@@ -41,6 +41,52 @@ def read_outputs(data: Path, shards: int) -> pa.Table:
     return pa.concat_tables(tables)
 
 
+class OutputTotals:
+    """Every shard's output so far, per customer, read as it grows: each
+    :meth:`update` reads only the batch files it has not read yet.  A batch
+    that Spark replays replaces its file with the same rows (the same offsets),
+    so a file read once is never read again.  Reading every file at each
+    publication made the publisher's work grow with the run: its daemon's CPU
+    went from 0.1 to 0.35 cores over five minutes of 1 s batches in 4 shards."""
+
+    def __init__(self, data: Path, shards: int) -> None:
+        self.data = data
+        self.shards = shards
+        self._read: set[Path] = set()
+        #: (shard, batch) of every batch file read.
+        self.batches: set[tuple[str, int]] = set()
+        #: customer -> [events, amount_cents].
+        self._totals: dict[str, list[int]] = {}
+
+    def update(self) -> None:
+        for shard in layout.shard_names(self.shards):
+            directory = layout.output_dir(self.data, shard)
+            if not directory.exists():
+                continue
+            for path in sorted(directory.glob("batch-*.parquet")):
+                if path in self._read:
+                    continue
+                columns = ["shard", "customer", "events", "amount_cents", "batch"]
+                for row in pq.read_table(path, columns=columns).to_pylist():
+                    self.batches.add((row["shard"], row["batch"]))
+                    total = self._totals.setdefault(row["customer"], [0, 0])
+                    total[0] += row["events"]
+                    total[1] += row["amount_cents"]
+                self._read.add(path)
+
+    def table(self) -> pa.Table:
+        """What :func:`compact` gives for every file read so far."""
+        customers = sorted(self._totals)
+        return pa.table(
+            {
+                "customer": customers,
+                "events": [self._totals[c][0] for c in customers],
+                "amount_cents": [self._totals[c][1] for c in customers],
+            },
+            schema=SUMMARY_SCHEMA,
+        )
+
+
 def compact(outputs: pa.Table) -> pa.Table:
     """Per customer: events and amount over every batch of every shard."""
     if outputs.num_rows == 0:
@@ -67,10 +113,15 @@ def current(data: Path) -> dict[str, Any]:
     return header
 
 
-def publish_summary(data: Path, shards: int, token: int) -> dict[str, Any]:
-    """Compact the outputs and replace the summary, unless a newer token published."""
-    outputs = read_outputs(data, shards)
-    summary = compact(outputs)
+def publish_summary(
+    data: Path, shards: int, token: int, totals: OutputTotals | None = None
+) -> dict[str, Any]:
+    """Compact the outputs and replace the summary, unless a newer token published.
+    ``totals``: what earlier publications of this publisher read (only new batch
+    files are read); without it every file is read."""
+    totals = totals or OutputTotals(data, shards)
+    totals.update()
+    summary = totals.table()
     directory = layout.summary_dir(data)
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / ".lock").open("a") as lock:
@@ -86,9 +137,7 @@ def publish_summary(data: Path, shards: int, token: int) -> dict[str, Any]:
         header = {
             "token": token,
             "published_at": time.time(),
-            "batches": len(
-                set(zip(outputs["shard"].to_pylist(), outputs["batch"].to_pylist(), strict=True))
-            ),
+            "batches": len(totals.batches),
             "events": int(pc.sum(summary["events"]).as_py() or 0),
             "amount_cents": int(pc.sum(summary["amount_cents"]).as_py() or 0),
             "publications": previous.get("publications", 0) + 1,
