@@ -49,6 +49,10 @@ spark = app.use(
         "spark.sql.shuffle.partitions": "1",
         "spark.default.parallelism": "1",
         "spark.log.level": "ERROR",
+        # A daemon's own JVM (--layout jvm) compiles with C1 alone: its shards move
+        # while its JVM is young (a rolling restart, the demo), when C2 would take
+        # most of the CPU (docs/spark.md, "The JIT of a daemon's JVM").
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     },
 )
 

@@ -62,10 +62,21 @@ async def test_a_dry_run_runs_one_batch_of_the_shards_query_and_publishes_nothin
             processingTime="1 second"
         )
 
-    conf = {**DEFAULT_CONF, "spark.sql.shuffle.partitions": "1"}
+    # The example's quick JIT (docs/spark.md, "The JIT of a daemon's JVM").
+    quick_jit = "-XX:TieredStopAtLevel=1"
+    conf = {
+        **DEFAULT_CONF,
+        "spark.sql.shuffle.partitions": "1",
+        "spark.driver.extraJavaOptions": quick_jit,
+    }
     holder = SessionHolder(SessionOptions("dry-run-test", master="local[1]", conf=conf))
     try:
         spark = await asyncio.to_thread(holder.get)
+        # The JVM's own options in conf= reach its launch.
+        from pyspark import SparkContext
+
+        jvm = SparkContext._gateway.proc.pid  # spark-submit execs java: the JVM's pid
+        assert quick_jit in (Path("/proc") / str(jvm) / "cmdline").read_text().split("\0")
         scratch = scratch_location(str(root), "shard", "s-0")
         outcome = await asyncio.to_thread(
             dry_run, spark, build, lease, name="etl.shard.s-0", scratch=scratch,
