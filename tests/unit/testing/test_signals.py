@@ -24,6 +24,8 @@ from workgroup.testing.signals import interrupt_on_termination, interrupts_defer
 
 #: ``subprocess.Popen`` itself: the tests below replace it in the module.
 REAL_POPEN = subprocess.Popen
+#: What the stand-in process keeps of the real start's arguments (not its program's env or cwd).
+STREAM_AND_SESSION_ARGS = ("stdin", "stdout", "stderr", "start_new_session")
 #: Long enough for the handler of a signal sent to this process to run.
 SIGNAL_SETTLE_S = 0.2
 
@@ -126,9 +128,8 @@ class _SignalledAfterStart:
         self.started: list[subprocess.Popen[bytes]] = []
 
     def __call__(self, _argv: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
-        kwargs.pop("user", None), kwargs.pop("group", None), kwargs.pop("extra_groups", None)
-        kwargs.pop("env", None), kwargs.pop("cwd", None)
-        process = REAL_POPEN([sys.executable, "-c", "import time; time.sleep(60)"], **kwargs)
+        streams = {k: v for k, v in kwargs.items() if k in STREAM_AND_SESSION_ARGS}
+        process = REAL_POPEN([sys.executable, "-c", "import time; time.sleep(60)"], **streams)
         self.started.append(process)
         _signal_self()
         return process
