@@ -44,8 +44,9 @@ Rules:
    leader keeps it: the follow-up rounds carry it out (the assignor does not
    decide again) while its premises hold (the same members with the same
    kinds, racks and capacities, the same catalog, nobody owning what the plan
-   does not give it).  It is dropped when they change or a round withholds
-   nothing.  What a follow-up round carries out is the final target with the
+   neither gives nor hands it: the owner of a move that warms up keeps the
+   resource until the cut-over).  It is dropped when they change or a round
+   withholds nothing.  What a follow-up round carries out is the final target with the
    delayed resources where the assignor put them; the delay and refusals
    apply anew, balancing only measures.
 4. Deadlines, for a STABLE leader only (the machine asks then): the end of a

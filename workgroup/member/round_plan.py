@@ -261,8 +261,9 @@ def _keep_ready_in_place(
 class Premises:
     """What a round's decision rests on: the members that take work, with their
     kinds, racks and capacities, and the catalog.  While they hold and every
-    member owns only what the decision gives it (nobody else decided meanwhile),
-    the follow-up rounds of a cooperative rebalance carry the decision out.
+    member owns only what the decision gives it or the round handed it (nobody
+    else decided meanwhile), the follow-up rounds of a cooperative rebalance
+    carry the decision out.
 
     A member that takes nothing (leaving, draining) is no premise: the decision
     already handed its work to the others, so its departure changes nothing
@@ -279,13 +280,15 @@ class Premises:
             data.resources,
         )
 
-    def hold(self, data: AssignmentInput, decided: Mapping[str, Sequence[Resource]]) -> bool:
+    def hold(self, data: AssignmentInput, allowed: Mapping[str, Sequence[Resource]]) -> bool:
+        """``data`` rests on the same premises, and each member owns only what
+        ``allowed`` lists for it."""
         if self.members != Premises.of(data).members:
             return False
         if self.resources is not data.resources and self.resources != data.resources:
             return False
         return all(
-            set(decided.get(mid, ())).issuperset(info.owned) for mid, info in data.members.items()
+            set(allowed.get(mid, ())).issuperset(info.owned) for mid, info in data.members.items()
         )
 
 
@@ -326,8 +329,17 @@ class RoundPlan:
         return any(self.withheld.values())
 
     def carries(self, data: AssignmentInput) -> bool:
-        """A round with input ``data`` carries this plan out: its premises hold."""
-        return self.premises is not None and self.premises.hold(data, self.decided)
+        """A round with input ``data`` carries this plan out: its premises hold.
+        A member may still own what the plan handed it, besides what it
+        decided: the current owner of a move that warms up keeps the resource
+        until the cut-over (:mod:`~workgroup.member.warmup` rule 2)."""
+        if self.premises is None:
+            return False
+        allowed = {
+            mid: (*self.decided.get(mid, ()), *self.assigned.get(mid, ()))
+            for mid in self.decided.keys() | self.assigned.keys()
+        }
+        return self.premises.hold(data, allowed)
 
 
 def withholding_claims(

@@ -3,16 +3,24 @@ machines on a fake clock (the machine's rules 14 and 15)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from member_coordinator_double import CoordinatorDouble
 from member_sim import EmbeddedCoordinator, Simulation
 
+from workgroup.assignors.sticky import CooperativeStickyAssignor
+from workgroup.kafka.messages import JoinedMember
 from workgroup.member.config import MemberConfig
-from workgroup.member.round_plan import RoundPlan, plan_round
-from workgroup.member.warmup import WARMUP_VERSION, stage_warmups
+from workgroup.member.load_balancing import BalanceSettings
+from workgroup.member.pipeline import LeaderPipeline
+from workgroup.member.round_plan import MembersRead, RoundPlan, plan_round
+from workgroup.member.round_stages import run_round_stages
+from workgroup.member.warmup import WARMUP_VERSION, Staged, stage_warmups
 from workgroup.protocol import MemberMetadata, Protocol
+from workgroup.protocol.catalog import catalog_hash, freeze_catalog
 from workgroup.types import Resource
 
 CATALOG = {"shard": list(range(12))}
@@ -302,3 +310,79 @@ def test_a_static_member_restarted_after_draining_to_stop_takes_work_again() -> 
     ), sim.assignment()
     assert sim.generation() > generation
     sim.check_exclusive()
+
+
+# --- a balancing plan whose moves warm up, across its follow-up rounds ----------------
+
+
+BALANCED_CATALOG = {"shard": [0, 1, 2, 3]}
+
+
+def _leader_round(
+    pipeline: LeaderPipeline,
+    metadata: dict[str, MemberMetadata],
+    generation: int,
+) -> tuple[RoundPlan, Staged]:
+    """One round of the live leader's pipeline (the same stages, no I/O)."""
+    protocol = Protocol(name="cooperative-sticky", assignor=CooperativeStickyAssignor())
+    version = protocol.codec.latest_version
+    members = [
+        JoinedMember(mid, None, protocol.codec.encode_metadata(m)) for mid, m in metadata.items()
+    ]
+    read = MembersRead(metadata, dict.fromkeys(metadata, version), version, {}, {})
+    run, _ = pipeline.start(
+        0,
+        generation,
+        protocol,
+        members,
+        read,
+        generation=generation,
+        catalog=freeze_catalog(BALANCED_CATALOG),
+        catalog_hash=catalog_hash(freeze_catalog(BALANCED_CATALOG)),
+    )
+    round_ = pipeline.take(run.run_id)
+    assert round_ is not None
+    outcome = pipeline.conclude(0, round_, run_round_stages(run.stages))
+    return outcome.plan, outcome.staged
+
+
+def loaded(
+    owned: dict[int, float], *, warming: tuple[int, ...] = (), ready: tuple[int, ...] = ()
+) -> MemberMetadata:
+    """A member's metadata with the load of each shard it owns."""
+    return replace(
+        meta(tuple(owned), warming=warming, ready=ready),
+        catalog_hash=catalog_hash(freeze_catalog(BALANCED_CATALOG)),
+        loads=tuple(owned.values()),
+    )
+
+
+def test_balancing_moves_that_warm_up_are_carried_out_when_loads_shift() -> None:
+    # Shard 0 is hot: the round gives b two of a's shards, staged as warm-ups
+    # (a keeps them meanwhile).  When b reports them ready, the hot spot is
+    # gone: deciding again would leave one with a.  The follow-up round
+    # carries out the plan and cuts both warm-ups over.
+    pipeline = LeaderPipeline("g", reassign_delay_ms=0, balance=BalanceSettings(), max_warmups=4)
+    first, staged = _leader_round(
+        pipeline, {"a": loaded({0: 6.0, 1: 1.0, 2: 1.0}), "b": loaded({3: 1.0})}, 1
+    )
+    assert first.balanced is not None
+    assert first.balanced.moves
+    assert staged.started == 2
+    moving = first.warming["b"]
+    assert {k for _, k in moving} == {1, 2}
+    assert set(moving) <= set(first.assigned["a"])  # a keeps them while b warms up
+    cooled = {0: 1.0, 1: 1.0, 2: 1.0}
+    second, staged = _leader_round(
+        pipeline, {"a": loaded(cooled), "b": loaded({3: 1.0}, warming=(1, 2), ready=(1, 2))}, 2
+    )
+    assert second.decided == first.decided  # carried out, not decided again
+    assert (staged.cut_over, staged.started) == (2, 0)
+    assert set(second.revoked["a"]) == set(moving)
+    # a has revoked them: b is handed them, and the plan is done.
+    third, _ = _leader_round(
+        pipeline, {"a": loaded({0: 1.0}), "b": loaded({3: 1.0}, warming=(1, 2), ready=(1, 2))}, 3
+    )
+    assert set(moving) <= set(third.assigned["b"])
+    assert third.decided == first.decided
+    assert not third.pending
