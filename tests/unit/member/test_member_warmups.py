@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from member_coordinator_double import CoordinatorDouble
 from member_sim import EmbeddedCoordinator, Simulation
@@ -322,6 +322,7 @@ def _leader_round(
     pipeline: LeaderPipeline,
     metadata: dict[str, MemberMetadata],
     generation: int,
+    catalog: dict[str, list[int]] = BALANCED_CATALOG,
 ) -> tuple[RoundPlan, Staged]:
     """One round of the live leader's pipeline (the same stages, no I/O)."""
     protocol = Protocol(name="cooperative-sticky", assignor=CooperativeStickyAssignor())
@@ -337,8 +338,8 @@ def _leader_round(
         members,
         read,
         generation=generation,
-        catalog=freeze_catalog(BALANCED_CATALOG),
-        catalog_hash=catalog_hash(freeze_catalog(BALANCED_CATALOG)),
+        catalog=freeze_catalog(catalog),
+        catalog_hash=catalog_hash(freeze_catalog(catalog)),
     )
     round_ = pipeline.take(run.run_id)
     assert round_ is not None
@@ -347,12 +348,16 @@ def _leader_round(
 
 
 def loaded(
-    owned: dict[int, float], *, warming: tuple[int, ...] = (), ready: tuple[int, ...] = ()
+    owned: dict[int, float],
+    *,
+    warming: tuple[int, ...] = (),
+    ready: tuple[int, ...] = (),
+    catalog: dict[str, list[int]] = BALANCED_CATALOG,
 ) -> MemberMetadata:
     """A member's metadata with the load of each shard it owns."""
     return replace(
         meta(tuple(owned), warming=warming, ready=ready),
-        catalog_hash=catalog_hash(freeze_catalog(BALANCED_CATALOG)),
+        catalog_hash=catalog_hash(freeze_catalog(catalog)),
         loads=tuple(owned.values()),
     )
 
@@ -386,3 +391,60 @@ def test_balancing_moves_that_warm_up_are_carried_out_when_loads_shift() -> None
     assert set(moving) <= set(third.assigned["b"])
     assert third.decided == first.decided
     assert not third.pending
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_kept_plan_reaches_its_target_whatever_the_loads_meanwhile(data: st.DataObject) -> None:
+    # Members start the rounds a kept plan needs (each warm-up ready at once),
+    # and report new loads every round: the plan's target is reached, and no
+    # warm-up it began is called off on the way.
+    members = data.draw(st.sampled_from([("a", "b"), ("a", "b", "c")]), label="members")
+    shards = data.draw(st.integers(2, 8), label="shards")
+    catalog = {"shard": list(range(shards))}
+    owner = [data.draw(st.sampled_from(members), label=f"owner of {k}") for k in range(shards)]
+    owned = {m: [k for k in range(shards) if owner[k] == m] for m in members}
+    warming: dict[str, tuple[int, ...]] = dict.fromkeys(members, ())
+    pipeline = LeaderPipeline(
+        "g",
+        reassign_delay_ms=0,
+        balance=BalanceSettings(),
+        max_warmups=data.draw(st.integers(1, 4), label="max_warmups"),
+    )
+    loads = st.lists(st.floats(0.5, 10.0), min_size=shards, max_size=shards)
+    first: RoundPlan | None = None
+    for generation in range(1, 3 * shards + 3):
+        load = data.draw(loads, label=f"loads {generation}")
+        metadata = {
+            m: loaded(
+                {k: load[k] for k in owned[m]},
+                warming=warming[m],
+                ready=warming[m],
+                catalog=catalog,
+            )
+            for m in members
+        }
+        plan, _ = _leader_round(pipeline, metadata, generation, catalog)
+        if first is None:
+            if plan.premises is None:
+                event("no plan kept")
+                return  # every round decides (not what this test is about)
+            event("a plan kept")
+            first = plan
+        else:
+            assert plan.decided == first.decided, generation
+        for m in members:
+            for key in warming[m]:
+                assert ("shard", key) in (*plan.warming.get(m, ()), *plan.assigned[m]), (m, key)
+        owned = {m: [k for _, k in plan.assigned[m]] for m in members}
+        warming = {
+            m: tuple(k for _, k in plan.warming.get(m, ()) if k not in owned[m]) for m in members
+        }
+        if not plan.pending and not any(warming.values()):
+            break
+    else:
+        pytest.fail("the plan was not carried out")
+    assert first is not None
+    assert {m: sorted(owned[m]) for m in members} == {
+        m: sorted(k for _, k in first.decided[m]) for m in members
+    }
