@@ -46,9 +46,9 @@ Rules:
    kinds, racks and capacities, the same catalog, nobody owning what the plan
    neither gives nor hands it: the owner of a move that warms up keeps the
    resource until the cut-over).  It is dropped when they change or a round
-   withholds nothing.  What a follow-up round carries out is the final target with the
-   delayed resources where the assignor put them; the delay and refusals
-   apply anew, balancing only measures.
+   withholds nothing.  What a follow-up round carries out is the final target
+   with the delayed resources where the assignor put them; the delay and
+   refusals apply anew, balancing only measures.
 4. Deadlines, for a STABLE leader only (the machine asks then): the end of a
    reassignment delay, and the balancing probe; each asks for a round
    (:meth:`LeaderPipeline.delay_over`, :meth:`LeaderPipeline.probe_due`).
