@@ -27,22 +27,27 @@ SUMMARY_SCHEMA = pa.schema(
 )
 
 
-def read_outputs(data: Path, shards: int) -> pa.Table:
+def batch_files(data: Path, shards: int) -> list[Path]:
     """Every batch file of every shard (files being written are not listed yet)."""
-    tables = []
+    files: list[Path] = []
     for shard in layout.shard_names(shards):
         directory = layout.output_dir(data, shard)
-        if not directory.exists():
-            continue
-        for path in sorted(directory.glob("batch-*.parquet")):
-            tables.append(pq.read_table(path, schema=layout.OUTPUT_SCHEMA))
+        if directory.exists():
+            files += sorted(directory.glob("batch-*.parquet"))
+    return files
+
+
+def read_outputs(data: Path, shards: int, files: list[Path] | None = None) -> pa.Table:
+    """Every batch file of every shard, or those of ``files``."""
+    paths = batch_files(data, shards) if files is None else files
+    tables = [pq.read_table(path, schema=layout.OUTPUT_SCHEMA) for path in paths]
     if not tables:
         return layout.OUTPUT_SCHEMA.empty_table()
     return pa.concat_tables(tables)
 
 
 class OutputTotals:
-    """Every shard's output so far, per customer, read as it grows: each
+    """Every shard's output so far, compacted, read as it grows: each
     :meth:`update` reads only the batch files it has not read yet.  A batch
     that Spark replays replaces its file with the same rows (the same offsets),
     so a file read once is never read again.  Reading every file at each
@@ -55,40 +60,24 @@ class OutputTotals:
         self._read: set[Path] = set()
         #: (shard, batch) of every batch file read.
         self.batches: set[tuple[str, int]] = set()
-        #: customer -> [events, amount_cents].
-        self._totals: dict[str, list[int]] = {}
+        #: :func:`compact` of every file read so far.
+        self.summary: pa.Table = SUMMARY_SCHEMA.empty_table()
 
     def update(self) -> None:
-        for shard in layout.shard_names(self.shards):
-            directory = layout.output_dir(self.data, shard)
-            if not directory.exists():
-                continue
-            for path in sorted(directory.glob("batch-*.parquet")):
-                if path in self._read:
-                    continue
-                columns = ["shard", "customer", "events", "amount_cents", "batch"]
-                for row in pq.read_table(path, columns=columns).to_pylist():
-                    self.batches.add((row["shard"], row["batch"]))
-                    total = self._totals.setdefault(row["customer"], [0, 0])
-                    total[0] += row["events"]
-                    total[1] += row["amount_cents"]
-                self._read.add(path)
-
-    def table(self) -> pa.Table:
-        """What :func:`compact` gives for every file read so far."""
-        customers = sorted(self._totals)
-        return pa.table(
-            {
-                "customer": customers,
-                "events": [self._totals[c][0] for c in customers],
-                "amount_cents": [self._totals[c][1] for c in customers],
-            },
-            schema=SUMMARY_SCHEMA,
+        new = [path for path in batch_files(self.data, self.shards) if path not in self._read]
+        if not new:
+            return
+        outputs = read_outputs(self.data, self.shards, new)
+        self.batches.update(
+            zip(outputs["shard"].to_pylist(), outputs["batch"].to_pylist(), strict=True)
         )
+        self.summary = compact(pa.concat_tables([self.summary, compact(outputs)]))
+        self._read.update(new)
 
 
 def compact(outputs: pa.Table) -> pa.Table:
-    """Per customer: events and amount over every batch of every shard."""
+    """Per customer: events and amount over every batch of every shard (``outputs``
+    has at least the summary's columns: a summary compacts again)."""
     if outputs.num_rows == 0:
         return SUMMARY_SCHEMA.empty_table()
     grouped = outputs.group_by("customer").aggregate([("events", "sum"), ("amount_cents", "sum")])
@@ -121,7 +110,7 @@ def publish_summary(
     files are read); without it every file is read."""
     totals = totals or OutputTotals(data, shards)
     totals.update()
-    summary = totals.table()
+    summary = totals.summary
     directory = layout.summary_dir(data)
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / ".lock").open("a") as lock:
