@@ -8,16 +8,14 @@ from dataclasses import replace
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from leader_round import play_leader_round
 from member_coordinator_double import CoordinatorDouble
 from member_sim import EmbeddedCoordinator, Simulation
 
-from workgroup.assignors.sticky import CooperativeStickyAssignor
-from workgroup.kafka.messages import JoinedMember
 from workgroup.member.config import MemberConfig
 from workgroup.member.load_balancing import BalanceSettings
 from workgroup.member.pipeline import LeaderPipeline
-from workgroup.member.round_plan import MembersRead, RoundPlan, plan_round
-from workgroup.member.round_stages import run_round_stages
+from workgroup.member.round_plan import RoundPlan, plan_round
 from workgroup.member.warmup import WARMUP_VERSION, Staged, stage_warmups
 from workgroup.protocol import MemberMetadata, Protocol
 from workgroup.protocol.catalog import catalog_hash, freeze_catalog
@@ -321,29 +319,11 @@ BALANCED_CATALOG = {"shard": [0, 1, 2, 3]}
 def _leader_round(
     pipeline: LeaderPipeline,
     metadata: dict[str, MemberMetadata],
-    generation: int,
+    run_id: int,
     catalog: dict[str, list[int]] = BALANCED_CATALOG,
 ) -> tuple[RoundPlan, Staged]:
-    """One round of the live leader's pipeline (the same stages, no I/O)."""
-    protocol = Protocol(name="cooperative-sticky", assignor=CooperativeStickyAssignor())
-    version = protocol.codec.latest_version
-    members = [
-        JoinedMember(mid, None, protocol.codec.encode_metadata(m)) for mid, m in metadata.items()
-    ]
-    read = MembersRead(metadata, dict.fromkeys(metadata, version), version, {}, {})
-    run, _ = pipeline.start(
-        0,
-        generation,
-        protocol,
-        members,
-        read,
-        generation=generation,
-        catalog=freeze_catalog(catalog),
-        catalog_hash=catalog_hash(freeze_catalog(catalog)),
-    )
-    round_ = pipeline.take(run.run_id)
-    assert round_ is not None
-    outcome = pipeline.conclude(0, round_, run_round_stages(run.stages))
+    """One round of the live leader's pipeline: its plan and what it staged."""
+    _, outcome = play_leader_round(pipeline, metadata, catalog, run_id=run_id)
     return outcome.plan, outcome.staged
 
 

@@ -7,13 +7,15 @@ from __future__ import annotations
 import pickle
 from collections.abc import Mapping, Sequence
 
+from leader_round import play_leader_round
+
 from workgroup.assignors.sticky import CooperativeStickyAssignor
 from workgroup.kafka.messages import JoinedMember
 from workgroup.member.load_balancing import BalanceSettings
 from workgroup.member.pipeline import LeaderPipeline, simulate_rebalance
-from workgroup.member.round_plan import REFUSES_TAG, MembersRead, RoundPlan, encode_refusals
+from workgroup.member.round_plan import REFUSES_TAG, RoundPlan, encode_refusals
 from workgroup.member.round_stages import RoundStages, run_round_stages
-from workgroup.protocol import BinaryCodec, MemberMetadata, Protocol
+from workgroup.protocol import BinaryCodec, MemberMetadata
 from workgroup.protocol.catalog import freeze_catalog
 from workgroup.types import Resource
 
@@ -73,13 +75,6 @@ def test_balancing_gives_nothing_to_a_member_that_refuses_it() -> None:
     assert within_tolerance(target, loads)
 
 
-def join(members: Mapping[str, MemberMetadata]) -> tuple[tuple[JoinedMember, ...], MembersRead]:
-    joined = tuple(JoinedMember(mid, None, CODEC.encode_metadata(m)) for mid, m in members.items())
-    version = CODEC.latest_version
-    read = MembersRead(dict(members), {mid: version for mid in members}, version, {}, {})
-    return joined, read
-
-
 def lead(
     pipeline: LeaderPipeline,
     now: int,
@@ -87,24 +82,9 @@ def lead(
     members: Mapping[str, MemberMetadata],
     catalog: Mapping[str, list[int]],
 ) -> tuple[RoundStages, RoundPlan]:
-    """One round of ``pipeline`` as the live leader plays it: the stages run as
-    the driver runs them, then the machine records the result."""
-    assignor = CooperativeStickyAssignor()
-    protocol = Protocol(name=assignor.name, assignor=assignor, rebalance="cooperative")
-    joined, read = join(members)
-    run, _ = pipeline.start(
-        now,
-        run_id,
-        protocol,
-        joined,
-        read,
-        generation=run_id + 1,
-        catalog=freeze_catalog(catalog),
-        catalog_hash=b"",
-    )
-    round_ = pipeline.take(run.run_id)
-    assert round_ is not None
-    return run.stages, pipeline.conclude(now, round_, run_round_stages(run.stages)).plan
+    """One round of ``pipeline`` as the live leader plays it: its stages and plan."""
+    stages, outcome = play_leader_round(pipeline, members, catalog, run_id=run_id, now=now)
+    return stages, outcome.plan
 
 
 def test_a_departed_members_delayed_resources_are_not_counted_by_balancing() -> None:
