@@ -26,7 +26,9 @@ Rules:
    the source's oldest files, as a new query on that checkpoint would.
 4. A dry run that fails, finds no rows within :data:`DRY_RUN_TIMEOUT_S`, or
    is called off (the lease ended) is reported, never raised: the warm-up goes
-   on, and the real query's first batch is only slower.
+   on, and the real query's first batch is only slower.  A source without
+   input (an idle shard: Spark's first trigger found nothing) ends it at once,
+   rather than holding the move back until the timeout.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ from workgroup_spark.sinks import building_dry_run
 DRY_RUN_TIMEOUT_S = 60.0
 #: How often the dry run's query is polled.
 POLL_S = 0.1
+#: Why a dry run on a source without input is skipped (rule 4).
+NO_INPUT = "no input to run on"
+#: Spark's status message once a trigger has found no new input.
+_NO_DATA_MESSAGE = "Waiting for data to arrive"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +108,8 @@ def dry_run(
                 return DryRunOutcome(
                     rows, {k: int(v) for k, v in durations.items() if v is not None}
                 )
+            if _found_no_input(query):
+                return DryRunOutcome(skipped=NO_INPUT)
             if time.monotonic() >= deadline:
                 return DryRunOutcome(skipped=f"no rows within {timeout_s:g} s")
             called_off.wait(POLL_S)
@@ -110,6 +118,20 @@ def dry_run(
         with contextlib.suppress(Exception):  # stopping a failed query may raise its error
             query.stop()
         _remove(scratch)
+
+
+def _found_no_input(query: Any) -> bool:
+    """A trigger has run and found no input: an idle shard's source, where
+    waiting for rows would hold the move back until the timeout (rule 4)."""
+    try:
+        status = query.status
+    except Exception:
+        return False
+    return (
+        status.get("message") == _NO_DATA_MESSAGE
+        and not status.get("isDataAvailable")
+        and not status.get("isTriggerActive")
+    )
 
 
 def _remove(location: str) -> None:

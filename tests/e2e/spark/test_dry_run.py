@@ -18,7 +18,7 @@ from examples.sharded_etl.transform import batch_table
 from tests.unit.runtime.test_lease import FakeStore
 from workgroup.runtime.lease import Lease, Slot
 from workgroup_spark import fenced, write_batch_parquet
-from workgroup_spark.dry_run import dry_run, scratch_location
+from workgroup_spark.dry_run import NO_INPUT, dry_run, scratch_location
 from workgroup_spark.session import DEFAULT_CONF, SessionHolder, SessionOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -46,21 +46,24 @@ async def test_a_dry_run_runs_one_batch_of_the_shards_query_and_publishes_nothin
     lease = Lease("etl.shard", "shard", "s-0", slot=Slot("t", 0), store=store, commit_timeout_s=2)
     written: list[int] = []
 
-    def build(spark: Any, lease: Lease) -> Any:
-        events = (
-            spark.readStream.schema(layout.EVENT_SCHEMA)
-            .option("maxFilesPerTrigger", 1)
-            .json(str(source))
-        )
+    def building(source: Path) -> Any:
+        def build(spark: Any, lease: Lease) -> Any:
+            events = (
+                spark.readStream.schema(layout.EVENT_SCHEMA)
+                .option("maxFilesPerTrigger", 1)
+                .json(str(source))
+            )
 
-        def write(batch: Any, batch_id: int) -> None:
-            table = batch_table(batch, batch_id, lease.token)  # the plan runs in Spark
-            written.append(table.num_rows)
-            write_batch_parquet(table, str(output), batch_id)
+            def write(batch: Any, batch_id: int) -> None:
+                table = batch_table(batch, batch_id, lease.token)  # the plan runs in Spark
+                written.append(table.num_rows)
+                write_batch_parquet(table, str(output), batch_id)
 
-        return events.writeStream.foreachBatch(fenced(lease, write)).trigger(
-            processingTime="1 second"
-        )
+            return events.writeStream.foreachBatch(fenced(lease, write)).trigger(
+                processingTime="1 second"
+            )
+
+        return build
 
     # The example's quick JIT (docs/spark.md, "The JIT of a daemon's JVM").
     quick_jit = "-XX:TieredStopAtLevel=1"
@@ -79,7 +82,7 @@ async def test_a_dry_run_runs_one_batch_of_the_shards_query_and_publishes_nothin
         assert quick_jit in (Path("/proc") / str(jvm) / "cmdline").read_text().split("\0")
         scratch = scratch_location(str(root), "shard", "s-0")
         outcome = await asyncio.to_thread(
-            dry_run, spark, build, lease, name="etl.shard.s-0", scratch=scratch,
+            dry_run, spark, building(source), lease, name="etl.shard.s-0", scratch=scratch,
             called_off=threading.Event(),
         )  # fmt: skip
         assert outcome.skipped is None
@@ -91,6 +94,16 @@ async def test_a_dry_run_runs_one_batch_of_the_shards_query_and_publishes_nothin
         assert store.commits == []  # nothing committed through the lease
         assert os.listdir(root / ".dry-run" / "shard") == []  # the scratch checkpoint removed
         assert not (root / "shard").exists()  # the shard's own checkpoint untouched
+        assert list(spark.streams.active) == []
+        # An idle shard (no input yet): skipped as soon as a trigger finds nothing,
+        # not after the timeout, which would hold its move back that long.
+        idle = tmp_path / "idle"
+        idle.mkdir()
+        outcome = await asyncio.to_thread(
+            dry_run, spark, building(idle), lease, name="etl.shard.s-0",
+            scratch=scratch_location(str(root), "shard", "s-0"), called_off=threading.Event(),
+        )  # fmt: skip
+        assert outcome.skipped == NO_INPUT
         assert list(spark.streams.active) == []
     finally:
         await asyncio.to_thread(holder.stop)  # its JVM too
